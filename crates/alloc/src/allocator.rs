@@ -1,0 +1,540 @@
+//! [`Allocator`]: one set's sections as served by this AllocSvr, and the
+//! calls the gRPC layer makes: `next`, `next_batch`, `current`.
+//!
+//! The section table is a boxed slice indexed by section id whose entries are
+//! set once (`OnceLock`) and never removed, so finding a uid's slot is index
+//! arithmetic and one atomic load: no lock shared by all sections, no
+//! reference count, no allocation (DESIGN §4).
+
+use std::pin::pin;
+use std::sync::{Mutex, OnceLock};
+
+use seqsvr_core::{Epoch, SectionId, SetSpec, Uid};
+use tokio::sync::futures::Notified;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::ceiling::Grant;
+use crate::error::{AllocError, Result};
+use crate::section::{SectionSlot, SectionState, Take};
+
+/// Tuning of the allocator.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AllocConfig {
+    /// Raise a section's ceiling ahead of need once less than this fraction
+    /// of a step is left between the highest number handed out and the
+    /// ceiling (Leaf-style double buffering, DESIGN §4). `0.0` raises only
+    /// when exhausted; values are clamped to keep the margin below one step.
+    pub raise_ahead_fraction: f64,
+}
+
+impl Default for AllocConfig {
+    fn default() -> Self {
+        Self {
+            raise_ahead_fraction: 0.25,
+        }
+    }
+}
+
+/// A raise the background raiser should ask the store for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RaiseRequest {
+    /// The section to raise.
+    pub section: SectionId,
+    /// The epoch we serve it under (the store rejects any other).
+    pub epoch: Epoch,
+    /// The new ceiling: one step above the highest number handed out.
+    pub to: u64,
+}
+
+/// The sequence numbers of one set, as served by this AllocSvr.
+#[derive(Debug)]
+pub struct Allocator {
+    /// The set served (validated).
+    spec: SetSpec,
+    /// `spec.uid_end - spec.uid_begin`: the hot path's range check.
+    uid_count: u64,
+    /// Margin below the ceiling at which a section asks for a raise (< step).
+    raise_margin: u64,
+    /// One entry per section of the set; filled at the section's first
+    /// take-over, then never cleared (losing a section retires its slot).
+    /// Boxed so an empty entry costs 16 bytes, not a whole slot.
+    slots: Box<[OnceLock<Box<SectionSlot>>]>,
+    /// Sections whose raise was claimed and not yet taken by the raiser.
+    raise_queue: Mutex<Vec<SectionId>>,
+    /// Wakes the raiser when `raise_queue` gains an entry.
+    raise_signal: Notify,
+}
+
+impl Allocator {
+    /// An allocator for `spec` that serves nothing until [`install`](Self::install).
+    pub fn new(spec: SetSpec, config: &AllocConfig) -> Result<Self> {
+        spec.validate()?;
+        let fraction = config.raise_ahead_fraction.clamp(0.0, 1.0);
+        let raise_margin = ((spec.step as f64 * fraction) as u64).min(spec.step - 1);
+        Ok(Self {
+            uid_count: spec.uid_end - spec.uid_begin,
+            raise_margin,
+            slots: (0..spec.section_count()).map(|_| OnceLock::new()).collect(),
+            raise_queue: Mutex::new(Vec::new()),
+            raise_signal: Notify::new(),
+            spec,
+        })
+    }
+
+    /// The set served.
+    pub fn spec(&self) -> &SetSpec {
+        &self.spec
+    }
+
+    /// Finds the slot and cell index of `uid`.
+    #[inline]
+    fn locate(&self, uid: Uid) -> Result<(&SectionSlot, SectionId, usize)> {
+        let off = uid.wrapping_sub(self.spec.uid_begin);
+        if off >= self.uid_count {
+            return Err(AllocError::OutOfRange { uid });
+        }
+        let section = (off / self.spec.section_size) as SectionId;
+        let idx = (off - section as u64 * self.spec.section_size) as usize;
+        match self.slots[section as usize].get() {
+            Some(slot) => Ok((slot, section, idx)),
+            None => Err(AllocError::NotOwner { section }),
+        }
+    }
+
+    /// Hands out the next sequence number of `uid`: strictly above every
+    /// number handed out for it before (promise 1), never above a durable
+    /// ceiling (promise 2).
+    ///
+    /// `Exhausted` is retryable (see [`next_waiting`](Self::next_waiting)).
+    #[inline]
+    pub fn next(&self, uid: Uid) -> Result<u64> {
+        let (slot, section, idx) = self.locate(uid)?;
+        self.serve(slot, section, idx)
+    }
+
+    #[inline]
+    fn serve(&self, slot: &SectionSlot, section: SectionId, idx: usize) -> Result<u64> {
+        match slot.take(idx) {
+            Take::Got(v) => Ok(v),
+            Take::GotWantsRaise(v) => {
+                self.queue_raise(section);
+                Ok(v)
+            }
+            Take::Exhausted { wants_raise } => {
+                if wants_raise {
+                    self.queue_raise(section);
+                }
+                Err(AllocError::Exhausted { section })
+            }
+            Take::NotServing => Err(AllocError::NotOwner { section }),
+        }
+    }
+
+    /// Hands out one number per entry of `uids`, in order, appending them to
+    /// `out`. A uid listed k times gets k increasing numbers, in list order.
+    ///
+    /// Not all-or-nothing: it stops at the first uid that cannot be served
+    /// and returns that error. The numbers already appended (one for each of
+    /// the first `out.len() - len_before` uids) were handed out and must be
+    /// delivered or forgotten, never reused; the uid at that position and
+    /// those after it got nothing.
+    ///
+    /// Costs one range check, one table load and one compare-and-swap per
+    /// uid, and no allocation beyond `out`'s growth (reserved once).
+    pub fn next_batch(&self, uids: &[Uid], out: &mut Vec<u64>) -> Result<()> {
+        out.reserve(uids.len());
+        for &uid in uids {
+            let (slot, section, idx) = self.locate(uid)?;
+            out.push(self.serve(slot, section, idx)?);
+        }
+        Ok(())
+    }
+
+    /// The uid's `cur_seq`: ≥ every number ever handed out for it, and below
+    /// the next one. Right after a take-over it is the skip-ahead value (the
+    /// section's previous ceiling), which no one handed out.
+    pub fn current(&self, uid: Uid) -> Result<u64> {
+        let (slot, section, idx) = self.locate(uid)?;
+        slot.current(idx).ok_or(AllocError::NotOwner { section })
+    }
+
+    /// Like [`next`](Self::next), but when the section is exhausted waits for
+    /// its raise (up to `deadline`) and retries. Other errors return at once.
+    pub async fn next_waiting(&self, uid: Uid, deadline: Instant) -> Result<u64> {
+        self.retry_exhausted(deadline, || self.next(uid)).await
+    }
+
+    /// Like [`next_batch`](Self::next_batch), but waits (up to `deadline`) on
+    /// each exhausted section and carries on from the uid that was refused.
+    pub async fn next_batch_waiting(
+        &self,
+        uids: &[Uid],
+        out: &mut Vec<u64>,
+        deadline: Instant,
+    ) -> Result<()> {
+        let start = out.len();
+        self.retry_exhausted(deadline, || {
+            let done = out.len() - start;
+            self.next_batch(&uids[done..], out)
+        })
+        .await
+    }
+
+    /// Runs `attempt` until it returns anything but `Exhausted`, sleeping on
+    /// the exhausted section's notifier in between; gives up at `deadline`.
+    async fn retry_exhausted<T>(
+        &self,
+        deadline: Instant,
+        mut attempt: impl FnMut() -> Result<T>,
+    ) -> Result<T> {
+        loop {
+            let section = match attempt() {
+                Err(AllocError::Exhausted { section }) => section,
+                other => return other,
+            };
+            let Some(slot) = self.slot(section) else {
+                return Err(AllocError::NotOwner { section });
+            };
+            let mut changed = pin!(slot.changed().notified());
+            changed.as_mut().enable();
+            // Try again *after* registering: a raise that landed since the
+            // first attempt has already fired its notification.
+            match attempt() {
+                Err(AllocError::Exhausted { section: s }) if s == section => {}
+                Err(AllocError::Exhausted { .. }) => continue,
+                other => return other,
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return Err(AllocError::Exhausted { section });
+            }
+        }
+    }
+
+    /// Starts serving the sections of a take-over. Every uid of a granted
+    /// section starts at the grant's previous ceiling (skip ahead, promise 1
+    /// across owners). Grants older than what is already installed are
+    /// skipped. Returns how many grants were installed.
+    ///
+    /// All grants are checked before any is installed.
+    pub fn install(&self, grants: &[Grant]) -> Result<usize> {
+        for g in grants {
+            if !self.spec.has_section(g.section) {
+                return Err(AllocError::UnknownSection { section: g.section });
+            }
+            if g.max_seq <= g.prev_ceiling {
+                return Err(AllocError::InvalidGrant {
+                    section: g.section,
+                    reason: format!("ceiling {} not above {}", g.max_seq, g.prev_ceiling),
+                });
+            }
+        }
+        Ok(grants.iter().filter(|g| self.install_one(g)).count())
+    }
+
+    fn install_one(&self, g: &Grant) -> bool {
+        let len = self.spec.uids_of(g.section).count();
+        let mut fresh = false;
+        let slot = self.slots[g.section as usize].get_or_init(|| {
+            fresh = true;
+            Box::new(SectionSlot::new(len, self.raise_margin, g))
+        });
+        let installed = fresh || slot.install(g);
+        if installed {
+            tracing::info!(
+                section = g.section,
+                epoch = g.epoch,
+                from = g.prev_ceiling,
+                ceiling = g.max_seq,
+                "serving section"
+            );
+        } else {
+            tracing::warn!(
+                section = g.section,
+                epoch = g.epoch,
+                "ignored a grant not newer than the one installed"
+            );
+        }
+        installed
+    }
+
+    /// Stops serving `section` (lost ownership, lease gone, planned move).
+    /// Its memory is kept for a later take-over. Returns whether it was served.
+    pub fn drop_section(&self, section: SectionId) -> bool {
+        self.retire(section, None)
+    }
+
+    /// Stops serving `section` only if we still serve it under `epoch`: a
+    /// store's "stale epoch" answer for an old epoch must not drop a newer
+    /// take-over of the same section.
+    pub fn drop_section_if_epoch(&self, section: SectionId, epoch: Epoch) -> bool {
+        self.retire(section, Some(epoch))
+    }
+
+    fn retire(&self, section: SectionId, epoch: Option<Epoch>) -> bool {
+        let dropped = self.slot(section).is_some_and(|slot| slot.retire(epoch));
+        if dropped {
+            tracing::info!(section, ?epoch, "stopped serving section");
+        }
+        dropped
+    }
+
+    fn slot(&self, section: SectionId) -> Option<&SectionSlot> {
+        self.slots.get(section as usize)?.get().map(|b| &**b)
+    }
+
+    /// Queues a raise for `section`. Called only by the caller that won the
+    /// slot's pending flag, so at most once per raise.
+    #[cold]
+    #[inline(never)]
+    fn queue_raise(&self, section: SectionId) {
+        self.raise_queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(section);
+        self.raise_signal.notify_one();
+    }
+
+    /// Puts sections whose raise failed transiently back in the queue, without
+    /// waking the raiser (it retries them after its back-off).
+    pub fn requeue_raises(&self, sections: &[SectionId]) {
+        let mut q = self.raise_queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.extend_from_slice(sections);
+    }
+
+    /// Resolves when some section wants a raise (a stored permit: a signal
+    /// sent while nobody waited is not lost).
+    pub fn raise_wanted(&self) -> Notified<'_> {
+        self.raise_signal.notified()
+    }
+
+    /// Drains the raise queue into the requests to send to the store, one per
+    /// section at most. Sections that no longer need one are skipped.
+    pub fn take_raise_requests(&self) -> Vec<RaiseRequest> {
+        let mut sections =
+            std::mem::take(&mut *self.raise_queue.lock().unwrap_or_else(|e| e.into_inner()));
+        sections.sort_unstable();
+        sections.dedup();
+        sections
+            .into_iter()
+            .filter_map(|section| {
+                let (epoch, to) = self.slot(section)?.raise_target(self.spec.step)?;
+                Some(RaiseRequest { section, epoch, to })
+            })
+            .collect()
+    }
+
+    /// Applies a ceiling the store made durable. Ignored (false) unless we
+    /// still serve `section` under `epoch`: a late reply must never resurrect
+    /// a lost section (promise 3). Wakes callers waiting on the section.
+    pub fn apply_raise(&self, section: SectionId, epoch: Epoch, new_max: u64) -> bool {
+        let Some(slot) = self.slot(section) else {
+            return false;
+        };
+        let applied = slot.apply_raise(epoch, new_max);
+        if applied && slot.claim_if_low() {
+            // Callers used the new room while the raise was in flight.
+            self.queue_raise(section);
+        }
+        applied
+    }
+
+    /// A snapshot of `section`, or `None` if not served here.
+    pub fn section_state(&self, section: SectionId) -> Option<SectionState> {
+        self.slot(section)?.state()
+    }
+
+    /// The sections served here, in order.
+    pub fn served_sections(&self) -> Vec<SectionId> {
+        (0..self.slots.len() as SectionId)
+            .filter(|&s| self.slot(s).is_some_and(|slot| slot.is_serving()))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A set of 3 sections of 4 uids starting at uid 100, step 10.
+    fn alloc(fraction: f64) -> Allocator {
+        let spec = SetSpec {
+            set_id: 1,
+            uid_begin: 100,
+            uid_end: 112,
+            section_size: 4,
+            step: 10,
+        };
+        Allocator::new(
+            spec,
+            &AllocConfig {
+                raise_ahead_fraction: fraction,
+            },
+        )
+        .unwrap()
+    }
+
+    fn grant(section: SectionId, epoch: Epoch, prev: u64) -> Grant {
+        Grant {
+            section,
+            epoch,
+            prev_ceiling: prev,
+            max_seq: prev + 10,
+        }
+    }
+
+    #[test]
+    fn errors_table() {
+        let a = alloc(0.25);
+        a.install(&[grant(0, 1, 0)]).unwrap();
+        for (uid, want) in [
+            (99, Err(AllocError::OutOfRange { uid: 99 })),
+            (100, Ok(1)),
+            (103, Ok(1)),
+            (104, Err(AllocError::NotOwner { section: 1 })),
+            (111, Err(AllocError::NotOwner { section: 2 })),
+            (112, Err(AllocError::OutOfRange { uid: 112 })),
+            (u64::MAX, Err(AllocError::OutOfRange { uid: u64::MAX })),
+        ] {
+            assert_eq!(a.next(uid), want, "uid {uid}");
+        }
+        assert_eq!(a.current(104), Err(AllocError::NotOwner { section: 1 }));
+        assert_eq!(
+            a.install(&[grant(3, 1, 0)]),
+            Err(AllocError::UnknownSection { section: 3 })
+        );
+        let bad = Grant {
+            max_seq: 5,
+            ..grant(1, 1, 5)
+        };
+        assert!(matches!(
+            a.install(&[bad]),
+            Err(AllocError::InvalidGrant { section: 1, .. })
+        ));
+    }
+
+    #[test]
+    fn next_and_current_after_skip_ahead() {
+        let a = alloc(0.25);
+        assert_eq!(a.install(&[grant(0, 3, 500), grant(2, 3, 70)]).unwrap(), 2);
+        assert_eq!(a.current(101), Ok(500));
+        assert_eq!(a.next(101), Ok(501));
+        assert_eq!(a.current(101), Ok(501));
+        assert_eq!(a.next(110), Ok(71));
+        assert_eq!(a.served_sections(), vec![0, 2]);
+    }
+
+    #[test]
+    fn batch_orders_duplicates_and_stops_at_first_error() {
+        let a = alloc(0.0);
+        a.install(&[grant(0, 1, 0), grant(2, 1, 0)]).unwrap();
+        let mut out = vec![42];
+        a.next_batch(&[100, 100, 101, 100, 108], &mut out).unwrap();
+        assert_eq!(out, vec![42, 1, 2, 1, 3, 1]);
+        out.clear();
+        let err = a.next_batch(&[102, 105, 102], &mut out);
+        assert_eq!(err, Err(AllocError::NotOwner { section: 1 }));
+        assert_eq!(out, vec![1], "prefix handed out, rest untouched");
+        assert_eq!(a.next(102), Ok(2));
+    }
+
+    #[test]
+    fn exhaustion_queues_one_raise_and_apply_unblocks() {
+        let a = alloc(0.0);
+        a.install(&[grant(0, 1, 0)]).unwrap();
+        for want in 1..=10 {
+            assert_eq!(a.next(100), Ok(want));
+        }
+        assert_eq!(a.next(100), Err(AllocError::Exhausted { section: 0 }));
+        assert_eq!(a.next(101), Ok(1), "other uids still have room");
+        let reqs = a.take_raise_requests();
+        assert_eq!(
+            reqs,
+            vec![RaiseRequest {
+                section: 0,
+                epoch: 1,
+                to: 20
+            }]
+        );
+        assert!(a.take_raise_requests().is_empty(), "queued once");
+        assert!(a.apply_raise(0, 1, 20));
+        assert_eq!(a.next(100), Ok(11));
+    }
+
+    #[test]
+    fn raise_ahead_bounds_the_gap_to_one_step() {
+        let a = alloc(0.25); // margin 2
+        a.install(&[grant(0, 1, 0)]).unwrap();
+        for _ in 0..7 {
+            a.next(100).unwrap();
+        }
+        assert!(a.take_raise_requests().is_empty(), "10 - 7 > margin");
+        a.next(100).unwrap();
+        let reqs = a.take_raise_requests();
+        assert_eq!(
+            reqs,
+            vec![RaiseRequest {
+                section: 0,
+                epoch: 1,
+                to: 18
+            }]
+        );
+        // While in flight, more numbers go out; the reply still applies.
+        a.next(101).unwrap();
+        assert!(a.apply_raise(0, 1, 18));
+        assert_eq!(a.section_state(0).unwrap().ceiling, 18);
+    }
+
+    #[test]
+    fn drop_and_late_reply_and_retake() {
+        let a = alloc(0.0);
+        a.install(&[grant(1, 4, 0)]).unwrap();
+        assert_eq!(a.next(104), Ok(1));
+        assert!(!a.drop_section_if_epoch(1, 3), "older epoch does not drop");
+        assert!(a.drop_section(1));
+        assert!(!a.drop_section(1));
+        assert_eq!(a.next(104), Err(AllocError::NotOwner { section: 1 }));
+        assert!(!a.apply_raise(1, 4, 100), "late reply ignored");
+        assert_eq!(a.next(104), Err(AllocError::NotOwner { section: 1 }));
+        assert_eq!(a.install(&[grant(1, 4, 20)]).unwrap(), 0, "replayed grant");
+        assert_eq!(a.install(&[grant(1, 5, 20)]).unwrap(), 1);
+        assert_eq!(a.next(104), Ok(21));
+        assert_eq!(a.next(105), Ok(21));
+    }
+
+    #[test]
+    fn margin_stays_below_a_step() {
+        assert_eq!(alloc(5.0).raise_margin, 9);
+        assert_eq!(alloc(-1.0).raise_margin, 0);
+        assert_eq!(alloc(0.25).raise_margin, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn next_waiting_times_out_then_wakes_on_raise() {
+        let a = std::sync::Arc::new(alloc(0.0));
+        a.install(&[grant(0, 1, 0)]).unwrap();
+        for _ in 0..10 {
+            a.next(100).unwrap();
+        }
+        let soon = Instant::now() + std::time::Duration::from_millis(50);
+        assert_eq!(
+            a.next_waiting(100, soon).await,
+            Err(AllocError::Exhausted { section: 0 })
+        );
+        let waiter = {
+            let a = a.clone();
+            tokio::spawn(async move {
+                let far = Instant::now() + std::time::Duration::from_secs(5);
+                let mut out = Vec::new();
+                a.next_batch_waiting(&[101, 100, 100], &mut out, far)
+                    .await
+                    .map(|_| out)
+            })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        assert!(!waiter.is_finished());
+        let req = a.take_raise_requests()[0];
+        assert!(a.apply_raise(req.section, req.epoch, req.to));
+        assert_eq!(waiter.await.unwrap(), Ok(vec![1, 11, 12]));
+    }
+}

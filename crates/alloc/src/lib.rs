@@ -1,0 +1,64 @@
+//! The AllocSvr core: per-uid sequence numbers served from memory under
+//! ceilings held by the store (DESIGN §1, §4).
+//!
+//! Every uid of a section this AllocSvr owns has a `cur_seq` in a dense
+//! in-memory array (8 bytes a uid). `next(uid)` bumps it with one
+//! compare-and-swap, as long as the result stays at or below the section's
+//! ceiling (`max_seq`), which the store has made durable. When a section has
+//! used most of its room, it asks — once — for a raise *ahead of need*; a
+//! background task writes the new ceiling to the store and applies it, so
+//! callers almost never wait on Raft. A section taken over starts every uid
+//! at the store's previous ceiling (*skip ahead*) and never trusts memory.
+//!
+//! No sockets and no clocks here (except the deadline of a waiting call):
+//! the store is behind the [`CeilingStore`] trait, and [`mem`] has an
+//! in-memory implementation for tests. Leases are not checked here: the
+//! server checks its lease once per request and calls
+//! [`Allocator::drop_section`] when it loses a section.
+//!
+//! # Layout
+//! - [`section`]: [`SectionSlot`], one section's `cur_seq` array, ceiling and
+//!   high-water mark; the lock-free hot path and the epoch guard.
+//! - [`allocator`]: [`Allocator`], a set's sections indexed by section id:
+//!   `next`, `next_batch`, `current`, waiting variants, take-over install,
+//!   drop, and the raise queue.
+//! - [`raiser`]: [`Raiser`], the background task that performs raises and
+//!   take-overs against a [`CeilingStore`], with retry and back-off.
+//! - [`ceiling`]: the [`CeilingStore`] trait and [`Grant`]: what the
+//!   allocator needs from the store.
+//! - [`mem`]: [`MemCeilingStore`](mem::MemCeilingStore), an in-memory store
+//!   with injectable faults.
+//! - [`error`]: [`AllocError`] (the crate's error) and [`StoreErr`] (the
+//!   store's answers).
+//!
+//! # Memory
+//! A slot is allocated at a section's first take-over and kept until the
+//! allocator is dropped, even after the section is lost: that is what lets
+//! the hot path find it without a lock or a reference count (a caller may
+//! still hold it). A later take-over of the same section reuses it. The cost
+//! is that an AllocSvr keeps the memory (8 bytes a uid) of every section it
+//! has owned since its allocator was built.
+//!
+//! # Which promise is protected where (DESIGN §2)
+//! - 1 (monotonic): cells only grow (CAS, `fetch_max` on skip ahead); a slot
+//!   stops serving while it skips ahead.
+//! - 2 (durable): a number is handed out only at or below a ceiling the store
+//!   acknowledged; the ceiling is raised only from store answers.
+//! - 3 (exclusive): every raise carries the epoch; a stale-epoch answer drops
+//!   the section; answers for an old epoch are ignored.
+//! - 4 (bounded gap): raises target one step above the highest number
+//!   handed out, so a restart skips at most one step per section.
+//! - 5 (clear errors): [`AllocError`].
+
+pub mod allocator;
+pub mod ceiling;
+pub mod error;
+pub mod mem;
+pub mod raiser;
+pub mod section;
+
+pub use allocator::{AllocConfig, Allocator, RaiseRequest};
+pub use ceiling::{CeilingStore, Grant};
+pub use error::{AllocError, Result, StoreErr};
+pub use raiser::{Raiser, RaiserConfig, RoundReport};
+pub use section::{SectionSlot, SectionState};

@@ -1,0 +1,318 @@
+//! [`Raiser`]: the background task that turns the allocator's raise
+//! requests into store writes, and take-overs into served sections.
+//!
+//! The hot path only flips a per-section flag and queues the section id, on
+//! the edge of "wants a raise"; this task does the slow part (a Raft write)
+//! off the request path and wakes callers waiting on the section.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use seqsvr_core::SectionId;
+use tokio::time::Instant;
+
+use crate::allocator::{Allocator, RaiseRequest};
+use crate::ceiling::{CeilingStore, Grant};
+use crate::error::{Result, StoreErr};
+
+/// Tuning of the raiser.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RaiserConfig {
+    /// Most raises sent to the store at once.
+    pub max_in_flight: usize,
+    /// First wait before retrying raises that failed transiently.
+    pub backoff_min: Duration,
+    /// Longest wait between retries (the back-off doubles up to this).
+    pub backoff_max: Duration,
+}
+
+impl Default for RaiserConfig {
+    fn default() -> Self {
+        Self {
+            max_in_flight: 64,
+            backoff_min: Duration::from_millis(10),
+            backoff_max: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What one round of raises did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RoundReport {
+    /// Raises applied to a served section.
+    pub raised: usize,
+    /// Sections dropped because the store says someone else owns them.
+    pub dropped: usize,
+    /// Answers ignored because the section changed epoch meanwhile.
+    pub ignored: usize,
+    /// Sections whose raise failed and must be retried (still pending; hand
+    /// them to [`Allocator::requeue_raises`] after a back-off).
+    pub retry: Vec<SectionId>,
+}
+
+/// Drives take-overs and ceiling raises for one allocator against one store.
+#[derive(Debug)]
+pub struct Raiser<S> {
+    /// The allocator whose sections we raise.
+    alloc: Arc<Allocator>,
+    /// Where ceilings live.
+    store: Arc<S>,
+    /// Tuning.
+    config: RaiserConfig,
+}
+
+impl<S: CeilingStore> Raiser<S> {
+    /// A raiser for `alloc` backed by `store`.
+    pub fn new(alloc: Arc<Allocator>, store: Arc<S>, config: RaiserConfig) -> Self {
+        Self {
+            alloc,
+            store,
+            config,
+        }
+    }
+
+    /// The allocator driven.
+    pub fn allocator(&self) -> &Arc<Allocator> {
+        &self.alloc
+    }
+
+    /// Takes over sections `first .. first + count` in the store and starts
+    /// serving them, every uid skipped ahead to the old ceiling. Returns the
+    /// grants (all of them; replays the allocator ignored included).
+    pub async fn take_over(&self, first: SectionId, count: u32) -> Result<Vec<Grant>> {
+        let grants = self.store.take_over(first, count).await?;
+        self.alloc.install(&grants)?;
+        Ok(grants)
+    }
+
+    /// Sends every queued raise to the store (up to `max_in_flight` at once)
+    /// and applies the answers.
+    pub async fn run_once(&self) -> RoundReport {
+        let requests = self.alloc.take_raise_requests();
+        let answers: Vec<_> = futures::stream::iter(requests)
+            .map(|r| async move { (r, self.store.raise(r.section, r.epoch, r.to).await) })
+            .buffer_unordered(self.config.max_in_flight.max(1))
+            .collect()
+            .await;
+        let mut report = RoundReport::default();
+        for (r, answer) in answers {
+            self.settle(r, answer, &mut report);
+        }
+        report
+    }
+
+    /// Applies one store answer to the allocator.
+    fn settle(&self, r: RaiseRequest, answer: Result<u64, StoreErr>, report: &mut RoundReport) {
+        let landed = match answer {
+            Ok(new_max) => new_max,
+            // Same epoch and already at or above the target: an earlier
+            // attempt whose reply was lost landed. The stored value is durable.
+            Err(StoreErr::NotAbove { current }) if current >= r.to => current,
+            Err(StoreErr::StaleEpoch) => {
+                // Someone else owns the section now: stop serving at once
+                // (promise 3). Guarded by epoch so a newer take-over stays.
+                if self.alloc.drop_section_if_epoch(r.section, r.epoch) {
+                    tracing::warn!(
+                        section = r.section,
+                        epoch = r.epoch,
+                        "section taken over elsewhere; dropped"
+                    );
+                    report.dropped += 1;
+                } else {
+                    report.ignored += 1;
+                }
+                return;
+            }
+            Err(e) => {
+                if e.is_transient() {
+                    tracing::debug!(section = r.section, error = %e, "raise failed; will retry");
+                } else {
+                    // TooLarge / UnknownSection / a NotAbove below target: the
+                    // store and we disagree on the set. Keep retrying slowly
+                    // (the section serves what it has) and make noise.
+                    tracing::error!(section = r.section, to = r.to, error = %e, "raise refused");
+                }
+                report.retry.push(r.section);
+                return;
+            }
+        };
+        if self.alloc.apply_raise(r.section, r.epoch, landed) {
+            report.raised += 1;
+        } else {
+            report.ignored += 1;
+        }
+    }
+
+    /// Runs until `shutdown` resolves: waits for raise requests, performs
+    /// them, retries transient failures with exponential back-off.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let mut shutdown = pin!(shutdown);
+        let mut retry: Vec<SectionId> = Vec::new();
+        let mut backoff = self.config.backoff_min;
+        let mut retry_at = Instant::now();
+        loop {
+            let wanted = self.alloc.raise_wanted();
+            tokio::select! {
+                _ = &mut shutdown => return,
+                _ = wanted => {}
+                _ = tokio::time::sleep_until(retry_at), if !retry.is_empty() => {
+                    self.alloc.requeue_raises(&retry);
+                    retry.clear();
+                }
+            }
+            let report = self.run_once().await;
+            if !report.retry.is_empty() {
+                retry.extend(report.retry);
+                retry_at = Instant::now() + backoff;
+                backoff = (backoff * 2).min(self.config.backoff_max);
+            } else if retry.is_empty() {
+                backoff = self.config.backoff_min;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::allocator::AllocConfig;
+    use crate::error::AllocError;
+    use crate::mem::{Fault, MemCeilingStore};
+    use seqsvr_core::SetSpec;
+
+    fn setup() -> (Arc<MemCeilingStore>, Raiser<MemCeilingStore>) {
+        let spec = SetSpec {
+            set_id: 0,
+            uid_begin: 0,
+            uid_end: 20,
+            section_size: 10,
+            step: 10,
+        };
+        let store = Arc::new(MemCeilingStore::new(spec.clone()));
+        let cfg = AllocConfig {
+            raise_ahead_fraction: 0.0,
+        };
+        let alloc = Arc::new(Allocator::new(spec, &cfg).unwrap());
+        (
+            store.clone(),
+            Raiser::new(alloc, store, RaiserConfig::default()),
+        )
+    }
+
+    fn exhaust(a: &Allocator, uid: u64) {
+        while a.next(uid).is_ok() {}
+    }
+
+    #[tokio::test]
+    async fn take_over_skips_ahead_and_raise_lands() {
+        let (store, r) = setup();
+        store.steal(0); // an earlier owner had ceiling 10
+        let grants = r.take_over(0, 2).await.unwrap();
+        assert_eq!(
+            grants[0],
+            Grant {
+                section: 0,
+                epoch: 2,
+                prev_ceiling: 10,
+                max_seq: 20
+            }
+        );
+        let a = r.allocator();
+        assert_eq!(a.next(0), Ok(11));
+        exhaust(a, 0);
+        let report = r.run_once().await;
+        assert_eq!(
+            report,
+            RoundReport {
+                raised: 1,
+                ..Default::default()
+            }
+        );
+        assert_eq!(store.section(0).max_seq, 30);
+        assert_eq!(a.next(0), Ok(21));
+    }
+
+    #[tokio::test]
+    async fn stale_epoch_drops_the_section() {
+        let (store, r) = setup();
+        r.take_over(0, 2).await.unwrap();
+        let a = r.allocator();
+        exhaust(a, 3);
+        store.steal(0);
+        let report = r.run_once().await;
+        assert_eq!(report.dropped, 1);
+        assert_eq!(a.next(3), Err(AllocError::NotOwner { section: 0 }));
+        assert_eq!(a.next(13), Ok(1), "other sections unaffected");
+    }
+
+    #[tokio::test]
+    async fn lost_reply_is_retried_and_not_above_counts_as_success() {
+        let (store, r) = setup();
+        r.take_over(0, 1).await.unwrap();
+        let a = r.allocator();
+        exhaust(a, 0);
+        store.set_fault(Fault::LoseReplies);
+        let report = r.run_once().await;
+        assert_eq!(report.retry, vec![0]);
+        assert_eq!(store.section(0).max_seq, 20, "landed in the store");
+        assert_eq!(
+            a.next(0),
+            Err(AllocError::Exhausted { section: 0 }),
+            "but not applied"
+        );
+        store.set_fault(Fault::None);
+        a.requeue_raises(&report.retry);
+        let report = r.run_once().await;
+        assert_eq!(report.raised, 1);
+        assert_eq!(
+            store.raises(),
+            1,
+            "the retry was answered NotAbove, not re-raised"
+        );
+        assert_eq!(a.next(0), Ok(11));
+    }
+
+    #[tokio::test]
+    async fn unavailable_store_leaves_the_ceiling_alone() {
+        let (store, r) = setup();
+        r.take_over(0, 1).await.unwrap();
+        exhaust(r.allocator(), 0);
+        store.set_fault(Fault::Unavailable);
+        assert_eq!(r.run_once().await.retry, vec![0]);
+        assert_eq!(store.section(0).max_seq, 10);
+        assert!(r.allocator().section_state(0).unwrap().raise_pending);
+        assert!(matches!(
+            r.take_over(1, 1).await,
+            Err(AllocError::Store(StoreErr::Unavailable(_)))
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn background_task_serves_waiters_through_an_outage() {
+        let (store, r) = setup();
+        r.take_over(0, 2).await.unwrap();
+        let a = r.allocator().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        store.set_fault(Fault::Unavailable);
+        let task = tokio::spawn(r.run(async {
+            let _ = stopped.await;
+        }));
+        exhaust(&a, 5);
+        let waiter = {
+            let a = a.clone();
+            tokio::spawn(async move {
+                a.next_waiting(5, Instant::now() + Duration::from_secs(10))
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiter.is_finished(), "no raise can land during the outage");
+        store.set_fault(Fault::None);
+        assert_eq!(waiter.await.unwrap(), Ok(11), "retried after back-off");
+        stop.send(()).unwrap();
+        task.await.unwrap();
+    }
+}

@@ -1,0 +1,23 @@
+//! Pure building blocks of seqsvr, shared by every component.
+//!
+//! Nothing here touches a socket, a disk or a clock: it is plain data and
+//! arithmetic, tested with table and property tests.
+//!
+//! # Layout
+//! - [`section`]: a *set*'s uid range and its split into *sections*
+//!   (uid → section arithmetic).
+//! - [`route`]: the *route table*: which AllocSvr serves which sections, with
+//!   a version number and per-section *epoch* (fencing token).
+//! - [`codec`]: the one place that turns values into bytes for disk and wire
+//!   (a format-version byte, then bincode), so the encoding can be swapped in
+//!   one place.
+//! - [`error`]: the crate's error type.
+
+pub mod codec;
+pub mod error;
+pub mod route;
+pub mod section;
+
+pub use error::{Error, Result};
+pub use route::{AllocId, Epoch, RouteEntry, RouteTable};
+pub use section::{SectionId, SetSpec, Uid};

@@ -1,0 +1,212 @@
+//! Sets and sections: the uid arithmetic every component agrees on.
+//!
+//! A *set* serves the half-open uid range `[uid_begin, uid_end)`. It is split
+//! into *sections* of `section_size` consecutive uids (the last one may be
+//! shorter); a section is numbered from 0 within its set. Each section has one
+//! ceiling (`max_seq`) in the store and one owner among the set's AllocSvrs.
+
+use std::ops::Range;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// A user id.
+pub type Uid = u64;
+
+/// A section's number within its set (0-based).
+pub type SectionId = u32;
+
+/// Default uids per section (WeChat's choice: 100,000).
+pub const DEFAULT_SECTION_SIZE: u64 = 100_000;
+/// Default ceiling raise (WeChat's choice: 10,000).
+pub const DEFAULT_STEP: u64 = 10_000;
+/// Largest section allowed: its dense array is 8 bytes a uid, so 10 M uids
+/// is 80 MB of memory in the AllocSvr that owns it.
+pub const MAX_SECTION_SIZE: u64 = 10_000_000;
+/// Largest number of sections in one set (keeps the store's state and its
+/// snapshots small; add sets to grow instead).
+pub const MAX_SECTIONS: u64 = 1 << 20;
+/// Largest step: a gap bigger than this per failover is never useful.
+pub const MAX_STEP: u64 = 1 << 32;
+/// A single ceiling raise may move the ceiling at most this many steps.
+/// Anything more is a caller bug (promise 4: bounded gaps) and is rejected.
+pub const MAX_STEPS_PER_RAISE: u64 = 16;
+
+/// What a set serves: its uid range, how it is cut into sections, its step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetSpec {
+    /// The set's name in routes, metrics and logs.
+    pub set_id: u32,
+    /// First uid served (inclusive).
+    pub uid_begin: Uid,
+    /// One past the last uid served.
+    pub uid_end: Uid,
+    /// Uids per section.
+    pub section_size: u64,
+    /// How far a take-over raises the ceiling, and the usual size of a raise.
+    pub step: u64,
+}
+
+impl SetSpec {
+    /// A set with the default section size and step.
+    pub fn new(set_id: u32, uids: Range<Uid>) -> Self {
+        Self {
+            set_id,
+            uid_begin: uids.start,
+            uid_end: uids.end,
+            section_size: DEFAULT_SECTION_SIZE,
+            step: DEFAULT_STEP,
+        }
+    }
+
+    /// Checks that the spec is usable; every constructor path calls this.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidSet(m));
+        if self.uid_end <= self.uid_begin {
+            return bad(format!(
+                "empty uid range [{}, {})",
+                self.uid_begin, self.uid_end
+            ));
+        }
+        if self.section_size == 0 || self.section_size > MAX_SECTION_SIZE {
+            return bad(format!(
+                "section_size {} not in 1..={MAX_SECTION_SIZE}",
+                self.section_size
+            ));
+        }
+        if self.step == 0 || self.step > MAX_STEP {
+            return bad(format!("step {} not in 1..={MAX_STEP}", self.step));
+        }
+        let n = (self.uid_end - self.uid_begin).div_ceil(self.section_size);
+        if n > MAX_SECTIONS {
+            return bad(format!("{n} sections is more than {MAX_SECTIONS}"));
+        }
+        Ok(())
+    }
+
+    /// Number of sections in the set.
+    pub fn section_count(&self) -> u32 {
+        (self.uid_end - self.uid_begin).div_ceil(self.section_size) as u32
+    }
+
+    /// Whether `uid` belongs to this set.
+    pub fn contains(&self, uid: Uid) -> bool {
+        (self.uid_begin..self.uid_end).contains(&uid)
+    }
+
+    /// The section holding `uid`, or `None` if the uid is outside the set.
+    pub fn section_of(&self, uid: Uid) -> Option<SectionId> {
+        self.contains(uid)
+            .then(|| ((uid - self.uid_begin) / self.section_size) as SectionId)
+    }
+
+    /// The uids of section `s` (shorter for the last section).
+    pub fn uids_of(&self, s: SectionId) -> Range<Uid> {
+        let start = self.uid_begin + s as u64 * self.section_size;
+        start..(start + self.section_size).min(self.uid_end)
+    }
+
+    /// Whether `s` names a section of this set.
+    pub fn has_section(&self, s: SectionId) -> bool {
+        s < self.section_count()
+    }
+
+    /// Checks a raise of a ceiling from `current` to `to` (promise 4: a raise
+    /// that is zero, backwards or absurdly large is a bug, not a request).
+    pub fn check_raise(&self, current: u64, to: u64) -> std::result::Result<(), RaiseCheck> {
+        if to <= current {
+            return Err(RaiseCheck::NotAbove);
+        }
+        if to - current > self.step.saturating_mul(MAX_STEPS_PER_RAISE) {
+            return Err(RaiseCheck::TooLarge);
+        }
+        Ok(())
+    }
+}
+
+/// Why [`SetSpec::check_raise`] refused a raise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RaiseCheck {
+    /// The target is not above the current ceiling (a ceiling never decreases).
+    NotAbove,
+    /// The target is more than [`MAX_STEPS_PER_RAISE`] steps above.
+    TooLarge,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn spec(begin: u64, end: u64, size: u64) -> SetSpec {
+        SetSpec {
+            set_id: 0,
+            uid_begin: begin,
+            uid_end: end,
+            section_size: size,
+            step: 10,
+        }
+    }
+
+    #[test]
+    fn section_table() {
+        let s = spec(1000, 1250, 100);
+        assert_eq!(s.section_count(), 3);
+        for (uid, want) in [
+            (999, None),
+            (1000, Some(0)),
+            (1099, Some(0)),
+            (1100, Some(1)),
+            (1249, Some(2)),
+            (1250, None),
+        ] {
+            assert_eq!(s.section_of(uid), want, "uid {uid}");
+        }
+        assert_eq!(s.uids_of(2), 1200..1250);
+        assert!(s.has_section(2) && !s.has_section(3));
+    }
+
+    #[test]
+    fn invalid_specs() {
+        for bad in [
+            spec(5, 5, 1),
+            spec(6, 5, 1),
+            spec(0, 10, 0),
+            spec(0, 10, MAX_SECTION_SIZE + 1),
+            spec(0, u64::MAX, 1),
+            SetSpec {
+                step: 0,
+                ..spec(0, 10, 1)
+            },
+        ] {
+            assert!(
+                matches!(bad.validate(), Err(Error::InvalidSet(_))),
+                "{bad:?}"
+            );
+        }
+        assert!(SetSpec::new(0, 0..10_000_000).validate().is_ok());
+    }
+
+    #[test]
+    fn raise_checks() {
+        let s = spec(0, 10, 1);
+        assert_eq!(s.check_raise(100, 100), Err(RaiseCheck::NotAbove));
+        assert_eq!(s.check_raise(100, 99), Err(RaiseCheck::NotAbove));
+        assert_eq!(s.check_raise(100, 101), Ok(()));
+        assert_eq!(s.check_raise(100, 100 + 160), Ok(()));
+        assert_eq!(s.check_raise(100, 100 + 161), Err(RaiseCheck::TooLarge));
+    }
+
+    proptest! {
+        #[test]
+        fn every_uid_in_exactly_its_section(begin in 0u64..1_000_000, len in 1u64..100_000, size in 1u64..5_000, off in 0u64..100_000) {
+            let s = spec(begin, begin + len, size);
+            prop_assume!(s.validate().is_ok());
+            let uid = begin + off % len;
+            let sec = s.section_of(uid).unwrap();
+            prop_assert!(s.uids_of(sec).contains(&uid));
+            prop_assert!(s.has_section(sec));
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! Generates the seqsvr.v1 gRPC code with a vendored `protoc`, so a fresh
+//! machine needs no system protobuf compiler.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protoc = protoc_bin_vendored::protoc_bin_path()?;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    let files = ["common", "store", "alloc"].map(|f| root.join(format!("seqsvr/v1/{f}.proto")));
+    let mut config = tonic_prost_build::Config::new();
+    config.protoc_executable(protoc);
+    tonic_prost_build::configure().compile_with_config(config, &files, &[root.clone()])?;
+    println!("cargo:rerun-if-changed={}", root.display());
+    Ok(())
+}

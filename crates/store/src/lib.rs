@@ -1,0 +1,32 @@
+//! StoreSvr: the Raft-replicated store of section ceilings.
+//!
+//! Per set, a small Raft group (openraft) keeps for every section its
+//! ceiling (`max_seq`), owner and epoch, plus the AllocSvrs' addresses and
+//! the route version. The log and the state machine live in one sled
+//! database per replica, and nothing is acknowledged before it is fsynced.
+//!
+//! # Layout
+//! - [`types`]: the Raft type config; commands, replies, rejections.
+//! - [`state`]: pure state-machine logic (how a command changes the set).
+//! - [`disk`]: the sled database and the fsync that makes it durable.
+//! - [`log_store`]: the Raft log and vote in sled.
+//! - [`state_machine`]: the state machine and snapshots in sled.
+//! - [`network`]: Raft RPCs between replicas over gRPC.
+//! - [`proposer`]: batches concurrent commands into one log entry.
+//! - [`service`]: the gRPC services (store API and Raft transport).
+//! - [`node`]: configuration, bootstrap and the running replica.
+//! - [`error`]: the crate's error type and its gRPC mapping.
+
+pub mod disk;
+pub mod error;
+pub mod log_store;
+pub mod network;
+pub mod node;
+pub mod proposer;
+pub mod service;
+pub mod state;
+pub mod state_machine;
+pub mod types;
+
+pub use error::{Error, Result};
+pub use node::{StoreConfig, StoreNode};

@@ -7,7 +7,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = ["common", "store", "alloc"].map(|f| root.join(format!("seqsvr/v1/{f}.proto")));
     let mut config = tonic_prost_build::Config::new();
     config.protoc_executable(protoc);
-    tonic_prost_build::configure().compile_with_config(config, &files, &[root.clone()])?;
+    tonic_prost_build::configure().compile_with_config(
+        config,
+        &files,
+        std::slice::from_ref(&root),
+    )?;
     println!("cargo:rerun-if-changed={}", root.display());
     Ok(())
 }

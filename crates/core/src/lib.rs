@@ -21,3 +21,7 @@ pub mod section;
 pub use error::{Error, Result};
 pub use route::{AllocId, Epoch, RouteEntry, RouteTable};
 pub use section::{SectionId, SetSpec, Uid};
+
+/// Most uids in one batch request; larger batches are refused with a typed
+/// error (clients split them).
+pub const MAX_BATCH: usize = 4096;

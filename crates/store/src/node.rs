@@ -321,3 +321,55 @@ async fn configure_set(api: StoreApi, spec: SetSpec) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sample_configs_parse() {
+        for (i, text) in [
+            include_str!("../../../config/store-1.toml"),
+            include_str!("../../../config/store-2.toml"),
+            include_str!("../../../config/store-3.toml"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let cfg = StoreConfig::from_toml(text).unwrap();
+            assert_eq!(cfg.id, i as u64 + 1);
+            assert_eq!(cfg.members.len(), 3);
+            assert_eq!(cfg.set.section_count(), 100);
+        }
+    }
+
+    #[test]
+    fn bad_configs_are_refused() {
+        let good = include_str!("../../../config/store-1.toml");
+        for (from, to) in [
+            ("id = 1", "id = 9"),
+            ("step = 10000", "step = 0"),
+            ("election_min_ms = 400", "election_min_ms = 50"),
+            ("id = 2\naddr", "id = 1\naddr"),
+        ] {
+            let text = good.replacen(from, to, 1);
+            assert!(
+                matches!(StoreConfig::from_toml(&text), Err(Error::Config(_))),
+                "{to}"
+            );
+        }
+        assert!(matches!(
+            StoreConfig::from_toml("id = "),
+            Err(Error::Config(_))
+        ));
+    }
+
+    #[test]
+    fn a_data_dir_keeps_its_identity() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = Disk::open(dir.path()).unwrap();
+        claim_identity(&disk, 2).unwrap();
+        claim_identity(&disk, 2).unwrap();
+        assert!(matches!(claim_identity(&disk, 3), Err(Error::Config(_))));
+    }
+}

@@ -148,20 +148,36 @@ impl StoreApi {
     }
 
     /// A linearizable barrier: returns once this replica has confirmed its
-    /// leadership with a quorum and applied everything committed before.
+    /// leadership with a quorum and applied every entry that could have been
+    /// acknowledged before the barrier started.
+    ///
+    /// `ensure_linearizable` alone is not enough in openraft 0.9: a leader
+    /// that restarts with its vote committed resumes leadership in the same
+    /// term, and its read index is then only the commit index it had saved
+    /// (which lags). Entries committed and acknowledged before the crash sit
+    /// in its log unapplied, and a read would miss them. Every acknowledged
+    /// entry is in the leader's log, so waiting until everything the log held
+    /// when the barrier started is applied closes that gap (promise 1).
     async fn barrier(&self) -> Result<(), Error> {
+        let last = self.raft.metrics().borrow().last_log_index;
         match self.raft.ensure_linearizable().await {
-            Ok(_) => Ok(()),
+            Ok(_) => {}
             Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
-                Err(Error::NotLeader {
+                return Err(Error::NotLeader {
                     leader: f.leader_id.zip(f.leader_node.map(|n| n.addr)),
                 })
             }
             Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(e))) => {
-                Err(Error::NoLeader(e.to_string()))
+                return Err(Error::NoLeader(e.to_string()))
             }
-            Err(RaftError::Fatal(e)) => Err(Error::Internal(e.to_string())),
+            Err(RaftError::Fatal(e)) => return Err(Error::Internal(e.to_string())),
         }
+        self.raft
+            .wait(Some(LEADER_WAIT))
+            .applied_index_at_least(last, "read barrier")
+            .await
+            .map(|_| ())
+            .map_err(|e| Error::NoLeader(format!("read barrier: {e}")))
     }
 }
 
@@ -221,6 +237,9 @@ impl pb::store_server::Store for StoreApi {
         req: Request<pb::TakeOverRequest>,
     ) -> Result<Response<pb::TakeOverReply>, Status> {
         let local = |r: pb::TakeOverRequest| async move {
+            if r.count == 0 {
+                return Err(Error::Invalid("count must be at least 1".into()));
+            }
             let cmd = Command::TakeOver {
                 alloc: require_alloc_id(&r.alloc_id)?,
                 first: r.first_section,

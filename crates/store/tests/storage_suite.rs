@@ -20,6 +20,8 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Sle
 }
 
 #[test]
-fn sled_store_passes_openraft_suite() -> Result<(), StorageError> {
-    Suite::test_all(SledBuilder)
+fn sled_store_passes_openraft_suite() {
+    if let Err(e) = Suite::test_all(SledBuilder) {
+        panic!("storage suite failed: {e}");
+    }
 }

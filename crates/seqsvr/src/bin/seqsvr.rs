@@ -1,0 +1,65 @@
+//! `seqsvr`: runs seqsvr's servers. See `seqsvr --help`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use seqsvr_store::{StoreConfig, StoreNode};
+
+#[derive(Parser)]
+#[command(
+    name = "seqsvr",
+    version,
+    about = "Per-uid monotonic sequence numbers (StoreSvr + AllocSvr)"
+)]
+struct Cli {
+    /// Log format: `text` or `json`.
+    #[arg(long, default_value = "text", global = true)]
+    log_format: String,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Runs one StoreSvr replica from a TOML config.
+    Store {
+        /// The replica's config file (see config/store-1.toml).
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Starts a local cluster (3 store replicas) as child processes, with
+    /// nothing to configure. Ctrl-C stops it; running it again resumes.
+    Dev {
+        /// Where the cluster keeps its data and logs.
+        #[arg(long, default_value = seqsvr::defaults::DEV_DIR)]
+        dir: PathBuf,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    seqsvr::logging::init(cli.log_format == "json");
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async move {
+        match cli.cmd {
+            Cmd::Store { config } => run_store(config).await,
+            Cmd::Dev { dir } => seqsvr::dev::run(dir).await,
+        }
+    })
+}
+
+async fn run_store(path: PathBuf) -> anyhow::Result<()> {
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let cfg = StoreConfig::from_toml(&text)?;
+    let listen = cfg.listen.clone().unwrap_or_else(|| cfg.addr().to_string());
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    let node = StoreNode::start(cfg, listener).await?;
+    seqsvr::dev::shutdown_signal().await;
+    tracing::info!("shutting down");
+    node.shutdown().await;
+    Ok(())
+}

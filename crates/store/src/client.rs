@@ -1,0 +1,244 @@
+//! A client for the store API, used by AllocSvrs, `seqctl` and tests.
+//!
+//! It knows every replica's address and talks to one at a time; any replica
+//! forwards to the leader, so the client only moves on to the next address
+//! when the current one is unreachable or reports no leader, and retries
+//! with backoff until its deadline.
+//!
+//! Retries can repeat a write whose first attempt landed but whose reply was
+//! lost. That is safe: a repeated raise is refused with `NotAbove` carrying
+//! the current ceiling (the caller checks it reached its target), and a
+//! repeated take-over only bumps the epoch and ceiling once more.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use seqsvr_core::{RouteEntry, RouteTable, SetSpec};
+use seqsvr_proto::store_client::StoreClient as Grpc;
+use seqsvr_proto::{self as pb};
+use tonic::transport::Channel;
+
+use crate::error::{Error, Result};
+use crate::network::channel;
+use crate::types::Grant;
+
+/// Default time a call may take, retries included.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
+
+/// A store client with failover across replicas.
+#[derive(Clone)]
+pub struct StoreClient {
+    /// One gRPC client per replica address.
+    replicas: Vec<(String, Grpc<Channel>)>,
+    /// Index of the replica tried first (the last one that answered).
+    preferred: std::sync::Arc<AtomicUsize>,
+    /// Deadline for one call including retries.
+    deadline: Duration,
+}
+
+/// A section as the store reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SectionInfo {
+    /// The section.
+    pub section: u32,
+    /// Its ceiling.
+    pub max_seq: u64,
+    /// Its epoch.
+    pub epoch: u64,
+    /// Its owner, if any.
+    pub owner: Option<String>,
+}
+
+impl StoreClient {
+    /// A client for the replicas at `addrs` (`host:port`).
+    pub fn new(addrs: &[String]) -> Result<Self> {
+        if addrs.is_empty() {
+            return Err(Error::Config("no store addresses".into()));
+        }
+        let replicas = addrs
+            .iter()
+            .map(|a| {
+                let ch = channel(a, Duration::from_millis(500))
+                    .map_err(|e| Error::Config(format!("bad store address {a}: {e}")))?;
+                Ok((a.clone(), Grpc::new(ch)))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            replicas,
+            preferred: Default::default(),
+            deadline: DEFAULT_DEADLINE,
+        })
+    }
+
+    /// The same client with another per-call deadline.
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// Calls `f` on replicas until one answers or the deadline passes.
+    async fn call<T, F, Fut>(&self, f: F) -> Result<T>
+    where
+        F: Fn(Grpc<Channel>) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let start = Instant::now();
+        let n = self.replicas.len();
+        let mut backoff = Duration::from_millis(20);
+        let mut attempt = 0usize;
+        loop {
+            let i = (self.preferred.load(Ordering::Relaxed) + attempt) % n;
+            let left = self.deadline.saturating_sub(start.elapsed());
+            let call = tokio::time::timeout(
+                left.min(Duration::from_secs(5)),
+                f(self.replicas[i].1.clone()),
+            );
+            let err = match call.await {
+                Ok(Ok(resp)) => {
+                    self.preferred.store(i, Ordering::Relaxed);
+                    return Ok(resp.into_inner());
+                }
+                Ok(Err(status)) => Error::from_status(&status),
+                Err(_) => Error::NoLeader(format!("{} timed out", self.replicas[i].0)),
+            };
+            if !err.is_retryable() || start.elapsed() >= self.deadline {
+                return Err(err);
+            }
+            attempt += 1;
+            if attempt.is_multiple_of(n) {
+                tokio::time::sleep(backoff.min(self.deadline.saturating_sub(start.elapsed())))
+                    .await;
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+            }
+        }
+    }
+
+    /// Takes over sections `first..first+count` for `alloc`.
+    pub async fn take_over(
+        &self,
+        alloc: &str,
+        first: u32,
+        count: u32,
+    ) -> Result<(Vec<Grant>, u64)> {
+        let req = pb::TakeOverRequest {
+            alloc_id: alloc.to_string(),
+            first_section: first,
+            count,
+        };
+        let r = self
+            .call(|mut c| {
+                let req = req.clone();
+                async move { c.take_over(req).await }
+            })
+            .await?;
+        let grants = r
+            .grants
+            .iter()
+            .map(|g| Grant {
+                section: g.section,
+                epoch: g.epoch,
+                prev_ceiling: g.prev_ceiling,
+                max_seq: g.max_seq,
+            })
+            .collect();
+        Ok((grants, r.route_version))
+    }
+
+    /// Raises `section`'s ceiling to `to` under `epoch`; returns the ceiling.
+    pub async fn raise(&self, section: u32, epoch: u64, to: u64) -> Result<u64> {
+        let req = pb::RaiseRequest { section, epoch, to };
+        let r = self.call(|mut c| async move { c.raise(req).await }).await?;
+        Ok(r.max_seq)
+    }
+
+    /// Reads sections `first..first+count` (linearizable).
+    pub async fn read_sections(&self, first: u32, count: u32) -> Result<Vec<SectionInfo>> {
+        let req = pb::ReadSectionsRequest {
+            first_section: first,
+            count,
+        };
+        let r = self
+            .call(|mut c| async move { c.read_sections(req).await })
+            .await?;
+        Ok(r.sections
+            .into_iter()
+            .map(|s| SectionInfo {
+                section: s.section,
+                max_seq: s.max_seq,
+                epoch: s.epoch,
+                owner: (!s.owner.is_empty()).then_some(s.owner),
+            })
+            .collect())
+    }
+
+    /// Reads the route table (linearizable).
+    pub async fn routes(&self) -> Result<RouteTable> {
+        let r = self
+            .call(|mut c| async move { c.get_routes(pb::GetRoutesRequest {}).await })
+            .await?;
+        route_from_pb(&r)
+    }
+
+    /// Records `alloc`'s client-facing address; returns the route version.
+    pub async fn register_alloc(&self, alloc: &str, addr: &str) -> Result<u64> {
+        let req = pb::RegisterAllocRequest {
+            alloc_id: alloc.to_string(),
+            addr: addr.to_string(),
+        };
+        let r = self
+            .call(|mut c| {
+                let req = req.clone();
+                async move { c.register_alloc(req).await }
+            })
+            .await?;
+        Ok(r.route_version)
+    }
+
+    /// Every replica's own status (or why it could not be had), in order.
+    pub async fn status_all(&self) -> Vec<(String, Result<pb::StoreStatus>)> {
+        let calls = self.replicas.iter().map(|(addr, c)| {
+            let mut c = c.clone();
+            async move {
+                let call =
+                    tokio::time::timeout(Duration::from_secs(2), c.status(pb::StatusRequest {}));
+                let r = match call.await {
+                    Ok(Ok(s)) => Ok(s.into_inner()),
+                    Ok(Err(s)) => Err(Error::from_status(&s)),
+                    Err(_) => Err(Error::NoLeader("timed out".into())),
+                };
+                (addr.clone(), r)
+            }
+        });
+        futures::future::join_all(calls).await
+    }
+}
+
+/// Converts a protobuf route table to the core type, validating it.
+pub fn route_from_pb(r: &pb::RouteTable) -> Result<RouteTable> {
+    let s = r
+        .set
+        .as_ref()
+        .ok_or_else(|| Error::Internal("route table without set".into()))?;
+    let set = SetSpec {
+        set_id: s.set_id,
+        uid_begin: s.uid_begin,
+        uid_end: s.uid_end,
+        section_size: s.section_size,
+        step: s.step,
+    };
+    set.validate().map_err(|e| Error::Internal(e.to_string()))?;
+    Ok(RouteTable {
+        version: r.version,
+        set,
+        entries: r
+            .entries
+            .iter()
+            .map(|e| RouteEntry {
+                first: e.first_section,
+                count: e.count,
+                alloc: e.alloc_id.clone(),
+                addr: e.addr.clone(),
+            })
+            .collect(),
+    })
+}

@@ -1,0 +1,222 @@
+//! Shared harness for the end-to-end tests: starts the real `seqsvr`
+//! binary as separate processes on free loopback ports, and kills, pauses
+//! and restarts them.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use seqsvr_core::SetSpec;
+use seqsvr_store::client::StoreClient;
+use seqsvr_store::node::{Member, RaftTiming};
+use seqsvr_store::StoreConfig;
+
+/// The `seqsvr` binary under test.
+pub fn seqsvr_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_seqsvr")
+}
+
+/// A free loopback port (bound, then released for the child to take).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Sends `sig` to `pid`.
+pub fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) on a child's pid has no memory effects here.
+    unsafe { libc::kill(pid as i32, sig) };
+}
+
+/// One server process that can be killed and started again.
+pub struct Proc {
+    /// Its name (for logs).
+    pub name: String,
+    /// The arguments it is started with.
+    args: Vec<String>,
+    /// Its log file.
+    log: PathBuf,
+    /// The running child, if any.
+    child: Option<Child>,
+}
+
+impl Proc {
+    /// Starts `seqsvr args…`, logging to `log`.
+    pub fn start(name: &str, args: Vec<String>, log: PathBuf) -> Proc {
+        let mut p = Proc {
+            name: name.into(),
+            args,
+            log,
+            child: None,
+        };
+        p.restart();
+        p
+    }
+
+    /// Starts the process again (after a kill).
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "{} is running", self.name);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(seqsvr_bin())
+            .args(&self.args)
+            .env("RUST_LOG", "info,openraft=warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+    }
+
+    /// kill -9, and reap.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            signal(c.id(), libc::SIGKILL);
+            let _ = c.wait();
+        }
+    }
+
+    /// The pid, if running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// Whether it is running.
+    pub fn running(&self) -> bool {
+        self.child.is_some()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid() {
+            signal(pid, libc::SIGCONT);
+        }
+        self.kill9();
+    }
+}
+
+/// A store group of real processes.
+pub struct StoreCluster {
+    /// The working directory (data, configs, logs).
+    pub dir: tempfile::TempDir,
+    /// Replica addresses, by index (id = index + 1).
+    pub addrs: Vec<String>,
+    /// The replica processes, by index.
+    pub procs: Vec<Proc>,
+    /// The set served.
+    pub set: SetSpec,
+}
+
+impl StoreCluster {
+    /// Starts `n` replicas serving `set`.
+    pub fn start(n: u64, set: SetSpec) -> StoreCluster {
+        let dir = tempfile::tempdir().unwrap();
+        let addrs: Vec<String> = (0..n)
+            .map(|_| format!("127.0.0.1:{}", free_port()))
+            .collect();
+        let members: Vec<Member> = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| Member {
+                id: i as u64 + 1,
+                addr: a.clone(),
+            })
+            .collect();
+        let procs = (1..=n)
+            .map(|id| {
+                let cfg = StoreConfig {
+                    id,
+                    data_dir: dir.path().join(format!("store-{id}")),
+                    listen: None,
+                    members: members.clone(),
+                    set: set.clone(),
+                    raft: RaftTiming::default(),
+                };
+                let path = dir.path().join(format!("store-{id}.toml"));
+                std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
+                let args = vec![
+                    "store".into(),
+                    "--config".into(),
+                    path.display().to_string(),
+                ];
+                Proc::start(
+                    &format!("store-{id}"),
+                    args,
+                    dir.path().join(format!("store-{id}.log")),
+                )
+            })
+            .collect();
+        StoreCluster {
+            dir,
+            addrs,
+            procs,
+            set,
+        }
+    }
+
+    /// A client over all replicas.
+    pub fn client(&self) -> StoreClient {
+        StoreClient::new(&self.addrs).unwrap()
+    }
+
+    /// Waits until some replica reports a leader and the set is configured;
+    /// returns the leader's index.
+    pub async fn wait_ready(&self, within: Duration) -> usize {
+        let c = self.client();
+        let start = Instant::now();
+        loop {
+            for (addr, st) in c.status_all().await {
+                if let Ok(s) = st {
+                    if s.has_leader && s.set.is_some() && s.state == "Leader" {
+                        return self.addrs.iter().position(|a| *a == addr).unwrap();
+                    }
+                }
+            }
+            assert!(
+                start.elapsed() < within,
+                "no ready leader within {within:?}\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// All replicas' logs, for failure messages.
+    pub fn logs(&self) -> String {
+        logs_in(self.dir.path())
+    }
+}
+
+/// Every `*.log` file under `dir`, concatenated (tail of each).
+pub fn logs_in(dir: &Path) -> String {
+    let mut out = String::new();
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    for p in files
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+    {
+        let text = std::fs::read_to_string(&p).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(30).collect();
+        out += &format!("== {}\n", p.display());
+        for l in tail.into_iter().rev() {
+            out += l;
+            out.push('\n');
+        }
+    }
+    out
+}

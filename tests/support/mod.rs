@@ -141,6 +141,7 @@ impl StoreCluster {
                     members: members.clone(),
                     set: set.clone(),
                     raft: RaftTiming::default(),
+                    allocs: Vec::new(),
                 };
                 let path = dir.path().join(format!("store-{id}.toml"));
                 std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();

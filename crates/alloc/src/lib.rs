@@ -28,6 +28,11 @@
 //!   allocator needs from the store.
 //! - [`mem`]: [`MemCeilingStore`](mem::MemCeilingStore), an in-memory store
 //!   with injectable faults.
+//! - [`service`]: the gRPC service (`Next`, `NextBatch`, `Current`,
+//!   `Routes`) and its one mapping of errors to statuses.
+//! - [`node`]: a running AllocSvr: config, start-up (register, claim the
+//!   sections routed here with take-overs), route sync, serving.
+//! - [`store_link`]: the [`CeilingStore`] backed by the StoreSvr's API.
 //! - [`error`]: [`AllocError`] (the crate's error) and [`StoreErr`] (the
 //!   store's answers).
 //!
@@ -54,8 +59,11 @@ pub mod allocator;
 pub mod ceiling;
 pub mod error;
 pub mod mem;
+pub mod node;
 pub mod raiser;
 pub mod section;
+pub mod service;
+pub mod store_link;
 
 pub use allocator::{AllocConfig, Allocator, RaiseRequest};
 pub use ceiling::{CeilingStore, Grant};

@@ -22,3 +22,8 @@ pub const DEV_DIR: &str = ".seqsvr-dev";
 pub fn dev_store_addrs() -> Vec<String> {
     DEV_STORES.iter().map(|(_, a)| a.to_string()).collect()
 }
+
+/// The AllocSvr addresses `seqctl` uses when given none.
+pub fn dev_alloc_addrs() -> Vec<String> {
+    DEV_ALLOCS.iter().map(|(_, a)| a.to_string()).collect()
+}

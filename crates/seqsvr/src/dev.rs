@@ -1,4 +1,5 @@
-//! `seqsvr dev`: a whole local cluster on one machine, nothing to configure.
+//! `seqsvr dev`: a whole local cluster on one machine, nothing to configure:
+//! 3 store replicas and 2 AllocSvrs.
 //!
 //! Each server is its own child process (so a drill can kill or pause one),
 //! its config generated under the data directory on first start and reused
@@ -10,12 +11,13 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use anyhow::Context;
+use seqsvr_alloc::node::AllocNodeConfig;
 use seqsvr_core::SetSpec;
-use seqsvr_store::node::{Member, RaftTiming};
+use seqsvr_store::node::{InitialAlloc, Member, RaftTiming};
 use seqsvr_store::StoreConfig;
 use tokio::process::{Child, Command};
 
-use crate::defaults::{DEV_STORES, DEV_UID_END};
+use crate::defaults::{dev_store_addrs, DEV_ALLOCS, DEV_STORES, DEV_UID_END};
 
 /// Resolves on Ctrl-C or SIGTERM.
 pub async fn shutdown_signal() {
@@ -42,12 +44,46 @@ pub fn dev_store_config(dir: &Path, id: u64) -> StoreConfig {
             .collect(),
         set: SetSpec::new(0, 0..DEV_UID_END),
         raft: RaftTiming::default(),
+        allocs: dev_initial_allocs(),
+    }
+}
+
+/// The dev cluster's AllocSvrs, each first routed an equal share of sections.
+fn dev_initial_allocs() -> Vec<InitialAlloc> {
+    let sections = SetSpec::new(0, 0..DEV_UID_END).section_count();
+    let share = sections / DEV_ALLOCS.len() as u32;
+    DEV_ALLOCS
+        .iter()
+        .enumerate()
+        .map(|(i, (id, addr))| InitialAlloc {
+            id: id.to_string(),
+            addr: addr.to_string(),
+            first: i as u32 * share,
+            count: if i + 1 == DEV_ALLOCS.len() {
+                sections - i as u32 * share
+            } else {
+                share
+            },
+        })
+        .collect()
+}
+
+/// The dev cluster's config for AllocSvr `id` at `addr`.
+pub fn dev_alloc_config(id: &str, addr: &str) -> AllocNodeConfig {
+    AllocNodeConfig {
+        id: id.to_string(),
+        addr: addr.to_string(),
+        listen: None,
+        store: dev_store_addrs(),
+        route_poll_ms: 500,
+        wait_ms: 1000,
+        raise_ahead_fraction: 0.25,
     }
 }
 
 /// Writes `cfg` to `path` unless a config is already there (a resumed
 /// cluster keeps its config); returns the path.
-fn ensure_config(path: PathBuf, cfg: &StoreConfig) -> anyhow::Result<PathBuf> {
+fn ensure_config(path: PathBuf, cfg: &impl serde::Serialize) -> anyhow::Result<PathBuf> {
     if !path.exists() {
         let text = toml::to_string_pretty(cfg)?;
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
@@ -96,12 +132,23 @@ pub async fn run(dir: PathBuf) -> anyhow::Result<()> {
         ));
         println!("store {id}      {addr}");
     }
+    for (id, addr) in DEV_ALLOCS {
+        let cfg = ensure_config(dir.join(format!("{id}.toml")), &dev_alloc_config(id, addr))?;
+        let cfg = cfg.to_string_lossy().into_owned();
+        children.push((
+            id.to_string(),
+            spawn(&dir, id, &["alloc", "--config", &cfg])?,
+        ));
+        println!("{id:<13}{addr}");
+    }
     println!("data and logs  {}", dir.display());
-    println!("try:           seqctl status");
+    println!("try:           seqctl next 42        (prints a sequence number)");
+    println!("               seqctl status");
     println!("stop:          Ctrl-C");
     shutdown_signal().await;
     println!("stopping…");
-    for (name, child) in &mut children {
+    // AllocSvrs first, then the store.
+    for (name, child) in children.iter_mut().rev() {
         if let Some(pid) = child.id() {
             // SAFETY: kill(2) on our own child's pid has no memory effects.
             unsafe { libc::kill(pid as i32, libc::SIGTERM) };

@@ -113,6 +113,22 @@ impl StoreClient {
         }
     }
 
+    /// Routes sections `first..first+count` to `alloc`; returns the route version.
+    pub async fn assign(&self, alloc: &str, first: u32, count: u32) -> Result<u64> {
+        let req = pb::AssignRequest {
+            alloc_id: alloc.to_string(),
+            first_section: first,
+            count,
+        };
+        let r = self
+            .call(|mut c| {
+                let req = req.clone();
+                async move { c.assign(req).await }
+            })
+            .await?;
+        Ok(r.route_version)
+    }
+
     /// Takes over sections `first..first+count` for `alloc`.
     pub async fn take_over(
         &self,

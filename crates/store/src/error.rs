@@ -56,6 +56,9 @@ impl Error {
                 let (code, kind) = match r {
                     Rejection::NotConfigured => (Code::Unavailable, ErrorKind::NotConfigured),
                     Rejection::SetMismatch(_) => (Code::FailedPrecondition, ErrorKind::SetMismatch),
+                    Rejection::OwnedElsewhere { .. } => {
+                        (Code::FailedPrecondition, ErrorKind::OwnedElsewhere)
+                    }
                     Rejection::Invalid(_) => (Code::InvalidArgument, ErrorKind::InvalidRequest),
                     Rejection::UnknownSection { .. } => {
                         (Code::OutOfRange, ErrorKind::UnknownSection)
@@ -118,6 +121,11 @@ impl Error {
         match ErrorKind::try_from(d.kind).unwrap_or(ErrorKind::Internal) {
             ErrorKind::NotConfigured => Rejection::NotConfigured.into(),
             ErrorKind::SetMismatch => Rejection::SetMismatch(msg).into(),
+            ErrorKind::OwnedElsewhere => Rejection::OwnedElsewhere {
+                section,
+                owner: msg,
+            }
+            .into(),
             ErrorKind::InvalidRequest => Error::Invalid(msg),
             ErrorKind::UnknownSection => Rejection::UnknownSection { section, count: 0 }.into(),
             ErrorKind::StaleEpoch => Rejection::StaleEpoch {

@@ -42,6 +42,21 @@ pub struct Member {
     pub addr: String,
 }
 
+/// An AllocSvr of the set and the sections first routed to it. Applied
+/// once: only sections with no owner yet are assigned, so a restart with
+/// the same config changes nothing and later moves are never undone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InitialAlloc {
+    /// The AllocSvr's id.
+    pub id: String,
+    /// Its client-facing `host:port`.
+    pub addr: String,
+    /// First section routed to it.
+    pub first: u32,
+    /// Number of sections routed to it.
+    pub count: u32,
+}
+
 /// Raft timing, in milliseconds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -84,6 +99,9 @@ pub struct StoreConfig {
     /// Raft timing.
     #[serde(default)]
     pub raft: RaftTiming,
+    /// The set's AllocSvrs and their initial sections.
+    #[serde(default)]
+    pub allocs: Vec<InitialAlloc>,
 }
 
 impl StoreConfig {
@@ -110,6 +128,24 @@ impl StoreConfig {
         self.set
             .validate()
             .map_err(|e| Error::Config(e.to_string()))?;
+        let mut taken = vec![false; self.set.section_count() as usize];
+        for a in &self.allocs {
+            let end = a.first as u64 + a.count as u64;
+            if a.id.is_empty() || a.count == 0 || end > taken.len() as u64 {
+                return bad(format!(
+                    "alloc {:?}: sections {}+{} not in the set",
+                    a.id, a.first, a.count
+                ));
+            }
+            for t in &mut taken[a.first as usize..end as usize] {
+                if std::mem::replace(t, true) {
+                    return bad(format!(
+                        "alloc {:?}: sections overlap another alloc's",
+                        a.id
+                    ));
+                }
+            }
+        }
         let t = &self.raft;
         if t.heartbeat_ms == 0
             || t.election_min_ms <= t.heartbeat_ms
@@ -212,7 +248,11 @@ impl StoreNode {
         if fresh && lowest {
             tasks.push(tokio::spawn(bootstrap(raft.clone(), cfg.clone())));
         }
-        tasks.push(tokio::spawn(configure_set(api.clone(), cfg.set.clone())));
+        tasks.push(tokio::spawn(configure_set(
+            api.clone(),
+            cfg.set.clone(),
+            cfg.allocs.clone(),
+        )));
         tracing::info!(id = cfg.id, %local_addr, fresh, "store replica started");
         Ok(StoreNode {
             raft,
@@ -294,32 +334,77 @@ async fn bootstrap(raft: Raft, cfg: StoreConfig) {
     }
 }
 
-/// Makes sure the replicated state holds the configured set: whichever
-/// replica leads proposes it (idempotent); a mismatch is reported loudly.
-async fn configure_set(api: StoreApi, spec: SetSpec) {
+/// Makes sure the replicated state holds the configured set and the
+/// initial routes: whichever replica leads proposes them (idempotently); a
+/// stored set that differs from the config is reported, never overwritten.
+async fn configure_set(api: StoreApi, spec: SetSpec, allocs: Vec<InitialAlloc>) {
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     loop {
         tick.tick().await;
-        let stored = api.sm.read().state.set.clone();
-        match stored {
-            Some(s) if s == spec => return,
-            Some(s) => {
-                tracing::error!(?s, ?spec, "the store holds a different set than configured");
-                return;
-            }
-            None => {}
+        let pending = match initial_commands(&api, &spec, &allocs) {
+            None => return,
+            Some(cmds) if cmds.is_empty() => return,
+            Some(cmds) => cmds,
+        };
+        if api.raft.metrics().borrow().current_leader != Some(api.id) {
+            continue;
         }
-        let leader = api.raft.metrics().borrow().current_leader;
-        if leader == Some(api.id) {
-            if let Err(e) = api
-                .proposer
-                .propose(Command::ConfigureSet(spec.clone()))
-                .await
-            {
-                tracing::warn!("configuring the set failed, will retry: {e}");
+        for cmd in pending {
+            match api.proposer.propose(cmd).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::warn!("initial configuration refused: {e}"),
+                Err(e) => {
+                    tracing::warn!("initial configuration failed, will retry: {e}");
+                    break;
+                }
             }
         }
     }
+}
+
+/// What is still missing of the configured set and routes (`None` if the
+/// store holds a different set).
+fn initial_commands(
+    api: &StoreApi,
+    spec: &SetSpec,
+    allocs: &[InitialAlloc],
+) -> Option<Vec<Command>> {
+    let a = api.sm.read();
+    match &a.state.set {
+        None => return Some(vec![Command::ConfigureSet(spec.clone())]),
+        Some(s) if s != spec => {
+            tracing::error!(stored = ?s, ?spec, "the store holds a different set than configured");
+            return None;
+        }
+        Some(_) => {}
+    }
+    let mut cmds = Vec::new();
+    for al in allocs {
+        if !a.state.allocs.contains_key(&al.id) {
+            cmds.push(Command::RegisterAlloc {
+                alloc: al.id.clone(),
+                addr: al.addr.clone(),
+            });
+        }
+        let unowned = |s: u32| a.state.sections[s as usize].owner.is_none();
+        let mut s = al.first;
+        while s < al.first + al.count {
+            if !unowned(s) {
+                s += 1;
+                continue;
+            }
+            let start = s;
+            while s < al.first + al.count && unowned(s) {
+                s += 1;
+            }
+            cmds.push(Command::Assign {
+                alloc: al.id.clone(),
+                first: start,
+                count: s - start,
+            });
+        }
+    }
+    Some(cmds)
 }
 
 #[cfg(test)]
@@ -351,6 +436,9 @@ mod tests {
             ("step = 10000", "step = 0"),
             ("election_min_ms = 400", "election_min_ms = 50"),
             ("id = 2\naddr", "id = 1\naddr"),
+            ("first = 50", "first = 49"),
+            ("count = 50\n\n[[allocs]]", "count = 0\n\n[[allocs]]"),
+            ("first = 50", "first = 99"),
         ] {
             let text = good.replacen(from, to, 1);
             assert!(

@@ -260,6 +260,28 @@ impl pb::store_server::Store for StoreApi {
             .await
     }
 
+    async fn assign(
+        &self,
+        req: Request<pb::AssignRequest>,
+    ) -> Result<Response<pb::AssignReply>, Status> {
+        let local = |r: pb::AssignRequest| async move {
+            if r.count == 0 {
+                return Err(Error::Invalid("count must be at least 1".into()));
+            }
+            let cmd = Command::Assign {
+                alloc: require_alloc_id(&r.alloc_id)?,
+                first: r.first_section,
+                count: r.count,
+            };
+            match self.write(cmd).await? {
+                Reply::Assigned { route_version } => Ok(pb::AssignReply { route_version }),
+                r => Err(unexpected(r)),
+            }
+        };
+        self.route(req, local, |mut c, r| async move { c.assign(r).await })
+            .await
+    }
+
     async fn raise(
         &self,
         req: Request<pb::RaiseRequest>,

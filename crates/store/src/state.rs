@@ -62,6 +62,11 @@ impl SetState {
         match cmd {
             Command::ConfigureSet(spec) => self.configure(spec, dirty),
             Command::RegisterAlloc { alloc, addr } => self.register(alloc, addr, dirty),
+            Command::Assign {
+                alloc,
+                first,
+                count,
+            } => self.assign(alloc, *first, *count, dirty),
             Command::TakeOver {
                 alloc,
                 first,
@@ -122,6 +127,42 @@ impl SetState {
         Ok(())
     }
 
+    /// Routes sections to `alloc`; a section changing hands gets a new epoch
+    /// so its previous owner's raises are refused from now on (promise 3).
+    fn assign(
+        &mut self,
+        alloc: &AllocId,
+        first: SectionId,
+        count: u32,
+        dirty: &mut Vec<Dirty>,
+    ) -> Outcome {
+        self.check_sections(first, count)?;
+        if !self.allocs.contains_key(alloc) {
+            return Err(Rejection::Invalid(format!(
+                "alloc {alloc:?} is not registered"
+            )));
+        }
+        let mut moved = false;
+        for (i, r) in self.sections[first as usize..(first + count) as usize]
+            .iter_mut()
+            .enumerate()
+        {
+            if r.owner.as_ref() != Some(alloc) {
+                r.owner = Some(alloc.clone());
+                r.epoch += 1;
+                moved = true;
+                dirty.push(Dirty::Section(first + i as u32));
+            }
+        }
+        if moved {
+            self.route_version += 1;
+            dirty.push(Dirty::RouteVersion);
+        }
+        Ok(Reply::Assigned {
+            route_version: self.route_version,
+        })
+    }
+
     /// Take-over = new owner + new epoch + ceiling raised by one step, in one
     /// write; the previous ceiling is where the new owner starts (skip ahead,
     /// promises 1 and 4).
@@ -140,6 +181,16 @@ impl SetState {
         }
         let step = self.spec()?.step;
         let range = first as usize..first as usize + count as usize;
+        if let Some((i, r)) = self.sections[range.clone()]
+            .iter()
+            .enumerate()
+            .find(|(_, r)| r.owner.as_ref().is_some_and(|o| o != alloc))
+        {
+            return Err(Rejection::OwnedElsewhere {
+                section: first + i as u32,
+                owner: r.owner.clone().unwrap_or_default(),
+            });
+        }
         if let Some((i, _)) = self.sections[range.clone()]
             .iter()
             .enumerate()

@@ -6,7 +6,8 @@
 //! so a behaviour change shows up as a readable diff.
 //!
 //! Commands: `configure <set> <begin>..<end> <section_size> <step>`,
-//! `register <alloc> <addr>`, `take-over <alloc> <first> <count>`,
+//! `register <alloc> <addr>`, `assign <alloc> <first> <count>`,
+//! `take-over <alloc> <first> <count>`,
 //! `raise <section> <epoch> <to>`, `dump` (sections, allocs, version) and
 //! `routes`. After every command the harness also checks that a rejected
 //! command left the state unchanged.
@@ -30,6 +31,11 @@ fn parse(line: &str) -> Option<Command> {
         "register" => Command::RegisterAlloc {
             alloc: w[1].into(),
             addr: w.get(2).copied().unwrap_or("").into(),
+        },
+        "assign" => Command::Assign {
+            alloc: w[1].into(),
+            first: n(2) as u32,
+            count: n(3) as u32,
         },
         "take-over" => Command::TakeOver {
             alloc: w[1].into(),
@@ -137,6 +143,11 @@ mod props {
                 first,
                 count
             }),
+            (0u32..3, 0u32..6, 0u32..4).prop_map(|(a, first, count)| Command::Assign {
+                alloc: format!("a{a}"),
+                first,
+                count
+            }),
         ]
     }
 
@@ -159,6 +170,17 @@ mod props {
                 for (b, a) in before.sections.iter().zip(&s.sections) {
                     prop_assert!(a.max_seq >= b.max_seq);
                     prop_assert!(a.epoch >= b.epoch);
+                }
+                if let Command::Assign { alloc, first, count } = &cmd {
+                    if out.is_ok() {
+                        for s2 in *first..first + count {
+                            let (b, a) = (&before.sections[s2 as usize], &s.sections[s2 as usize]);
+                            prop_assert_eq!(a.owner.as_ref(), Some(alloc));
+                            prop_assert_eq!(a.max_seq, b.max_seq);
+                            // A section changing hands always fences its old owner.
+                            prop_assert_eq!(a.epoch, b.epoch + u64::from(b.owner.as_ref() != Some(alloc)));
+                        }
+                    }
                 }
                 if let Ok(Reply::TakenOver { grants, .. }) = &out {
                     for g in grants {

@@ -53,8 +53,21 @@ pub enum Command {
         /// Its `host:port`.
         addr: String,
     },
-    /// Hands sections `first..first+count` to `alloc`: per section the epoch
-    /// grows by one and the ceiling rises by one step.
+    /// Routes sections `first..first+count` to `alloc` (the route table
+    /// says it serves them). Each section that changes hands gets a new
+    /// epoch, which fences the previous owner at once (promise 3); the new
+    /// owner then claims them with `TakeOver`.
+    Assign {
+        /// The new owner.
+        alloc: AllocId,
+        /// First section.
+        first: SectionId,
+        /// Number of sections.
+        count: u32,
+    },
+    /// `alloc` claims sections `first..first+count` routed to it (or
+    /// unowned): per section the epoch grows by one and the ceiling rises by
+    /// one step; the previous ceiling is where it starts (skip ahead).
     TakeOver {
         /// The new owner.
         alloc: AllocId,
@@ -114,6 +127,11 @@ pub enum Reply {
         /// Route version.
         route_version: u64,
     },
+    /// Sections assigned; the route version after the change.
+    Assigned {
+        /// Route version.
+        route_version: u64,
+    },
     /// Sections taken over.
     TakenOver {
         /// One per section, in order.
@@ -148,6 +166,14 @@ pub enum Rejection {
         section: SectionId,
         /// How many sections the set has.
         count: u32,
+    },
+    /// The section is routed to another AllocSvr.
+    #[error("section {section} is routed to {owner}")]
+    OwnedElsewhere {
+        /// The section.
+        section: SectionId,
+        /// Its owner.
+        owner: AllocId,
     },
     /// The raise's epoch is not the section's current one (promise 3).
     #[error("stale epoch {given} for section {section}: current is {current}")]

@@ -2,6 +2,7 @@
 //! `seqsvr dev` cluster. See `seqctl --help`.
 
 use clap::{Parser, Subcommand};
+use seqsvr_client::{ClientOptions, SeqClient};
 use seqsvr_store::client::StoreClient;
 
 #[derive(Parser)]
@@ -10,12 +11,31 @@ struct Cli {
     /// Store replica addresses, comma-separated (default: the dev cluster's).
     #[arg(long, value_delimiter = ',', global = true)]
     store: Vec<String>,
+    /// AllocSvr addresses (seeds), comma-separated (default: the dev cluster's).
+    #[arg(long, value_delimiter = ',', global = true)]
+    alloc: Vec<String>,
     #[command(subcommand)]
     cmd: Cmd,
 }
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Prints the next sequence number of a uid.
+    Next {
+        /// The uid.
+        uid: u64,
+    },
+    /// Prints the next sequence number of each uid, one per line, in order.
+    NextBatch {
+        /// The uids (a uid listed k times gets k increasing numbers).
+        #[arg(required = true)]
+        uids: Vec<u64>,
+    },
+    /// Prints the last sequence number handed out for a uid.
+    Current {
+        /// The uid.
+        uid: u64,
+    },
     /// Shows the store group (members, leader, term), the set and routes.
     Status,
     /// Shows sections' ceilings, epochs and owners.
@@ -28,8 +48,17 @@ enum Cmd {
     },
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("seqctl: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -39,8 +68,22 @@ fn main() -> anyhow::Result<()> {
         } else {
             cli.store.clone()
         };
+        let seeds = if cli.alloc.is_empty() {
+            seqsvr::defaults::dev_alloc_addrs()
+        } else {
+            cli.alloc.clone()
+        };
+        let seq = || SeqClient::connect(&seeds, ClientOptions::default());
         let store = StoreClient::new(&addrs)?;
         match cli.cmd {
+            Cmd::Next { uid } => Ok(println!("{}", seq().await?.next(uid).await?)),
+            Cmd::NextBatch { uids } => {
+                for n in seq().await?.next_batch(&uids).await? {
+                    println!("{n}");
+                }
+                Ok(())
+            }
+            Cmd::Current { uid } => Ok(println!("{}", seq().await?.current(uid).await?)),
             Cmd::Status => status(&store).await,
             Cmd::Sections { first, count } => sections(&store, first, count).await,
         }

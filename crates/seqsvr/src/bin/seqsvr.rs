@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use seqsvr_alloc::node::{AllocNode, AllocNodeConfig};
 use seqsvr_store::{StoreConfig, StoreNode};
 
 #[derive(Parser)]
@@ -28,7 +29,17 @@ enum Cmd {
         #[arg(long)]
         config: PathBuf,
     },
-    /// Starts a local cluster (3 store replicas) as child processes, with
+    /// Runs one AllocSvr from a TOML config.
+    Alloc {
+        /// The AllocSvr's config file (see config/alloc-1.toml).
+        #[arg(long)]
+        config: PathBuf,
+        /// Runtime worker threads (1 is fastest when clients share the
+        /// machine's cores).
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+    },
+    /// Starts a local cluster (3 store replicas, 2 allocs) as child processes, with
     /// nothing to configure. Ctrl-C stops it; running it again resumes.
     Dev {
         /// Where the cluster keeps its data and logs.
@@ -37,16 +48,48 @@ enum Cmd {
     },
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("seqsvr: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     seqsvr::logging::init(cli.log_format == "json");
-    let rt = tokio::runtime::Runtime::new()?;
+    let threads = match &cli.cmd {
+        Cmd::Alloc { threads, .. } => (*threads).max(1),
+        _ => 2,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()?;
     rt.block_on(async move {
         match cli.cmd {
             Cmd::Store { config } => run_store(config).await,
+            Cmd::Alloc { config, .. } => run_alloc(config).await,
             Cmd::Dev { dir } => seqsvr::dev::run(dir).await,
         }
     })
+}
+
+async fn run_alloc(path: PathBuf) -> anyhow::Result<()> {
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let cfg = AllocNodeConfig::from_toml(&text).map_err(anyhow::Error::msg)?;
+    let listen = cfg.listen.clone().unwrap_or_else(|| cfg.addr.clone());
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    let node = AllocNode::start(cfg, listener).await?;
+    seqsvr::dev::shutdown_signal().await;
+    tracing::info!("shutting down");
+    node.shutdown();
+    Ok(())
 }
 
 async fn run_store(path: PathBuf) -> anyhow::Result<()> {

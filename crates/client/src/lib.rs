@@ -1,0 +1,78 @@
+//! The seqsvr client: what an IM backend links to get sequence numbers.
+//!
+//! A [`SeqClient`] is given a few AllocSvr addresses (*seeds*, of one or
+//! more *sets*), learns each set's *route table* from them, and then sends
+//! every call straight to the AllocSvr that owns the uid's *section*. It
+//! keeps the routes fresh on its own: every reply carries the route
+//! version, an AllocSvr that no longer owns a uid answers with the current
+//! route, and a dead AllocSvr sends the client back to its seeds. Retryable
+//! failures are retried with jittered exponential backoff inside one
+//! deadline per call; what is left after the deadline comes back as a
+//! typed [`Error`].
+//!
+//! The client never makes a number up or reuses one: every number comes
+//! from an AllocSvr, and retrying a call can only skip numbers (a lost
+//! reply), never repeat them — DESIGN.md promise 1.
+//!
+//! # Layout
+//! - `client.rs`: [`SeqClient`] — connect, `next`, `current`, and the
+//!   retry driver that turns a failed attempt into give-up, retry-now or
+//!   refresh-and-back-off.
+//! - `batch.rs`: `next_batch` — split by owner, parallel sends, chunking to
+//!   [`MAX_BATCH`], order and duplicates.
+//! - `refresh.rs`: the per-address channel cache and how route tables are
+//!   learned (seeds, the `Routes` RPC, background refresh on a newer
+//!   version).
+//! - `routes.rs`: the route-table cache — one table per set, newest wins,
+//!   uid → owner lookup.
+//! - `retry.rs`: what each gRPC error means for retrying, and the per-call
+//!   budget (deadline, attempt timeout, backoff).
+//! - `backoff.rs`: exponential backoff with jitter from a cheap hash.
+//! - `options.rs`: [`ClientOptions`].
+//! - `error.rs`: [`Error`], the one error type, and [`Result`].
+//!
+//! The guide for users is `docs/client.md`.
+//!
+//! # Example
+//! ```no_run
+//! use std::time::Duration;
+//! use seqsvr_client::{ClientOptions, Error, SeqClient};
+//!
+//! # async fn run() -> seqsvr_client::Result<()> {
+//! let seeds = vec!["10.0.0.1:7201".to_string(), "10.0.1.1:7201".to_string()];
+//! let options = ClientOptions {
+//!     deadline: Duration::from_secs(1),
+//!     ..Default::default()
+//! };
+//! let client = SeqClient::connect(&seeds, options).await?;
+//!
+//! // A message lands in uid 42's mailbox.
+//! let seq = client.next(42).await?;
+//!
+//! // A group message fans out to every member.
+//! let seqs = client.next_batch(&[42, 43, 1_000_007]).await?;
+//! assert!(seqs[0] > seq);
+//!
+//! match client.next(u64::MAX).await {
+//!     Err(Error::OutOfRange { uid }) => eprintln!("no set serves uid {uid}"),
+//!     Err(e) if e.is_retryable() => eprintln!("try again later: {e}"),
+//!     Err(e) => return Err(e),
+//!     Ok(seq) => println!("{seq}"),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+mod backoff;
+mod batch;
+mod client;
+mod error;
+mod options;
+mod refresh;
+mod retry;
+mod routes;
+
+pub use client::SeqClient;
+pub use error::{Error, ErrorKind, Result};
+pub use options::ClientOptions;
+pub use seqsvr_core::{RouteTable, SetSpec, MAX_BATCH};

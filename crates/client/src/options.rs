@@ -1,0 +1,86 @@
+//! How patient the client is: deadlines, timeouts and backoff.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Tuning for a [`SeqClient`](crate::SeqClient). Build it with struct
+/// update syntax: `ClientOptions { deadline: …, ..Default::default() }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientOptions {
+    /// Most time one call may take, retries and route refreshes included
+    /// (default 2 s). Past it the call returns its last failure.
+    pub deadline: Duration,
+    /// Most time to open a TCP connection to an AllocSvr (default 500 ms).
+    pub connect_timeout: Duration,
+    /// Most time one RPC attempt may take (default 500 ms, and never past
+    /// the deadline). Shorter than the deadline so that a paused or cut-off
+    /// AllocSvr costs one attempt, not the whole call: the client then
+    /// refreshes its routes and finds the section's new owner.
+    pub attempt_timeout: Duration,
+    /// First pause between retries (default 10 ms); doubles per retry.
+    pub initial_backoff: Duration,
+    /// Longest pause between retries (default 250 ms).
+    pub max_backoff: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            deadline: Duration::from_secs(2),
+            connect_timeout: Duration::from_millis(500),
+            attempt_timeout: Duration::from_millis(500),
+            initial_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(250),
+        }
+    }
+}
+
+impl ClientOptions {
+    /// Checks that the options make sense together.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: &str| Err(Error::InvalidArgument(m.to_string()));
+        if self.deadline.is_zero() {
+            return bad("deadline must be positive");
+        }
+        if self.connect_timeout.is_zero() || self.attempt_timeout.is_zero() {
+            return bad("connect_timeout and attempt_timeout must be positive");
+        }
+        if self.initial_backoff.is_zero() || self.initial_backoff > self.max_backoff {
+            return bad("need 0 < initial_backoff <= max_backoff");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validates() {
+        assert!(ClientOptions::default().validate().is_ok());
+        let ms = Duration::from_millis;
+        let bad = [
+            ClientOptions {
+                deadline: ms(0),
+                ..Default::default()
+            },
+            ClientOptions {
+                attempt_timeout: ms(0),
+                ..Default::default()
+            },
+            ClientOptions {
+                initial_backoff: ms(300),
+                max_backoff: ms(200),
+                ..Default::default()
+            },
+        ];
+        for o in bad {
+            assert!(
+                matches!(o.validate(), Err(Error::InvalidArgument(_))),
+                "{o:?}"
+            );
+        }
+    }
+}

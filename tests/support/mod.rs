@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use seqsvr_alloc::node::AllocNodeConfig;
 use seqsvr_core::SetSpec;
 use seqsvr_store::client::StoreClient;
-use seqsvr_store::node::{Member, RaftTiming};
+use seqsvr_store::node::{InitialAlloc, Member, RaftTiming};
 use seqsvr_store::StoreConfig;
 
 /// The `seqsvr` binary under test.
@@ -120,6 +121,11 @@ pub struct StoreCluster {
 impl StoreCluster {
     /// Starts `n` replicas serving `set`.
     pub fn start(n: u64, set: SetSpec) -> StoreCluster {
+        Self::start_with(n, set, Vec::new())
+    }
+
+    /// Starts `n` replicas serving `set`, with initial routes to `allocs`.
+    pub fn start_with(n: u64, set: SetSpec, allocs: Vec<InitialAlloc>) -> StoreCluster {
         let dir = tempfile::tempdir().unwrap();
         let addrs: Vec<String> = (0..n)
             .map(|_| format!("127.0.0.1:{}", free_port()))
@@ -141,7 +147,7 @@ impl StoreCluster {
                     members: members.clone(),
                     set: set.clone(),
                     raft: RaftTiming::default(),
-                    allocs: Vec::new(),
+                    allocs: allocs.clone(),
                 };
                 let path = dir.path().join(format!("store-{id}.toml"));
                 std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
@@ -220,4 +226,108 @@ pub fn logs_in(dir: &Path) -> String {
         }
     }
     out
+}
+
+/// A whole set: a store group plus AllocSvr processes, each first routed an
+/// equal share of the sections.
+pub struct SetCluster {
+    /// The store group (its `dir` also holds the allocs' files).
+    pub store: StoreCluster,
+    /// AllocSvr addresses, by index.
+    pub alloc_addrs: Vec<String>,
+    /// AllocSvr processes, by index (`alloc-1` is index 0).
+    pub allocs: Vec<Proc>,
+}
+
+impl SetCluster {
+    /// Starts 3 store replicas and `n_allocs` AllocSvrs for `set`.
+    pub fn start(set: SetSpec, n_allocs: usize) -> SetCluster {
+        let sections = set.section_count();
+        let share = sections / n_allocs as u32;
+        let alloc_addrs: Vec<String> = (0..n_allocs)
+            .map(|_| format!("127.0.0.1:{}", free_port()))
+            .collect();
+        let initial = alloc_addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| InitialAlloc {
+                id: format!("alloc-{}", i + 1),
+                addr: a.clone(),
+                first: i as u32 * share,
+                count: if i + 1 == n_allocs {
+                    sections - i as u32 * share
+                } else {
+                    share
+                },
+            })
+            .collect();
+        let store = StoreCluster::start_with(3, set, initial);
+        let allocs = alloc_addrs
+            .iter()
+            .enumerate()
+            .map(|(i, addr)| {
+                let id = format!("alloc-{}", i + 1);
+                let cfg = AllocNodeConfig {
+                    id: id.clone(),
+                    addr: addr.clone(),
+                    listen: None,
+                    store: store.addrs.clone(),
+                    route_poll_ms: 200,
+                    wait_ms: 500,
+                    raise_ahead_fraction: 0.25,
+                };
+                let path = store.dir.path().join(format!("{id}.toml"));
+                std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
+                let args = vec![
+                    "alloc".into(),
+                    "--config".into(),
+                    path.display().to_string(),
+                ];
+                Proc::start(&id, args, store.dir.path().join(format!("{id}.log")))
+            })
+            .collect();
+        SetCluster {
+            store,
+            alloc_addrs,
+            allocs,
+        }
+    }
+
+    /// A client seeded with every AllocSvr.
+    pub async fn client(&self) -> seqsvr_client::SeqClient {
+        let opts = seqsvr_client::ClientOptions {
+            deadline: Duration::from_secs(5),
+            ..Default::default()
+        };
+        let start = Instant::now();
+        loop {
+            match seqsvr_client::SeqClient::connect(&self.alloc_addrs, opts.clone()).await {
+                Ok(c) => return c,
+                Err(e) => assert!(
+                    start.elapsed() < Duration::from_secs(30),
+                    "no alloc answered: {e}\n{}",
+                    self.store.logs()
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits until every section is served: a `next` on the first uid of
+    /// each section succeeds.
+    pub async fn wait_serving(&self, c: &seqsvr_client::SeqClient) {
+        let set = &self.store.set;
+        for s in 0..set.section_count() {
+            let uid = set.uids_of(s).start;
+            let start = Instant::now();
+            while let Err(e) = c.next(uid).await {
+                assert!(
+                    start.elapsed() < Duration::from_secs(30),
+                    "section {s} not served: {e}\n{}",
+                    self.store.logs()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
 }

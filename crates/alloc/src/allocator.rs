@@ -7,6 +7,7 @@
 //! reference count, no allocation (DESIGN §4).
 
 use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
 
 use seqsvr_core::{Epoch, SectionId, SetSpec, Uid};
@@ -47,6 +48,33 @@ pub struct RaiseRequest {
     pub to: u64,
 }
 
+/// Counters for metrics, bumped only off the hot path.
+#[derive(Debug, Default)]
+struct Counters {
+    /// Calls refused because their section was at its ceiling.
+    exhausted: AtomicU64,
+    /// Raises queued for the raiser.
+    raises_queued: AtomicU64,
+    /// Raises applied.
+    raises_applied: AtomicU64,
+    /// Sections that stopped being served.
+    sections_dropped: AtomicU64,
+}
+
+/// A snapshot of an allocator's counters (monotonic since it was built).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AllocStats {
+    /// Calls refused because their section was at its ceiling (each one a
+    /// caller that had to wait for the store: should stay near zero).
+    pub exhausted: u64,
+    /// Raises queued for the raiser.
+    pub raises_queued: u64,
+    /// Raises applied.
+    pub raises_applied: u64,
+    /// Sections that stopped being served (lost, moved, stale epoch).
+    pub sections_dropped: u64,
+}
+
 /// The sequence numbers of one set, as served by this AllocSvr.
 #[derive(Debug)]
 pub struct Allocator {
@@ -58,12 +86,14 @@ pub struct Allocator {
     raise_margin: u64,
     /// One entry per section of the set; filled at the section's first
     /// take-over, then never cleared (losing a section retires its slot).
-    /// An entry is 24 bytes (a slot is two pointers), empty or not.
+    /// An entry is 32 bytes (a slot is two pointers), empty or not.
     slots: Box<[OnceLock<SectionSlot>]>,
     /// Sections whose raise was claimed and not yet taken by the raiser.
     raise_queue: Mutex<Vec<SectionId>>,
     /// Wakes the raiser when `raise_queue` gains an entry.
     raise_signal: Notify,
+    /// Metrics.
+    counters: Counters,
 }
 
 impl Allocator {
@@ -78,6 +108,7 @@ impl Allocator {
             slots: (0..spec.section_count()).map(|_| OnceLock::new()).collect(),
             raise_queue: Mutex::new(Vec::new()),
             raise_signal: Notify::new(),
+            counters: Counters::default(),
             spec,
         })
     }
@@ -117,9 +148,15 @@ impl Allocator {
     fn serve(&self, slot: &SectionSlot, section: SectionId, idx: usize) -> Result<u64> {
         match slot.take(idx, || self.queue_raise(section)) {
             Ok(v) => Ok(v),
-            Err(Refused::Exhausted) => Err(AllocError::Exhausted { section }),
+            Err(Refused::Exhausted) => Err(self.exhausted(section)),
             Err(Refused::NotServing) => Err(AllocError::NotOwner { section }),
         }
+    }
+
+    #[cold]
+    fn exhausted(&self, section: SectionId) -> AllocError {
+        self.counters.exhausted.fetch_add(1, Relaxed);
+        AllocError::Exhausted { section }
     }
 
     /// Hands out one number per entry of `uids`, in order, appending them to
@@ -228,7 +265,8 @@ impl Allocator {
     }
 
     fn install_one(&self, g: &Grant) -> bool {
-        let len = self.spec.uids_of(g.section).count();
+        let uids = self.spec.uids_of(g.section);
+        let len = (uids.end - uids.start) as usize;
         let mut fresh = false;
         let slot = self.slots[g.section as usize].get_or_init(|| {
             fresh = true;
@@ -269,6 +307,7 @@ impl Allocator {
     fn retire(&self, section: SectionId, epoch: Option<Epoch>) -> bool {
         let dropped = self.slot(section).is_some_and(|slot| slot.retire(epoch));
         if dropped {
+            self.counters.sections_dropped.fetch_add(1, Relaxed);
             tracing::info!(section, ?epoch, "stopped serving section");
         }
         dropped
@@ -283,6 +322,7 @@ impl Allocator {
     #[cold]
     #[inline(never)]
     fn queue_raise(&self, section: SectionId) {
+        self.counters.raises_queued.fetch_add(1, Relaxed);
         self.raise_queue
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -327,11 +367,25 @@ impl Allocator {
             return false;
         };
         let applied = slot.apply_raise(epoch, new_max);
+        if applied {
+            self.counters.raises_applied.fetch_add(1, Relaxed);
+        }
         if applied && slot.claim_if_low() {
             // Callers used the new room while the raise was in flight.
             self.queue_raise(section);
         }
         applied
+    }
+
+    /// The counters, for metrics.
+    pub fn stats(&self) -> AllocStats {
+        let c = &self.counters;
+        AllocStats {
+            exhausted: c.exhausted.load(Relaxed),
+            raises_queued: c.raises_queued.load(Relaxed),
+            raises_applied: c.raises_applied.load(Relaxed),
+            sections_dropped: c.sections_dropped.load(Relaxed),
+        }
     }
 
     /// A snapshot of `section`, or `None` if not served here.
@@ -454,6 +508,11 @@ mod tests {
         assert!(a.take_raise_requests().is_empty(), "queued once");
         assert!(a.apply_raise(0, 1, 20));
         assert_eq!(a.next(100), Ok(11));
+        let stats = a.stats();
+        assert_eq!(
+            (stats.exhausted, stats.raises_queued, stats.raises_applied),
+            (1, 1, 1)
+        );
     }
 
     #[test]

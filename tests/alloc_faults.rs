@@ -60,7 +60,7 @@ fn start_workload(c: &SeqClient, callers: u64) -> Workload {
                     let uid = (x % 64) * 61 % 4000;
                     let start = Instant::now();
                     i += 1;
-                    if i % 4 == 0 {
+                    if i.is_multiple_of(4) {
                         let uids = [uid, (uid + 500) % 4000, uid, (uid + 1500) % 4000];
                         match c.next_batch(&uids).await {
                             Ok(seqs) => {

@@ -251,10 +251,21 @@ async fn take_over_fencing_and_bad_input() {
 
     // Take-over bumps the epoch and returns the previous ceiling.
     c.register_alloc("alloc-u", "127.0.0.1:2").await.unwrap();
-    let (g, _) = c.take_over("alloc-u", s0, 1).await.unwrap();
+    // Claiming a section routed elsewhere is refused, and so is routing it
+    // away from an owner whose lease has not expired; the owner can hand it
+    // off (one write: new owner, new epoch, ceiling + step).
+    assert!(matches!(
+        c.take_over("alloc-u", s0, 1).await,
+        Err(Error::Rejected(Rejection::OwnedElsewhere { .. }))
+    ));
+    assert!(matches!(
+        c.assign("alloc-u", s0, 1).await,
+        Err(Error::Rejected(Rejection::OwnedElsewhere { .. }))
+    ));
+    let g = c.handoff("alloc-t", "alloc-u", s0, 1).await.unwrap();
     assert_eq!(
         (g[0].epoch, g[0].prev_ceiling, g[0].max_seq),
-        (e0 + 1, m0 + 10, m0 + 10 + STEP)
+        (e0 + 2, m0 + 10, m0 + 10 + STEP)
     );
     let routes = c.routes().await.unwrap();
     assert_eq!(routes.entry_for_section(s0).unwrap().alloc, "alloc-u");

@@ -10,8 +10,21 @@ use std::time::{Duration, Instant};
 
 use seqsvr_alloc::node::AllocNodeConfig;
 use seqsvr_core::SetSpec;
+use seqsvr_store::arbiter::LeaseConfig;
 use seqsvr_store::client::StoreClient;
 use seqsvr_store::node::{InitialAlloc, Member, RaftTiming};
+
+/// Short leases so that failover tests run quickly: 2 s lease, 0.5 s margin.
+pub fn test_lease() -> LeaseConfig {
+    LeaseConfig {
+        lease_ms: 2000,
+        margin_ms: 500,
+        tick_ms: 50,
+    }
+}
+
+/// How often test AllocSvrs renew their lease, in ms.
+pub const TEST_RENEW_MS: u64 = 300;
 use seqsvr_store::StoreConfig;
 
 /// The `seqsvr` binary under test.
@@ -147,6 +160,7 @@ impl StoreCluster {
                     members: members.clone(),
                     set: set.clone(),
                     raft: RaftTiming::default(),
+                    lease: test_lease(),
                     allocs: allocs.clone(),
                 };
                 let path = dir.path().join(format!("store-{id}.toml"));
@@ -273,6 +287,7 @@ impl SetCluster {
                     listen: None,
                     store: store.addrs.clone(),
                     route_poll_ms: 200,
+                    renew_ms: TEST_RENEW_MS,
                     wait_ms: 500,
                     raise_ahead_fraction: 0.25,
                 };

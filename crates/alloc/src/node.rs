@@ -1,22 +1,29 @@
-//! A running AllocSvr: configuration, start-up, route sync, serving.
+//! A running AllocSvr: configuration, start-up, lease renewal, serving.
 //!
-//! Start-up never trusts memory (promise 1): the node registers its address
-//! with the store, reads the route table, and claims the sections routed to
-//! it with a take-over, which returns each section's previous ceiling; every
-//! uid starts there (skip ahead). Afterwards a sync loop re-reads the route
-//! table: sections newly routed here are taken over, sections routed away
-//! are dropped at once.
+//! Memory is never trusted (promise 1): the node registers its address with
+//! the store and renews its lease; each granted renewal lists the sections
+//! routed to it, and the node claims the ones it does not serve yet with a
+//! take-over, which returns each section's previous ceiling — every uid
+//! starts there (skip ahead). Sections no longer listed are dropped at once.
+//!
+//! The lease is counted from when the renewal was *sent*, on this process's
+//! monotonic clock, so it always ends before the store's view of it; when
+//! it runs out the service answers `LEASE_EXPIRED` until a renewal is
+//! granted again (promise 3). A route loop publishes the route table for
+//! clients and asks for an early renewal when it sees a section newly
+//! routed here.
 
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use seqsvr_core::{AllocId, SectionId};
 use seqsvr_proto::alloc_server::AllocServer;
 use seqsvr_store::client::{route_from_pb, StoreClient};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 
@@ -40,6 +47,11 @@ pub struct AllocNodeConfig {
     /// How often the route table is re-read from the store, in ms.
     #[serde(default = "default_route_poll_ms")]
     pub route_poll_ms: u64,
+    /// How often the lease is renewed, in ms (well below the lease length
+    /// the store grants, so one or two lost renewals do not interrupt
+    /// service).
+    #[serde(default = "default_renew_ms")]
+    pub renew_ms: u64,
     /// How long a call may wait for an exhausted section's raise, in ms.
     #[serde(default = "default_wait_ms")]
     pub wait_ms: u64,
@@ -50,7 +62,10 @@ pub struct AllocNodeConfig {
 }
 
 fn default_route_poll_ms() -> u64 {
-    500
+    250
+}
+fn default_renew_ms() -> u64 {
+    1000
 }
 fn default_wait_ms() -> u64 {
     1000
@@ -78,8 +93,8 @@ impl AllocNodeConfig {
         if !(0.0..=1.0).contains(&self.raise_ahead_fraction) {
             return Err("raise_ahead_fraction must be within 0.0..=1.0".into());
         }
-        if self.route_poll_ms == 0 {
-            return Err("route_poll_ms must be positive".into());
+        if self.route_poll_ms == 0 || self.renew_ms == 0 {
+            return Err("route_poll_ms and renew_ms must be positive".into());
         }
         Ok(())
     }
@@ -91,13 +106,25 @@ pub struct AllocNode {
     pub shared: Arc<Shared>,
     /// The address actually bound.
     pub local_addr: SocketAddr,
-    /// Server, raiser and route-sync tasks.
+    /// Server, raiser, renewal and route tasks.
     tasks: Vec<JoinHandle<()>>,
 }
 
+/// What the background tasks share.
+struct Ctx {
+    shared: Arc<Shared>,
+    /// Claims sections (take-over) for this node.
+    raiser: Raiser<StoreCeilings>,
+    store: StoreClient,
+    me: AllocId,
+    /// Wakes the renewal loop early.
+    renew_now: Notify,
+    renew_every: Duration,
+}
+
 impl AllocNode {
-    /// Connects to the store, claims this node's sections and serves on
-    /// `listener`. Waits (retrying) until the store answers.
+    /// Connects to the store, renews its lease, claims its sections and
+    /// serves on `listener`. Waits (retrying) until the store answers.
     pub async fn start(cfg: AllocNodeConfig, listener: TcpListener) -> anyhow::Result<AllocNode> {
         cfg.validate().map_err(anyhow::Error::msg)?;
         let store = StoreClient::new(&cfg.store)?;
@@ -117,34 +144,46 @@ impl AllocNode {
         let alloc = Arc::new(Allocator::new(set, &alloc_cfg)?);
         let shared = Arc::new(Shared {
             alloc: alloc.clone(),
-            route_version: AtomicU64::new(0),
-            routes: RwLock::new(Arc::new(routes.clone())),
+            route_version: AtomicU64::new(routes.version),
+            routes: RwLock::new(Arc::new(routes)),
             wait: Duration::from_millis(cfg.wait_ms),
+            base: Instant::now(),
+            lease_until: AtomicU64::new(0),
+            draining: AtomicBool::new(false),
+            id: cfg.id.clone(),
+            addr: cfg.addr.clone(),
+            store: store.clone(),
         });
         let ceilings = Arc::new(StoreCeilings {
             store: store.clone(),
             alloc: cfg.id.clone(),
         });
-        let raiser = Raiser::new(alloc.clone(), ceilings.clone(), RaiserConfig::default());
-        // Claim our sections before serving anything (skip ahead).
-        sync_routes(&raiser, &shared, &cfg.id, routes).await;
+        let ctx = Arc::new(Ctx {
+            shared: shared.clone(),
+            raiser: Raiser::new(alloc.clone(), ceilings.clone(), RaiserConfig::default()),
+            store: store
+                .clone()
+                .with_deadline(Duration::from_millis(cfg.renew_ms.max(500))),
+            me: cfg.id.clone(),
+            renew_now: Notify::new(),
+            renew_every: Duration::from_millis(cfg.renew_ms),
+        });
+        // A first lease and our sections before serving anything.
+        renew_once(&ctx).await;
         let local_addr = listener.local_addr()?;
-        let mut tasks = vec![tokio::spawn(serve(
-            AllocService {
-                shared: shared.clone(),
-            },
-            listener,
-        ))];
         let poll = Duration::from_millis(cfg.route_poll_ms);
-        let sync_raiser = Raiser::new(alloc.clone(), ceilings, RaiserConfig::default());
-        tasks.push(tokio::spawn(route_loop(
-            sync_raiser,
-            shared.clone(),
-            store,
-            cfg.id.clone(),
-            poll,
-        )));
-        tasks.push(tokio::spawn(raiser.run(std::future::pending())));
+        let raiser = Raiser::new(alloc.clone(), ceilings, RaiserConfig::default());
+        let tasks = vec![
+            tokio::spawn(serve(
+                AllocService {
+                    shared: shared.clone(),
+                },
+                listener,
+            )),
+            tokio::spawn(renew_loop(ctx.clone())),
+            tokio::spawn(route_loop(ctx, poll)),
+            tokio::spawn(raiser.run(std::future::pending())),
+        ];
         tracing::info!(id = %cfg.id, %local_addr, sections = alloc.served_sections().len(), "alloc started");
         Ok(AllocNode {
             shared,
@@ -181,36 +220,36 @@ async fn serve(svc: AllocService, listener: TcpListener) {
     }
 }
 
-/// Re-reads the route table every `poll` and acts on changes.
-async fn route_loop(
-    raiser: Raiser<StoreCeilings>,
-    shared: Arc<Shared>,
-    store: StoreClient,
-    me: AllocId,
-    poll: Duration,
-) {
-    let mut tick = tokio::time::interval(poll);
+/// Renews the lease every `renew_every` (or sooner when asked).
+async fn renew_loop(ctx: Arc<Ctx>) {
     loop {
-        tick.tick().await;
-        match store.routes().await {
-            Ok(t) => sync_routes(&raiser, &shared, &me, seqsvr_store::service::route_pb(&t)).await,
-            Err(e) => tracing::debug!("route refresh failed: {e}"),
-        }
+        let next = Instant::now() + ctx.renew_every;
+        renew_once(&ctx).await;
+        let _ = tokio::time::timeout_at(next.into(), ctx.renew_now.notified()).await;
     }
 }
 
-/// Serves exactly the sections `routes` gives to `me`: drops the others at
-/// once, takes over the missing ones (skip ahead), then publishes the table.
-async fn sync_routes(
-    raiser: &Raiser<StoreCeilings>,
-    shared: &Shared,
-    me: &str,
-    routes: seqsvr_proto::RouteTable,
-) {
-    let alloc = raiser.allocator();
+/// One renewal: extend the lease from the send time, then serve exactly
+/// the sections the grant lists.
+async fn renew_once(ctx: &Ctx) {
+    let sent = Instant::now();
+    let reply = match ctx.store.renew(&ctx.me).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(
+                lease_left_ms = ctx.shared.lease_left_ms(),
+                "lease renewal failed: {e}"
+            );
+            return;
+        }
+    };
+    ctx.shared
+        .extend_lease(sent, Duration::from_millis(reply.lease_ms));
+    ctx.shared.draining.store(reply.draining, Ordering::Relaxed);
+    let alloc = ctx.raiser.allocator();
     let mut mine = vec![false; alloc.spec().section_count() as usize];
-    for e in routes.entries.iter().filter(|e| e.alloc_id == me) {
-        for s in e.first_section..e.first_section + e.count {
+    for run in &reply.sections {
+        for s in run.first_section..run.first_section + run.count {
             if let Some(m) = mine.get_mut(s as usize) {
                 *m = true;
             }
@@ -218,7 +257,7 @@ async fn sync_routes(
     }
     for s in alloc.served_sections() {
         if !mine[s as usize] {
-            tracing::info!(section = s, "section routed away: dropping it");
+            tracing::info!(section = s, "section no longer routed here: dropping it");
             alloc.drop_section(s);
         }
     }
@@ -227,7 +266,7 @@ async fn sync_routes(
         .filter(|s| mine[*s as usize] && served.binary_search(s).is_err())
         .collect();
     for (first, count) in runs(&missing) {
-        match raiser.take_over(first, count).await {
+        match ctx.raiser.take_over(first, count).await {
             Ok(g) => tracing::info!(
                 first,
                 count,
@@ -237,12 +276,42 @@ async fn sync_routes(
             Err(e) => tracing::warn!(first, count, "take-over failed, will retry: {e}"),
         }
     }
-    if routes.version
-        >= shared
-            .route_version
-            .load(std::sync::atomic::Ordering::Acquire)
-    {
-        shared.set_routes(routes);
+    if reply.route_version > ctx.shared.route_version.load(Ordering::Acquire) {
+        refresh_routes(ctx).await;
+    }
+}
+
+/// Re-reads the route table every `poll`: publishes it, drops sections
+/// routed away at once, and renews early when a section was routed here.
+async fn route_loop(ctx: Arc<Ctx>, poll: Duration) {
+    let mut tick = tokio::time::interval(poll);
+    loop {
+        tick.tick().await;
+        refresh_routes(&ctx).await;
+    }
+}
+
+async fn refresh_routes(ctx: &Ctx) {
+    let t = match ctx.store.routes().await {
+        Ok(t) => t,
+        Err(e) => return tracing::debug!("route refresh failed: {e}"),
+    };
+    let alloc = ctx.raiser.allocator();
+    let served = alloc.served_sections();
+    let mut gained = false;
+    for s in 0..t.set.section_count() {
+        let mine = t.entry_for_section(s).is_some_and(|e| e.alloc == ctx.me);
+        let serving = served.binary_search(&s).is_ok();
+        if serving && !mine {
+            alloc.drop_section(s);
+        }
+        gained |= mine && !serving;
+    }
+    if gained {
+        ctx.renew_now.notify_one();
+    }
+    if t.version >= ctx.shared.route_version.load(Ordering::Acquire) {
+        ctx.shared.set_routes(seqsvr_store::service::route_pb(&t));
     }
 }
 

@@ -7,7 +7,7 @@
 //! `ErrorDetail` the client acts on (promise 5); a not-owner or out-of-range
 //! answer carries the current route table so the client can retry at once.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -31,9 +31,55 @@ pub struct Shared {
     pub routes: RwLock<Arc<pb::RouteTable>>,
     /// How long a call may wait for an exhausted section's raise.
     pub wait: Duration,
+    /// The zero of `lease_until` (monotonic).
+    pub base: std::time::Instant,
+    /// End of the lease, in ns after `base`: the send time of the last
+    /// granted renewal plus the lease length. 0: no lease yet.
+    pub lease_until: AtomicU64,
+    /// Whether the store says this AllocSvr is being drained.
+    pub draining: AtomicBool,
+    /// Our id.
+    pub id: String,
+    /// Our advertised address.
+    pub addr: String,
+    /// Where to hand sections off (planned moves).
+    pub store: seqsvr_store::client::StoreClient,
 }
 
 impl Shared {
+    /// Whether the lease is valid right now (promise 3: an AllocSvr whose
+    /// lease ran out stops serving at once).
+    #[inline]
+    pub fn lease_ok(&self) -> bool {
+        (self.base.elapsed().as_nanos() as u64) < self.lease_until.load(Ordering::Acquire)
+    }
+
+    /// Extends the lease to `sent + lease` (never shortens it).
+    pub fn extend_lease(&self, sent: std::time::Instant, lease: Duration) {
+        let until = (sent.saturating_duration_since(self.base) + lease).as_nanos() as u64;
+        self.lease_until.fetch_max(until, Ordering::AcqRel);
+    }
+
+    /// Time left on the lease (negative once expired), in ms.
+    pub fn lease_left_ms(&self) -> i64 {
+        let until = self.lease_until.load(Ordering::Acquire) as i128;
+        ((until - self.base.elapsed().as_nanos() as i128) / 1_000_000) as i64
+    }
+
+    fn lease_expired(&self) -> Status {
+        let detail = ErrorDetail {
+            kind: ErrorKind::LeaseExpired as i32,
+            retryable: true,
+            route: Some(self.route_table()),
+            ..Default::default()
+        };
+        status_with(
+            Code::Unavailable,
+            format!("{}: lease expired, not serving", self.id),
+            detail,
+        )
+    }
+
     /// Installs a newer route table.
     pub fn set_routes(&self, t: pb::RouteTable) {
         let v = t.version;
@@ -98,6 +144,9 @@ impl pb::alloc_server::Alloc for AllocService {
     async fn next(&self, req: Request<pb::NextRequest>) -> Result<Response<pb::NextReply>, Status> {
         let uid = req.get_ref().uid;
         let s = &self.shared;
+        if !s.lease_ok() {
+            return Err(s.lease_expired());
+        }
         let seq = match s.alloc.next(uid) {
             Ok(seq) => seq,
             Err(AllocError::Exhausted { .. }) => s
@@ -125,6 +174,9 @@ impl pb::alloc_server::Alloc for AllocService {
             )));
         }
         let s = &self.shared;
+        if !s.lease_ok() {
+            return Err(s.lease_expired());
+        }
         let mut seqs = Vec::with_capacity(uids.len());
         if let Err(e) = s.alloc.next_batch(uids, &mut seqs) {
             if !matches!(e, AllocError::Exhausted { .. }) {
@@ -162,5 +214,60 @@ impl pb::alloc_server::Alloc for AllocService {
         _req: Request<pb::GetRoutesRequest>,
     ) -> Result<Response<pb::RouteTable>, Status> {
         Ok(Response::new(self.shared.route_table()))
+    }
+
+    async fn handoff(
+        &self,
+        req: Request<pb::AllocHandoffRequest>,
+    ) -> Result<Response<pb::AllocHandoffReply>, Status> {
+        let mut results = Vec::new();
+        for m in &req.get_ref().moves {
+            results.push(crate::handoff::move_section(&self.shared, m).await);
+        }
+        Ok(Response::new(pb::AllocHandoffReply { results }))
+    }
+
+    async fn adopt(
+        &self,
+        req: Request<pb::AdoptRequest>,
+    ) -> Result<Response<pb::AdoptReply>, Status> {
+        let s = &self.shared;
+        if !s.lease_ok() {
+            return Err(s.lease_expired());
+        }
+        let grants: Vec<crate::Grant> = req
+            .get_ref()
+            .grants
+            .iter()
+            .map(|g| crate::Grant {
+                section: g.section,
+                epoch: g.epoch,
+                prev_ceiling: g.prev_ceiling,
+                max_seq: g.max_seq,
+            })
+            .collect();
+        let installed = s
+            .alloc
+            .install(&grants)
+            .map_err(|e| invalid(e.to_string()))?;
+        tracing::info!(sections = ?grants.iter().map(|g| g.section).collect::<Vec<_>>(), "adopted sections");
+        Ok(Response::new(pb::AdoptReply {
+            installed: installed as u32,
+        }))
+    }
+
+    async fn status(
+        &self,
+        _req: Request<pb::AllocStatusRequest>,
+    ) -> Result<Response<pb::AllocStatus>, Status> {
+        let s = &self.shared;
+        Ok(Response::new(pb::AllocStatus {
+            alloc_id: s.id.clone(),
+            addr: s.addr.clone(),
+            lease_left_ms: s.lease_left_ms(),
+            sections: s.alloc.served_sections(),
+            route_version: s.version(),
+            draining: s.draining.load(Ordering::Relaxed),
+        }))
     }
 }

@@ -34,9 +34,12 @@ fn spec() -> SetSpec {
     }
 }
 
+/// One step of a run.
 #[derive(Debug, Clone)]
 enum Op {
+    /// `next(uid)`.
     Next(Uid),
+    /// `next_batch(uids)`.
     Batch(Vec<Uid>),
     /// One round of the background raiser; failed raises go back in the
     /// queue at once (as if the back-off had passed).
@@ -44,6 +47,7 @@ enum Op {
     /// Drop the allocator and build a fresh one that takes over every
     /// section from the store.
     Restart,
+    /// Change the store's injected fault.
     SetFault(Fault),
 }
 
@@ -68,9 +72,13 @@ fn op() -> impl Strategy<Value = Op> {
 
 /// What the test has seen, and the node under test.
 struct World {
+    /// The fake store: the ceilings every check is made against.
     store: Arc<MemCeilingStore>,
+    /// The node under test (its allocator and raiser).
     raiser: Raiser<MemCeilingStore>,
+    /// Drives the raiser's async calls, one at a time.
     rt: tokio::runtime::Runtime,
+    /// The raise-ahead fraction of this run.
     fraction: f64,
     /// Last number returned per uid.
     last: HashMap<Uid, u64>,
@@ -81,6 +89,7 @@ struct World {
     /// Per section, the base of the gap check for uids not yet served since
     /// the latest restart; per uid, whether that check is still due.
     gap_base: Vec<u64>,
+    /// See `gap_base`.
     gap_due: HashMap<Uid, bool>,
 }
 
@@ -211,7 +220,7 @@ impl World {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(512))]
+    #![proptest_config(ProptestConfig::with_cases(1024))]
 
     #[test]
     fn promises_hold_under_random_interleavings(

@@ -16,8 +16,9 @@ async fn one() -> Fake {
     a
 }
 
-/// Asserts that a call gave up near its deadline: not before it, and not
-/// long after (one attempt timeout plus scheduling slack).
+/// Asserts that a call gave up at its deadline: not before it, and not long
+/// after (one attempt timeout plus generous scheduling slack: CI machines
+/// are busy, and this is a behaviour check, not a speed check).
 fn near_deadline(start: Instant, deadline_ms: u64) {
     let took = start.elapsed();
     assert!(
@@ -25,7 +26,7 @@ fn near_deadline(start: Instant, deadline_ms: u64) {
         "gave up early: {took:?}"
     );
     assert!(
-        took < Duration::from_millis(deadline_ms + 700),
+        took < Duration::from_millis(deadline_ms + 3000),
         "gave up late: {took:?}"
     );
 }

@@ -13,6 +13,7 @@ use std::process::Stdio;
 use anyhow::Context;
 use seqsvr_alloc::node::AllocNodeConfig;
 use seqsvr_core::SetSpec;
+use seqsvr_store::arbiter::LeaseConfig;
 use seqsvr_store::node::{InitialAlloc, Member, RaftTiming};
 use seqsvr_store::StoreConfig;
 use tokio::process::{Child, Command};
@@ -44,6 +45,7 @@ pub fn dev_store_config(dir: &Path, id: u64) -> StoreConfig {
             .collect(),
         set: SetSpec::new(0, 0..DEV_UID_END),
         raft: RaftTiming::default(),
+        lease: LeaseConfig::default(),
         allocs: dev_initial_allocs(),
     }
 }
@@ -75,7 +77,8 @@ pub fn dev_alloc_config(id: &str, addr: &str) -> AllocNodeConfig {
         addr: addr.to_string(),
         listen: None,
         store: dev_store_addrs(),
-        route_poll_ms: 500,
+        route_poll_ms: 250,
+        renew_ms: 1000,
         wait_ms: 1000,
         raise_ahead_fraction: 0.25,
     }

@@ -36,6 +36,15 @@ pub struct StoreClient {
     deadline: Duration,
 }
 
+impl std::fmt::Debug for StoreClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let addrs: Vec<&str> = self.replicas.iter().map(|(a, _)| a.as_str()).collect();
+        f.debug_struct("StoreClient")
+            .field("replicas", &addrs)
+            .finish()
+    }
+}
+
 /// A section as the store reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SectionInfo {
@@ -147,17 +156,66 @@ impl StoreClient {
                 async move { c.take_over(req).await }
             })
             .await?;
-        let grants = r
-            .grants
-            .iter()
-            .map(|g| Grant {
-                section: g.section,
-                epoch: g.epoch,
-                prev_ceiling: g.prev_ceiling,
-                max_seq: g.max_seq,
+        Ok((r.grants.iter().map(grant_of).collect(), r.route_version))
+    }
+
+    /// Renews `alloc`'s lease; the reply lists the sections it may serve.
+    pub async fn renew(&self, alloc: &str) -> Result<pb::RenewReply> {
+        let req = pb::RenewRequest {
+            alloc_id: alloc.to_string(),
+        };
+        self.call(|mut c| {
+            let req = req.clone();
+            async move { c.renew(req).await }
+        })
+        .await
+    }
+
+    /// Hands sections `first..first+count` from `from` (which stopped serving
+    /// them) to `to`; returns `to`'s grants.
+    pub async fn handoff(
+        &self,
+        from: &str,
+        to: &str,
+        first: u32,
+        count: u32,
+    ) -> Result<Vec<Grant>> {
+        let req = pb::HandoffRequest {
+            from_alloc: from.to_string(),
+            to_alloc: to.to_string(),
+            first_section: first,
+            count,
+        };
+        let r = self
+            .call(|mut c| {
+                let req = req.clone();
+                async move { c.handoff(req).await }
             })
-            .collect();
-        Ok((grants, r.route_version))
+            .await?;
+        Ok(r.grants.iter().map(grant_of).collect())
+    }
+
+    /// Marks `alloc` as draining (or not).
+    pub async fn set_draining(&self, alloc: &str, draining: bool) -> Result<()> {
+        let req = pb::SetDrainingRequest {
+            alloc_id: alloc.to_string(),
+            draining,
+        };
+        self.call(|mut c| {
+            let req = req.clone();
+            async move { c.set_draining(req).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// The leader's status (with the arbiter's lease view), if a leader answers.
+    pub async fn leader_status(&self) -> Option<pb::StoreStatus> {
+        self.status_all()
+            .await
+            .into_iter()
+            .filter_map(|(_, s)| s.ok())
+            .find(|s| s.state == "Leader")
     }
 
     /// Raises `section`'s ceiling to `to` under `epoch`; returns the ceiling.
@@ -226,6 +284,15 @@ impl StoreClient {
             }
         });
         futures::future::join_all(calls).await
+    }
+}
+
+fn grant_of(g: &pb::SectionGrant) -> Grant {
+    Grant {
+        section: g.section,
+        epoch: g.epoch,
+        prev_ceiling: g.prev_ceiling,
+        max_seq: g.max_seq,
     }
 }
 

@@ -6,6 +6,7 @@
 //! database per replica, and nothing is acknowledged before it is fsynced.
 //!
 //! # Layout
+//! - [`arbiter`]: leases and section moves on the leader (pure logic).
 //! - [`types`]: the Raft type config; commands, replies, rejections.
 //! - [`state`]: pure state-machine logic (how a command changes the set).
 //! - [`disk`]: the sled database and the fsync that makes it durable.
@@ -22,6 +23,7 @@
 // the error type; boxing it in our helpers would only add conversions.
 #![allow(clippy::result_large_err)]
 
+pub mod arbiter;
 pub mod client;
 pub mod disk;
 pub mod error;

@@ -24,6 +24,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 
+use crate::arbiter::{Arbiter, LeaseConfig};
 use crate::disk::Disk;
 use crate::error::{Error, Result};
 use crate::log_store::LogStore;
@@ -102,6 +103,9 @@ pub struct StoreConfig {
     /// The set's AllocSvrs and their initial sections.
     #[serde(default)]
     pub allocs: Vec<InitialAlloc>,
+    /// Lease timing (the arbiter's).
+    #[serde(default)]
+    pub lease: LeaseConfig,
 }
 
 impl StoreConfig {
@@ -145,6 +149,12 @@ impl StoreConfig {
                     ));
                 }
             }
+        }
+        let l = &self.lease;
+        if l.lease_ms == 0 || l.tick_ms == 0 || l.margin_ms * 20 < l.lease_ms {
+            return bad(
+                "lease: need lease_ms > 0, tick_ms > 0 and margin_ms ≥ 5% of lease_ms".into(),
+            );
         }
         let t = &self.raft;
         if t.heartbeat_ms == 0
@@ -240,6 +250,7 @@ impl StoreNode {
             proposer: Proposer::spawn(raft.clone()),
             disk,
             peers: Default::default(),
+            arbiter: Arc::new(Arbiter::new(cfg.lease.clone())),
         };
         let local_addr = listener.local_addr().map_err(|e| internal(&e))?;
         let server = tokio::spawn(serve(api.clone(), raft.clone(), listener));
@@ -248,6 +259,7 @@ impl StoreNode {
         if fresh && lowest {
             tasks.push(tokio::spawn(bootstrap(raft.clone(), cfg.clone())));
         }
+        tasks.push(tokio::spawn(arbitrate(api.clone())));
         tasks.push(tokio::spawn(configure_set(
             api.clone(),
             cfg.set.clone(),
@@ -286,6 +298,33 @@ async fn serve(api: StoreApi, raft: Raft, listener: TcpListener) {
         .await;
     if let Err(e) = res {
         tracing::error!("store server stopped: {e}");
+    }
+}
+
+/// The arbiter loop: tracks this replica's office and, while it leads,
+/// moves sections whose owner's lease has certainly expired.
+async fn arbitrate(api: StoreApi) {
+    let mut tick = tokio::time::interval(Duration::from_millis(api.arbiter.config.tick_ms));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let m = api.raft.metrics().borrow().clone();
+        let leading = (m.current_leader == Some(api.id)
+            && m.state == openraft::ServerState::Leader)
+            .then_some(m.current_term);
+        let now = std::time::Instant::now();
+        api.arbiter.observe(leading, now);
+        let moves = {
+            let a = api.sm.read();
+            api.arbiter.plan(&a.state, now)
+        };
+        for cmd in moves {
+            tracing::info!(?cmd, "arbiter: moving sections whose owner's lease expired");
+            if let Err(e) = api.proposer.propose(cmd).await {
+                tracing::warn!("arbiter move failed: {e}");
+                break;
+            }
+        }
     }
 }
 

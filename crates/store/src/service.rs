@@ -20,6 +20,7 @@ use seqsvr_proto::{self as pb};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
+use crate::arbiter::Arbiter;
 use crate::disk::Disk;
 use crate::error::Error;
 use crate::network::channel;
@@ -49,6 +50,8 @@ pub struct StoreApi {
     pub(crate) disk: Disk,
     /// Clients to other replicas, for forwarding, by address.
     pub(crate) peers: Arc<Mutex<HashMap<String, StoreClient<Channel>>>>,
+    /// Leases and section moves (acts only while this replica leads).
+    pub(crate) arbiter: Arc<Arbiter>,
 }
 
 fn forwarded<T>(req: &Request<T>) -> bool {
@@ -141,6 +144,45 @@ impl StoreApi {
         fwd.metadata_mut()
             .insert(FORWARDED, "1".parse().expect("ascii"));
         remote(self.peer(&addr)?, fwd).await
+    }
+
+    /// An operator may route sections only away from owners whose lease
+    /// has certainly expired (or to their current owner): moving a section
+    /// from a live owner would let two AllocSvrs serve it (promise 3).
+    /// Live owners hand sections off instead (`Handoff`).
+    fn check_movable(&self, to: &str, first: u32, count: u32) -> Result<(), Error> {
+        let m = self.raft.metrics().borrow().clone();
+        if m.current_leader != Some(self.id) {
+            return Err(Error::NotLeader {
+                leader: m
+                    .current_leader
+                    .and_then(|l| Some((l, self.leader_addr(l)?))),
+            });
+        }
+        let a = self.sm.read();
+        let view = self.arbiter.view(&a.state, std::time::Instant::now());
+        let end = (first as usize)
+            .saturating_add(count as usize)
+            .min(a.state.sections.len());
+        for (i, r) in a
+            .state
+            .sections
+            .iter()
+            .enumerate()
+            .take(end)
+            .skip(first as usize)
+        {
+            if let Some(owner) = &r.owner {
+                if owner != to && !view.get(owner).is_some_and(|v| v.expired) {
+                    return Err(crate::types::Rejection::OwnedElsewhere {
+                        section: i as u32,
+                        owner: owner.clone(),
+                    }
+                    .into());
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn write(&self, cmd: Command) -> Result<Reply, Error> {
@@ -268,8 +310,10 @@ impl pb::store_server::Store for StoreApi {
             if r.count == 0 {
                 return Err(Error::Invalid("count must be at least 1".into()));
             }
+            let alloc = require_alloc_id(&r.alloc_id)?;
+            self.check_movable(&alloc, r.first_section, r.count)?;
             let cmd = Command::Assign {
-                alloc: require_alloc_id(&r.alloc_id)?,
+                alloc,
                 first: r.first_section,
                 count: r.count,
             };
@@ -382,12 +426,111 @@ impl pb::store_server::Store for StoreApi {
         .await
     }
 
+    async fn renew(
+        &self,
+        req: Request<pb::RenewRequest>,
+    ) -> Result<Response<pb::RenewReply>, Status> {
+        let local = |r: pb::RenewRequest| async move {
+            let alloc = require_alloc_id(&r.alloc_id)?;
+            // The term we lead in *before* confirming: a grant is recorded
+            // only if we still lead in it afterwards.
+            let term = self.raft.metrics().borrow().current_term;
+            self.barrier().await?;
+            let now = std::time::Instant::now();
+            let a = self.sm.read();
+            let Some(rec) = a.state.allocs.get(&alloc) else {
+                return Err(Error::Invalid(format!("alloc {alloc:?} is not registered")));
+            };
+            if !self.arbiter.granted(&alloc, term, now) {
+                return Err(Error::NoLeader("leadership changed during renewal".into()));
+            }
+            Ok(pb::RenewReply {
+                lease_ms: self.arbiter.config.lease_ms,
+                sections: owned_runs(&a.state, &alloc),
+                route_version: a.state.route_version,
+                draining: rec.draining,
+            })
+        };
+        self.route(req, local, |mut c, r| async move { c.renew(r).await })
+            .await
+    }
+
+    async fn handoff(
+        &self,
+        req: Request<pb::HandoffRequest>,
+    ) -> Result<Response<pb::TakeOverReply>, Status> {
+        let local = |r: pb::HandoffRequest| async move {
+            if r.count == 0 {
+                return Err(Error::Invalid("count must be at least 1".into()));
+            }
+            let cmd = Command::Handoff {
+                from: require_alloc_id(&r.from_alloc)?,
+                to: require_alloc_id(&r.to_alloc)?,
+                first: r.first_section,
+                count: r.count,
+            };
+            match self.write(cmd).await? {
+                Reply::TakenOver {
+                    grants,
+                    route_version,
+                } => Ok(pb::TakeOverReply {
+                    grants: grants.iter().map(grant_pb).collect(),
+                    route_version,
+                }),
+                r => Err(unexpected(r)),
+            }
+        };
+        self.route(req, local, |mut c, r| async move { c.handoff(r).await })
+            .await
+    }
+
+    async fn set_draining(
+        &self,
+        req: Request<pb::SetDrainingRequest>,
+    ) -> Result<Response<pb::RegisterAllocReply>, Status> {
+        let local = |r: pb::SetDrainingRequest| async move {
+            let cmd = Command::SetDraining {
+                alloc: require_alloc_id(&r.alloc_id)?,
+                draining: r.draining,
+            };
+            match self.write(cmd).await? {
+                Reply::Registered { route_version } => Ok(pb::RegisterAllocReply { route_version }),
+                r => Err(unexpected(r)),
+            }
+        };
+        self.route(
+            req,
+            local,
+            |mut c, r| async move { c.set_draining(r).await },
+        )
+        .await
+    }
+
     async fn status(
         &self,
         _req: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StoreStatus>, Status> {
         Ok(Response::new(self.status_now()))
     }
+}
+
+/// The runs of sections routed to `alloc`.
+fn owned_runs(state: &crate::state::SetState, alloc: &str) -> Vec<pb::SectionRun> {
+    let mut runs: Vec<pb::SectionRun> = Vec::new();
+    for (i, r) in state.sections.iter().enumerate() {
+        if r.owner.as_deref() != Some(alloc) {
+            continue;
+        }
+        let s = i as u32;
+        match runs.last_mut() {
+            Some(run) if run.first_section + run.count == s => run.count += 1,
+            _ => runs.push(pb::SectionRun {
+                first_section: s,
+                count: 1,
+            }),
+        }
+    }
+    runs
 }
 
 /// Checks that `addr` looks like `host:port`.
@@ -421,7 +564,36 @@ impl StoreApi {
             .and_then(|l| self.leader_addr(l))
             .unwrap_or_default();
         let a = self.sm.read();
+        let leading = m.current_leader == Some(self.id);
+        let allocs = if leading {
+            let view = self.arbiter.view(&a.state, std::time::Instant::now());
+            a.state
+                .allocs
+                .iter()
+                .map(|(id, rec)| pb::AllocLease {
+                    alloc_id: id.clone(),
+                    addr: rec.addr.clone(),
+                    draining: rec.draining,
+                    sections: a
+                        .state
+                        .sections
+                        .iter()
+                        .filter(|r| r.owner.as_ref() == Some(id))
+                        .count() as u32,
+                    since_grant_ms: view[id]
+                        .since_grant
+                        .map(|d| d.as_millis() as i64)
+                        .unwrap_or(-1),
+                    expired: view[id].expired,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         pb::StoreStatus {
+            allocs,
+            lease_ms: self.arbiter.config.lease_ms,
+            margin_ms: self.arbiter.config.margin_ms,
             node_id: self.id,
             addr: self.addr.clone(),
             state: format!("{:?}", m.state),

@@ -29,6 +29,15 @@ pub struct SectionRecord {
     pub owner: Option<AllocId>,
 }
 
+/// A registered AllocSvr.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocRecord {
+    /// Its client-facing `host:port`.
+    pub addr: String,
+    /// Being drained: the arbiter routes nothing to it.
+    pub draining: bool,
+}
+
 /// A record that a command changed and that must be written back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Dirty {
@@ -49,8 +58,8 @@ pub struct SetState {
     pub set: Option<SetSpec>,
     /// Per section, indexed by section id.
     pub sections: Vec<SectionRecord>,
-    /// Registered AllocSvrs and their client-facing addresses.
-    pub allocs: BTreeMap<AllocId, String>,
+    /// Registered AllocSvrs.
+    pub allocs: BTreeMap<AllocId, AllocRecord>,
     /// Grows whenever a section changes owner or an owner's address changes.
     pub route_version: u64,
 }
@@ -73,6 +82,13 @@ impl SetState {
                 count,
             } => self.take_over(alloc, *first, *count, dirty),
             Command::Raise { section, epoch, to } => self.raise(*section, *epoch, *to, dirty),
+            Command::Handoff {
+                from,
+                to,
+                first,
+                count,
+            } => self.handoff(from, to, *first, *count, dirty),
+            Command::SetDraining { alloc, draining } => self.set_draining(alloc, *draining, dirty),
         }
     }
 
@@ -101,8 +117,8 @@ impl SetState {
         self.spec()?;
         check_name("alloc id", alloc)?;
         check_name("address", addr)?;
-        if self.allocs.get(alloc).map(String::as_str) != Some(addr) {
-            self.allocs.insert(alloc.clone(), addr.to_string());
+        if self.allocs.get(alloc).map(|a| a.addr.as_str()) != Some(addr) {
+            self.allocs.entry(alloc.clone()).or_default().addr = addr.to_string();
             self.route_version += 1;
             dirty.push(Dirty::Alloc(alloc.clone()));
             dirty.push(Dirty::RouteVersion);
@@ -230,6 +246,60 @@ impl SetState {
         })
     }
 
+    /// A planned move: `from` has stopped serving the sections and hands
+    /// them to `to` in one write (new owner, new epoch, ceiling + step),
+    /// so `to` can start at once without waiting for a lease to expire.
+    fn handoff(
+        &mut self,
+        from: &AllocId,
+        to: &AllocId,
+        first: SectionId,
+        count: u32,
+        dirty: &mut Vec<Dirty>,
+    ) -> Outcome {
+        self.check_sections(first, count)?;
+        if let Some((i, r)) = self.sections[first as usize..(first + count) as usize]
+            .iter()
+            .enumerate()
+            .find(|(_, r)| r.owner.as_ref() != Some(from))
+        {
+            return Err(Rejection::OwnedElsewhere {
+                section: first + i as u32,
+                owner: r.owner.clone().unwrap_or_default(),
+            });
+        }
+        let step = self.spec()?.step;
+        let range = first as usize..(first + count) as usize;
+        if self.sections[range]
+            .iter()
+            .any(|r| r.max_seq.checked_add(step).is_none())
+        {
+            return Err(Rejection::Invalid("ceiling would overflow".into()));
+        }
+        // Neither step below can fail now, so a refusal changes nothing.
+        let mut d = Vec::new();
+        self.assign(to, first, count, &mut d)?;
+        let out = self.take_over(to, first, count, &mut d)?;
+        dirty.extend(d);
+        Ok(out)
+    }
+
+    fn set_draining(&mut self, alloc: &AllocId, draining: bool, dirty: &mut Vec<Dirty>) -> Outcome {
+        self.spec()?;
+        let Some(a) = self.allocs.get_mut(alloc) else {
+            return Err(Rejection::Invalid(format!(
+                "alloc {alloc:?} is not registered"
+            )));
+        };
+        if a.draining != draining {
+            a.draining = draining;
+            dirty.push(Dirty::Alloc(alloc.clone()));
+        }
+        Ok(Reply::Registered {
+            route_version: self.route_version,
+        })
+    }
+
     /// A raise is fenced by the epoch (promise 3) and may only move the
     /// ceiling up, by a bounded amount (promises 2 and 4).
     fn raise(
@@ -276,7 +346,12 @@ impl SetState {
             self.route_version,
             set,
             self.sections.iter().map(|r| r.owner.as_ref()),
-            |id| self.allocs.get(id).cloned().unwrap_or_default(),
+            |id| {
+                self.allocs
+                    .get(id)
+                    .map(|a| a.addr.clone())
+                    .unwrap_or_default()
+            },
         ))
     }
 }

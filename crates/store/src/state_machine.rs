@@ -129,8 +129,8 @@ impl StateMachine {
         for (i, r) in a.state.sections.iter().enumerate() {
             batch.insert(&section_key(i as u32), enc(r)?);
         }
-        for (id, addr) in &a.state.allocs {
-            batch.insert(alloc_key(id), enc(addr)?);
+        for (id, rec) in &a.state.allocs {
+            batch.insert(alloc_key(id), enc(rec)?);
         }
         Ok(())
     }

@@ -7,7 +7,8 @@
 //!
 //! Commands: `configure <set> <begin>..<end> <section_size> <step>`,
 //! `register <alloc> <addr>`, `assign <alloc> <first> <count>`,
-//! `take-over <alloc> <first> <count>`,
+//! `take-over <alloc> <first> <count>`, `handoff <from> <to> <first> <count>`,
+//! `drain <alloc> [off]`,
 //! `raise <section> <epoch> <to>`, `dump` (sections, allocs, version) and
 //! `routes`. After every command the harness also checks that a rejected
 //! command left the state unchanged.
@@ -37,6 +38,16 @@ fn parse(line: &str) -> Option<Command> {
             first: n(2) as u32,
             count: n(3) as u32,
         },
+        "handoff" => Command::Handoff {
+            from: w[1].into(),
+            to: w[2].into(),
+            first: n(3) as u32,
+            count: n(4) as u32,
+        },
+        "drain" => Command::SetDraining {
+            alloc: w[1].into(),
+            draining: w.get(2) != Some(&"off"),
+        },
         "take-over" => Command::TakeOver {
             alloc: w[1].into(),
             first: n(2) as u32,
@@ -53,8 +64,9 @@ fn parse(line: &str) -> Option<Command> {
 
 fn dump(s: &SetState) -> String {
     let mut out = format!("version {}\n", s.route_version);
-    for (id, addr) in &s.allocs {
-        out += &format!("alloc {id} {addr}\n");
+    for (id, a) in &s.allocs {
+        let drain = if a.draining { " draining" } else { "" };
+        out += &format!("alloc {id} {}{drain}\n", a.addr);
     }
     for (i, r) in s.sections.iter().enumerate() {
         let owner = r.owner.as_deref().unwrap_or("-");

@@ -76,6 +76,26 @@ pub enum Command {
         /// Number of sections.
         count: u32,
     },
+    /// A planned move of sections from `from` (which stopped serving them)
+    /// to `to`: assign and take over in one write.
+    Handoff {
+        /// The current owner, which released the sections.
+        from: AllocId,
+        /// The new owner.
+        to: AllocId,
+        /// First section.
+        first: SectionId,
+        /// Number of sections.
+        count: u32,
+    },
+    /// Marks an AllocSvr as draining (the arbiter routes nothing to it) or
+    /// not.
+    SetDraining {
+        /// The AllocSvr.
+        alloc: AllocId,
+        /// Draining or not.
+        draining: bool,
+    },
     /// Raises one section's ceiling to `to`, if `epoch` is still current.
     Raise {
         /// The section.

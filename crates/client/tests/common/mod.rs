@@ -260,6 +260,28 @@ pub fn error(kind: ErrorKind, msg: &str, route: Option<pb::RouteTable>) -> Statu
 
 #[tonic::async_trait]
 impl Alloc for Svc {
+    // Operator calls the client never makes.
+    async fn handoff(
+        &self,
+        _r: Request<pb::AllocHandoffRequest>,
+    ) -> Result<Response<pb::AllocHandoffReply>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
+
+    async fn adopt(
+        &self,
+        _r: Request<pb::AdoptRequest>,
+    ) -> Result<Response<pb::AdoptReply>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
+
+    async fn status(
+        &self,
+        _r: Request<pb::AllocStatusRequest>,
+    ) -> Result<Response<pb::AllocStatus>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
+
     async fn next(&self, r: Request<pb::NextRequest>) -> Result<Response<pb::NextReply>, Status> {
         self.gate().await?;
         let uid = r.get_ref().uid;

@@ -76,14 +76,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         let seq = || SeqClient::connect(&seeds, ClientOptions::default());
         let store = StoreClient::new(&addrs)?;
         match cli.cmd {
-            Cmd::Next { uid } => Ok(println!("{}", seq().await?.next(uid).await?)),
+            Cmd::Next { uid } => {
+                println!("{}", seq().await?.next(uid).await?);
+                Ok(())
+            }
             Cmd::NextBatch { uids } => {
                 for n in seq().await?.next_batch(&uids).await? {
                     println!("{n}");
                 }
                 Ok(())
             }
-            Cmd::Current { uid } => Ok(println!("{}", seq().await?.current(uid).await?)),
+            Cmd::Current { uid } => {
+                println!("{}", seq().await?.current(uid).await?);
+                Ok(())
+            }
             Cmd::Status => status(&store).await,
             Cmd::Sections { first, count } => sections(&store, first, count).await,
         }

@@ -1,0 +1,366 @@
+//! The arbiter: on the store leader, it notices AllocSvrs that stopped
+//! renewing their lease and routes their sections to live ones.
+//!
+//! Leases (DESIGN §3). An AllocSvr renews every `renew` interval; the leader
+//! grants a renewal only after confirming its leadership with a quorum
+//! (see `service.rs`), and the arbiter records *when it granted* it, on the
+//! leader's monotonic clock. The AllocSvr counts its lease from when it
+//! *sent* the renewal, so its view always ends first. A section is moved
+//! away from its owner only once `lease + margin` has passed since the last
+//! renewal this leader granted to it — `margin` absorbs clock-rate drift
+//! between the two machines (a drift of up to `margin / lease` is safe). A
+//! new leader has no renewal history, so it waits a full `lease + margin`
+//! after taking office before moving anything. Together with epochs this
+//! gives promise 3: when a section's new owner starts, the old owner's
+//! lease has certainly ended, and any raise it still sends is refused.
+//!
+//! This module is pure: time comes in as arguments.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use seqsvr_core::{AllocId, SectionId};
+use serde::{Deserialize, Serialize};
+
+use crate::state::SetState;
+use crate::types::Command;
+
+/// Lease timing, shared by store and AllocSvrs (the store tells each
+/// AllocSvr its lease length in every renewal reply).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LeaseConfig {
+    /// How long a granted renewal lets an AllocSvr serve, in ms.
+    pub lease_ms: u64,
+    /// Extra wait before moving a section, for clock-rate drift, in ms.
+    pub margin_ms: u64,
+    /// How often the arbiter looks for expired leases, in ms.
+    pub tick_ms: u64,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        Self {
+            lease_ms: 5000,
+            margin_ms: 1000,
+            tick_ms: 100,
+        }
+    }
+}
+
+impl LeaseConfig {
+    /// The lease.
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms)
+    }
+
+    /// Lease plus margin: how long after the last grant a section may move.
+    pub fn expiry(&self) -> Duration {
+        Duration::from_millis(self.lease_ms + self.margin_ms)
+    }
+}
+
+/// The leadership the arbiter acts under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Office {
+    /// The term.
+    term: u64,
+    /// When this replica noticed it leads in this term.
+    since: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// Set while this replica leads.
+    office: Option<Office>,
+    /// Last renewal granted per AllocSvr, in the current office only.
+    grants: HashMap<AllocId, Instant>,
+}
+
+/// Lease bookkeeping and section moves of one store replica.
+#[derive(Debug)]
+pub struct Arbiter {
+    /// Timing.
+    pub config: LeaseConfig,
+    /// Office and grants.
+    inner: Mutex<Inner>,
+}
+
+/// What the arbiter knows of one AllocSvr's lease (for status).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseView {
+    /// Time since the last renewal granted by this leader, if any.
+    pub since_grant: Option<Duration>,
+    /// Whether its sections may be moved away now.
+    pub expired: bool,
+}
+
+impl Arbiter {
+    /// A new arbiter, not in office.
+    pub fn new(config: LeaseConfig) -> Self {
+        Self {
+            config,
+            inner: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Tells the arbiter whether this replica leads (`Some(term)`) as of
+    /// `now`. A new term, or losing office, forgets every grant.
+    pub fn observe(&self, leading: Option<u64>, now: Instant) {
+        let mut g = self.lock();
+        match (g.office, leading) {
+            (Some(o), Some(t)) if o.term == t => {}
+            (_, Some(term)) => {
+                g.office = Some(Office { term, since: now });
+                g.grants.clear();
+            }
+            (_, None) => {
+                g.office = None;
+                g.grants.clear();
+            }
+        }
+    }
+
+    /// Records a renewal granted to `alloc` at `now`, confirmed in `term`.
+    /// Ignored unless this replica still leads in that term.
+    pub fn granted(&self, alloc: &str, term: u64, now: Instant) -> bool {
+        let mut g = self.lock();
+        if g.office.map(|o| o.term) != Some(term) {
+            return false;
+        }
+        g.grants.insert(alloc.to_string(), now);
+        true
+    }
+
+    /// The lease view of every registered AllocSvr.
+    pub fn view(&self, state: &SetState, now: Instant) -> BTreeMap<AllocId, LeaseView> {
+        let g = self.lock();
+        state
+            .allocs
+            .keys()
+            .map(|id| {
+                let last = g.grants.get(id).copied();
+                let expired = match g.office {
+                    None => false,
+                    Some(o) => now >= last.unwrap_or(o.since) + self.config.expiry(),
+                };
+                let view = LeaseView {
+                    since_grant: last.map(|t| now.saturating_duration_since(t)),
+                    expired,
+                };
+                (id.clone(), view)
+            })
+            .collect()
+    }
+
+    /// The moves to make now: every section that is unowned or whose owner's
+    /// lease has certainly expired goes to a live, non-draining AllocSvr,
+    /// the least loaded first. Nothing moves while not in office, during a
+    /// new office's first `lease + margin`, or when no AllocSvr is live.
+    pub fn plan(&self, state: &SetState, now: Instant) -> Vec<Command> {
+        let g = self.lock();
+        let Some(office) = g.office else {
+            return Vec::new();
+        };
+        if now < office.since + self.config.expiry() {
+            return Vec::new();
+        }
+        let expired = |id: &AllocId| {
+            now >= g.grants.get(id).copied().unwrap_or(office.since) + self.config.expiry()
+        };
+        let live = |id: &AllocId| {
+            g.grants
+                .get(id)
+                .is_some_and(|t| now < *t + self.config.lease())
+        };
+        let mut load: BTreeMap<&AllocId, usize> = state
+            .allocs
+            .iter()
+            .filter(|(id, a)| !a.draining && live(id))
+            .map(|(id, _)| (id, 0))
+            .collect();
+        if load.is_empty() {
+            return Vec::new();
+        }
+        let mut movable = Vec::new();
+        for (s, r) in state.sections.iter().enumerate() {
+            match &r.owner {
+                Some(o) if !expired(o) => {
+                    if let Some(n) = load.get_mut(o) {
+                        *n += 1;
+                    }
+                }
+                _ => movable.push(s as SectionId),
+            }
+        }
+        let mut moves: Vec<(SectionId, AllocId)> = Vec::new();
+        for s in movable {
+            let (target, n) = load
+                .iter_mut()
+                .min_by_key(|(id, n)| (**n, **id))
+                .expect("not empty");
+            *n += 1;
+            moves.push((s, (*target).clone()));
+        }
+        runs(moves)
+    }
+}
+
+/// Groups consecutive sections going to the same AllocSvr into `Assign`s.
+fn runs(moves: Vec<(SectionId, AllocId)>) -> Vec<Command> {
+    let mut out: Vec<Command> = Vec::new();
+    for (s, to) in moves {
+        if let Some(Command::Assign {
+            alloc,
+            first,
+            count,
+        }) = out.last_mut()
+        {
+            if *alloc == to && *first + *count == s {
+                *count += 1;
+                continue;
+            }
+        }
+        out.push(Command::Assign {
+            alloc: to,
+            first: s,
+            count: 1,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{AllocRecord, SectionRecord};
+
+    fn state(owners: &[Option<&str>], allocs: &[(&str, bool)]) -> SetState {
+        SetState {
+            set: Some(seqsvr_core::SetSpec::new(
+                0,
+                0..owners.len() as u64 * 100_000,
+            )),
+            sections: owners
+                .iter()
+                .map(|o| SectionRecord {
+                    owner: o.map(String::from),
+                    ..Default::default()
+                })
+                .collect(),
+            allocs: allocs
+                .iter()
+                .map(|(id, draining)| {
+                    let rec = AllocRecord {
+                        addr: format!("{id}:1"),
+                        draining: *draining,
+                    };
+                    (id.to_string(), rec)
+                })
+                .collect(),
+            route_version: 1,
+        }
+    }
+
+    fn arbiter() -> Arbiter {
+        Arbiter::new(LeaseConfig {
+            lease_ms: 5000,
+            margin_ms: 1000,
+            tick_ms: 100,
+        })
+    }
+
+    fn assign(alloc: &str, first: u32, count: u32) -> Command {
+        Command::Assign {
+            alloc: alloc.into(),
+            first,
+            count,
+        }
+    }
+
+    #[test]
+    fn a_new_leader_waits_a_full_lease_plus_margin() {
+        let t0 = Instant::now();
+        let a = arbiter();
+        let st = state(&[Some("a"), Some("b")], &[("a", false), ("b", false)]);
+        a.observe(Some(3), t0);
+        // b renews; a never does under this leader.
+        for ms in (0..=7000).step_by(500) {
+            a.granted("b", 3, t0 + Duration::from_millis(ms));
+        }
+        assert!(a.plan(&st, t0 + Duration::from_millis(5999)).is_empty());
+        assert_eq!(
+            a.plan(&st, t0 + Duration::from_millis(6000)),
+            vec![assign("b", 0, 1)]
+        );
+    }
+
+    #[test]
+    fn moves_only_after_lease_plus_margin_since_the_last_grant() {
+        let t0 = Instant::now();
+        let a = arbiter();
+        let st = state(
+            &[Some("a"), Some("a"), Some("b")],
+            &[("a", false), ("b", false), ("c", false)],
+        );
+        a.observe(Some(1), t0);
+        let at = |ms| t0 + Duration::from_millis(ms);
+        for ms in (0..=20_000).step_by(1000) {
+            a.granted("b", 1, at(ms));
+            a.granted("c", 1, at(ms));
+        }
+        a.granted("a", 1, at(7000));
+        assert!(a.plan(&st, at(12_999)).is_empty());
+        // Spread evenly: c had none, b had one.
+        assert_eq!(
+            a.plan(&st, at(13_000)),
+            vec![assign("c", 0, 1), assign("b", 1, 1)]
+        );
+    }
+
+    #[test]
+    fn draining_dead_and_unknown_allocs_get_nothing() {
+        let t0 = Instant::now();
+        let a = arbiter();
+        let st = state(
+            &[None, None, Some("gone")],
+            &[("a", true), ("b", false), ("c", false)],
+        );
+        a.observe(Some(1), t0);
+        let at = |ms| t0 + Duration::from_millis(ms);
+        a.granted("a", 1, at(9000));
+        a.granted("b", 1, at(9000));
+        // c's last grant is older than one lease: not live.
+        a.granted("c", 1, at(1000));
+        assert_eq!(a.plan(&st, at(9500)), vec![assign("b", 0, 3)]);
+        // Nobody live: nothing moves.
+        assert!(a.plan(&st, at(20_000)).is_empty());
+    }
+
+    #[test]
+    fn losing_office_or_a_new_term_forgets_grants() {
+        let t0 = Instant::now();
+        let a = arbiter();
+        let st = state(&[Some("a")], &[("a", false), ("b", false)]);
+        let at = |ms| t0 + Duration::from_millis(ms);
+        a.observe(Some(1), t0);
+        a.granted("b", 1, at(6000));
+        a.observe(None, at(6001));
+        assert!(a.plan(&st, at(6002)).is_empty());
+        assert!(
+            !a.granted("b", 1, at(6003)),
+            "a grant from an old term is ignored"
+        );
+        a.observe(Some(2), at(7000));
+        a.granted("b", 2, at(12_500));
+        assert!(a.plan(&st, at(12_999)).is_empty());
+        assert_eq!(a.plan(&st, at(13_000)), vec![assign("b", 0, 1)]);
+        let v = a.view(&st, at(13_000));
+        assert!(v["a"].expired && !v["b"].expired);
+    }
+}

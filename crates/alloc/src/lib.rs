@@ -32,6 +32,7 @@
 //!   `Routes`) and its one mapping of errors to statuses.
 //! - [`node`]: a running AllocSvr: config, start-up (register, claim the
 //!   sections routed here with take-overs), route sync, serving.
+//! - [`lease`]: the AllocSvr's view of its lease (clock passed in).
 //! - [`handoff`]: planned moves with an explicit release.
 //! - [`store_link`]: the [`CeilingStore`] backed by the StoreSvr's API.
 //! - [`error`]: [`AllocError`] (the crate's error) and [`StoreErr`] (the
@@ -69,6 +70,7 @@ pub mod allocator;
 pub mod ceiling;
 pub mod error;
 pub mod handoff;
+pub mod lease;
 pub mod mem;
 pub mod node;
 pub mod raiser;

@@ -147,8 +147,7 @@ impl AllocNode {
             route_version: AtomicU64::new(routes.version),
             routes: RwLock::new(Arc::new(routes)),
             wait: Duration::from_millis(cfg.wait_ms),
-            base: Instant::now(),
-            lease_until: AtomicU64::new(0),
+            lease: crate::lease::Lease::new(Instant::now()),
             draining: AtomicBool::new(false),
             id: cfg.id.clone(),
             addr: cfg.addr.clone(),
@@ -244,7 +243,8 @@ async fn renew_once(ctx: &Ctx) {
         }
     };
     ctx.shared
-        .extend_lease(sent, Duration::from_millis(reply.lease_ms));
+        .lease
+        .granted(sent, Duration::from_millis(reply.lease_ms));
     ctx.shared.draining.store(reply.draining, Ordering::Relaxed);
     let alloc = ctx.raiser.allocator();
     let mut mine = vec![false; alloc.spec().section_count() as usize];

@@ -31,11 +31,8 @@ pub struct Shared {
     pub routes: RwLock<Arc<pb::RouteTable>>,
     /// How long a call may wait for an exhausted section's raise.
     pub wait: Duration,
-    /// The zero of `lease_until` (monotonic).
-    pub base: std::time::Instant,
-    /// End of the lease, in ns after `base`: the send time of the last
-    /// granted renewal plus the lease length. 0: no lease yet.
-    pub lease_until: AtomicU64,
+    /// This AllocSvr's lease.
+    pub lease: crate::lease::Lease,
     /// Whether the store says this AllocSvr is being drained.
     pub draining: AtomicBool,
     /// Our id.
@@ -51,19 +48,12 @@ impl Shared {
     /// lease ran out stops serving at once).
     #[inline]
     pub fn lease_ok(&self) -> bool {
-        (self.base.elapsed().as_nanos() as u64) < self.lease_until.load(Ordering::Acquire)
-    }
-
-    /// Extends the lease to `sent + lease` (never shortens it).
-    pub fn extend_lease(&self, sent: std::time::Instant, lease: Duration) {
-        let until = (sent.saturating_duration_since(self.base) + lease).as_nanos() as u64;
-        self.lease_until.fetch_max(until, Ordering::AcqRel);
+        self.lease.valid_at(std::time::Instant::now())
     }
 
     /// Time left on the lease (negative once expired), in ms.
     pub fn lease_left_ms(&self) -> i64 {
-        let until = self.lease_until.load(Ordering::Acquire) as i128;
-        ((until - self.base.elapsed().as_nanos() as i128) / 1_000_000) as i64
+        self.lease.left_ms(std::time::Instant::now())
     }
 
     fn lease_expired(&self) -> Status {

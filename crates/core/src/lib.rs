@@ -8,11 +8,14 @@
 //!   (uid → section arithmetic).
 //! - [`route`]: the *route table*: which AllocSvr serves which sections, with
 //!   a version number and per-section *epoch* (fencing token).
+//! - [`checker`]: the per-uid monotonicity checker over what clients
+//!   received (promise 1), for tests, simulations and drills.
 //! - [`codec`]: the one place that turns values into bytes for disk and wire
 //!   (a format-version byte, then bincode), so the encoding can be swapped in
 //!   one place.
 //! - [`error`]: the crate's error type.
 
+pub mod checker;
 pub mod codec;
 pub mod error;
 pub mod route;

@@ -8,47 +8,49 @@
 //! calls may never return the same number for one uid.
 
 use std::collections::HashMap;
+#[cfg(test)]
 use std::time::{Duration, Instant};
 
-/// One number a client received.
+/// One number a client received. `T` is the clock: `std::time::Instant`
+/// for real runs, a virtual time in simulations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Observation {
+pub struct Observation<T = std::time::Instant> {
     /// The uid.
     pub uid: u64,
     /// The number received.
     pub seq: u64,
     /// When the call was sent.
-    pub start: Instant,
+    pub start: T,
     /// When its reply arrived.
-    pub end: Instant,
+    pub end: T,
 }
 
 /// A broken promise: `later` started after `earlier` returned, yet its
 /// number is not larger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Violation {
+pub struct Violation<T = std::time::Instant> {
     /// The uid.
     pub uid: u64,
     /// The earlier call.
-    pub earlier: Observation,
+    pub earlier: Observation<T>,
     /// The later call.
-    pub later: Observation,
+    pub later: Observation<T>,
 }
 
 /// What the checker found.
-#[derive(Debug, Clone, Default)]
-pub struct Report {
+#[derive(Debug, Clone)]
+pub struct Report<T = std::time::Instant> {
     /// Numbers checked.
     pub observations: usize,
     /// Distinct uids seen.
     pub uids: usize,
     /// Later calls that got a *smaller* number.
-    pub regressions: Vec<Violation>,
+    pub regressions: Vec<Violation<T>>,
     /// Two calls that got the *same* number for one uid.
-    pub repeats: Vec<Violation>,
+    pub repeats: Vec<Violation<T>>,
 }
 
-impl Report {
+impl<T> Report<T> {
     /// Whether promise 1 held.
     pub fn ok(&self) -> bool {
         self.regressions.is_empty() && self.repeats.is_empty()
@@ -56,15 +58,16 @@ impl Report {
 }
 
 /// Checks every uid's observations.
-pub fn check(observations: &[Observation]) -> Report {
-    let mut by_uid: HashMap<u64, Vec<Observation>> = HashMap::new();
+pub fn check<T: Ord + Copy>(observations: &[Observation<T>]) -> Report<T> {
+    let mut by_uid: HashMap<u64, Vec<Observation<T>>> = HashMap::new();
     for o in observations {
         by_uid.entry(o.uid).or_default().push(*o);
     }
     let mut report = Report {
         observations: observations.len(),
         uids: by_uid.len(),
-        ..Default::default()
+        regressions: Vec::new(),
+        repeats: Vec::new(),
     };
     for (uid, mut obs) in by_uid {
         check_uid(uid, &mut obs, &mut report);
@@ -72,7 +75,7 @@ pub fn check(observations: &[Observation]) -> Report {
     report
 }
 
-fn check_uid(uid: u64, obs: &mut [Observation], report: &mut Report) {
+fn check_uid<T: Ord + Copy>(uid: u64, obs: &mut [Observation<T>], report: &mut Report<T>) {
     // Repeats, whatever the timing.
     obs.sort_by_key(|o| o.seq);
     for w in obs.windows(2) {
@@ -87,7 +90,7 @@ fn check_uid(uid: u64, obs: &mut [Observation], report: &mut Report) {
     // Regressions: for each call, the largest number among calls that
     // returned before it started must be smaller than its own.
     obs.sort_by_key(|o| o.end);
-    let mut prefix_max: Vec<Observation> = Vec::with_capacity(obs.len());
+    let mut prefix_max: Vec<Observation<T>> = Vec::with_capacity(obs.len());
     for o in obs.iter() {
         let best = match prefix_max.last() {
             Some(m) if m.seq >= o.seq => *m,
@@ -115,10 +118,14 @@ fn check_uid(uid: u64, obs: &mut [Observation], report: &mut Report) {
 ///
 /// Given the end times of successful calls for one group (sorted or not)
 /// and the window observed, returns the longest gap between successes.
-pub fn longest_gap(mut ends: Vec<Instant>, from: Instant, to: Instant) -> Duration {
+pub fn longest_gap(
+    mut ends: Vec<std::time::Instant>,
+    from: std::time::Instant,
+    to: std::time::Instant,
+) -> std::time::Duration {
     ends.sort();
     let mut last = from;
-    let mut gap = Duration::ZERO;
+    let mut gap = std::time::Duration::ZERO;
     for e in ends.into_iter().chain(std::iter::once(to)) {
         gap = gap.max(e.saturating_duration_since(last));
         last = last.max(e);

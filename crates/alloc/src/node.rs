@@ -242,10 +242,6 @@ async fn renew_once(ctx: &Ctx) {
             return;
         }
     };
-    ctx.shared
-        .lease
-        .granted(sent, Duration::from_millis(reply.lease_ms));
-    ctx.shared.draining.store(reply.draining, Ordering::Relaxed);
     let alloc = ctx.raiser.allocator();
     let mut mine = vec![false; alloc.spec().section_count() as usize];
     for run in &reply.sections {
@@ -255,12 +251,19 @@ async fn renew_once(ctx: &Ctx) {
             }
         }
     }
+    // Drop what is no longer ours *before* extending the lease: a request
+    // admitted by the new lease must not find a section moved away while
+    // our lease had lapsed (promise 3).
     for s in alloc.served_sections() {
         if !mine[s as usize] {
             tracing::info!(section = s, "section no longer routed here: dropping it");
             alloc.drop_section(s);
         }
     }
+    ctx.shared
+        .lease
+        .granted(sent, Duration::from_millis(reply.lease_ms));
+    ctx.shared.draining.store(reply.draining, Ordering::Relaxed);
     let served = alloc.served_sections();
     let missing: Vec<SectionId> = (0..mine.len() as SectionId)
         .filter(|s| mine[*s as usize] && served.binary_search(s).is_err())

@@ -2,9 +2,9 @@
 //! `INCR` (AOF on, `appendfsync everysec`) — issue 3's comparison.
 //!
 //! Run: `cargo bench -p seqsvr --bench alloc_grpc -- [--secs N] [--threads T]
-//! [--redis]`, or the whole comparison (installs Redis if missing) with
-//! `deploy/bench/alloc_vs_redis.sh`. Prints figures; asserts nothing about
-//! speed.
+//! [--rounds R] [--redis]`, or the whole comparison (installs Redis if
+//! missing) with `deploy/bench/alloc_vs_redis.sh [same options]`. Prints
+//! figures; asserts nothing about speed.
 //!
 //! - seqsvr: a real cluster of the real binary — 3 store replicas and ONE
 //!   AllocSvr (`seqsvr alloc --threads T`, default 1) owning all 10
@@ -25,6 +25,9 @@
 //!   or `-c 50 -P 16` (pairs run back to back, so that load from elsewhere
 //!   on a shared machine skews both sides alike); then prints the ratios
 //!   seqsvr / Redis against issue 3's targets.
+//! - `--rounds R` (default 1) runs every shape R times; each side's round
+//!   with the most seqs/s is the one reported and compared (on a shared
+//!   machine, the round least disturbed by others).
 //! - CPU: each phase prints the CPU used by the load generator and the
 //!   servers, in % of one core, to show which side was the bottleneck.
 
@@ -67,6 +70,8 @@ struct Args {
     threads: usize,
     /// Also run the Redis comparison.
     redis: bool,
+    /// Rounds of every shape; each side's best round counts.
+    rounds: usize,
 }
 
 impl Args {
@@ -75,6 +80,7 @@ impl Args {
             secs: 5,
             threads: 1,
             redis: false,
+            rounds: 1,
         };
         let mut it = std::env::args().skip(1);
         while let Some(arg) = it.next() {
@@ -84,12 +90,16 @@ impl Args {
                     a.threads = it.next().and_then(|v| v.parse().ok()).expect("--threads T")
                 }
                 "--redis" => a.redis = true,
+                "--rounds" => {
+                    a.rounds = it.next().and_then(|v| v.parse().ok()).expect("--rounds R")
+                }
                 // `cargo bench` passes `--bench`; ignore it and anything else.
                 _ => {}
             }
         }
         a.secs = a.secs.max(1);
         a.threads = a.threads.max(1);
+        a.rounds = a.rounds.max(1);
         a
     }
 }
@@ -273,6 +283,10 @@ impl Caller {
 
 /// One measured run's figures.
 struct Figures {
+    /// What ran, as printed.
+    label: String,
+    /// CPU use of the processes involved, as printed.
+    cpu: String,
     /// Requests (round trips) per second: calls, or pipelines for Redis.
     calls_per_s: f64,
     /// Sequence numbers handed out per second.
@@ -286,11 +300,18 @@ struct Figures {
 }
 
 /// Prints one result line.
-fn report(label: &str, f: &Figures, cpu: &str) {
+fn report(f: &Figures) {
     println!(
-        "  {label:<31} {:>10.0} seqs/s {:>8.0} req/s  p50 {:>5.0} p99 {:>5.0} p999 {:>6.0} max {:>6.0} µs  cpu% {cpu}",
-        f.seqs_per_s, f.calls_per_s, f.p50, f.p99, f.p999, f.max,
+        "  {:<31} {:>10.0} seqs/s {:>8.0} req/s  p50 {:>5.0} p99 {:>5.0} p999 {:>6.0} max {:>6.0} µs  cpu% {}",
+        f.label, f.seqs_per_s, f.calls_per_s, f.p50, f.p99, f.p999, f.max, f.cpu,
     );
+}
+
+/// Keeps in `best` whichever of it and `f` handed out more seqs/s.
+fn keep(best: &mut Option<Figures>, f: Figures) {
+    if best.as_ref().is_none_or(|b| f.seqs_per_s > b.seqs_per_s) {
+        *best = Some(f);
+    }
 }
 
 const WARMING: u8 = 0;
@@ -360,7 +381,15 @@ async fn phase(
         errors += e;
         last_error = last_error.or(le);
     }
+    let shape = if batch == 0 { "next" } else { "batch-16" };
     let f = Figures {
+        label: format!("seqsvr {shape} c={callers} {}", caller.name()),
+        cpu: format!(
+            "bench {:.0} alloc {:.0} stores {:.0}",
+            pct(cpu1.bench - cpu0.bench, wall),
+            pct(cpu1.alloc - cpu0.alloc, wall),
+            pct(cpu1.stores - cpu0.stores, wall),
+        ),
         calls_per_s: h.len() as f64 / wall,
         seqs_per_s: seqs as f64 / wall,
         p50: h.value_at_quantile(0.5) as f64,
@@ -368,17 +397,7 @@ async fn phase(
         p999: h.value_at_quantile(0.999) as f64,
         max: h.max() as f64,
     };
-    let shape = if batch == 0 { "next" } else { "batch-16" };
-    report(
-        &format!("seqsvr {shape} c={callers} {}", caller.name()),
-        &f,
-        &format!(
-            "bench {:.0} alloc {:.0} stores {:.0}",
-            pct(cpu1.bench - cpu0.bench, wall),
-            pct(cpu1.alloc - cpu0.alloc, wall),
-            pct(cpu1.stores - cpu0.stores, wall),
-        ),
-    );
+    report(&f);
     if errors > 0 {
         println!(
             "    {errors} errors; last: {}",
@@ -550,6 +569,8 @@ fn redis_bench(server: &mut RedisServer, clients: usize, pipeline: usize, n: u64
         .unwrap_or(f64::NAN);
     RedisRun {
         f: Figures {
+            label: String::new(),
+            cpu: String::new(),
             calls_per_s: rps / pipeline as f64,
             seqs_per_s: rps,
             p50: summary[2] * 1000.0,
@@ -575,30 +596,44 @@ fn redis_shape(server: &mut RedisServer, clients: usize, pipeline: usize, secs: 
         (probe.f.seqs_per_s * WARMUP.as_secs_f64()) as u64,
     );
     let n = ((warm.f.seqs_per_s * secs as f64) as u64).max(10_000);
-    let r = redis_bench(server, clients, pipeline, n);
-    let shape = if pipeline > 1 {
+    let mut r = redis_bench(server, clients, pipeline, n);
+    r.f.label = if pipeline > 1 {
         format!("redis  INCR -c {clients} -P {pipeline}")
     } else {
         format!("redis  INCR -c {clients}")
     };
-    report(
-        &shape,
-        &r.f,
-        &format!(
-            "redis-benchmark {:.0} redis-server {:.0}  (n={n}, {:.1} s)",
-            pct(r.cpu_client, r.wall),
-            pct(r.cpu_server, r.wall),
-            r.wall
-        ),
+    r.f.cpu = format!(
+        "redis-benchmark {:.0} redis-server {:.0}  (n={n}, {:.1} s)",
+        pct(r.cpu_client, r.wall),
+        pct(r.cpu_server, r.wall),
+        r.wall
     );
+    report(&r.f);
     r.f
 }
 
 // ---------------------------------------------------------------- driver
 
-/// One shape: seqsvr's figures (through `SeqClient`) and Redis's.
-struct Pair {
-    seqsvr: Figures,
+/// The shapes, in order: (title, uids per call (`0`: `next`), callers).
+const SHAPES: [(&str, usize, usize); 4] = [
+    ("next, 1 caller", 0, 1),
+    ("next, 50 callers", 0, 50),
+    ("batch of 16 uids, 1 caller", BATCH, 1),
+    ("batch of 16 uids, 50 callers", BATCH, 50),
+];
+const NEXT_C1: usize = 0;
+const NEXT_C50: usize = 1;
+const BATCH_C1: usize = 2;
+const BATCH_C50: usize = 3;
+
+/// One shape's best run per side (most seqs/s over the rounds).
+#[derive(Default)]
+struct Best {
+    /// seqsvr through `SeqClient`.
+    lib: Option<Figures>,
+    /// seqsvr through a raw tonic stub (50 callers only).
+    raw: Option<Figures>,
+    /// Redis.
     redis: Option<Figures>,
 }
 
@@ -634,21 +669,28 @@ async fn run(args: &Args) {
         );
     }
     let s = args.secs;
-    let mut shape = async |title: &str, batch: usize, callers: usize| {
-        println!("\n{title}");
-        let seqsvr = phase(&cluster, &lib, batch, callers, s).await;
-        if callers > 1 {
-            phase(&cluster, &raw, batch, callers, s).await;
+    let mut best: Vec<Best> = SHAPES.iter().map(|_| Best::default()).collect();
+    for round in 1..=args.rounds {
+        if args.rounds > 1 {
+            println!("\n== round {round} of {}", args.rounds);
         }
-        let redis = redis
-            .as_mut()
-            .map(|r| redis_shape(r, callers, batch.max(1), s));
-        Pair { seqsvr, redis }
-    };
-    let next_c1 = shape("next, 1 caller", 0, 1).await;
-    let next_c50 = shape("next, 50 callers", 0, 50).await;
-    let batch_c1 = shape("batch of 16 uids, 1 caller", BATCH, 1).await;
-    let batch_c50 = shape("batch of 16 uids, 50 callers", BATCH, 50).await;
+        for (&(title, batch, callers), best) in SHAPES.iter().zip(&mut best) {
+            println!("\n{title}");
+            keep(
+                &mut best.lib,
+                phase(&cluster, &lib, batch, callers, s).await,
+            );
+            if callers > 1 {
+                keep(
+                    &mut best.raw,
+                    phase(&cluster, &raw, batch, callers, s).await,
+                );
+            }
+            if let Some(r) = redis.as_mut() {
+                keep(&mut best.redis, redis_shape(r, callers, batch.max(1), s));
+            }
+        }
+    }
     if let Some(r) = &redis {
         let info = redis_cmd(r.port, "INFO persistence").unwrap_or_default();
         let aof = info
@@ -659,8 +701,17 @@ async fn run(args: &Args) {
     }
     drop(redis);
     drop(cluster);
+    if args.rounds > 1 {
+        println!("\nbest of {} rounds (most seqs/s), per side", args.rounds);
+        for (&(title, ..), b) in SHAPES.iter().zip(&best) {
+            println!("{title}");
+            for f in [&b.lib, &b.raw, &b.redis].into_iter().flatten() {
+                report(f);
+            }
+        }
+    }
     if args.redis {
-        ratio_table(&next_c1, &next_c50, &batch_c1, &batch_c50);
+        ratio_table(&best);
     } else {
         println!("\n(add --redis for the Redis comparison and the ratio table)");
     }
@@ -668,9 +719,11 @@ async fn run(args: &Args) {
 
 // ---------------------------------------------------------------- report
 
-fn ratio_table(next_c1: &Pair, next_c50: &Pair, batch_c1: &Pair, batch_c50: &Pair) {
+fn ratio_table(best: &[Best]) {
     let met = |ok: bool| if ok { "met" } else { "NOT met" };
-    let r = |p: &Pair| p.redis.as_ref().map_or(f64::NAN, |f| f.seqs_per_s);
+    let lib = |i: usize| best[i].lib.as_ref().expect("every shape ran");
+    let redis = |i: usize, q: fn(&Figures) -> f64| best[i].redis.as_ref().map_or(f64::NAN, q);
+    let seqs = |f: &Figures| f.seqs_per_s;
     println!("\nseqsvr (SeqClient) / Redis");
     println!(
         "  {:<38} {:>10} {:>10} {:>7}  target",
@@ -686,42 +739,47 @@ fn ratio_table(next_c1: &Pair, next_c50: &Pair, batch_c1: &Pair, batch_c50: &Pai
     let lat = |name: &str, a: f64, b: f64, target: &str| {
         println!("  {name:<38} {a:>10.0} {b:>10.0} {:>7}  {target}", "");
     };
-    let rl = |p: &Pair, q: fn(&Figures) -> f64| p.redis.as_ref().map_or(f64::NAN, q);
+    let next_c50 = lib(NEXT_C50);
     row(
         "next c=50 vs INCR -c 50 (seqs/s)",
-        next_c50.seqsvr.seqs_per_s,
-        r(next_c50),
+        next_c50.seqs_per_s,
+        redis(NEXT_C50, seqs),
         Some(0.9),
     );
     lat(
         "  p99 (µs)",
-        next_c50.seqsvr.p99,
-        rl(next_c50, |f| f.p99),
-        &format!("≤ 1500 µs  {}", met(next_c50.seqsvr.p99 <= 1500.0)),
+        next_c50.p99,
+        redis(NEXT_C50, |f| f.p99),
+        &format!("≤ 1500 µs  {}", met(next_c50.p99 <= 1500.0)),
     );
     lat(
         "  p999 (µs)",
-        next_c50.seqsvr.p999,
-        rl(next_c50, |f| f.p999),
+        next_c50.p999,
+        redis(NEXT_C50, |f| f.p999),
         "",
     );
     row(
         "batch-16 c=50 vs INCR -c 50 -P 16",
-        batch_c50.seqsvr.seqs_per_s,
-        r(batch_c50),
+        lib(BATCH_C50).seqs_per_s,
+        redis(BATCH_C50, seqs),
         Some(2.0),
     );
     row(
         "next c=1 vs INCR -c 1",
-        next_c1.seqsvr.seqs_per_s,
-        r(next_c1),
+        lib(NEXT_C1).seqs_per_s,
+        redis(NEXT_C1, seqs),
         None,
     );
-    lat("  p50 (µs)", next_c1.seqsvr.p50, rl(next_c1, |f| f.p50), "");
+    lat(
+        "  p50 (µs)",
+        lib(NEXT_C1).p50,
+        redis(NEXT_C1, |f| f.p50),
+        "",
+    );
     row(
         "batch-16 c=1 vs INCR -c 1 -P 16",
-        batch_c1.seqsvr.seqs_per_s,
-        r(batch_c1),
+        lib(BATCH_C1).seqs_per_s,
+        redis(BATCH_C1, seqs),
         None,
     );
 }

@@ -117,47 +117,116 @@ fn spawn(dir: &Path, name: &str, args: &[&str]) -> anyhow::Result<Child> {
     Ok(child)
 }
 
-/// Runs the dev cluster until Ctrl-C.
-pub async fn run(dir: PathBuf) -> anyhow::Result<()> {
+/// One supervised child.
+struct Supervised {
+    /// Its name (`store-1`, `alloc-2`…).
+    name: String,
+    /// Its `seqsvr` arguments.
+    args: Vec<String>,
+    /// The running process.
+    child: Child,
+    /// When it died, if it did (restarted after the delay).
+    died: Option<tokio::time::Instant>,
+}
+
+/// Runs the dev cluster until Ctrl-C. A child that dies (a drill's kill -9,
+/// a crash) is started again after `restart_after`, like a supervisor would
+/// (`None`: left dead); a paused child (SIGSTOP) is left alone.
+pub async fn run(dir: PathBuf, restart_after: Option<std::time::Duration>) -> anyhow::Result<()> {
     std::fs::create_dir_all(&dir)?;
     let dir = dir.canonicalize()?;
     let mut children = Vec::new();
+    let mut start = |name: String, args: Vec<String>| -> anyhow::Result<()> {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let child = spawn(&dir, &name, &refs)?;
+        children.push(Supervised {
+            name,
+            args,
+            child,
+            died: None,
+        });
+        Ok(())
+    };
     for (id, addr) in DEV_STORES {
         let name = format!("store-{id}");
         let cfg = ensure_config(
             dir.join(format!("{name}.toml")),
             &dev_store_config(&dir, id),
         )?;
-        let cfg = cfg.to_string_lossy().into_owned();
-        children.push((
-            name.clone(),
-            spawn(&dir, &name, &["store", "--config", &cfg])?,
-        ));
+        start(
+            name,
+            vec![
+                "store".into(),
+                "--config".into(),
+                cfg.to_string_lossy().into_owned(),
+            ],
+        )?;
         println!("store {id}      {addr}");
     }
     for (id, addr) in DEV_ALLOCS {
         let cfg = ensure_config(dir.join(format!("{id}.toml")), &dev_alloc_config(id, addr))?;
-        let cfg = cfg.to_string_lossy().into_owned();
-        children.push((
+        start(
             id.to_string(),
-            spawn(&dir, id, &["alloc", "--config", &cfg])?,
-        ));
+            vec![
+                "alloc".into(),
+                "--config".into(),
+                cfg.to_string_lossy().into_owned(),
+            ],
+        )?;
         println!("{id:<13}{addr}");
     }
     println!("data and logs  {}", dir.display());
     println!("try:           seqctl next 42        (prints a sequence number)");
     println!("               seqctl status");
     println!("stop:          Ctrl-C");
-    shutdown_signal().await;
+    let mut shutdown = std::pin::pin!(shutdown_signal());
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = tick.tick() => supervise(&dir, &mut children, restart_after)?,
+        }
+    }
     println!("stopping…");
     // AllocSvrs first, then the store.
-    for (name, child) in children.iter_mut().rev() {
-        if let Some(pid) = child.id() {
+    for c in children.iter_mut().rev() {
+        if let Some(pid) = c.child.id() {
             // SAFETY: kill(2) on our own child's pid has no memory effects.
-            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+            // SIGCONT first so a paused child can act on SIGTERM.
+            unsafe {
+                libc::kill(pid as i32, libc::SIGCONT);
+                libc::kill(pid as i32, libc::SIGTERM);
+            }
         }
-        let _ = child.wait().await;
-        let _ = std::fs::remove_file(dir.join(format!("{name}.pid")));
+        let _ = c.child.wait().await;
+        let _ = std::fs::remove_file(dir.join(format!("{}.pid", c.name)));
+    }
+    Ok(())
+}
+
+/// Notices dead children and restarts them once their delay has passed.
+fn supervise(
+    dir: &Path,
+    children: &mut [Supervised],
+    restart_after: Option<std::time::Duration>,
+) -> anyhow::Result<()> {
+    let now = tokio::time::Instant::now();
+    for c in children.iter_mut() {
+        if c.died.is_none() {
+            if let Ok(Some(status)) = c.child.try_wait() {
+                println!("{} exited ({status})", c.name);
+                c.died = Some(now);
+            }
+        }
+        match (c.died, restart_after) {
+            (Some(t), Some(delay)) if now >= t + delay => {
+                let refs: Vec<&str> = c.args.iter().map(String::as_str).collect();
+                c.child = spawn(dir, &c.name, &refs)?;
+                c.died = None;
+                println!("{} restarted", c.name);
+            }
+            _ => {}
+        }
     }
     Ok(())
 }

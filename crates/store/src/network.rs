@@ -5,6 +5,8 @@
 //! connection failure is reported as *unreachable* so openraft backs off
 //! instead of hammering a dead peer.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{
@@ -29,10 +31,16 @@ pub const MAX_MESSAGE: usize = 64 << 20;
 
 /// Makes [`Conn`]s to peers.
 #[derive(Clone, Default)]
-pub struct Network;
+pub struct Network {
+    /// Set while this replica is cut off from its peers on purpose (the
+    /// drill's partition fault): every Raft RPC fails as unreachable.
+    pub isolated: Arc<AtomicBool>,
+}
 
 /// A connection to one peer replica.
 pub struct Conn {
+    /// See [`Network::isolated`].
+    isolated: Arc<AtomicBool>,
     /// The peer's id (for error reports).
     target: NodeId,
     /// The peer's address (for error reports).
@@ -63,6 +71,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
                     .max_encoding_message_size(MAX_MESSAGE)
             });
         Conn {
+            isolated: self.isolated.clone(),
             target,
             addr: node.addr.clone(),
             client,
@@ -91,6 +100,9 @@ impl Conn {
     {
         let unreachable =
             |msg: String| RPCError::Unreachable(Unreachable::new(&std::io::Error::other(msg)));
+        if self.isolated.load(Ordering::Relaxed) {
+            return Err(unreachable(format!("isolated from {}", self.addr)));
+        }
         let Some(client) = self.client.clone() else {
             return Err(unreachable(format!("bad address {:?}", self.addr)));
         };

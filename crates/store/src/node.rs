@@ -239,7 +239,9 @@ impl StoreNode {
         let fresh = log.is_fresh().map_err(|e| internal(&e))?;
         let sm = StateMachine::open(&disk).map_err(|e| internal(&e))?;
         let raft_cfg = Arc::new(cfg.raft_config()?);
-        let raft = Raft::new(cfg.id, raft_cfg, Network, log, sm.clone())
+        let network = Network::default();
+        let isolated = network.isolated.clone();
+        let raft = Raft::new(cfg.id, raft_cfg, network, log, sm.clone())
             .await
             .map_err(|e| internal(&e))?;
         let api = StoreApi {
@@ -251,10 +253,14 @@ impl StoreNode {
             disk,
             peers: Default::default(),
             arbiter: Arc::new(Arbiter::new(cfg.lease.clone())),
+            isolated: isolated.clone(),
         };
         let local_addr = listener.local_addr().map_err(|e| internal(&e))?;
         let server = tokio::spawn(serve(api.clone(), raft.clone(), listener));
-        let mut tasks = Vec::new();
+        let mut tasks = vec![tokio::spawn(watch_isolation(
+            cfg.data_dir.join(ISOLATE_FILE),
+            isolated,
+        ))];
         let lowest = cfg.members.iter().map(|m| m.id).min() == Some(cfg.id);
         if fresh && lowest {
             tasks.push(tokio::spawn(bootstrap(raft.clone(), cfg.clone())));
@@ -285,9 +291,30 @@ impl StoreNode {
     }
 }
 
+/// A file whose presence in the data directory cuts this replica off from
+/// its peers (while clients can still reach it): the drill's partition
+/// fault, for test and dev clusters. Remove it to heal.
+pub const ISOLATE_FILE: &str = "ISOLATE";
+
+async fn watch_isolation(path: PathBuf, isolated: Arc<std::sync::atomic::AtomicBool>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    loop {
+        tick.tick().await;
+        let now = path.exists();
+        if isolated.swap(now, std::sync::atomic::Ordering::Relaxed) != now {
+            tracing::warn!(
+                isolated = now,
+                "partition fault {}",
+                if now { "on" } else { "healed" }
+            );
+        }
+    }
+}
+
 async fn serve(api: StoreApi, raft: Raft, listener: TcpListener) {
+    let isolated = api.isolated.clone();
     let store = StoreServer::new(api);
-    let raft = RaftServer::new(RaftApi { raft })
+    let raft = RaftServer::new(RaftApi { raft, isolated })
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
     let res = tonic::transport::Server::builder()

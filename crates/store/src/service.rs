@@ -52,6 +52,8 @@ pub struct StoreApi {
     pub(crate) peers: Arc<Mutex<HashMap<String, StoreClient<Channel>>>>,
     /// Leases and section moves (acts only while this replica leads).
     pub(crate) arbiter: Arc<Arbiter>,
+    /// While set, nothing is forwarded to or accepted from peers.
+    pub(crate) isolated: Arc<std::sync::atomic::AtomicBool>,
 }
 
 fn forwarded<T>(req: &Request<T>) -> bool {
@@ -113,6 +115,10 @@ impl StoreApi {
         RF: Future<Output = Result<Response<Resp>, Status>>,
     {
         let was_forwarded = forwarded(&req);
+        let isolated = self.isolated.load(std::sync::atomic::Ordering::Relaxed);
+        if was_forwarded && isolated {
+            return Err(Error::NoLeader("isolated from peers".into()).to_status());
+        }
         let body = req.into_inner();
         let mut leader = match local(body.clone()).await {
             Ok(resp) => return Ok(Response::new(resp)),
@@ -617,6 +623,17 @@ impl StoreApi {
 pub struct RaftApi {
     /// The Raft handle.
     pub(crate) raft: Raft,
+    /// While set, peers' Raft RPCs are refused (partition fault).
+    pub(crate) isolated: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl RaftApi {
+    fn check(&self) -> Result<(), Status> {
+        if self.isolated.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(Status::unavailable("isolated from peers (partition fault)"));
+        }
+        Ok(())
+    }
 }
 
 fn decode<T: serde::de::DeserializeOwned>(what: &str, p: &pb::RaftPayload) -> Result<T, Status> {
@@ -635,6 +652,7 @@ impl pb::raft_server::Raft for RaftApi {
         &self,
         req: Request<pb::RaftPayload>,
     ) -> Result<Response<pb::RaftPayload>, Status> {
+        self.check()?;
         let rpc = decode("append-entries request", req.get_ref())?;
         encode(&self.raft.append_entries(rpc).await)
     }
@@ -643,6 +661,7 @@ impl pb::raft_server::Raft for RaftApi {
         &self,
         req: Request<pb::RaftPayload>,
     ) -> Result<Response<pb::RaftPayload>, Status> {
+        self.check()?;
         let rpc = decode("vote request", req.get_ref())?;
         encode(&self.raft.vote(rpc).await)
     }
@@ -651,6 +670,7 @@ impl pb::raft_server::Raft for RaftApi {
         &self,
         req: Request<pb::RaftPayload>,
     ) -> Result<Response<pb::RaftPayload>, Status> {
+        self.check()?;
         let rpc = decode("install-snapshot request", req.get_ref())?;
         encode(&self.raft.install_snapshot(rpc).await)
     }

@@ -2,6 +2,7 @@
 //! `seqsvr dev` cluster. See `seqctl --help`.
 
 use clap::{Parser, Subcommand};
+use seqsvr::{ctl, drill};
 use seqsvr_client::{ClientOptions, SeqClient};
 use seqsvr_store::client::StoreClient;
 
@@ -46,6 +47,30 @@ enum Cmd {
         /// How many (default: all).
         count: Option<u32>,
     },
+    /// AllocSvr maintenance: planned moves with an explicit lease release.
+    Alloc {
+        #[command(subcommand)]
+        op: AllocOp,
+    },
+    /// Failover drill: drive a workload, inject faults, report regressions,
+    /// unavailability and skipped numbers. Exits non-zero on any regression.
+    Drill(drill::DrillArgs),
+}
+
+#[derive(Subcommand)]
+enum AllocOp {
+    /// Hands every section of an AllocSvr to the others and keeps it empty.
+    Drain {
+        /// The AllocSvr's id.
+        id: String,
+    },
+    /// Lets a drained AllocSvr take sections again.
+    Undrain {
+        /// The AllocSvr's id.
+        id: String,
+    },
+    /// Evens out sections over the live AllocSvrs (after one joins).
+    Rebalance,
 }
 
 fn main() -> std::process::ExitCode {
@@ -90,69 +115,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("{}", seq().await?.current(uid).await?);
                 Ok(())
             }
-            Cmd::Status => status(&store).await,
-            Cmd::Sections { first, count } => sections(&store, first, count).await,
+            Cmd::Status => ctl::status(&store).await,
+            Cmd::Sections { first, count } => ctl::sections(&store, first, count).await,
+            Cmd::Alloc { op } => match op {
+                AllocOp::Drain { id } => ctl::drain(&store, &id).await,
+                AllocOp::Undrain { id } => ctl::undrain(&store, &id).await,
+                AllocOp::Rebalance => ctl::rebalance(&store).await,
+            },
+            Cmd::Drill(args) => {
+                let report = drill::run(args.into_config(&addrs, &seeds)?).await?;
+                report.print(args.json);
+                if !report.ok() {
+                    anyhow::bail!(
+                        "promise 1 broken: {} regressions, {} repeats",
+                        report.regressions,
+                        report.repeats
+                    );
+                }
+                Ok(())
+            }
         }
     })
-}
-
-async fn status(store: &StoreClient) -> anyhow::Result<()> {
-    println!("store replicas:");
-    for (addr, st) in store.status_all().await {
-        match st {
-            Ok(s) => println!(
-                "  {:<3} {addr:<22} {:<10} term {:<4} leader {:<3} applied {:<8} fsyncs {}",
-                s.node_id,
-                s.state,
-                s.term,
-                if s.has_leader {
-                    s.leader_id.to_string()
-                } else {
-                    "-".into()
-                },
-                s.last_applied,
-                s.fsyncs
-            ),
-            Err(e) => println!("  ?   {addr:<22} unreachable: {e}"),
-        }
-    }
-    let routes = store.routes().await?;
-    let s = &routes.set;
-    println!(
-        "set {}: uids [{}, {}), {} sections of {}, step {}",
-        s.set_id,
-        s.uid_begin,
-        s.uid_end,
-        s.section_count(),
-        s.section_size,
-        s.step
-    );
-    println!("route version {}", routes.version);
-    let mut per_alloc: std::collections::BTreeMap<&str, (u32, &str)> = Default::default();
-    for e in &routes.entries {
-        per_alloc.entry(&e.alloc).or_insert((0, &e.addr)).0 += e.count;
-    }
-    let owned: u32 = per_alloc.values().map(|(n, _)| n).sum();
-    println!("allocs:");
-    for (id, (n, addr)) in per_alloc {
-        println!("  {id:<12} {addr:<22} {n} sections");
-    }
-    println!("  (unowned)    {} sections", s.section_count() - owned);
-    Ok(())
-}
-
-async fn sections(store: &StoreClient, first: u32, count: Option<u32>) -> anyhow::Result<()> {
-    let total = store.routes().await?.set.section_count();
-    let count = count.unwrap_or(total.saturating_sub(first));
-    println!("{:>8} {:>20} {:>8}  owner", "section", "max_seq", "epoch");
-    for s in store.read_sections(first, count).await? {
-        println!(
-            "{:>8} {:>20} {:>8}  {}",
-            s.section,
-            s.max_seq,
-            s.epoch,
-            s.owner.as_deref().unwrap_or("-")
-        );
-    }
-    Ok(())
 }

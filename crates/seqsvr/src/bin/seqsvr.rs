@@ -45,6 +45,10 @@ enum Cmd {
         /// Where the cluster keeps its data and logs.
         #[arg(long, default_value = seqsvr::defaults::DEV_DIR)]
         dir: PathBuf,
+        /// Restart a server that died after this many seconds (0: never),
+        /// as a process supervisor would.
+        #[arg(long, default_value_t = 3)]
+        restart_after: u64,
     },
 }
 
@@ -72,7 +76,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         match cli.cmd {
             Cmd::Store { config } => run_store(config).await,
             Cmd::Alloc { config, .. } => run_alloc(config).await,
-            Cmd::Dev { dir } => seqsvr::dev::run(dir).await,
+            Cmd::Dev { dir, restart_after } => {
+                let delay =
+                    (restart_after > 0).then(|| std::time::Duration::from_secs(restart_after));
+                seqsvr::dev::run(dir, delay).await
+            }
         }
     })
 }

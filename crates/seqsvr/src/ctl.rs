@@ -191,13 +191,13 @@ fn sections_of(routes: &seqsvr_core::RouteTable, alloc: &str) -> (Vec<u32>, Opti
 
 /// Drains `alloc`: marks it draining and hands every section it serves to
 /// the live AllocSvrs.
-pub async fn drain(store: &StoreClient, alloc: &str) -> anyhow::Result<()> {
+pub async fn drain(store: &StoreClient, alloc: &str) -> anyhow::Result<Vec<pb::MoveResult>> {
     store.set_draining(alloc, true).await?;
     let routes = store.routes().await?;
     let (sections, addr) = sections_of(&routes, alloc);
     let Some(addr) = addr else {
         println!("{alloc} is draining and serves no sections");
-        return Ok(());
+        return Ok(Vec::new());
     };
     let mut targets = live_targets(store).await?;
     targets.retain(|t| t.id != alloc);
@@ -208,7 +208,7 @@ pub async fn drain(store: &StoreClient, alloc: &str) -> anyhow::Result<()> {
     if results.iter().any(|r| !r.ok) {
         bail!("some sections did not move; run the drain again");
     }
-    Ok(())
+    Ok(results)
 }
 
 /// Clears `alloc`'s draining mark (it then gets sections again from

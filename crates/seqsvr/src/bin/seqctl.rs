@@ -118,7 +118,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Cmd::Status => ctl::status(&store).await,
             Cmd::Sections { first, count } => ctl::sections(&store, first, count).await,
             Cmd::Alloc { op } => match op {
-                AllocOp::Drain { id } => ctl::drain(&store, &id).await,
+                AllocOp::Drain { id } => ctl::drain(&store, &id).await.map(drop),
                 AllocOp::Undrain { id } => ctl::undrain(&store, &id).await,
                 AllocOp::Rebalance => ctl::rebalance(&store).await,
             },

@@ -1,0 +1,147 @@
+//! Virtual time and the network: who can reach whom, and how long a
+//! message takes.
+//!
+//! Links are symmetric and either up or cut. A message is dropped if its
+//! link is cut when it is sent *or* when it would arrive (a partition that
+//! starts while a message is in flight loses it). Delays are drawn per
+//! message, so messages on one link may overtake each other, as on a real
+//! network with retransmissions and several connections.
+
+use std::collections::BTreeSet;
+
+use crate::rng::Rng;
+
+/// Virtual time in nanoseconds since the start of the run.
+pub type Time = u64;
+/// One microsecond of virtual time.
+pub const US: Time = 1_000;
+/// One millisecond of virtual time.
+pub const MS: Time = 1_000_000;
+/// One second of virtual time.
+pub const SEC: Time = 1_000_000_000;
+
+/// Formats a virtual time as seconds with microseconds (`12.345678s`).
+pub fn fmt_time(t: Time) -> String {
+    format!("{}.{:06}s", t / SEC, (t % SEC) / US)
+}
+
+/// A process of the simulated deployment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Node {
+    /// A store replica, by index.
+    Replica(usize),
+    /// An AllocSvr, by index.
+    Alloc(usize),
+    /// A client, by index.
+    Client(usize),
+}
+
+impl std::fmt::Display for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Node::Replica(i) => write!(f, "r{i}"),
+            Node::Alloc(i) => write!(f, "a{i}"),
+            Node::Client(i) => write!(f, "c{i}"),
+        }
+    }
+}
+
+/// How long messages take.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Delays {
+    /// Shortest one-way delay.
+    pub min: Time,
+    /// Longest ordinary one-way delay.
+    pub max: Time,
+    /// Chance that a message is slow (a retransmission, a GC on the way).
+    pub slow_chance: f64,
+    /// Longest delay of a slow message.
+    pub slow_max: Time,
+}
+
+impl Default for Delays {
+    fn default() -> Self {
+        Self {
+            min: 50 * US,
+            max: 2 * MS,
+            slow_chance: 0.01,
+            slow_max: 150 * MS,
+        }
+    }
+}
+
+/// The network: cut links and delays.
+#[derive(Debug, Clone, Default)]
+pub struct Net {
+    /// Cut links, each stored once as `(min, max)`.
+    cut: BTreeSet<(Node, Node)>,
+    /// Delays in ordinary times.
+    pub delays: Delays,
+    /// Until when every message is slow (a fault), if ever.
+    pub slow_until: Time,
+}
+
+fn key(a: Node, b: Node) -> (Node, Node) {
+    if a <= b {
+        (a, b)
+    } else {
+        (b, a)
+    }
+}
+
+impl Net {
+    /// Whether `a` and `b` can currently exchange messages.
+    pub fn connected(&self, a: Node, b: Node) -> bool {
+        a == b || !self.cut.contains(&key(a, b))
+    }
+
+    /// Cuts the link between `a` and `b`.
+    pub fn cut(&mut self, a: Node, b: Node) {
+        if a != b {
+            self.cut.insert(key(a, b));
+        }
+    }
+
+    /// Restores the link between `a` and `b`.
+    pub fn heal(&mut self, a: Node, b: Node) {
+        self.cut.remove(&key(a, b));
+    }
+
+    /// Restores every link.
+    pub fn heal_all(&mut self) {
+        self.cut.clear();
+    }
+
+    /// Whether any link is cut.
+    pub fn any_cut(&self) -> bool {
+        !self.cut.is_empty()
+    }
+
+    /// A one-way delay for a message sent at `now`.
+    pub fn delay(&self, rng: &mut Rng, now: Time) -> Time {
+        let d = &self.delays;
+        if now < self.slow_until || rng.chance(d.slow_chance) {
+            rng.range(d.max, d.slow_max + 1)
+        } else {
+            rng.range(d.min, d.max + 1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuts_are_symmetric_and_heal() {
+        let mut n = Net::default();
+        let (r0, a1) = (Node::Replica(0), Node::Alloc(1));
+        assert!(n.connected(r0, a1));
+        n.cut(a1, r0);
+        assert!(!n.connected(r0, a1) && !n.connected(a1, r0));
+        assert!(n.connected(r0, r0));
+        n.heal(r0, a1);
+        assert!(n.connected(a1, r0) && !n.any_cut());
+        assert_eq!(fmt_time(12 * SEC + 345 * MS + 6 * US), "12.345006s");
+    }
+}

@@ -1,0 +1,345 @@
+//! Failover with leases, the arbiter and planned moves, on real processes.
+//!
+//! Every test drives a workload and runs the per-uid checker over every
+//! number clients received (promise 1). The faults: an AllocSvr paused for
+//! longer than its lease (promises 1, 3), a store leader cut off from its
+//! peers while allocs can still reach it (3), an AllocSvr killed (3, and the
+//! time its sections take to move), the store leader killed during
+//! take-overs and raises (1, 2), and a drain (planned moves).
+//!
+//! Tests here run one at a time: they measure unavailability, and five
+//! 5-process clusters at once on a small machine would measure the machine.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use seqsvr_client::SeqClient;
+use seqsvr_core::checker::{check, Observation};
+use seqsvr_core::SetSpec;
+use support::{SetCluster, TEST_RENEW_MS};
+
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Lease + margin of the test clusters (see `support::test_lease`).
+const EXPIRY: Duration = Duration::from_millis(2500);
+
+fn set() -> SetSpec {
+    SetSpec {
+        set_id: 0,
+        uid_begin: 0,
+        uid_end: 8000,
+        section_size: 1000,
+        step: 500,
+    }
+}
+
+struct Workload {
+    obs: Arc<Mutex<Vec<Observation>>>,
+    errors: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Callers hitting 16 uids in every section, in a closed loop.
+fn start_workload(c: &SeqClient, callers: u64) -> Workload {
+    let obs: Arc<Mutex<Vec<Observation>>> = Default::default();
+    let errors = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks = (0..callers)
+        .map(|k| {
+            let (c, obs, errors, stop) = (c.clone(), obs.clone(), errors.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut x = 0x2545_f491_4f6c_dd1du64 ^ (k + 1);
+                while !stop.load(Ordering::Relaxed) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let uid = (x % 8) * 1000 + (x >> 8) % 16;
+                    let start = Instant::now();
+                    match c.next(uid).await {
+                        Ok(seq) => obs.lock().unwrap().push(Observation {
+                            uid,
+                            seq,
+                            start,
+                            end: Instant::now(),
+                        }),
+                        Err(_) => {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    Workload {
+        obs,
+        errors,
+        stop,
+        tasks,
+    }
+}
+
+impl Workload {
+    async fn finish(self) -> Vec<Observation> {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.tasks {
+            t.await.unwrap();
+        }
+        println!("{} failed calls", self.errors.load(Ordering::Relaxed));
+        std::mem::take(&mut *self.obs.lock().unwrap())
+    }
+}
+
+fn assert_monotonic(obs: &[Observation], logs: impl Fn() -> String) {
+    let r = check(obs);
+    println!(
+        "checked {} numbers for {} uids: {} regressions, {} repeats",
+        r.observations,
+        r.uids,
+        r.regressions.len(),
+        r.repeats.len()
+    );
+    assert!(
+        r.observations > 500,
+        "too few numbers to check anything ({})",
+        r.observations
+    );
+    assert!(
+        r.ok(),
+        "promise 1 broken: {:?} {:?}\n{}",
+        r.regressions.first(),
+        r.repeats.first(),
+        logs()
+    );
+}
+
+/// The longest time after `at` that a section in `sections` went without
+/// a successful call.
+fn outage_after(obs: &[Observation], at: Instant, sections: &[u32]) -> Duration {
+    let set = set();
+    sections
+        .iter()
+        .map(|&s| {
+            let mut ends: Vec<Instant> = obs
+                .iter()
+                .filter(|o| set.section_of(o.uid) == Some(s))
+                .map(|o| o.end)
+                .collect();
+            ends.sort();
+            let mut prev = at;
+            let mut worst = Duration::ZERO;
+            for e in ends.into_iter().filter(|e| *e > at) {
+                worst = worst.max(e - prev);
+                prev = e;
+            }
+            worst
+        })
+        .max()
+        .unwrap_or_default()
+}
+
+/// Calls `addr` directly for one uid of each of `sections` until `until`;
+/// returns the numbers it handed out (should be none), as observations so
+/// the checker judges them with everything else.
+async fn numbers_from(addr: &str, sections: &[u32], until: Instant) -> Vec<Observation> {
+    let mut c = seqsvr_proto::alloc_client::AllocClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    while Instant::now() < until {
+        for s in sections {
+            let uid = *s as u64 * 1000 + 3;
+            let start = Instant::now();
+            if let Ok(r) = c
+                .next(seqsvr_proto::NextRequest {
+                    uid,
+                    route_version: 0,
+                })
+                .await
+            {
+                let seq = r.into_inner().seq;
+                got.push(Observation {
+                    uid,
+                    seq,
+                    start,
+                    end: Instant::now(),
+                });
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    got
+}
+
+async fn ready() -> (SetCluster, SeqClient) {
+    let cluster = SetCluster::start(set(), 2);
+    let c = cluster.client().await;
+    cluster.wait_serving(&c).await;
+    (cluster, c)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alloc_paused_longer_than_its_lease_hands_out_nothing_after() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (cluster, c) = ready().await;
+    let w = start_workload(&c, 8);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let pid = cluster.allocs[0].pid().unwrap();
+    support::signal(pid, libc::SIGSTOP);
+    let paused = Instant::now();
+    // Its sections (0..4) move once its lease has certainly expired.
+    tokio::time::sleep(EXPIRY * 2).await;
+    support::signal(pid, libc::SIGCONT);
+    // Woken up, it must not hand out a single number for the sections it lost.
+    let stolen = numbers_from(
+        &cluster.alloc_addrs[0],
+        &[0, 1, 2, 3],
+        Instant::now() + Duration::from_millis(1500),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut obs = w.finish().await;
+    obs.extend(&stolen);
+    assert_monotonic(&obs, || cluster.store.logs());
+    assert!(
+        stolen.is_empty(),
+        "a paused alloc served lost sections after waking: {stolen:?}"
+    );
+    let outage = outage_after(&obs, paused, &[0, 1, 2, 3]);
+    println!("sections of the paused alloc were unavailable for {outage:?}");
+    assert!(
+        outage < EXPIRY + Duration::from_secs(1) + Duration::from_millis(TEST_RENEW_MS),
+        "{outage:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_allocs_sections_are_served_elsewhere_within_lease_margin_and_a_second() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (mut cluster, c) = ready().await;
+    let w = start_workload(&c, 8);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    cluster.allocs[0].kill9();
+    let killed = Instant::now();
+    tokio::time::sleep(EXPIRY + Duration::from_secs(3)).await;
+    let obs = w.finish().await;
+    assert_monotonic(&obs, || cluster.store.logs());
+    let outage = outage_after(&obs, killed, &[0, 1, 2, 3]);
+    println!("sections of the killed alloc were unavailable for {outage:?} (bound: lease + margin + 1 s = {:?})", EXPIRY + Duration::from_secs(1));
+    assert!(
+        outage <= EXPIRY + Duration::from_secs(1),
+        "{outage:?}\n{}",
+        cluster.store.logs()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_store_leader_keeps_no_old_owner_alive() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (cluster, c) = ready().await;
+    let w = start_workload(&c, 8);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // Cut the store leader off from its peers; allocs can still reach it.
+    let leader = cluster.store.wait_ready(Duration::from_secs(5)).await;
+    let isolate = cluster
+        .store
+        .dir
+        .path()
+        .join(format!("store-{}", leader + 1))
+        .join(seqsvr_store::node::ISOLATE_FILE);
+    std::fs::write(&isolate, b"").unwrap();
+    // At the same time alloc-1 stops renewing (paused): the new leader must
+    // move its sections, and the old leader must not renew alloc-1.
+    let pid = cluster.allocs[0].pid().unwrap();
+    support::signal(pid, libc::SIGSTOP);
+    tokio::time::sleep(EXPIRY * 2 + Duration::from_secs(1)).await;
+    support::signal(pid, libc::SIGCONT);
+    let stolen = numbers_from(
+        &cluster.alloc_addrs[0],
+        &[0, 1, 2, 3],
+        Instant::now() + Duration::from_millis(1500),
+    )
+    .await;
+    std::fs::remove_file(&isolate).unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let mut obs = w.finish().await;
+    obs.extend(&stolen);
+    assert_monotonic(&obs, || cluster.store.logs());
+    assert!(
+        stolen.is_empty(),
+        "alloc-1 served lost sections: {stolen:?}"
+    );
+    let routes = cluster.store.client().routes().await.unwrap();
+    assert!(
+        routes.entries.iter().all(|e| e.alloc == "alloc-2"),
+        "sections did not move: {routes:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_store_leader_during_take_overs_and_raises() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (mut cluster, c) = ready().await;
+    let w = start_workload(&c, 8);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // alloc-1 dies: its sections are taken over once its lease expires...
+    cluster.allocs[0].kill9();
+    tokio::time::sleep(EXPIRY - Duration::from_millis(200)).await;
+    // ...right when the store leader dies too (raises go on all along).
+    let leader = cluster.store.wait_ready(Duration::from_secs(5)).await;
+    cluster.store.procs[leader].kill9();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cluster.store.procs[leader].restart();
+    cluster.allocs[0].restart();
+    tokio::time::sleep(EXPIRY * 2).await;
+    let obs = w.finish().await;
+    assert_monotonic(&obs, || cluster.store.logs());
+    let end = obs.iter().map(|o| o.end).max().unwrap();
+    let served_at_end: std::collections::BTreeSet<u32> = obs
+        .iter()
+        .filter(|o| o.end + Duration::from_secs(1) > end)
+        .filter_map(|o| set().section_of(o.uid))
+        .collect();
+    assert_eq!(
+        served_at_end.len(),
+        8,
+        "not every section serves again\n{}",
+        cluster.store.logs()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_moves_every_section_with_near_zero_unavailability() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (cluster, c) = ready().await;
+    let w = start_workload(&c, 8);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let store = cluster.store.client();
+    let started = Instant::now();
+    let results = seqsvr::ctl::drain(&store, "alloc-1").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let obs = w.finish().await;
+    assert_monotonic(&obs, || cluster.store.logs());
+    assert_eq!(results.len(), 4);
+    let worst = results.iter().map(|r| r.unavailable_us).max().unwrap();
+    println!(
+        "handoff unavailability per section: {:?} µs",
+        results.iter().map(|r| r.unavailable_us).collect::<Vec<_>>()
+    );
+    let seen = outage_after(&obs, started, &[0, 1, 2, 3]);
+    println!("longest gap clients saw on moved sections: {seen:?}");
+    assert!(worst < 1_000_000, "a handoff took {worst} µs");
+    assert!(
+        seen < EXPIRY,
+        "clients waited {seen:?}: the drain waited for a lease"
+    );
+    let routes = store.routes().await.unwrap();
+    assert!(
+        routes.entries.iter().all(|e| e.alloc == "alloc-2"),
+        "{routes:?}"
+    );
+}

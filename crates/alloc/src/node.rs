@@ -329,3 +329,29 @@ fn runs(sections: &[SectionId]) -> Vec<(SectionId, u32)> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sample_configs_parse() {
+        for text in [
+            include_str!("../../../config/alloc-1.toml"),
+            include_str!("../../../config/alloc-2.toml"),
+        ] {
+            let cfg = AllocNodeConfig::from_toml(text).unwrap();
+            assert_eq!(cfg.store.len(), 3);
+        }
+        let bad =
+            include_str!("../../../config/alloc-1.toml").replace("renew_ms = 1000", "renew_ms = 0");
+        assert!(AllocNodeConfig::from_toml(&bad).is_err());
+        assert!(AllocNodeConfig::from_toml("id = 1").is_err());
+    }
+
+    #[test]
+    fn runs_group_consecutive_sections() {
+        assert_eq!(runs(&[0, 1, 2, 5, 7, 8]), vec![(0, 3), (5, 1), (7, 2)]);
+        assert!(runs(&[]).is_empty());
+    }
+}

@@ -219,22 +219,41 @@ async fn an_alloc_paused_longer_than_its_lease_hands_out_nothing_after() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_allocs_sections_are_served_elsewhere_within_lease_margin_and_a_second() {
+    use seqsvr::drill::{Action, DrillConfig, Fault};
     let _one = ONE_AT_A_TIME.lock().await;
-    let (mut cluster, c) = ready().await;
-    let w = start_workload(&c, 8);
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    cluster.allocs[0].kill9();
-    let killed = Instant::now();
-    tokio::time::sleep(EXPIRY + Duration::from_secs(3)).await;
-    let obs = w.finish().await;
-    assert_monotonic(&obs, || cluster.store.logs());
-    let outage = outage_after(&obs, killed, &[0, 1, 2, 3]);
-    println!("sections of the killed alloc were unavailable for {outage:?} (bound: lease + margin + 1 s = {:?})", EXPIRY + Duration::from_secs(1));
+    let (cluster, _c) = ready().await;
+    // Measured by the drill itself: kill -9 alloc-1 one second in.
+    let pid = cluster.allocs[0].pid().unwrap();
+    let cfg = DrillConfig {
+        allocs: cluster.alloc_addrs.clone(),
+        store: cluster.store.addrs.clone(),
+        uids: None,
+        rate: 2000,
+        concurrency: 16,
+        duration: Duration::from_secs(1) + EXPIRY + Duration::from_secs(3),
+        faults: vec![Fault {
+            at: Duration::from_secs(1),
+            action: Action::Exec(format!("kill -9 {pid}")),
+        }],
+        dev_dir: cluster.store.dir.path().to_path_buf(),
+        deadline: Duration::from_millis(500),
+    };
+    let report = seqsvr::drill::run(cfg).await.unwrap();
+    report.print(false);
+    assert!(report.ok(), "promise 1 broken\n{}", cluster.store.logs());
     assert!(
-        outage <= EXPIRY + Duration::from_secs(1),
-        "{outage:?}\n{}",
-        cluster.store.logs()
+        report.numbers > 1000,
+        "too few numbers ({})",
+        report.numbers
     );
+    let outage = Duration::from_secs_f64(report.faults[0].recovery_ms / 1000.0);
+    let bound = EXPIRY + Duration::from_secs(1);
+    println!("sections of the killed alloc were unavailable for {outage:?} (bound: lease + margin + 1 s = {bound:?})");
+    assert!(
+        outage > Duration::ZERO,
+        "the kill had no effect: {report:?}"
+    );
+    assert!(outage <= bound, "{outage:?}\n{}", cluster.store.logs());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

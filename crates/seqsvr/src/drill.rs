@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use seqsvr_client::{ClientOptions, SeqClient};
-use seqsvr_core::checker::{check, longest_gap, Observation};
+use seqsvr_core::checker::{check, Observation};
 use seqsvr_core::SetSpec;
 use seqsvr_store::client::StoreClient;
 use serde::Serialize;
@@ -195,8 +195,12 @@ pub struct FaultReport {
     /// What it did (or why it failed).
     pub outcome: String,
     /// The longest time, from the fault on, that any section went without
-    /// a successful call (before the next fault), in ms.
+    /// a successful call while calls for it failed (before the next fault),
+    /// in ms.
     pub recovery_ms: f64,
+    /// Across the fault, the largest jump of a section's numbers (see
+    /// `section_skip`); compare with the step.
+    pub section_skip_max: u64,
 }
 
 /// The drill's findings.
@@ -228,6 +232,8 @@ pub struct Report {
     pub skipped: u64,
     /// The largest such gap for one uid.
     pub skipped_max_per_uid: u64,
+    /// The set's step (for reading the skips).
+    pub step: u64,
 }
 
 impl Report {
@@ -258,7 +264,7 @@ impl Report {
             println!("  {e}");
         }
         println!(
-            "unavailable  per section: max {:.0} ms, p99 {:.0} ms",
+            "unavailable  per section (gaps with failed calls): max {:.0} ms, p99 {:.0} ms",
             self.unavailable_max_ms, self.unavailable_p99_ms
         );
         for (s, range, ms) in &self.worst_sections {
@@ -266,11 +272,13 @@ impl Report {
         }
         for f in &self.faults {
             println!(
-                "fault at {:>7.1} s  {:?}: {}; longest outage after it {:.0} ms",
+                "fault at {:>7.1} s  {:?}: {}\n    longest outage after it {:.0} ms; largest section jump across it {} (step {})",
                 f.fault.at.as_secs_f64(),
                 f.fault.action,
                 f.outcome,
-                f.recovery_ms
+                f.recovery_ms,
+                f.section_skip_max,
+                self.step
             );
         }
         println!(
@@ -298,6 +306,7 @@ pub async fn run(cfg: DrillConfig) -> anyhow::Result<Report> {
     };
     let client = SeqClient::connect(&cfg.allocs, opts).await?;
     let obs: Arc<Mutex<Vec<Observation>>> = Default::default();
+    let failures: Arc<Mutex<Vec<(u64, Instant)>>> = Default::default();
     let counts = Arc::new((
         std::sync::atomic::AtomicU64::new(0),
         std::sync::atomic::AtomicU64::new(0),
@@ -311,6 +320,8 @@ pub async fn run(cfg: DrillConfig) -> anyhow::Result<Report> {
                 uids,
                 obs: obs.clone(),
                 counts: counts.clone(),
+                section_size: set.section_size,
+                failures: failures.clone(),
                 pace: (cfg.rate > 0)
                     .then(|| Duration::from_secs_f64(cfg.concurrency as f64 / cfg.rate as f64)),
             };
@@ -326,15 +337,13 @@ pub async fn run(cfg: DrillConfig) -> anyhow::Result<Report> {
         counts.0.load(std::sync::atomic::Ordering::Relaxed),
         counts.1.load(std::sync::atomic::Ordering::Relaxed),
     );
-    Ok(analyse(
-        &set,
-        &obs,
-        faults,
+    let failures = std::mem::take(&mut *failures.lock().unwrap_or_else(|e| e.into_inner()));
+    let calls = Calls {
         requests,
         failed,
-        t0,
-        Instant::now(),
-    ))
+        failures,
+    };
+    Ok(analyse(&set, &obs, faults, calls, t0, Instant::now()))
 }
 
 struct Worker {
@@ -344,6 +353,10 @@ struct Worker {
     obs: Arc<Mutex<Vec<Observation>>>,
     counts: Arc<(std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64)>,
     pace: Option<Duration>,
+    /// Uids per section (batches stay within one).
+    section_size: u64,
+    /// Failed calls: (a uid of the call, when it started).
+    failures: Arc<Mutex<Vec<(u64, Instant)>>>,
 }
 
 impl Worker {
@@ -369,14 +382,25 @@ impl Worker {
                 .0
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let result = if i.is_multiple_of(8) {
-                let batch: Vec<u64> = (0..8).map(|_| pick()).collect();
+                // A group fan-out within one section, so a failure is
+                // attributed to the right section.
+                let base = pick();
+                let lo = base - (base - first) % self.section_size.max(1);
+                let batch: Vec<u64> = (0..8u64)
+                    .map(|k| (base + k * stride).min(lo + self.section_size - 1))
+                    .collect();
                 self.client
                     .next_batch(&batch)
                     .await
-                    .map(|s| batch.into_iter().zip(s).collect::<Vec<_>>())
+                    .map(|s| batch.iter().copied().zip(s).collect::<Vec<_>>())
+                    .map_err(|_| batch[0])
             } else {
                 let uid = pick();
-                self.client.next(uid).await.map(|s| vec![(uid, s)])
+                self.client
+                    .next(uid)
+                    .await
+                    .map(|s| vec![(uid, s)])
+                    .map_err(|_| uid)
             };
             let end_t = Instant::now();
             match result {
@@ -389,11 +413,15 @@ impl Worker {
                         end: end_t,
                     }));
                 }
-                Err(_) => drop(
+                Err(uid) => {
                     self.counts
                         .1
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-                ),
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.failures
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push((uid, start));
+                }
             }
         }
     }
@@ -475,12 +503,19 @@ async fn resolve(name: &str, store: &StoreClient) -> anyhow::Result<String> {
     Ok(format!("store-{}", l.node_id))
 }
 
+/// What the workers did, besides the numbers.
+struct Calls {
+    requests: u64,
+    failed: u64,
+    /// (a uid of the failed call, when it started).
+    failures: Vec<(u64, Instant)>,
+}
+
 fn analyse(
     set: &SetSpec,
     obs: &[Observation],
     faults: Vec<(Fault, Instant, String)>,
-    requests: u64,
-    failed: u64,
+    calls: Calls,
     t0: Instant,
     t1: Instant,
 ) -> Report {
@@ -497,19 +532,48 @@ fn analyse(
             )
         })
         .collect();
-    // Per section: longest stretch without a success.
+    // Per section: successes (sorted) and failed call starts.
     let mut ends: HashMap<u32, Vec<Instant>> = HashMap::new();
     for o in obs {
         if let Some(s) = set.section_of(o.uid) {
             ends.entry(s).or_default().push(o.end);
         }
     }
-    let mut gaps: Vec<(u32, f64)> = ends
-        .iter()
-        .map(|(s, e)| (*s, longest_gap(e.clone(), t0, t1).as_secs_f64() * 1000.0))
+    for e in ends.values_mut() {
+        e.sort();
+    }
+    let mut fails: HashMap<u32, Vec<Instant>> = HashMap::new();
+    for (uid, at) in &calls.failures {
+        if let Some(s) = set.section_of(*uid) {
+            fails.entry(s).or_default().push(*at);
+        }
+    }
+    // A section is unavailable over a gap between two successes only if a
+    // call for it failed in that gap (a quiet gap is just no traffic).
+    let outage = |s: u32, from: Instant, until: Instant| -> Duration {
+        let e = ends.get(&s).map(Vec::as_slice).unwrap_or(&[]);
+        fails
+            .get(&s)
+            .into_iter()
+            .flatten()
+            .filter(|f| **f >= from && **f < until)
+            .map(|f| {
+                let i = e.partition_point(|t| t <= f);
+                let before = if i == 0 { t0 } else { e[i - 1] };
+                let after = e.get(i).copied().unwrap_or(t1);
+                after - before
+            })
+            .max()
+            .unwrap_or_default()
+    };
+    let mut gaps: Vec<(u32, f64)> = (0..set.section_count())
+        .map(|s| (s, outage(s, t0, t1).as_secs_f64() * 1000.0))
+        .filter(|g| g.1 > 0.0)
         .collect();
     gaps.sort_by(|a, b| b.1.total_cmp(&a.1));
-    let p99 = gaps.get(gaps.len() / 100).map_or(0.0, |g| g.1);
+    let p99 = gaps
+        .get(set.section_count() as usize / 100)
+        .map_or(0.0, |g| g.1);
     let worst = gaps
         .iter()
         .take(5)
@@ -518,32 +582,28 @@ fn analyse(
             (*s, format!("{}..{}", u.start, u.end), *ms)
         })
         .collect();
-    let mut sorted: Vec<Vec<Instant>> = ends.into_values().collect();
-    for e in &mut sorted {
-        e.sort();
-    }
     let times: Vec<Instant> = faults.iter().map(|f| f.1).collect();
     let faults = faults
         .into_iter()
         .enumerate()
         .map(|(i, (fault, at, outcome))| {
             let until = times.get(i + 1).copied().unwrap_or(t1);
-            let outage = sorted
-                .iter()
-                .map(|e| outage_after(e, at, until, t1))
+            let worst = (0..set.section_count())
+                .map(|s| outage(s, at, until))
                 .max()
                 .unwrap_or_default();
             FaultReport {
+                section_skip_max: section_skip(set, obs, at, until),
                 fault,
                 outcome,
-                recovery_ms: outage.as_secs_f64() * 1000.0,
+                recovery_ms: worst.as_secs_f64() * 1000.0,
             }
         })
         .collect();
     let (skipped, skipped_max) = skipped_numbers(obs);
     Report {
-        requests,
-        failed,
+        requests: calls.requests,
+        failed: calls.failed,
         numbers: r.observations,
         uids: r.uids,
         regressions: r.regressions.len(),
@@ -555,24 +615,35 @@ fn analyse(
         faults,
         skipped,
         skipped_max_per_uid: skipped_max,
+        step: set.step,
     }
 }
 
-/// The longest stretch without a success that ends after `at` and starts
-/// before `until`: the outage a fault at `at` caused in one section (its
-/// successes `ends`, sorted).
-fn outage_after(ends: &[Instant], at: Instant, until: Instant, t1: Instant) -> Duration {
-    let mut prev: Option<Instant> = None;
-    let mut worst = Duration::ZERO;
-    for &e in ends.iter().chain(std::iter::once(&t1)) {
-        if let Some(p) = prev {
-            if e > at && p < until {
-                worst = worst.max(e - p.max(at));
-            }
+/// Per section, how far the numbers jumped across a fault: the smallest
+/// number handed out after it (before the next fault) minus the largest
+/// handed out before it; the largest over sections. A section that moved
+/// restarts every uid at its old ceiling, so this bounds what the move
+/// skipped (promise 4: at most about one step).
+fn section_skip(set: &SetSpec, obs: &[Observation], at: Instant, until: Instant) -> u64 {
+    let mut before: HashMap<u32, u64> = HashMap::new();
+    let mut after: HashMap<u32, u64> = HashMap::new();
+    for o in obs {
+        let Some(s) = set.section_of(o.uid) else {
+            continue;
+        };
+        if o.end < at {
+            let b = before.entry(s).or_default();
+            *b = (*b).max(o.seq);
+        } else if o.start > at && o.end < until {
+            let a = after.entry(s).or_insert(u64::MAX);
+            *a = (*a).min(o.seq);
         }
-        prev = Some(e);
     }
-    worst
+    after
+        .iter()
+        .filter_map(|(s, a)| before.get(s).map(|b| a.saturating_sub(*b)))
+        .max()
+        .unwrap_or(0)
 }
 
 /// Numbers between each uid's first and last received number that nobody
@@ -621,20 +692,51 @@ mod tests {
     }
 
     #[test]
-    fn outage_is_measured_from_the_fault() {
-        let t = Instant::now();
-        let ms = |n| t + Duration::from_millis(n);
-        let ends = [ms(0), ms(10), ms(500), ms(510)];
-        // Fault at 100: the gap 10..500 is cut at 100.
-        assert_eq!(
-            outage_after(&ends, ms(100), ms(1000), ms(600)),
-            Duration::from_millis(400)
+    fn outages_need_a_failed_call_and_skips_compare_sections() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let set = SetSpec {
+            section_size: 10,
+            ..SetSpec::new(0, 0..20)
+        };
+        let o = |uid, seq, at| Observation {
+            uid,
+            seq,
+            start: ms(at),
+            end: ms(at),
+        };
+        // Section 0: quiet 10..500 (no failure), then a failure at 600 inside 550..900.
+        // Section 1: one uid jumps from 5 to 105 across a fault at 300.
+        let obs = [
+            o(1, 1, 10),
+            o(1, 2, 500),
+            o(2, 1, 550),
+            o(2, 2, 900),
+            o(11, 5, 100),
+            o(12, 105, 400),
+        ];
+        let calls = Calls {
+            requests: 7,
+            failed: 1,
+            failures: vec![(3, ms(600))],
+        };
+        let fault = Fault {
+            at: Duration::from_millis(300),
+            action: Action::Kill("x".into()),
+        };
+        let r = analyse(
+            &set,
+            &obs,
+            vec![(fault, ms(300), "ok".into())],
+            calls,
+            t0,
+            ms(1000),
         );
-        // A fault before a quiet end: 510..600 counts.
-        assert_eq!(
-            outage_after(&ends, ms(505), ms(1000), ms(600)),
-            Duration::from_millis(90)
-        );
+        assert_eq!(r.unavailable_max_ms, 350.0);
+        assert_eq!(r.worst_sections.len(), 1);
+        assert_eq!(r.faults[0].recovery_ms, 350.0);
+        assert_eq!(r.faults[0].section_skip_max, 100);
+        assert!(r.ok());
     }
 
     #[test]

@@ -85,6 +85,13 @@ impl SimConfig {
                 None => 0.2 * rng.unit() - 0.1,
             })
             .collect();
+        // Small steps exercise raises and exhaustion; large ones give an
+        // ex-owner room to hand out many numbers if fencing fails.
+        let step = match rng.below(5) {
+            0 | 1 => 8,
+            2 | 3 => 64,
+            _ => 1000,
+        };
         let duration = 60 * SEC;
         let quiet_tail = 20 * SEC;
         let mut cfg = SimConfig {
@@ -98,7 +105,7 @@ impl SimConfig {
                 uid_begin: 1000,
                 uid_end: 1048,
                 section_size: 8,
-                step: 8,
+                step,
             },
             lease,
             renew_every: 1000 * MS,
@@ -126,12 +133,13 @@ impl SimConfig {
     /// The configuration and schedule, for failure reports.
     pub fn describe(&self) -> String {
         let mut s = format!(
-            "seed {}: {} replicas, {} allocs, {} clients, {} simulated; lease {} ms, margin {} ms; knobs {:?}\n",
+            "seed {}: {} replicas, {} allocs, {} clients, {} simulated; step {}; lease {} ms, margin {} ms; knobs {:?}\n",
             self.seed,
             self.replicas,
             self.allocs,
             self.clients,
             fmt_time(self.duration),
+            self.spec.step,
             self.lease.lease_ms,
             self.lease.margin_ms,
             self.knobs

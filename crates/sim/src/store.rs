@@ -133,7 +133,9 @@ impl StoreFail {
     pub(crate) fn retryable(&self) -> bool {
         matches!(
             self,
-            StoreFail::NoLeader | StoreFail::Timeout | StoreFail::Rejected(Rejection::NotConfigured)
+            StoreFail::NoLeader
+                | StoreFail::Timeout
+                | StoreFail::Rejected(Rejection::NotConfigured)
         )
     }
 }
@@ -380,7 +382,14 @@ impl World {
             self.arbiter_tick(r);
         }
         let inc = self.replicas[r].inc;
-        self.after(TICK, Ev::Replica { r, inc, t: RTimer::Tick });
+        self.after(
+            TICK,
+            Ev::Replica {
+                r,
+                inc,
+                t: RTimer::Tick,
+            },
+        );
     }
 
     fn expire_waits(&mut self, r: usize) {
@@ -448,7 +457,10 @@ impl World {
         let (my_term, my_len) = (self.last_term(c), self.replicas[c].len());
         let mut votes = 1;
         for v in 0..self.replicas.len() {
-            if v == c || !self.replicas[v].up || !self.net.connected(Node::Replica(c), Node::Replica(v)) {
+            if v == c
+                || !self.replicas[v].up
+                || !self.net.connected(Node::Replica(c), Node::Replica(v))
+            {
                 continue;
             }
             if self.replicas[v].term < term {
@@ -525,7 +537,11 @@ impl World {
                         via: Some(r),
                         ..p
                     };
-                    self.send(Node::Replica(r), Node::Replica(l), Msg::Store(StoreMsg::Req(fwd)));
+                    self.send(
+                        Node::Replica(r),
+                        Node::Replica(l),
+                        Msg::Store(StoreMsg::Req(fwd)),
+                    );
                 } else {
                     self.store_reply(r, &p, Err(StoreFail::NoLeader));
                 }
@@ -641,7 +657,10 @@ impl World {
         if term > self.replicas[f].term {
             self.adopt_term(f, term);
         }
-        assert!(!self.replicas[f].leading, "model bug: two leaders in term {term}");
+        assert!(
+            !self.replicas[f].leading,
+            "model bug: two leaders in term {term}"
+        );
         let timeout = self.election_timeout();
         let rep = &mut self.replicas[f];
         rep.leader = Some(leader);
@@ -654,7 +673,10 @@ impl World {
             self.normalize(f);
         }
         let rep = &mut self.replicas[f];
-        assert!(rep.commit <= rep.len(), "model bug: log shorter than commit");
+        assert!(
+            rep.commit <= rep.len(),
+            "model bug: log shorter than commit"
+        );
         rep.commit = rep.commit.max(commit.min(rep.len()));
         self.apply_committed(f);
         self.unpark(f);
@@ -672,10 +694,16 @@ impl World {
         while self.replicas[r].applied < self.replicas[r].commit {
             let i = self.replicas[r].applied;
             let e = self.log[i].clone();
-            assert_eq!(self.entry_of(r, i).id, e.id, "model bug: r{r} diverges at {i}");
+            assert_eq!(
+                self.entry_of(r, i).id,
+                e.id,
+                "model bug: r{r} diverges at {i}"
+            );
             let rep = &mut self.replicas[r];
             if let Some(cmd) = &e.cmd {
-                rep.state.apply(cmd, &mut Vec::new());
+                // Outcomes only matter on the leader that answers the
+                // caller; replicas apply the same commands alike.
+                let _ = rep.state.apply(cmd, &mut Vec::new());
             }
             rep.applied += 1;
         }
@@ -685,12 +713,12 @@ impl World {
         if term > self.replicas[l].term {
             return self.adopt_term(l, term);
         }
+        let majority = self.majority();
         let rep = &mut self.replicas[l];
         if !rep.leading || term != rep.term || !ok {
             return;
         }
         rep.matched[f] = rep.matched[f].max(len);
-        let majority = self.replicas.len() / 2 + 1;
         if let Some(b) = probe.and_then(|id| rep.barriers.get_mut(&id)) {
             if b.term == term {
                 b.acks.insert(f);
@@ -717,7 +745,11 @@ impl World {
         }
         if let Some(last) = self.log.last() {
             let n = self.log.len();
-            assert_eq!(self.entry_of(l, n - 1).id, last.id, "model bug: leader lacks a commit");
+            assert_eq!(
+                self.entry_of(l, n - 1).id,
+                last.id,
+                "model bug: leader lacks a commit"
+            );
         }
         let mut replies = Vec::new();
         for i in self.log.len()..idx {
@@ -761,7 +793,10 @@ impl World {
         let out = self.truth.apply(cmd, &mut Vec::new());
         trace!(self, "commit #{} {cmd:?} -> {out:?}", self.log.len());
         match (cmd, &out) {
-            (Command::TakeOver { .. } | Command::Handoff { .. }, Ok(Reply::TakenOver { grants, .. })) => {
+            (
+                Command::TakeOver { .. } | Command::Handoff { .. },
+                Ok(Reply::TakenOver { grants, .. }),
+            ) => {
                 for g in grants {
                     self.stats.takeovers += 1;
                     self.monitor.on_takeover(self.now, g);
@@ -874,7 +909,10 @@ impl World {
             .collect::<Vec<_>>();
         let route_version = rep.state.route_version;
         self.stats.renewals += 1;
-        trace!(self, "r{l} grants {alloc} a lease (term {term}), sections {sections:?}");
+        trace!(
+            self,
+            "r{l} grants {alloc} a lease (term {term}), sections {sections:?}"
+        );
         debug_assert!(alloc_index(alloc).is_some());
         Ok(StoreOk::Renewed {
             lease_ms: self.cfg.lease.lease_ms,
@@ -928,7 +966,14 @@ impl World {
         rep.up = true;
         rep.election_at = t;
         let inc = rep.inc;
-        self.after(TICK, Ev::Replica { r, inc, t: RTimer::Tick });
+        self.after(
+            TICK,
+            Ev::Replica {
+                r,
+                inc,
+                t: RTimer::Tick,
+            },
+        );
     }
 
     /// The replica that currently leads with a reachable majority, if any.

@@ -201,10 +201,8 @@ impl World {
     /// them (as a fresh cluster's config does), replica 0 leading term 1.
     pub fn new(cfg: SimConfig) -> Self {
         let mut rng = Rng::new(cfg.seed);
-        let net = Net {
-            delays: cfg.delays.clone(),
-            ..Net::default()
-        };
+        let mut net = Net::default();
+        net.delays = cfg.delays.clone();
         let base = Instant::now();
         let mut w = World {
             now: 0,
@@ -264,7 +262,14 @@ impl World {
             rep.election_at = self.election_timeout();
             self.replicas.push(rep);
             let phase = self.rng.range(0, 20 * MS);
-            self.schedule(phase, Ev::Replica { r, inc: 0, t: RTimer::Tick });
+            self.schedule(
+                phase,
+                Ev::Replica {
+                    r,
+                    inc: 0,
+                    t: RTimer::Tick,
+                },
+            );
         }
         self.become_leader(0);
         for a in 0..self.cfg.allocs {
@@ -275,12 +280,24 @@ impl World {
         for c in 0..self.cfg.clients {
             self.clients.push(Client::new(&self.truth, self.cfg.allocs));
             let t = self.rng.range(500 * MS, 1500 * MS);
-            self.schedule(t, Ev::Client { c, t: CTimer::Issue });
+            self.schedule(
+                t,
+                Ev::Client {
+                    c,
+                    t: CTimer::Issue,
+                },
+            );
             let t = self.rng.range(1000 * MS, 3000 * MS);
-            self.schedule(t, Ev::Client { c, t: CTimer::Refresh });
+            self.schedule(
+                t,
+                Ev::Client {
+                    c,
+                    t: CTimer::Refresh,
+                },
+            );
         }
-        for (i, (t, _)) in self.cfg.faults.iter().enumerate() {
-            let t = *t;
+        let times: Vec<Time> = self.cfg.faults.iter().map(|(t, _)| *t).collect();
+        for (i, t) in times.into_iter().enumerate() {
             self.schedule(t, Ev::Fault(i));
         }
     }

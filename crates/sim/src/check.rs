@@ -1,0 +1,162 @@
+//! The invariants checked while a run goes on (promises 2, 3 and 4 of
+//! DESIGN §2); promise 1 is checked at the end over every client-visible
+//! result by the real checker (`seqsvr_core::checker::check`).
+//!
+//! - Promise 2: every number handed out is at or below its section's
+//!   *committed* ceiling at that instant.
+//! - Promise 3: checked where requests are admitted (`alloc.rs`): when an
+//!   AllocSvr admits a request for a section it serves, no other AllocSvr
+//!   serves it (running, lease valid by its own clock, section installed).
+//! - Promise 4, bounded gap: let `hi` be the highest number ever handed
+//!   out in a section and `unused` the number of take-overs of it since a
+//!   number was last handed out under the latest take-over's epoch. Then
+//!   the committed ceiling never exceeds `hi + (1 + unused) · step` —
+//!   checked at every committed take-over and raise. So a single failover
+//!   or restart (`unused = 0` before it) skips at most one step, and each
+//!   take-over whose owner died before handing anything out adds one more.
+//!   The largest skip at a first number after a take-over is measured.
+
+use seqsvr_core::checker::Observation;
+use seqsvr_core::{SectionId, SetSpec};
+use seqsvr_store::types::Grant;
+
+use crate::net::{fmt_time, Time};
+
+/// A broken invariant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// When it was found (virtual time).
+    pub at: Time,
+    /// The promise of DESIGN §2 it breaks (0: a sanity check of the model).
+    pub promise: u8,
+    /// What happened.
+    pub what: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.promise {
+            0 => write!(f, "at {}: {}", fmt_time(self.at), self.what),
+            p => write!(f, "at {}: promise {p}: {}", fmt_time(self.at), self.what),
+        }
+    }
+}
+
+/// Per-section bookkeeping of the checks.
+#[derive(Debug)]
+pub(crate) struct Monitor {
+    /// The step.
+    step: u64,
+    /// Highest number handed out, per section.
+    hi: Vec<u64>,
+    /// Take-overs since a number was handed out under the latest one.
+    unused: Vec<u64>,
+    /// The latest take-over's epoch, per section.
+    grant_epoch: Vec<u64>,
+    /// The latest take-over has not handed anything out yet.
+    fresh: Vec<bool>,
+    /// Largest skip measured at a first number after a take-over.
+    max_skip: u64,
+    /// When each section last handed out a number.
+    last_served: Vec<Time>,
+    /// What broke, in order.
+    pub violations: Vec<Violation>,
+    /// Every number clients received.
+    pub observations: Vec<Observation<Time>>,
+}
+
+impl Monitor {
+    /// A monitor for `spec`.
+    pub(crate) fn new(spec: &SetSpec) -> Self {
+        let n = spec.section_count() as usize;
+        Self {
+            step: spec.step,
+            hi: vec![0; n],
+            unused: vec![0; n],
+            grant_epoch: vec![0; n],
+            fresh: vec![false; n],
+            max_skip: 0,
+            last_served: vec![0; n],
+            violations: Vec::new(),
+            observations: Vec::new(),
+        }
+    }
+
+    /// Records a violation.
+    pub(crate) fn violate(&mut self, at: Time, promise: u8, what: String) {
+        self.violations.push(Violation { at, promise, what });
+    }
+
+    fn bound(&self, s: usize) -> u64 {
+        self.hi[s] + self.step * (1 + self.unused[s])
+    }
+
+    /// A take-over of one section committed.
+    pub(crate) fn on_takeover(&mut self, now: Time, g: &Grant) {
+        let s = g.section as usize;
+        if g.prev_ceiling > self.bound(s) {
+            let what = format!(
+                "take-over of section {} at ceiling {}: more than {} step(s) above the highest number handed out ({})",
+                g.section,
+                g.prev_ceiling,
+                1 + self.unused[s],
+                self.hi[s]
+            );
+            self.violate(now, 4, what);
+        }
+        self.unused[s] += 1;
+        self.grant_epoch[s] = g.epoch;
+        self.fresh[s] = true;
+    }
+
+    /// A raise committed.
+    pub(crate) fn on_raise(&mut self, now: Time, section: SectionId, max_seq: u64) {
+        let s = section as usize;
+        if max_seq > self.bound(s) {
+            let what = format!(
+                "raise of section {section} to {max_seq}: more than {} step(s) above the highest number handed out ({})",
+                1 + self.unused[s],
+                self.hi[s]
+            );
+            self.violate(now, 4, what);
+        }
+    }
+
+    /// AllocSvr `a` handed out `v` in section `s`, serving it under
+    /// `epoch`; `ceiling` is the section's committed ceiling now.
+    pub(crate) fn on_handout(
+        &mut self,
+        now: Time,
+        a: usize,
+        s: SectionId,
+        epoch: u64,
+        v: u64,
+        ceiling: u64,
+    ) {
+        let i = s as usize;
+        if v > ceiling {
+            let what = format!(
+                "a{a} handed out {v} in section {s}, above the committed ceiling {ceiling}"
+            );
+            self.violate(now, 2, what);
+        }
+        if epoch == self.grant_epoch[i] {
+            if std::mem::take(&mut self.fresh[i]) {
+                self.max_skip = self.max_skip.max(v.saturating_sub(self.hi[i] + 1));
+            }
+            self.unused[i] = 0;
+        }
+        self.hi[i] = self.hi[i].max(v);
+        self.last_served[i] = now;
+    }
+
+    /// When section `s` last handed out a number.
+    pub(crate) fn last_served(&self, s: SectionId) -> Time {
+        self.last_served[s as usize]
+    }
+
+    /// The largest skip at a failover, in steps.
+    pub(crate) fn max_skip_steps(&self) -> f64 {
+        self.max_skip as f64 / self.step as f64
+    }
+}

@@ -13,10 +13,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use seqsvr::checker::{check, Observation};
+use seqsvr::checker::Observation;
 use seqsvr_client::SeqClient;
 use seqsvr_core::SetSpec;
-use support::SetCluster;
+use support::{assert_monotonic, SetCluster};
 
 const STEP: u64 = 200;
 
@@ -139,29 +139,6 @@ fn max_skip(obs: &[Observation], at: Instant, sections: &[u32]) -> u64 {
         })
         .max()
         .unwrap_or(0)
-}
-
-fn assert_monotonic(obs: &[Observation], logs: impl Fn() -> String) {
-    let r = check(obs);
-    println!(
-        "checked {} numbers for {} uids: {} regressions, {} repeats",
-        r.observations,
-        r.uids,
-        r.regressions.len(),
-        r.repeats.len()
-    );
-    assert!(
-        r.observations > 500,
-        "too few numbers to check anything ({})",
-        r.observations
-    );
-    assert!(
-        r.ok(),
-        "promise 1 broken: {:?} {:?}\n{}",
-        r.regressions.first(),
-        r.repeats.first(),
-        logs()
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

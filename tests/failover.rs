@@ -17,9 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use seqsvr_client::SeqClient;
-use seqsvr_core::checker::{check, Observation};
+use seqsvr_core::checker::Observation;
 use seqsvr_core::SetSpec;
-use support::{SetCluster, TEST_RENEW_MS};
+use support::{assert_monotonic, SetCluster, TEST_RENEW_MS};
 
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -92,29 +92,6 @@ impl Workload {
         println!("{} failed calls", self.errors.load(Ordering::Relaxed));
         std::mem::take(&mut *self.obs.lock().unwrap())
     }
-}
-
-fn assert_monotonic(obs: &[Observation], logs: impl Fn() -> String) {
-    let r = check(obs);
-    println!(
-        "checked {} numbers for {} uids: {} regressions, {} repeats",
-        r.observations,
-        r.uids,
-        r.regressions.len(),
-        r.repeats.len()
-    );
-    assert!(
-        r.observations > 500,
-        "too few numbers to check anything ({})",
-        r.observations
-    );
-    assert!(
-        r.ok(),
-        "promise 1 broken: {:?} {:?}\n{}",
-        r.regressions.first(),
-        r.repeats.first(),
-        logs()
-    );
 }
 
 /// The longest time after `at` that a section in `sections` went without

@@ -346,3 +346,28 @@ impl SetCluster {
         }
     }
 }
+
+/// Runs the per-uid checker over `obs` and fails the test (with `logs`) on
+/// any regression or repeat (promise 1).
+pub fn assert_monotonic(obs: &[seqsvr_core::checker::Observation], logs: impl Fn() -> String) {
+    let r = seqsvr_core::checker::check(obs);
+    println!(
+        "checked {} numbers for {} uids: {} regressions, {} repeats",
+        r.observations,
+        r.uids,
+        r.regressions.len(),
+        r.repeats.len()
+    );
+    assert!(
+        r.observations > 500,
+        "too few numbers to check anything ({})",
+        r.observations
+    );
+    assert!(
+        r.ok(),
+        "promise 1 broken: {:?} {:?}\n{}",
+        r.regressions.first(),
+        r.repeats.first(),
+        logs()
+    );
+}

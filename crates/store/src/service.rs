@@ -191,6 +191,20 @@ impl StoreApi {
         Ok(())
     }
 
+    /// Writes a take-over or handoff and returns its grants.
+    async fn write_grants(&self, cmd: Command) -> Result<pb::TakeOverReply, Error> {
+        match self.write(cmd).await? {
+            Reply::TakenOver {
+                grants,
+                route_version,
+            } => Ok(pb::TakeOverReply {
+                grants: grants.iter().map(grant_pb).collect(),
+                route_version,
+            }),
+            r => Err(unexpected(r)),
+        }
+    }
+
     async fn write(&self, cmd: Command) -> Result<Reply, Error> {
         Ok(self.proposer.propose(cmd).await??)
     }
@@ -227,6 +241,13 @@ impl StoreApi {
             .map(|_| ())
             .map_err(|e| Error::NoLeader(format!("read barrier: {e}")))
     }
+}
+
+fn require_count(count: u32) -> Result<(), Error> {
+    if count == 0 {
+        return Err(Error::Invalid("count must be at least 1".into()));
+    }
+    Ok(())
 }
 
 fn require_alloc_id(id: &str) -> Result<AllocId, Error> {
@@ -285,24 +306,13 @@ impl pb::store_server::Store for StoreApi {
         req: Request<pb::TakeOverRequest>,
     ) -> Result<Response<pb::TakeOverReply>, Status> {
         let local = |r: pb::TakeOverRequest| async move {
-            if r.count == 0 {
-                return Err(Error::Invalid("count must be at least 1".into()));
-            }
+            require_count(r.count)?;
             let cmd = Command::TakeOver {
                 alloc: require_alloc_id(&r.alloc_id)?,
                 first: r.first_section,
                 count: r.count,
             };
-            match self.write(cmd).await? {
-                Reply::TakenOver {
-                    grants,
-                    route_version,
-                } => Ok(pb::TakeOverReply {
-                    grants: grants.iter().map(grant_pb).collect(),
-                    route_version,
-                }),
-                r => Err(unexpected(r)),
-            }
+            self.write_grants(cmd).await
         };
         self.route(req, local, |mut c, r| async move { c.take_over(r).await })
             .await
@@ -313,9 +323,7 @@ impl pb::store_server::Store for StoreApi {
         req: Request<pb::AssignRequest>,
     ) -> Result<Response<pb::AssignReply>, Status> {
         let local = |r: pb::AssignRequest| async move {
-            if r.count == 0 {
-                return Err(Error::Invalid("count must be at least 1".into()));
-            }
+            require_count(r.count)?;
             let alloc = require_alloc_id(&r.alloc_id)?;
             self.check_movable(&alloc, r.first_section, r.count)?;
             let cmd = Command::Assign {
@@ -466,25 +474,14 @@ impl pb::store_server::Store for StoreApi {
         req: Request<pb::HandoffRequest>,
     ) -> Result<Response<pb::TakeOverReply>, Status> {
         let local = |r: pb::HandoffRequest| async move {
-            if r.count == 0 {
-                return Err(Error::Invalid("count must be at least 1".into()));
-            }
+            require_count(r.count)?;
             let cmd = Command::Handoff {
                 from: require_alloc_id(&r.from_alloc)?,
                 to: require_alloc_id(&r.to_alloc)?,
                 first: r.first_section,
                 count: r.count,
             };
-            match self.write(cmd).await? {
-                Reply::TakenOver {
-                    grants,
-                    route_version,
-                } => Ok(pb::TakeOverReply {
-                    grants: grants.iter().map(grant_pb).collect(),
-                    route_version,
-                }),
-                r => Err(unexpected(r)),
-            }
+            self.write_grants(cmd).await
         };
         self.route(req, local, |mut c, r| async move { c.handoff(r).await })
             .await

@@ -25,7 +25,6 @@ use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::allocator::{AllocConfig, Allocator};
 use crate::raiser::{Raiser, RaiserConfig};
@@ -208,11 +207,18 @@ async fn register_and_read(
     Ok(seqsvr_store::service::route_pb(&t))
 }
 
+/// The listener's connections with Nagle's algorithm off. tonic ignores
+/// `Server::tcp_nodelay` for `serve_with_incoming`, and small replies held
+/// back for a delayed ACK cost ~40 ms at the tail.
+fn nodelay(listener: TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
+}
+
 async fn serve(svc: AllocService, listener: TcpListener) {
     let res = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(AllocServer::new(svc))
-        .serve_with_incoming(TcpListenerStream::new(listener))
+        .serve_with_incoming(nodelay(listener))
         .await;
     if let Err(e) = res {
         tracing::error!("alloc server stopped: {e}");

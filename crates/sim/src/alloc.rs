@@ -6,8 +6,9 @@
 //!   the sections the grant lists), then serve.
 //! - Renewal loop: every `renew_every` on the AllocSvr's *own* clock; the
 //!   lease is counted from the send time on that clock; a granted renewal
-//!   drops every section it does not list and takes over (one `TakeOver`
-//!   write per run, awaited in turn) the listed ones not served yet.
+//!   drops every section it does not list, *then* extends the lease, then
+//!   takes over (one `TakeOver` write per run, awaited in turn) the listed
+//!   ones not served yet — "served" meaning installed, whatever the epoch.
 //! - Route loop: every `route_poll`, a linearizable route read; sections
 //!   routed elsewhere are dropped, a section newly routed here triggers an
 //!   early renewal.
@@ -21,7 +22,7 @@
 //! time `t`; every duration it measures (lease, timers, deadlines) is on
 //! that clock. A crash loses everything in memory; a pause (SIGSTOP)
 //! freezes the process: what arrives meanwhile is queued and handled on
-//! resume, in order.
+//! resume, in a random interleaving (the real process has several threads).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -63,6 +64,15 @@ pub(crate) enum ATimer {
     RegisterRetry,
     /// The pause (SIGSTOP) ends.
     Resume,
+    /// The second half of handling a granted renewal: take over the listed
+    /// sections not served (and, with `lease_before_drop`, drop the
+    /// others only now).
+    Reconcile {
+        /// The sections the renewal listed.
+        sections: Vec<SectionId>,
+        /// The route version it carried.
+        route_version: u64,
+    },
 }
 
 /// An admitted request: the uids, and the numbers handed out so far.
@@ -95,6 +105,8 @@ pub(crate) struct AllocNode {
     pub paused: bool,
     /// Pause for this long right after admitting the next request.
     pub pause_on_admit: Option<Time>,
+    /// Pause for this long right after the lease is next extended.
+    pub pause_on_renewal: Option<Time>,
     /// Inputs that arrived while paused.
     pub inbox: Vec<AllocInput>,
     /// The gRPC server is up (after the first renewal).
@@ -144,6 +156,7 @@ impl AllocNode {
             inc: 0,
             paused: false,
             pause_on_admit: None,
+            pause_on_renewal: None,
             inbox: Vec::new(),
             serving: false,
             alloc: None,
@@ -247,6 +260,10 @@ impl World {
             ATimer::RoutePoll(_) => {}
             ATimer::RegisterRetry => self.alloc_start(a),
             ATimer::Resume => unreachable!("handled before"),
+            ATimer::Reconcile {
+                sections,
+                route_version,
+            } => self.reconcile(a, sections, route_version),
         }
     }
 
@@ -305,13 +322,17 @@ impl World {
         self.alloc_after(a, d, ATimer::Resume);
     }
 
+    /// SIGCONT: what queued up is handled now, by several threads at
+    /// once in the real process, so in an arbitrary interleaving: each
+    /// input gets a small random delay.
     fn resume(&mut self, a: usize) {
         self.allocs[a].paused = false;
         trace!(self, "a{a} resumes");
         let inbox = std::mem::take(&mut self.allocs[a].inbox);
         let inc = self.allocs[a].inc;
         for input in inbox {
-            self.alloc_event(a, Some(inc), input);
+            let d = self.rng.range(0, 50 * US);
+            self.after(d, Ev::Resumed { a, inc, input });
         }
     }
 
@@ -441,6 +462,7 @@ impl World {
     /// Answers a client with an error (and the route table, for the
     /// errors that carry one).
     fn refuse(&mut self, a: usize, op: OpRef, why: Refusal) {
+        trace!(self, "a{a} refuses c{}'s call: {why:?}", op.client);
         let routes = match why {
             Refusal::NotOwner(_) | Refusal::LeaseExpired => Some(self.allocs[a].routes.clone()),
             _ => None,
@@ -474,42 +496,85 @@ impl World {
         );
     }
 
-    /// A renewal came back.
+    /// A renewal came back (`renew_once` after the store answered): drop
+    /// the sections it does not list, *then* extend the lease, then take
+    /// over the listed sections not served (a moment later: the take-overs
+    /// are store calls of their own).
+    ///
+    /// The [`Knobs`](crate::Knobs) `lease_before_drop` (the order
+    /// `renew_once` had before: a window with a valid lease and moved
+    /// sections) and `keep_sections_after_lapse` (the old, buggy order) change this.
     pub(crate) fn renewed(&mut self, a: usize, sent: Instant, resp: StoreResp) {
-        if let Ok(StoreOk::Renewed {
+        let Ok(StoreOk::Renewed {
             lease_ms,
             sections,
             route_version,
         }) = resp
-        {
-            let node = &mut self.allocs[a];
-            node.lease.granted(sent, Duration::from_millis(lease_ms));
-            let alloc = node.alloc.as_ref().expect("renewing");
-            let served = alloc.served_sections();
-            let mut dropped = Vec::new();
-            for s in &served {
-                if sections.binary_search(s).is_err() && alloc.drop_section(*s) {
-                    dropped.push(*s);
-                }
+        else {
+            trace!(self, "a{a} renewal failed: {resp:?}");
+            return self.next_takeover(a);
+        };
+        let knobs = self.cfg.knobs.clone();
+        if !knobs.keep_sections_after_lapse && !self.allocs[a].lease_valid(self.now) {
+            // Anything installed may have moved away and back meanwhile.
+            let alloc = self.allocs[a].alloc.as_ref().expect("renewing");
+            let all = alloc.served_sections();
+            for &s in &all {
+                alloc.drop_section(s);
             }
-            let missing: Vec<SectionId> = (sections.iter())
-                .filter(|s| served.binary_search(s).is_err())
-                .copied()
-                .collect();
-            node.takeovers = runs(&missing);
-            let stale = route_version > node.routes.1;
-            trace!(
-                self,
-                "a{a} renewed: sections {sections:?}, dropped {dropped:?}, taking over {missing:?}"
-            );
-            for s in dropped {
+            for s in all {
                 self.wake(a, s);
             }
-            if stale {
-                self.route_poll(a);
-            }
-        } else {
-            trace!(self, "a{a} renewal failed: {resp:?}");
+        }
+        if !knobs.lease_before_drop {
+            self.drop_unlisted(a, &sections);
+        }
+        let node = &mut self.allocs[a];
+        node.lease
+            .granted(sent, std::time::Duration::from_millis(lease_ms));
+        if let Some(d) = node.pause_on_renewal.take() {
+            self.pause_alloc(a, d);
+        }
+        let d = self.rng.range(2 * US, 20 * US);
+        let t = ATimer::Reconcile {
+            sections,
+            route_version,
+        };
+        self.alloc_after(a, d, t);
+    }
+
+    /// Drops the served sections a granted renewal does not list.
+    fn drop_unlisted(&mut self, a: usize, sections: &[SectionId]) {
+        let alloc = self.allocs[a].alloc.as_ref().expect("renewing");
+        let dropped: Vec<SectionId> = (alloc.served_sections().into_iter())
+            .filter(|s| sections.binary_search(s).is_err() && alloc.drop_section(*s))
+            .collect();
+        if !dropped.is_empty() {
+            trace!(self, "a{a} renewal: dropped {dropped:?}");
+        }
+        for s in dropped {
+            self.wake(a, s);
+        }
+    }
+
+    /// Serves exactly the sections a granted renewal listed: drops the
+    /// others, then takes over the missing ones (one run at a time).
+    fn reconcile(&mut self, a: usize, sections: Vec<SectionId>, route_version: u64) {
+        self.drop_unlisted(a, &sections);
+        let node = &mut self.allocs[a];
+        let served = node.alloc.as_ref().expect("renewing").served_sections();
+        let missing: Vec<SectionId> = (sections.iter())
+            .filter(|s| served.binary_search(s).is_err())
+            .copied()
+            .collect();
+        node.takeovers = runs(&missing);
+        let stale = route_version > node.routes.1;
+        trace!(
+            self,
+            "a{a} renewed: sections {sections:?}, taking over {missing:?}"
+        );
+        if stale {
+            self.route_poll(a);
         }
         self.next_takeover(a);
     }

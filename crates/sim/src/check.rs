@@ -57,6 +57,8 @@ pub(crate) struct Monitor {
     fresh: Vec<bool>,
     /// Largest skip measured at a first number after a take-over.
     max_skip: u64,
+    /// The same, after a single take-over (one failover or restart).
+    max_single_skip: u64,
     /// When each section last handed out a number.
     last_served: Vec<Time>,
     /// What broke, in order.
@@ -76,6 +78,7 @@ impl Monitor {
             grant_epoch: vec![0; n],
             fresh: vec![false; n],
             max_skip: 0,
+            max_single_skip: 0,
             last_served: vec![0; n],
             violations: Vec::new(),
             observations: Vec::new(),
@@ -142,7 +145,11 @@ impl Monitor {
         }
         if epoch == self.grant_epoch[i] {
             if std::mem::take(&mut self.fresh[i]) {
-                self.max_skip = self.max_skip.max(v.saturating_sub(self.hi[i] + 1));
+                let skip = v.saturating_sub(self.hi[i] + 1);
+                self.max_skip = self.max_skip.max(skip);
+                if self.unused[i] == 1 {
+                    self.max_single_skip = self.max_single_skip.max(skip);
+                }
             }
             self.unused[i] = 0;
         }
@@ -155,8 +162,13 @@ impl Monitor {
         self.last_served[s as usize]
     }
 
-    /// The largest skip at a failover, in steps.
-    pub(crate) fn max_skip_steps(&self) -> f64 {
-        self.max_skip as f64 / self.step as f64
+    /// The largest skip at a failover, in steps: after a single take-over,
+    /// and overall (several take-overs before a number was handed out).
+    pub(crate) fn max_skip_steps(&self) -> (f64, f64) {
+        let step = self.step as f64;
+        (
+            self.max_single_skip as f64 / step,
+            self.max_skip as f64 / step,
+        )
     }
 }

@@ -116,7 +116,7 @@ const ATTEMPT_TIMEOUT: Time = 1500 * MS;
 
 impl Client {
     /// A client that read the routes of `state`.
-    pub(crate) fn new(state: &SetState, _allocs: usize) -> Self {
+    pub(crate) fn new(state: &SetState) -> Self {
         let mut c = Client {
             routes: Vec::new(),
             version: 0,

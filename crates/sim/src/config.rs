@@ -21,6 +21,77 @@ pub struct Knobs {
     /// If set, every AllocSvr's clock runs slow by this multiple of the
     /// documented drift bound (`margin / lease`); above 1.0 is unsafe.
     pub drift_times_bound: Option<f64>,
+    /// Adds [`Fault::PauseInRenewal`] to the faults drawn: a pause right
+    /// after a renewal extended the lease, before its take-overs (and, with
+    /// `lease_before_drop`, before its drops).
+    pub pause_in_renewal: bool,
+    /// The order `renew_once` (`crates/alloc/src/node.rs`) had before it
+    /// was fixed: extend the lease first, drop the sections the renewal no
+    /// longer lists a moment later (a window with a valid lease and moved
+    /// sections).
+    pub lease_before_drop: bool,
+    /// The behaviour `renew_once` (`crates/alloc/src/node.rs`) had before
+    /// it was fixed: a renewal that comes back after the lease lapsed keeps
+    /// the installed sections it lists, so a section that moved away and
+    /// back meanwhile is served from stale memory under its old epoch.
+    /// (Fixed: after a lapse every section is dropped and the listed ones
+    /// are taken over again.)
+    pub keep_sections_after_lapse: bool,
+    /// The behaviour of the store before it was fixed (`service.rs`
+    /// `renew`, `node.rs` `arbitrate`): a renewal may record its grant and
+    /// read its sections between the arbiter's `plan` and the commit of its
+    /// `Assign`, leasing the owner the sections being moved away. (Fixed:
+    /// `Arbiter::moves` serialises the two.)
+    pub renew_during_moves: bool,
+}
+
+impl Knobs {
+    /// Parses a comma-separated list of knob names (the format of
+    /// `SEQSVR_SIM_KNOBS`): `unsafe_renewals`, `skip_lease_check`,
+    /// `drift=<multiple of the bound>`, `pause_in_renewal`,
+    /// `lease_before_drop`, `keep_sections_after_lapse`, `renew_during_moves`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let mut k = Knobs::default();
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            match item.split_once('=') {
+                Some(("drift", x)) => {
+                    let x = x.parse().map_err(|e| format!("drift={x}: {e}"))?;
+                    k.drift_times_bound = Some(x);
+                }
+                None if item == "unsafe_renewals" => k.unsafe_renewals = true,
+                None if item == "skip_lease_check" => k.skip_lease_check = true,
+                None if item == "pause_in_renewal" => k.pause_in_renewal = true,
+                None if item == "lease_before_drop" => k.lease_before_drop = true,
+                None if item == "keep_sections_after_lapse" => k.keep_sections_after_lapse = true,
+                None if item == "renew_during_moves" => k.renew_during_moves = true,
+                _ => return Err(format!("unknown knob {item:?}")),
+            }
+        }
+        Ok(k)
+    }
+
+    /// The knobs in [`parse`](Self::parse)'s format (empty when none).
+    pub fn to_arg(&self) -> String {
+        let mut out: Vec<String> = Vec::new();
+        let flags = [
+            (self.unsafe_renewals, "unsafe_renewals"),
+            (self.skip_lease_check, "skip_lease_check"),
+            (self.pause_in_renewal, "pause_in_renewal"),
+            (self.lease_before_drop, "lease_before_drop"),
+            (self.keep_sections_after_lapse, "keep_sections_after_lapse"),
+            (self.renew_during_moves, "renew_during_moves"),
+        ];
+        out.extend(
+            flags
+                .iter()
+                .filter(|(on, _)| *on)
+                .map(|(_, n)| n.to_string()),
+        );
+        if let Some(x) = self.drift_times_bound {
+            out.push(format!("drift={x}"));
+        }
+        out.join(",")
+    }
 }
 
 /// Everything that shapes one run.
@@ -71,7 +142,7 @@ pub struct SimConfig {
 impl SimConfig {
     /// The configuration of `seed` with `knobs`.
     pub fn for_seed(seed: u64, knobs: Knobs) -> Self {
-        let mut rng = Rng::new(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0xC0FF_EE);
+        let mut rng = Rng::new(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x00C0_FFEE);
         let allocs = 2 + rng.pick(2);
         let lease = LeaseConfig::default();
         let bound = lease.margin_ms as f64 / lease.lease_ms as f64;
@@ -125,6 +196,17 @@ impl SimConfig {
         cfg
     }
 
+    /// The documented drift bound, `margin / lease`.
+    pub fn drift_bound(&self) -> f64 {
+        self.lease.margin_ms as f64 / self.lease.lease_ms as f64
+    }
+
+    /// The largest AllocSvr drift, as a fraction of the bound.
+    pub fn drift_of_bound(&self) -> f64 {
+        let worst = self.drift.iter().fold(0.0f64, |m, d| m.max(d.abs()));
+        worst / self.drift_bound()
+    }
+
     /// AllocSvr `a`'s clock rate relative to real (= store) time.
     pub fn alloc_rate(&self, a: usize) -> f64 {
         1.0 / (1.0 + self.drift[a])
@@ -156,5 +238,24 @@ impl SimConfig {
             s += &format!("    {:>12} {f}\n", fmt_time(*t));
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn knobs_round_trip_and_configs_replay() {
+        let k = Knobs::parse("unsafe_renewals, drift=1.5,keep_sections_after_lapse").unwrap();
+        assert!(k.unsafe_renewals && k.keep_sections_after_lapse && !k.skip_lease_check);
+        assert_eq!(k.drift_times_bound, Some(1.5));
+        assert_eq!(Knobs::parse(&k.to_arg()).unwrap(), k);
+        assert_eq!(Knobs::parse("").unwrap(), Knobs::default());
+        assert!(Knobs::parse("nope").is_err());
+        let (a, b) = (SimConfig::for_seed(9, k.clone()), SimConfig::for_seed(9, k));
+        assert_eq!(a.describe(), b.describe());
+        let d = SimConfig::for_seed(3, Knobs::default());
+        assert!(d.drift_of_bound() < 1.0, "safe seeds stay inside the bound");
     }
 }

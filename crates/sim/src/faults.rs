@@ -39,6 +39,9 @@ pub enum Fault {
         a: usize,
         /// The replicas.
         replicas: Vec<usize>,
+        /// Only the answers are lost (replica → AllocSvr); its requests
+        /// still arrive and take effect.
+        answers_only: bool,
     },
     /// Undo the cuts of the fault with this index.
     Heal {
@@ -65,6 +68,14 @@ pub enum Fault {
     /// SIGSTOP an AllocSvr right after it next admits a request (so the
     /// request's number is taken after the pause).
     PauseAfterAdmit {
+        /// The AllocSvr.
+        a: usize,
+        /// For how long.
+        dur: Time,
+    },
+    /// SIGSTOP an AllocSvr right after its lease is next extended, before
+    /// it takes over the sections the renewal newly lists.
+    PauseInRenewal {
         /// The AllocSvr.
         a: usize,
         /// For how long.
@@ -105,7 +116,14 @@ impl std::fmt::Display for Fault {
                     None => Ok(()),
                 }
             }
-            Fault::CutAlloc { a, replicas } => write!(f, "cut a{a} from replicas {replicas:?}"),
+            Fault::CutAlloc {
+                a,
+                replicas,
+                answers_only: false,
+            } => write!(f, "cut a{a} from replicas {replicas:?}"),
+            Fault::CutAlloc { a, replicas, .. } => {
+                write!(f, "lose every answer from replicas {replicas:?} to a{a}")
+            }
             Fault::Heal { of } => write!(f, "heal the cuts of fault #{of}"),
             Fault::CrashAlloc { a } => write!(f, "crash a{a}"),
             Fault::RestartAlloc { a } => write!(f, "restart a{a}"),
@@ -117,6 +135,11 @@ impl std::fmt::Display for Fault {
                     fmt_time(*dur)
                 )
             }
+            Fault::PauseInRenewal { a, dur } => write!(
+                f,
+                "pause a{a} for {} right after its lease is next extended",
+                fmt_time(*dur)
+            ),
             Fault::CrashLeader => write!(f, "crash the store leader"),
             Fault::CrashReplica { r } => write!(f, "crash r{r}"),
             Fault::RestartReplica { of } => write!(f, "restart what fault #{of} crashed"),
@@ -155,7 +178,9 @@ pub(crate) fn generate(rng: &mut Rng, cfg: &SimConfig) -> Vec<(Time, Fault)> {
         let r = rng.pick(cfg.replicas);
         let i = out.len();
         let dur = duration(rng, long);
-        let (fault, undo) = match rng.below(12) {
+        let kinds = if cfg.knobs.pause_in_renewal { 13 } else { 12 };
+        let (fault, undo) = match rng.below(kinds) {
+            12 => (Fault::PauseInRenewal { a, dur }, None),
             0 => (
                 Fault::IsolateReplica {
                     r,
@@ -171,7 +196,13 @@ pub(crate) fn generate(rng: &mut Rng, cfg: &SimConfig) -> Vec<(Time, Fault)> {
             ),
             3 => {
                 let replicas = (0..cfg.replicas).filter(|_| rng.chance(0.6)).collect();
-                (Fault::CutAlloc { a, replicas }, Some(Fault::Heal { of: i }))
+                let answers_only = rng.chance(0.3);
+                let f = Fault::CutAlloc {
+                    a,
+                    replicas,
+                    answers_only,
+                };
+                (f, Some(Fault::Heal { of: i }))
             }
             4 | 5 => (Fault::CrashAlloc { a }, Some(Fault::RestartAlloc { a })),
             6 => (Fault::PauseAlloc { a, dur }, None),
@@ -255,16 +286,21 @@ impl World {
                 }
                 self.cut(i, cuts);
             }
-            Fault::CutAlloc { a, replicas } => {
-                let cuts = replicas
-                    .iter()
-                    .map(|&r| (Node::Alloc(a), Node::Replica(r)))
-                    .collect();
-                self.cut(i, cuts);
+            Fault::CutAlloc {
+                a,
+                replicas,
+                answers_only,
+            } => {
+                let links = replicas.iter().map(|&r| (Node::Replica(r), Node::Alloc(a)));
+                if answers_only {
+                    self.cut_directions(i, links.collect());
+                } else {
+                    self.cut(i, links.collect());
+                }
             }
             Fault::Heal { of } => {
                 for (x, y) in self.faults.cuts.remove(&of).unwrap_or_default() {
-                    self.net.heal(x, y);
+                    self.net.heal_one_way(x, y);
                 }
             }
             Fault::CrashAlloc { a } => self.crash_alloc(a),
@@ -273,6 +309,11 @@ impl World {
             Fault::PauseAfterAdmit { a, dur } => {
                 if self.allocs[a].up && !self.allocs[a].paused {
                     self.allocs[a].pause_on_admit = Some(dur);
+                }
+            }
+            Fault::PauseInRenewal { a, dur } => {
+                if self.allocs[a].up && !self.allocs[a].paused {
+                    self.allocs[a].pause_on_renewal = Some(dur);
                 }
             }
             Fault::CrashLeader => {
@@ -302,15 +343,22 @@ impl World {
                 for a in allocs {
                     self.restart_alloc(a);
                     self.allocs[a].pause_on_admit = None;
+                    self.allocs[a].pause_on_renewal = None;
                 }
             }
         }
     }
 
-    fn cut(&mut self, i: usize, cuts: Vec<(Node, Node)>) {
+    /// Cuts `links` both ways, remembering them under fault `i`.
+    fn cut(&mut self, i: usize, links: Vec<(Node, Node)>) {
+        let both = links.iter().flat_map(|&(x, y)| [(x, y), (y, x)]).collect();
+        self.cut_directions(i, both);
+    }
+
+    fn cut_directions(&mut self, i: usize, cuts: Vec<(Node, Node)>) {
         for &(x, y) in &cuts {
-            self.net.cut(x, y);
+            self.net.cut_one_way(x, y);
         }
-        self.faults.cuts.insert(i, cuts);
+        self.faults.cuts.entry(i).or_default().extend(cuts);
     }
 }

@@ -23,6 +23,11 @@
 //! this crate covers the protocol's interleavings, thousands of runs a
 //! minute.
 //!
+//! Replay a seed with `SEQSVR_SIM_SEED=<seed> cargo test -p seqsvr-sim --
+//! --nocapture` (every event is printed). [`Knobs`] also model the fixes
+//! of bugs the simulation found in the AllocSvr's renewal and in the
+//! store's arbiter (see the doc chapter).
+//!
 //! [`Allocator`]: seqsvr_alloc::Allocator
 //! [`Lease`]: seqsvr_alloc::lease::Lease
 //!
@@ -30,15 +35,19 @@
 //! - [`rng`]: the seeded PRNG (SplitMix64).
 //! - [`net`]: virtual time, nodes, cut links, message delays.
 //! - [`config`]: a run's parameters, all drawn from its seed; [`Knobs`]
-//!   that weaken the protocol to show the checks can fail.
+//!   that weaken the protocol (to show the checks can fail) or fix it.
 //! - [`faults`]: the fault schedule and how each fault is applied.
 //! - `world`: the event loop and the deployment ([`World`]).
-//! - `store`: store replicas — a Raft model around the real state machine
-//!   and arbiter, and the store API.
+//! - `raft`: the Raft model (terms, votes, replication, commit) around the
+//!   real state machine.
+//! - `store`: store replicas — the store API (forwarding, barriers,
+//!   renewals) and the real arbiter's loop.
 //! - `alloc`: AllocSvrs — start-up, renewal, route refresh, serving, with
 //!   the real allocator and lease; `link`: their store client and raiser.
 //! - `client`: clients with route caches and retries.
 //! - [`check`]: the invariants checked while running.
+
+#![warn(missing_docs)]
 
 pub mod check;
 pub mod config;
@@ -49,6 +58,7 @@ pub mod rng;
 mod alloc;
 mod client;
 mod link;
+mod raft;
 mod store;
 mod world;
 

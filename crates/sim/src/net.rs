@@ -1,9 +1,11 @@
 //! Virtual time and the network: who can reach whom, and how long a
 //! message takes.
 //!
-//! Links are symmetric and either up or cut. A message is dropped if its
-//! link is cut when it is sent *or* when it would arrive (a partition that
-//! starts while a message is in flight loses it). Delays are drawn per
+//! Links are either up or cut, per direction (most faults cut both; a
+//! one-way cut models an asymmetric partition: requests get through,
+//! answers do not). A message is dropped if its link is cut when it is sent
+//! *or* when it would arrive (a partition that starts while a message is in
+//! flight loses it). Delays are drawn per
 //! message, so messages on one link may overtake each other, as on a real
 //! network with retransmissions and several connections.
 
@@ -73,7 +75,7 @@ impl Default for Delays {
 /// The network: cut links and delays.
 #[derive(Debug, Clone, Default)]
 pub struct Net {
-    /// Cut links, each stored once as `(min, max)`.
+    /// Cut directions `(from, to)`.
     cut: BTreeSet<(Node, Node)>,
     /// Delays in ordinary times.
     pub delays: Delays,
@@ -81,30 +83,39 @@ pub struct Net {
     pub slow_until: Time,
 }
 
-fn key(a: Node, b: Node) -> (Node, Node) {
-    if a <= b {
-        (a, b)
-    } else {
-        (b, a)
-    }
-}
-
 impl Net {
-    /// Whether `a` and `b` can currently exchange messages.
-    pub fn connected(&self, a: Node, b: Node) -> bool {
-        a == b || !self.cut.contains(&key(a, b))
+    /// Whether a message from `a` to `b` currently gets through.
+    pub fn reaches(&self, a: Node, b: Node) -> bool {
+        a == b || !self.cut.contains(&(a, b))
     }
 
-    /// Cuts the link between `a` and `b`.
-    pub fn cut(&mut self, a: Node, b: Node) {
+    /// Whether `a` and `b` can currently exchange messages both ways.
+    pub fn connected(&self, a: Node, b: Node) -> bool {
+        self.reaches(a, b) && self.reaches(b, a)
+    }
+
+    /// Cuts messages from `a` to `b` (only that direction).
+    pub fn cut_one_way(&mut self, a: Node, b: Node) {
         if a != b {
-            self.cut.insert(key(a, b));
+            self.cut.insert((a, b));
         }
     }
 
-    /// Restores the link between `a` and `b`.
+    /// Restores messages from `a` to `b`.
+    pub fn heal_one_way(&mut self, a: Node, b: Node) {
+        self.cut.remove(&(a, b));
+    }
+
+    /// Cuts the link between `a` and `b`, both ways.
+    pub fn cut(&mut self, a: Node, b: Node) {
+        self.cut_one_way(a, b);
+        self.cut_one_way(b, a);
+    }
+
+    /// Restores the link between `a` and `b`, both ways.
     pub fn heal(&mut self, a: Node, b: Node) {
-        self.cut.remove(&key(a, b));
+        self.heal_one_way(a, b);
+        self.heal_one_way(b, a);
     }
 
     /// Restores every link.
@@ -142,6 +153,10 @@ mod tests {
         assert!(n.connected(r0, r0));
         n.heal(r0, a1);
         assert!(n.connected(a1, r0) && !n.any_cut());
+        n.cut_one_way(r0, a1);
+        assert!(!n.reaches(r0, a1) && n.reaches(a1, r0) && !n.connected(a1, r0));
+        n.heal_one_way(r0, a1);
+        assert!(!n.any_cut());
         assert_eq!(fmt_time(12 * SEC + 345 * MS + 6 * US), "12.345006s");
     }
 }

@@ -21,8 +21,9 @@ use crate::client::{CTimer, Client, ClientMsg};
 use crate::config::SimConfig;
 use crate::faults::FaultState;
 use crate::net::{fmt_time, Net, Node, Time, MS};
+use crate::raft::{Entry, EntryRef};
 use crate::rng::Rng;
-use crate::store::{Entry, EntryRef, RTimer, Replica, StoreMsg};
+use crate::store::{RTimer, Replica, StoreMsg};
 
 /// A message in flight.
 #[derive(Debug)]
@@ -53,6 +54,15 @@ pub(crate) enum Ev {
         inc: u32,
         /// What it is for.
         t: RTimer,
+    },
+    /// An input an AllocSvr queued while paused, handled after it resumed.
+    Resumed {
+        /// Which AllocSvr.
+        a: usize,
+        /// The incarnation that queued it.
+        inc: u32,
+        /// The input.
+        input: AllocInput,
     },
     /// An AllocSvr's timer or deferred work (ignored after a crash).
     Alloc {
@@ -135,10 +145,36 @@ pub struct RunReport {
     pub violations: Vec<Violation>,
     /// Counters.
     pub stats: Stats,
-    /// Largest skip seen at a failover, in steps.
+    /// Largest skip seen at a single failover (one take-over), in steps.
+    pub max_single_skip_steps: f64,
+    /// Largest skip seen after any number of take-overs, in steps.
     pub max_skip_steps: f64,
+    /// Numbers clients received (what the per-uid checker looked at).
+    pub observations: usize,
+    /// The largest AllocSvr clock drift, as a fraction of the bound.
+    pub drift_of_bound: f64,
     /// The configuration and fault schedule, printable.
     pub describe: String,
+}
+
+impl std::fmt::Display for RunReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.describe)?;
+        writeln!(
+            f,
+            "  {} numbers checked, {} violation(s); {:?}",
+            self.observations,
+            self.violations.len(),
+            self.stats
+        )?;
+        for v in self.violations.iter().take(10) {
+            writeln!(f, "  {v}")?;
+        }
+        if self.violations.len() > 10 {
+            writeln!(f, "  ... and {} more", self.violations.len() - 10)?;
+        }
+        Ok(())
+    }
 }
 
 impl RunReport {
@@ -278,7 +314,7 @@ impl World {
             self.alloc_start(a);
         }
         for c in 0..self.cfg.clients {
-            self.clients.push(Client::new(&self.truth, self.cfg.allocs));
+            self.clients.push(Client::new(&self.truth));
             let t = self.rng.range(500 * MS, 1500 * MS);
             self.schedule(
                 t,
@@ -327,7 +363,7 @@ impl World {
     /// Sends `msg` from `from` to `to`: dropped if the link is cut now,
     /// else delivered after a random delay (and dropped then if cut).
     pub(crate) fn send(&mut self, from: Node, to: Node, msg: Msg) {
-        if !self.net.connected(from, to) {
+        if !self.net.reaches(from, to) {
             return;
         }
         let d = self.net.delay(&mut self.rng, self.now);
@@ -368,7 +404,7 @@ impl World {
     fn dispatch(&mut self, ev: Ev) {
         match ev {
             Ev::Deliver { from, to, msg } => {
-                if !self.net.connected(from, to) {
+                if !self.net.reaches(from, to) {
                     return;
                 }
                 match (to, msg) {
@@ -384,6 +420,7 @@ impl World {
                 }
             }
             Ev::Alloc { a, inc, t } => self.alloc_event(a, Some(inc), AllocInput::Timer(t)),
+            Ev::Resumed { a, inc, input } => self.alloc_event(a, Some(inc), input),
             Ev::Client { c, t } => self.client_timer(c, t),
             Ev::Fault(i) => self.apply_fault(i),
         }
@@ -420,7 +457,10 @@ impl World {
             seed: self.cfg.seed,
             violations,
             stats: self.stats.clone(),
-            max_skip_steps: self.monitor.max_skip_steps(),
+            max_single_skip_steps: self.monitor.max_skip_steps().0,
+            max_skip_steps: self.monitor.max_skip_steps().1,
+            observations: self.monitor.observations.len(),
+            drift_of_bound: self.cfg.drift_of_bound(),
             describe: self.cfg.describe(),
         }
     }

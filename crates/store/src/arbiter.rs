@@ -85,6 +85,12 @@ pub struct Arbiter {
     pub config: LeaseConfig,
     /// Office and grants.
     inner: Mutex<Inner>,
+    /// Held by the arbiter loop from `plan` until its moves are applied,
+    /// and by a renewal while it records its grant and reads its sections.
+    /// Without it a renewal granted between a plan and the commit of its
+    /// `Assign` would lease the owner the very sections being moved away
+    /// (promise 3; found by the seeded simulation, seeds 697 and 1358).
+    pub moves: tokio::sync::Mutex<()>,
 }
 
 /// What the arbiter knows of one AllocSvr's lease (for status).
@@ -102,6 +108,7 @@ impl Arbiter {
         Self {
             config,
             inner: Mutex::default(),
+            moves: tokio::sync::Mutex::new(()),
         }
     }
 

@@ -341,6 +341,8 @@ async fn arbitrate(api: StoreApi) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        // Renewals wait while a plan is made and applied (`Arbiter::moves`).
+        let _moves = api.arbiter.moves.lock().await;
         let m = api.raft.metrics().borrow().clone();
         let leading = (m.current_leader == Some(api.id)
             && m.state == openraft::ServerState::Leader)

@@ -450,6 +450,8 @@ impl pb::store_server::Store for StoreApi {
             // only if we still lead in it afterwards.
             let term = self.raft.metrics().borrow().current_term;
             self.barrier().await?;
+            // Never between the arbiter's plan and its moves (see `Arbiter::moves`).
+            let _moves = self.arbiter.moves.lock().await;
             let now = std::time::Instant::now();
             let a = self.sm.read();
             let Some(rec) = a.state.allocs.get(&alloc) else {

@@ -339,3 +339,74 @@ async fn a_drain_moves_every_section_with_near_zero_unavailability() {
         "{routes:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_alloc_gets_its_share_by_rebalance() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (mut cluster, c) = ready().await;
+    let w = start_workload(&c, 8);
+    let i = cluster.add_alloc();
+    let store = cluster.store.client();
+    // Wait until the newcomer holds a lease (the leader has seen it renew).
+    let start = Instant::now();
+    loop {
+        let live = store.leader_status().await.is_some_and(|l| {
+            l.allocs
+                .iter()
+                .any(|a| a.alloc_id == "alloc-3" && a.since_grant_ms >= 0 && !a.expired)
+        });
+        if live {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "alloc-3 never renewed\n{}",
+            cluster.store.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    seqsvr::ctl::rebalance(&store).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let obs = w.finish().await;
+    assert_monotonic(&obs, || cluster.store.logs());
+    let routes = store.routes().await.unwrap();
+    let per = |id: &str| {
+        routes
+            .entries
+            .iter()
+            .filter(|e| e.alloc == id)
+            .map(|e| e.count)
+            .sum::<u32>()
+    };
+    println!(
+        "after rebalance: alloc-1 {}, alloc-2 {}, alloc-3 {}",
+        per("alloc-1"),
+        per("alloc-2"),
+        per("alloc-3")
+    );
+    assert_eq!(per("alloc-1") + per("alloc-2") + per("alloc-3"), 8);
+    assert!(
+        (2..=3).contains(&per("alloc-3")),
+        "newcomer got {} of 8",
+        per("alloc-3")
+    );
+    // And it serves them.
+    let newcomer = cluster.alloc_addrs[i].clone();
+    let s = routes
+        .entries
+        .iter()
+        .find(|e| e.alloc == "alloc-3")
+        .unwrap()
+        .first;
+    let mut a3 = seqsvr_proto::alloc_client::AllocClient::connect(format!("http://{newcomer}"))
+        .await
+        .unwrap();
+    let uid = s as u64 * 1000 + 1;
+    assert!(a3
+        .next(seqsvr_proto::NextRequest {
+            uid,
+            route_version: 0
+        })
+        .await
+        .is_ok());
+}

@@ -242,6 +242,28 @@ pub fn logs_in(dir: &Path) -> String {
     out
 }
 
+/// Starts AllocSvr `id` at `addr` against `store`, with test timing.
+fn start_alloc(store: &StoreCluster, id: &str, addr: &str) -> Proc {
+    let cfg = AllocNodeConfig {
+        id: id.to_string(),
+        addr: addr.to_string(),
+        listen: None,
+        store: store.addrs.clone(),
+        route_poll_ms: 200,
+        renew_ms: TEST_RENEW_MS,
+        wait_ms: 500,
+        raise_ahead_fraction: 0.25,
+    };
+    let path = store.dir.path().join(format!("{id}.toml"));
+    std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
+    let args = vec![
+        "alloc".into(),
+        "--config".into(),
+        path.display().to_string(),
+    ];
+    Proc::start(id, args, store.dir.path().join(format!("{id}.log")))
+}
+
 /// A whole set: a store group plus AllocSvr processes, each first routed an
 /// equal share of the sections.
 pub struct SetCluster {
@@ -279,33 +301,23 @@ impl SetCluster {
         let allocs = alloc_addrs
             .iter()
             .enumerate()
-            .map(|(i, addr)| {
-                let id = format!("alloc-{}", i + 1);
-                let cfg = AllocNodeConfig {
-                    id: id.clone(),
-                    addr: addr.clone(),
-                    listen: None,
-                    store: store.addrs.clone(),
-                    route_poll_ms: 200,
-                    renew_ms: TEST_RENEW_MS,
-                    wait_ms: 500,
-                    raise_ahead_fraction: 0.25,
-                };
-                let path = store.dir.path().join(format!("{id}.toml"));
-                std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
-                let args = vec![
-                    "alloc".into(),
-                    "--config".into(),
-                    path.display().to_string(),
-                ];
-                Proc::start(&id, args, store.dir.path().join(format!("{id}.log")))
-            })
+            .map(|(i, addr)| start_alloc(&store, &format!("alloc-{}", i + 1), addr))
             .collect();
         SetCluster {
             store,
             alloc_addrs,
             allocs,
         }
+    }
+
+    /// Starts one more AllocSvr (routed nothing at first); returns its index.
+    pub fn add_alloc(&mut self) -> usize {
+        let i = self.allocs.len();
+        let addr = format!("127.0.0.1:{}", free_port());
+        self.allocs
+            .push(start_alloc(&self.store, &format!("alloc-{}", i + 1), &addr));
+        self.alloc_addrs.push(addr);
+        i
     }
 
     /// A client seeded with every AllocSvr.

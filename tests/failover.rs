@@ -12,14 +12,13 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use seqsvr_client::SeqClient;
 use seqsvr_core::checker::Observation;
 use seqsvr_core::SetSpec;
-use support::{assert_monotonic, SetCluster, TEST_RENEW_MS};
+use support::{assert_monotonic, SetCluster, Workload, TEST_RENEW_MS};
 
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -36,19 +35,11 @@ fn set() -> SetSpec {
     }
 }
 
-struct Workload {
-    obs: Arc<Mutex<Vec<Observation>>>,
-    errors: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
 /// Callers hitting 16 uids in every section, in a closed loop.
 fn start_workload(c: &SeqClient, callers: u64) -> Workload {
-    let obs: Arc<Mutex<Vec<Observation>>> = Default::default();
-    let errors = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let tasks = (0..callers)
+    let mut w = Workload::new();
+    let (obs, errors, stop) = (w.obs.clone(), w.errors.clone(), w.stop.clone());
+    w.tasks = (0..callers)
         .map(|k| {
             let (c, obs, errors, stop) = (c.clone(), obs.clone(), errors.clone(), stop.clone());
             tokio::spawn(async move {
@@ -75,23 +66,7 @@ fn start_workload(c: &SeqClient, callers: u64) -> Workload {
             })
         })
         .collect();
-    Workload {
-        obs,
-        errors,
-        stop,
-        tasks,
-    }
-}
-
-impl Workload {
-    async fn finish(self) -> Vec<Observation> {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.tasks {
-            t.await.unwrap();
-        }
-        println!("{} failed calls", self.errors.load(Ordering::Relaxed));
-        std::mem::take(&mut *self.obs.lock().unwrap())
-    }
+    w
 }
 
 /// The longest time after `at` that a section in `sections` went without
@@ -179,7 +154,7 @@ async fn an_alloc_paused_longer_than_its_lease_hands_out_nothing_after() {
     )
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut obs = w.finish().await;
+    let (mut obs, _) = w.finish().await;
     obs.extend(&stolen);
     assert_monotonic(&obs, || cluster.store.logs());
     assert!(
@@ -262,7 +237,7 @@ async fn a_deposed_store_leader_keeps_no_old_owner_alive() {
     .await;
     std::fs::remove_file(&isolate).unwrap();
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    let mut obs = w.finish().await;
+    let (mut obs, _) = w.finish().await;
     obs.extend(&stolen);
     assert_monotonic(&obs, || cluster.store.logs());
     assert!(
@@ -292,7 +267,7 @@ async fn killing_the_store_leader_during_take_overs_and_raises() {
     cluster.store.procs[leader].restart();
     cluster.allocs[0].restart();
     tokio::time::sleep(EXPIRY * 2).await;
-    let obs = w.finish().await;
+    let (obs, _) = w.finish().await;
     assert_monotonic(&obs, || cluster.store.logs());
     let end = obs.iter().map(|o| o.end).max().unwrap();
     let served_at_end: std::collections::BTreeSet<u32> = obs
@@ -318,7 +293,7 @@ async fn a_drain_moves_every_section_with_near_zero_unavailability() {
     let started = Instant::now();
     let results = seqsvr::ctl::drain(&store, "alloc-1").await.unwrap();
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    let obs = w.finish().await;
+    let (obs, _) = w.finish().await;
     assert_monotonic(&obs, || cluster.store.logs());
     assert_eq!(results.len(), 4);
     let worst = results.iter().map(|r| r.unavailable_us).max().unwrap();
@@ -367,7 +342,7 @@ async fn a_new_alloc_gets_its_share_by_rebalance() {
     }
     seqsvr::ctl::rebalance(&store).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    let obs = w.finish().await;
+    let (obs, _) = w.finish().await;
     assert_monotonic(&obs, || cluster.store.logs());
     let routes = store.routes().await.unwrap();
     let per = |id: &str| {

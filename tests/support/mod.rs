@@ -383,3 +383,39 @@ pub fn assert_monotonic(obs: &[seqsvr_core::checker::Observation], logs: impl Fn
         logs()
     );
 }
+
+/// A running client workload: what it received and how often it failed.
+pub struct Workload {
+    /// Every number received.
+    pub obs: std::sync::Arc<std::sync::Mutex<Vec<seqsvr_core::checker::Observation>>>,
+    /// Calls that failed (expected while processes die).
+    pub errors: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Set to stop the callers.
+    pub stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The callers.
+    pub tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Workload {
+    /// Empty shared state; the caller spawns `tasks` with clones of it.
+    pub fn new() -> Workload {
+        Workload {
+            obs: Default::default(),
+            errors: Default::default(),
+            stop: Default::default(),
+            tasks: Vec::new(),
+        }
+    }
+
+    /// Stops the callers; returns every number received and the failures.
+    pub async fn finish(self) -> (Vec<seqsvr_core::checker::Observation>, u64) {
+        use std::sync::atomic::Ordering;
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.tasks {
+            t.await.unwrap();
+        }
+        let errors = self.errors.load(Ordering::Relaxed);
+        println!("{errors} failed calls");
+        (std::mem::take(&mut *self.obs.lock().unwrap()), errors)
+    }
+}

@@ -164,7 +164,8 @@ async fn an_alloc_paused_longer_than_its_lease_hands_out_nothing_after() {
     let outage = outage_after(&obs, paused, &[0, 1, 2, 3]);
     println!("sections of the paused alloc were unavailable for {outage:?}");
     assert!(
-        outage < EXPIRY + Duration::from_secs(1) + Duration::from_millis(TEST_RENEW_MS),
+        outage < // Moved once the lease certainly expired (generous: a loaded machine).
+            EXPIRY * 2 + Duration::from_millis(TEST_RENEW_MS),
         "{outage:?}"
     );
 }

@@ -25,9 +25,8 @@
 //!   or `-c 50 -P 16` (pairs run back to back, so that load from elsewhere
 //!   on a shared machine skews both sides alike); then prints the ratios
 //!   seqsvr / Redis against issue 3's targets.
-//! - `--rounds R` (default 1) runs every shape R times; each side's round
-//!   with the most seqs/s is the one reported and compared (on a shared
-//!   machine, the round least disturbed by others).
+//! - `--rounds R` (default 1) runs every shape R times and reports each
+//!   side's best round (on a shared machine, the least disturbed one).
 //! - CPU: each phase prints the CPU used by the load generator and the
 //!   servers, in % of one core, to show which side was the bottleneck.
 
@@ -787,13 +786,11 @@ fn ratio_table(best: &[Best]) {
 fn main() {
     let args = Args::parse();
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load: Vec<&str> = load.split_whitespace().take(3).collect();
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
-        "alloc_grpc: {} CPUs, load average {} at start (a shared machine: figures vary run to run)",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ")
+        "alloc_grpc: {cpus} CPUs, load average {} at start (figures vary run to run)",
+        load.join(" ")
     );
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

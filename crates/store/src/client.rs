@@ -122,6 +122,16 @@ impl StoreClient {
         }
     }
 
+    /// [`call`](Self::call) with a request cloned for every attempt.
+    async fn call_with<Req, T, F, Fut>(&self, req: Req, f: F) -> Result<T>
+    where
+        Req: Clone,
+        F: Fn(Grpc<Channel>, Req) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    {
+        self.call(|c| f(c, req.clone())).await
+    }
+
     /// Routes sections `first..first+count` to `alloc`; returns the route version.
     pub async fn assign(&self, alloc: &str, first: u32, count: u32) -> Result<u64> {
         let req = pb::AssignRequest {
@@ -130,10 +140,7 @@ impl StoreClient {
             count,
         };
         let r = self
-            .call(|mut c| {
-                let req = req.clone();
-                async move { c.assign(req).await }
-            })
+            .call_with(req, |mut c, r| async move { c.assign(r).await })
             .await?;
         Ok(r.route_version)
     }
@@ -151,10 +158,7 @@ impl StoreClient {
             count,
         };
         let r = self
-            .call(|mut c| {
-                let req = req.clone();
-                async move { c.take_over(req).await }
-            })
+            .call_with(req, |mut c, r| async move { c.take_over(r).await })
             .await?;
         Ok((r.grants.iter().map(grant_of).collect(), r.route_version))
     }
@@ -164,11 +168,8 @@ impl StoreClient {
         let req = pb::RenewRequest {
             alloc_id: alloc.to_string(),
         };
-        self.call(|mut c| {
-            let req = req.clone();
-            async move { c.renew(req).await }
-        })
-        .await
+        self.call_with(req, |mut c, r| async move { c.renew(r).await })
+            .await
     }
 
     /// Hands sections `first..first+count` from `from` (which stopped serving
@@ -187,10 +188,7 @@ impl StoreClient {
             count,
         };
         let r = self
-            .call(|mut c| {
-                let req = req.clone();
-                async move { c.handoff(req).await }
-            })
+            .call_with(req, |mut c, r| async move { c.handoff(r).await })
             .await?;
         Ok(r.grants.iter().map(grant_of).collect())
     }
@@ -201,11 +199,8 @@ impl StoreClient {
             alloc_id: alloc.to_string(),
             draining,
         };
-        self.call(|mut c| {
-            let req = req.clone();
-            async move { c.set_draining(req).await }
-        })
-        .await?;
+        self.call_with(req, |mut c, r| async move { c.set_draining(r).await })
+            .await?;
         Ok(())
     }
 
@@ -260,10 +255,7 @@ impl StoreClient {
             addr: addr.to_string(),
         };
         let r = self
-            .call(|mut c| {
-                let req = req.clone();
-                async move { c.register_alloc(req).await }
-            })
+            .call_with(req, |mut c, r| async move { c.register_alloc(r).await })
             .await?;
         Ok(r.route_version)
     }

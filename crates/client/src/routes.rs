@@ -4,8 +4,7 @@
 //! tables attached to `NOT_OWNER` / `OUT_OF_RANGE` errors, and looks uids up
 //! in it on every call.
 
-use seqsvr_core::{RouteEntry, RouteTable, SetSpec, Uid};
-use seqsvr_proto as pb;
+use seqsvr_core::{RouteEntry, RouteTable, Uid};
 
 /// Where to send a call for one uid.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,62 +111,12 @@ impl RouteCache {
     }
 }
 
-/// Converts a protobuf route table to the core type, checking that it can
-/// be trusted for routing: a valid set, and runs that are sorted, disjoint,
-/// inside the set and addressed.
-pub(crate) fn route_from_pb(r: &pb::RouteTable) -> Result<RouteTable, String> {
-    let s = r.set.as_ref().ok_or("route table without set")?;
-    let set = SetSpec {
-        set_id: s.set_id,
-        uid_begin: s.uid_begin,
-        uid_end: s.uid_end,
-        section_size: s.section_size,
-        step: s.step,
-    };
-    set.validate().map_err(|e| e.to_string())?;
-    let entries: Vec<RouteEntry> = r
-        .entries
-        .iter()
-        .map(|e| RouteEntry {
-            first: e.first_section,
-            count: e.count,
-            alloc: e.alloc_id.clone(),
-            addr: e.addr.clone(),
-        })
-        .collect();
-    check_entries(&set, &entries)?;
-    Ok(RouteTable {
-        version: r.version,
-        set,
-        entries,
-    })
-}
-
-/// Checks the invariants `RouteTable::entry_for_section` relies on.
-fn check_entries(set: &SetSpec, entries: &[RouteEntry]) -> Result<(), String> {
-    let mut next_free = 0u64;
-    for e in entries {
-        let end = u64::from(e.first) + u64::from(e.count);
-        if e.count == 0 || u64::from(e.first) < next_free || end > u64::from(set.section_count()) {
-            return Err(format!(
-                "route entry {}+{} overlaps or leaves set {}",
-                e.first, e.count, set.set_id
-            ));
-        }
-        if e.addr.is_empty() {
-            return Err(format!(
-                "route entry {}+{} has no address",
-                e.first, e.count
-            ));
-        }
-        next_free = end;
-    }
-    Ok(())
-}
+pub(crate) use seqsvr_proto::convert::route_from_pb;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use seqsvr_proto as pb;
 
     fn pb_table(
         set_id: u32,

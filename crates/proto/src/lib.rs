@@ -10,6 +10,8 @@ pub mod v1 {
     tonic::include_proto!("seqsvr.v1");
 }
 
+pub mod convert;
+
 pub use v1::*;
 
 use prost::Message;

@@ -13,7 +13,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use seqsvr_core::{RouteEntry, RouteTable, SetSpec};
+use seqsvr_core::RouteTable;
 use seqsvr_proto::store_client::StoreClient as Grpc;
 use seqsvr_proto::{self as pb};
 use tonic::transport::Channel;
@@ -290,30 +290,5 @@ fn grant_of(g: &pb::SectionGrant) -> Grant {
 
 /// Converts a protobuf route table to the core type, validating it.
 pub fn route_from_pb(r: &pb::RouteTable) -> Result<RouteTable> {
-    let s = r
-        .set
-        .as_ref()
-        .ok_or_else(|| Error::Internal("route table without set".into()))?;
-    let set = SetSpec {
-        set_id: s.set_id,
-        uid_begin: s.uid_begin,
-        uid_end: s.uid_end,
-        section_size: s.section_size,
-        step: s.step,
-    };
-    set.validate().map_err(|e| Error::Internal(e.to_string()))?;
-    Ok(RouteTable {
-        version: r.version,
-        set,
-        entries: r
-            .entries
-            .iter()
-            .map(|e| RouteEntry {
-                first: e.first_section,
-                count: e.count,
-                alloc: e.alloc_id.clone(),
-                addr: e.addr.clone(),
-            })
-            .collect(),
-    })
+    seqsvr_proto::convert::route_from_pb(r).map_err(Error::Internal)
 }

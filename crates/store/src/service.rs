@@ -266,34 +266,7 @@ fn grant_pb(g: &crate::types::Grant) -> pb::SectionGrant {
     }
 }
 
-/// Converts a core route table to its protobuf form.
-pub fn route_pb(t: &seqsvr_core::RouteTable) -> pb::RouteTable {
-    pb::RouteTable {
-        version: t.version,
-        set: Some(set_pb(&t.set)),
-        entries: t
-            .entries
-            .iter()
-            .map(|e| pb::RouteEntry {
-                first_section: e.first,
-                count: e.count,
-                alloc_id: e.alloc.clone(),
-                addr: e.addr.clone(),
-            })
-            .collect(),
-    }
-}
-
-/// Converts a set spec to its protobuf form.
-pub fn set_pb(s: &seqsvr_core::SetSpec) -> pb::SetSpec {
-    pb::SetSpec {
-        set_id: s.set_id,
-        uid_begin: s.uid_begin,
-        uid_end: s.uid_end,
-        section_size: s.section_size,
-        step: s.step,
-    }
-}
+pub use seqsvr_proto::convert::{route_to_pb as route_pb, set_to_pb as set_pb};
 
 fn unexpected(r: Reply) -> Error {
     Error::Internal(format!("unexpected reply {r:?}"))

@@ -143,6 +143,15 @@ impl SetState {
         Ok(())
     }
 
+    fn require_registered(&self, alloc: &AllocId) -> Result<(), Rejection> {
+        if !self.allocs.contains_key(alloc) {
+            return Err(Rejection::Invalid(format!(
+                "alloc {alloc:?} is not registered"
+            )));
+        }
+        Ok(())
+    }
+
     /// Routes sections to `alloc`; a section changing hands gets a new epoch
     /// so its previous owner's raises are refused from now on (promise 3).
     fn assign(
@@ -153,11 +162,7 @@ impl SetState {
         dirty: &mut Vec<Dirty>,
     ) -> Outcome {
         self.check_sections(first, count)?;
-        if !self.allocs.contains_key(alloc) {
-            return Err(Rejection::Invalid(format!(
-                "alloc {alloc:?} is not registered"
-            )));
-        }
+        self.require_registered(alloc)?;
         let mut moved = false;
         for (i, r) in self.sections[first as usize..(first + count) as usize]
             .iter_mut()
@@ -190,11 +195,7 @@ impl SetState {
         dirty: &mut Vec<Dirty>,
     ) -> Outcome {
         self.check_sections(first, count)?;
-        if !self.allocs.contains_key(alloc) {
-            return Err(Rejection::Invalid(format!(
-                "alloc {alloc:?} is not registered"
-            )));
-        }
+        self.require_registered(alloc)?;
         let step = self.spec()?.step;
         let range = first as usize..first as usize + count as usize;
         if let Some((i, r)) = self.sections[range.clone()]

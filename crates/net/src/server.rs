@@ -1,0 +1,225 @@
+//! Listening on one plane.
+//!
+//! [`listener`] takes a bound `TcpListener`, the plane, its [`Limits`] and
+//! optionally [`ServerTls`], and gives a [`Listener`]. Its
+//! [`server`](Listener::server) is a tonic server builder already set up
+//! with the plane's per-connection limits; add services to it as usual and
+//! hand the router back to [`serve`](Listener::serve):
+//!
+//! ```ignore
+//! let l = seqsvr_net::server::listener(tcp, Plane::Client, &limits, tls.as_ref(), false)?;
+//! let router = l.server().add_service(AllocServer::new(svc));
+//! l.serve(router, shutdown).await?;
+//! ```
+//!
+//! `serve` runs tonic's `serve_with_incoming_shutdown` on the listener's
+//! own stream of connections, which adds what tonic leaves out for a
+//! caller-supplied listener: TCP_NODELAY on every socket (tonic ignores
+//! `Server::tcp_nodelay` there), the connection cap, and the handshake and
+//! idle timeouts.
+//!
+//! What each plane gets:
+//!
+//! | setting | where |
+//! | --- | --- |
+//! | TLS, client certificate required on peer/admin | [`ServerTls`], handshake run by the listener |
+//! | `max_connections` | accept loop: extra connections are accepted and closed at once |
+//! | `handshake_timeout`, `idle_timeout` | per-connection timer under HTTP/2 |
+//! | `max_concurrent_streams`, keepalive | HTTP/2 settings of tonic's server |
+//! | `request_timeout` | tonic's `Server::timeout` |
+//! | `max_message` | [`MaxMessageLayer`], answering `RESOURCE_EXHAUSTED` |
+//!
+//! # Plaintext
+//!
+//! A listener without TLS on an address other hosts can reach is refused
+//! unless the caller passes `insecure = true` (and then warned about when
+//! it starts serving): a peer or admin plane without TLS trusts every
+//! caller ([`Auth::Insecure`]), and the client plane would carry users'
+//! traffic unencrypted.
+//!
+//! # Cost per call
+//!
+//! The layers add no allocation per call: the message-size check wraps
+//! the request body in a generic type and reads one response header; the
+//! connection-level work is per socket read, not per call.
+
+mod conn;
+mod size;
+
+pub use size::{Limited, MaxMessage, MaxMessageLayer, TooLargeAsResourceExhausted};
+
+use crate::auth::Auth;
+use crate::error::{Error, Result};
+use crate::limits::Limits;
+use crate::plane::Plane;
+use crate::tls::ServerTls;
+use bytes::Bytes;
+use conn::{Incoming, Plain, Timeouts, Tls};
+use std::future::Future;
+use std::net::SocketAddr;
+use tokio::net::TcpListener;
+use tonic::body::Body;
+use tonic::service::Routes;
+use tonic::transport::server::Router;
+use tonic::transport::Server;
+use tower_layer::{Identity, Layer, Stack};
+use tower_service::Service;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The tonic server builder a [`Listener`] hands out.
+pub type PlaneServer = Server<Stack<MaxMessageLayer, Identity>>;
+
+/// One plane's listener, not yet serving.
+pub struct Listener {
+    tcp: TcpListener,
+    local: SocketAddr,
+    plane: Plane,
+    limits: Limits,
+    tls: Option<ServerTls>,
+    exposed_plaintext: bool,
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener")
+            .field("local", &self.local)
+            .field("plane", &self.plane)
+            .field("tls", &self.tls.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Prepares `tcp` to serve `plane` with `limits` and, if given, `tls`.
+///
+/// Refuses limits that do not [validate](Limits::validate), and plaintext
+/// on a non-loopback address unless `insecure` (see the module doc). A
+/// TLS setting for the wrong kind of plane (server-only TLS on the peer or
+/// admin plane) is refused too: those planes identify callers by their
+/// certificates.
+pub fn listener(
+    tcp: TcpListener,
+    plane: Plane,
+    limits: &Limits,
+    tls: Option<&ServerTls>,
+    insecure: bool,
+) -> Result<Listener> {
+    limits.validate(plane)?;
+    let local = tcp.local_addr().map_err(Error::Listener)?;
+    if let Some(t) = tls {
+        if plane.mutual_tls() && !t.is_mutual() {
+            return Err(Error::PlaneTls { plane });
+        }
+    }
+    let exposed_plaintext = tls.is_none() && !local.ip().is_loopback();
+    if exposed_plaintext && !insecure {
+        return Err(Error::PlaintextExposed { plane, addr: local });
+    }
+    Ok(Listener {
+        tcp,
+        local,
+        plane,
+        limits: limits.clone(),
+        tls: tls.cloned(),
+        exposed_plaintext,
+    })
+}
+
+impl Listener {
+    /// The address the listener is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The plane it serves.
+    pub fn plane(&self) -> Plane {
+        self.plane
+    }
+
+    /// Its limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// How handlers on this listener identify callers: by certificate
+    /// with TLS, not at all without. (On the client plane, whose callers
+    /// present no certificate, every role check under TLS fails.)
+    pub fn auth(&self) -> Auth {
+        if self.tls.is_some() {
+            Auth::Tls
+        } else {
+            Auth::Insecure
+        }
+    }
+
+    /// A tonic server builder with this plane's limits: streams per
+    /// connection, keepalive, request timeout and message size. Add
+    /// services (and more layers, if wanted) and pass the router to
+    /// [`serve`](Listener::serve).
+    ///
+    /// A service's own tonic decoding limit
+    /// (`max_decoding_message_size`, 4 MiB by default) still applies
+    /// beneath the plane's; raise it to the plane's
+    /// [`max_message`](Limits::max_message) where the plane's is larger
+    /// (the peer plane's is).
+    pub fn server(&self) -> PlaneServer {
+        let l = &self.limits;
+        Server::builder()
+            .max_concurrent_streams(l.max_concurrent_streams)
+            .http2_keepalive_interval(Some(l.keepalive_interval))
+            .http2_keepalive_timeout(Some(l.keepalive_timeout))
+            .timeout(l.request_timeout)
+            .layer(MaxMessageLayer::new(l.max_message))
+    }
+
+    /// Serves `router` (built from [`server`](Listener::server)) until
+    /// `shutdown` completes; then stops accepting and waits for open calls
+    /// to finish, as tonic's `serve_with_incoming_shutdown` does.
+    pub async fn serve<L, ResBody, F>(self, router: Router<L>, shutdown: F) -> Result<()>
+    where
+        L: Layer<Routes>,
+        L::Service: Service<http::Request<Body>, Response = http::Response<ResBody>>
+            + Clone
+            + Send
+            + 'static,
+        <L::Service as Service<http::Request<Body>>>::Future: Send,
+        <L::Service as Service<http::Request<Body>>>::Error: Into<BoxError> + Send,
+        ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+        ResBody::Error: Into<BoxError>,
+        F: Future<Output = ()>,
+    {
+        let timeouts = Timeouts {
+            handshake: self.limits.handshake_timeout,
+            idle: self.limits.idle_timeout,
+        };
+        let max = self.limits.max_connections;
+        let plane = self.plane;
+        match self.tls {
+            Some(tls) => {
+                tracing::info!(%plane, addr = %self.local, mutual = tls.is_mutual(), "serving with TLS");
+                let acceptor = tokio_rustls::TlsAcceptor::from(tls.config);
+                let incoming = Incoming::new(self.tcp, Tls(acceptor), plane, max, timeouts);
+                router
+                    .serve_with_incoming_shutdown(incoming, shutdown)
+                    .await?;
+            }
+            None => {
+                if self.exposed_plaintext {
+                    tracing::warn!(
+                        %plane,
+                        addr = %self.local,
+                        "serving in PLAINTEXT on a non-loopback address: traffic is unencrypted \
+                         and every caller is trusted"
+                    );
+                } else {
+                    tracing::info!(%plane, addr = %self.local, "serving in plaintext on loopback");
+                }
+                let incoming = Incoming::new(self.tcp, Plain, plane, max, timeouts);
+                router
+                    .serve_with_incoming_shutdown(incoming, shutdown)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,528 @@
+//! Accepting connections: the connection cap, TCP_NODELAY, the TLS
+//! handshake, and the handshake and idle timeouts.
+//!
+//! [`Incoming`] is the stream of connections handed to tonic. It accepts
+//! from the listener, takes a slot, runs the TLS handshake (if any) in its
+//! own task so a slow client cannot hold up the accept loop, and yields
+//! each connection wrapped in a [`Conn`].
+//!
+//! # Connection cap: accept, then close at once
+//!
+//! A connection over `max_connections` is accepted and closed straight
+//! away rather than left in the kernel's accept queue. Left queued, it
+//! would look connected to the client, which would send its requests and
+//! wait out its own deadline for an answer that may never come; closed,
+//! the client sees a failed connection at once and can back off or try
+//! another server. Accepting keeps the queue short too, so when a slot
+//! frees the next client is served without waiting behind stale ones.
+//!
+//! # Timeouts without per-call work
+//!
+//! [`Conn`] sits between tonic's HTTP/2 server and the (TLS) stream. It
+//! owns one timer per connection, armed first for the handshake deadline
+//! (TLS done and the 24-byte HTTP/2 preface read) and then for the idle
+//! deadline. Reads only note the time when they carry a request frame; the
+//! timer is re-armed lazily, when it fires early, so a busy connection
+//! costs a clock read per socket read and no timer updates. When a
+//! deadline passes, the connection's next read or stalled write fails and
+//! tonic drops it.
+//!
+//! Idle is judged from HTTP/2 frame headers, which is why the listener
+//! runs TLS itself (below this layer tonic would see only ciphertext):
+//! HEADERS, DATA, CONTINUATION and RST_STREAM frames from the peer count
+//! as use, PING, SETTINGS, WINDOW_UPDATE, PRIORITY and GOAWAY do not.
+//! Keepalive pings therefore do not keep an unused connection open.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tokio::time::{Instant, Sleep};
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+use tokio_stream::Stream;
+use tonic::transport::server::Connected;
+
+use crate::plane::Plane;
+
+/// How a new TCP connection becomes the stream HTTP/2 runs on.
+pub(crate) trait Handshake: Send + Unpin + 'static {
+    type Io: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static;
+
+    fn start(&self, tcp: TcpStream) -> Started<Self::Io>;
+}
+
+pub(crate) enum Started<Io> {
+    Done(Io),
+    Running(Pin<Box<dyn Future<Output = io::Result<Io>> + Send>>),
+}
+
+/// Plaintext: the TCP stream itself.
+pub(crate) struct Plain;
+
+impl Handshake for Plain {
+    type Io = TcpStream;
+
+    fn start(&self, tcp: TcpStream) -> Started<TcpStream> {
+        Started::Done(tcp)
+    }
+}
+
+/// TLS. The stream's connect info is tonic's `TlsConnectInfo`, so
+/// `Request::peer_certs()` and `remote_addr()` work as with tonic's own
+/// TLS.
+pub(crate) struct Tls(pub(crate) TlsAcceptor);
+
+impl Handshake for Tls {
+    type Io = TlsStream<TcpStream>;
+
+    fn start(&self, tcp: TcpStream) -> Started<Self::Io> {
+        Started::Running(Box::pin(self.0.accept(tcp)))
+    }
+}
+
+/// What [`Incoming`] needs of the plane's limits.
+#[derive(Clone, Copy)]
+pub(crate) struct Timeouts {
+    pub(crate) handshake: Duration,
+    pub(crate) idle: Duration,
+}
+
+/// The connections of one listener (see the module doc).
+pub(crate) struct Incoming<H: Handshake> {
+    tcp: TcpListener,
+    handshake: H,
+    plane: Plane,
+    slots: Arc<Semaphore>,
+    max_connections: usize,
+    timeouts: Timeouts,
+    handshakes: JoinSet<Option<Conn<H::Io>>>,
+    /// Set after an accept error that is not about one connection (out of
+    /// file descriptors, say): accepting again at once would spin.
+    pause: Option<Pin<Box<Sleep>>>,
+    refused: u64,
+    last_refusal_warning: Option<Instant>,
+}
+
+/// Accept errors that concern one connection only; the next accept is
+/// fine.
+fn per_connection(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::Interrupted
+            | io::ErrorKind::WouldBlock
+            | io::ErrorKind::TimedOut
+    )
+}
+
+/// At most one warning per this much time about refused connections.
+const REFUSAL_WARNING_EVERY: Duration = Duration::from_secs(10);
+/// Back-off after an accept error that is not about one connection.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+/// Connections taken per poll before yielding to other tasks.
+const ACCEPT_BUDGET: usize = 64;
+
+impl<H: Handshake> Incoming<H> {
+    pub(crate) fn new(
+        tcp: TcpListener,
+        handshake: H,
+        plane: Plane,
+        max_connections: usize,
+        timeouts: Timeouts,
+    ) -> Self {
+        Incoming {
+            tcp,
+            handshake,
+            plane,
+            slots: Arc::new(Semaphore::new(max_connections)),
+            max_connections,
+            timeouts,
+            handshakes: JoinSet::new(),
+            pause: None,
+            refused: 0,
+            last_refusal_warning: None,
+        }
+    }
+
+    /// Takes a slot and starts the handshake; a finished handshake gives
+    /// the connection back at once.
+    fn admit(&mut self, tcp: TcpStream, peer: SocketAddr) -> Option<Conn<H::Io>> {
+        // Small replies must not wait for a delayed ACK.
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(%peer, "TCP_NODELAY: {e}");
+        }
+        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+            self.refuse(peer);
+            return None; // dropping `tcp` closes it
+        };
+        let deadline = Instant::now() + self.timeouts.handshake;
+        let idle = self.timeouts.idle;
+        match self.handshake.start(tcp) {
+            Started::Done(io) => Some(Conn::new(io, slot, deadline, idle)),
+            Started::Running(handshake) => {
+                let plane = self.plane;
+                self.handshakes.spawn(async move {
+                    match tokio::time::timeout_at(deadline, handshake).await {
+                        Ok(Ok(io)) => Some(Conn::new(io, slot, deadline, idle)),
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, %plane, "TLS handshake failed: {e}");
+                            None
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, %plane, "TLS handshake timed out");
+                            None
+                        }
+                    }
+                });
+                None
+            }
+        }
+    }
+
+    fn refuse(&mut self, peer: SocketAddr) {
+        self.refused += 1;
+        let now = Instant::now();
+        let due = self
+            .last_refusal_warning
+            .is_none_or(|t| now.duration_since(t) >= REFUSAL_WARNING_EVERY);
+        if due {
+            tracing::warn!(
+                plane = %self.plane,
+                max_connections = self.max_connections,
+                refused = self.refused,
+                last = %peer,
+                "connection limit reached: closing new connections at once"
+            );
+            self.last_refusal_warning = Some(now);
+            self.refused = 0;
+        } else {
+            tracing::debug!(%peer, plane = %self.plane, "connection refused: limit reached");
+        }
+    }
+}
+
+impl<H: Handshake> Stream for Incoming<H> {
+    type Item = io::Result<Conn<H::Io>>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        while let Poll::Ready(Some(done)) = this.handshakes.poll_join_next(cx) {
+            match done {
+                Ok(Some(conn)) => return Poll::Ready(Some(Ok(conn))),
+                Ok(None) => {}
+                Err(e) => tracing::debug!("handshake task: {e}"),
+            }
+        }
+        if let Some(pause) = &mut this.pause {
+            if pause.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            this.pause = None;
+        }
+        for _ in 0..ACCEPT_BUDGET {
+            match this.tcp.poll_accept(cx) {
+                Poll::Ready(Ok((tcp, peer))) => {
+                    if let Some(conn) = this.admit(tcp, peer) {
+                        return Poll::Ready(Some(Ok(conn)));
+                    }
+                }
+                Poll::Ready(Err(e)) if per_connection(&e) => {}
+                Poll::Ready(Err(e)) => {
+                    tracing::warn!(plane = %this.plane, "accept failed: {e}; pausing");
+                    let mut pause = Box::pin(tokio::time::sleep(ACCEPT_ERROR_PAUSE));
+                    // Registers the wake-up.
+                    let _ = pause.as_mut().poll(cx);
+                    this.pause = Some(pause);
+                    return Poll::Pending;
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        // Budget spent with connections still coming: let others run.
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+/// One accepted connection: the stream, its slot under the cap, and its
+/// handshake and idle deadlines (see the module doc).
+pub(crate) struct Conn<IO> {
+    io: IO,
+    _slot: OwnedSemaphorePermit,
+    watch: Watch,
+}
+
+impl<IO> Conn<IO> {
+    fn new(
+        io: IO,
+        slot: OwnedSemaphorePermit,
+        handshake_deadline: Instant,
+        idle: Duration,
+    ) -> Self {
+        Conn {
+            io,
+            _slot: slot,
+            watch: Watch {
+                timer: Box::pin(tokio::time::sleep_until(handshake_deadline)),
+                handshake_deadline: Some(handshake_deadline),
+                idle,
+                last_used: Instant::now(),
+                frames: Frames::default(),
+            },
+        }
+    }
+}
+
+impl<IO: Connected> Connected for Conn<IO> {
+    type ConnectInfo = IO::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.io.connect_info()
+    }
+}
+
+struct Watch {
+    timer: Pin<Box<Sleep>>,
+    /// Set until the HTTP/2 preface has been read.
+    handshake_deadline: Option<Instant>,
+    idle: Duration,
+    /// When the peer last sent a request frame.
+    last_used: Instant,
+    frames: Frames,
+}
+
+impl Watch {
+    fn on_read(&mut self, data: &[u8]) {
+        let (preface_done, used) = self.frames.feed(data);
+        if preface_done {
+            self.handshake_deadline = None;
+        }
+        if used || preface_done {
+            self.last_used = Instant::now();
+        }
+    }
+
+    /// Whether the current deadline has passed; otherwise makes sure the
+    /// task is woken when it does.
+    fn expired(&mut self, cx: &mut Context<'_>) -> Option<io::Error> {
+        loop {
+            if self.timer.as_mut().poll(cx).is_pending() {
+                return None;
+            }
+            let (deadline, what) = match self.handshake_deadline {
+                Some(d) => (d, "handshake timed out"),
+                None => (self.last_used + self.idle, "idle timeout"),
+            };
+            if Instant::now() >= deadline {
+                return Some(io::Error::new(io::ErrorKind::TimedOut, what));
+            }
+            self.timer.as_mut().reset(deadline);
+        }
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Conn<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        match Pin::new(&mut this.io).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                let new = &buf.filled()[before..];
+                if !new.is_empty() {
+                    this.watch.on_read(new);
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => match this.watch.expired(cx) {
+                Some(e) => Poll::Ready(Err(e)),
+                None => Poll::Pending,
+            },
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+        }
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Conn<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        stalled(
+            Pin::new(&mut this.io).poll_write(cx, buf),
+            &mut this.watch,
+            cx,
+        )
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        stalled(
+            Pin::new(&mut this.io).poll_write_vectored(cx, bufs),
+            &mut this.watch,
+            cx,
+        )
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        stalled(Pin::new(&mut this.io).poll_flush(cx), &mut this.watch, cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        stalled(
+            Pin::new(&mut this.io).poll_shutdown(cx),
+            &mut this.watch,
+            cx,
+        )
+    }
+}
+
+/// A write that cannot proceed (the peer reads nothing) must not outlive
+/// the deadline either: HTTP/2 stops reading while its writes are stuck.
+#[inline]
+fn stalled<T>(
+    r: Poll<io::Result<T>>,
+    watch: &mut Watch,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<T>> {
+    match r {
+        Poll::Pending => match watch.expired(cx) {
+            Some(e) => Poll::Ready(Err(e)),
+            None => Poll::Pending,
+        },
+        r => r,
+    }
+}
+
+/// The client connection preface: "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".
+const PREFACE_LEN: u8 = 24;
+
+/// Follows the HTTP/2 frames a client sends, reading only frame headers.
+/// `preface` counts the preface bytes read; then `header` bytes of the
+/// next 9-byte frame header are read (the first three are the payload
+/// length, the fourth the type), or `skip` payload bytes remain.
+#[derive(Default)]
+struct Frames {
+    preface: u8,
+    header: u8,
+    len: u32,
+    kind: u8,
+    skip: u32,
+}
+
+/// Frame types that carry or end a call: DATA, HEADERS, RST_STREAM,
+/// CONTINUATION.
+fn is_call_frame(kind: u8) -> bool {
+    matches!(kind, 0x0 | 0x1 | 0x3 | 0x9)
+}
+
+impl Frames {
+    /// Returns (the preface was completed by `data`, `data` holds the
+    /// header of a call frame).
+    fn feed(&mut self, mut data: &[u8]) -> (bool, bool) {
+        let mut preface_done = false;
+        if self.preface < PREFACE_LEN {
+            let n = data.len().min(usize::from(PREFACE_LEN - self.preface));
+            self.preface += n as u8;
+            data = &data[n..];
+            preface_done = self.preface == PREFACE_LEN;
+        }
+        let mut used = false;
+        while !data.is_empty() {
+            if self.skip > 0 {
+                let n = data.len().min(self.skip as usize);
+                self.skip -= n as u32;
+                data = &data[n..];
+                continue;
+            }
+            let b = data[0];
+            data = &data[1..];
+            match self.header {
+                0..=2 => self.len = (self.len << 8) | u32::from(b),
+                3 => self.kind = b,
+                _ => {}
+            }
+            self.header += 1;
+            if self.header == 9 {
+                used |= is_call_frame(self.kind);
+                self.skip = self.len;
+                self.header = 0;
+                self.len = 0;
+            }
+        }
+        (preface_done, used)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(kind: u8, payload: usize) -> Vec<u8> {
+        let mut v = (payload as u32).to_be_bytes()[1..].to_vec();
+        v.extend_from_slice(&[kind, 0, 0, 0, 0, 1]);
+        v.extend(std::iter::repeat_n(0xAB, payload));
+        v
+    }
+
+    #[test]
+    fn frames_split_anywhere() {
+        let mut bytes = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        let settings = frame(0x4, 12);
+        bytes.extend(&settings);
+        let preface_and_settings = bytes.len();
+        bytes.extend(frame(0x6, 8)); // PING
+        bytes.extend(frame(0x8, 4)); // WINDOW_UPDATE
+        let quiet = bytes.len();
+        bytes.extend(frame(0x1, 30)); // HEADERS
+        bytes.extend(frame(0x0, 300)); // DATA
+
+        for chunk in 1..=bytes.len() {
+            let mut f = Frames::default();
+            let mut done_at = None;
+            let mut used_at = None;
+            let mut pos = 0;
+            for c in bytes.chunks(chunk) {
+                let (d, u) = f.feed(c);
+                pos += c.len();
+                if d {
+                    done_at.get_or_insert(pos);
+                }
+                if u {
+                    used_at.get_or_insert(pos);
+                }
+            }
+            assert_eq!((f.header, f.skip), (0, 0), "chunk {chunk}");
+            let done_at = done_at.unwrap();
+            assert!(done_at >= 24 && done_at < 24 + chunk, "chunk {chunk}");
+            let used_at = used_at.unwrap();
+            assert!(used_at > quiet, "chunk {chunk}: pings counted as use");
+            assert!(used_at > preface_and_settings);
+        }
+    }
+}

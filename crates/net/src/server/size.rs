@@ -1,0 +1,301 @@
+//! The plane's message-size limit, answered `RESOURCE_EXHAUSTED`.
+//!
+//! tonic's own limit is set per service (`max_decoding_message_size`, 4
+//! MiB unless changed), so a listener cannot impose it on the services a
+//! caller adds, and tonic answers a message over it with `OUT_OF_RANGE`,
+//! a code that tells a client "your argument is wrong" rather than "too
+//! big for this server". So the limit is enforced one step earlier:
+//! [`MaxMessageLayer`] wraps each request body in [`Limited`], which reads
+//! the 5-byte gRPC length prefix of every message as the body's frames go
+//! by and fails the body with a `RESOURCE_EXHAUSTED` status as soon as a
+//! prefix announces more than the limit, before the message is buffered.
+//! tonic's decoder passes that status on as the call's answer.
+//!
+//! A service whose own tonic limit is *smaller* than the plane's still
+//! answers `OUT_OF_RANGE` from tonic; the layer rewrites that status (when
+//! it comes as a trailers-only answer, as unary calls give it) to
+//! `RESOURCE_EXHAUSTED`, so a caller sees one code for "too large"
+//! whichever limit it hit.
+//!
+//! # Cost
+//!
+//! No allocation per call: the body wrapper is a plain generic type (the
+//! router boxes the request body once, as it does without the layer), and
+//! the response check is one header look-up. Scanning touches only the 5
+//! prefix bytes of each message.
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue};
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use tonic::Status;
+use tower_layer::Layer;
+use tower_service::Service;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Applies a message-size limit to every call (see the module doc).
+#[derive(Clone, Copy, Debug)]
+pub struct MaxMessageLayer {
+    max: usize,
+}
+
+impl MaxMessageLayer {
+    /// Refuses request messages over `max` bytes.
+    pub fn new(max: usize) -> MaxMessageLayer {
+        MaxMessageLayer { max }
+    }
+}
+
+impl<S> Layer<S> for MaxMessageLayer {
+    type Service = MaxMessage<S>;
+
+    fn layer(&self, inner: S) -> MaxMessage<S> {
+        MaxMessage {
+            inner,
+            max: self.max,
+        }
+    }
+}
+
+/// The service [`MaxMessageLayer`] makes.
+#[derive(Clone, Debug)]
+pub struct MaxMessage<S> {
+    inner: S,
+    max: usize,
+}
+
+impl<S, B, ResBody> Service<http::Request<B>> for MaxMessage<S>
+where
+    S: Service<http::Request<Limited<B>>, Response = http::Response<ResBody>>,
+{
+    type Response = http::Response<ResBody>;
+    type Error = S::Error;
+    type Future = TooLargeAsResourceExhausted<S::Future>;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    #[inline]
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let max = self.max;
+        TooLargeAsResourceExhausted {
+            inner: self.inner.call(req.map(|body| Limited::new(body, max))),
+        }
+    }
+}
+
+pin_project! {
+    /// A request body that fails once a gRPC message in it announces more
+    /// than the limit.
+    pub struct Limited<B> {
+        #[pin]
+        inner: B,
+        max: usize,
+        scan: Scan,
+    }
+}
+
+impl<B> Limited<B> {
+    fn new(inner: B, max: usize) -> Limited<B> {
+        Limited {
+            inner,
+            max,
+            scan: Scan::default(),
+        }
+    }
+}
+
+impl<B> Body for Limited<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.project();
+        match ready!(this.inner.poll_frame(cx)) {
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    if let Err(len) = this.scan.feed(data, *this.max) {
+                        return Poll::Ready(Some(Err(Box::new(Status::resource_exhausted(
+                            format!(
+                                "request message of {len} bytes exceeds this server's limit of {} bytes",
+                                this.max
+                            ),
+                        )))));
+                    }
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Some(Err(e)) => Poll::Ready(Some(Err(e.into()))),
+            None => Poll::Ready(None),
+        }
+    }
+
+    #[inline]
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    #[inline]
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Where the scan is in the stream of length-prefixed messages:
+/// `prefix` bytes of the next 5-byte prefix are read (the first is the
+/// compression flag, the next four the big-endian length), or `skip`
+/// bytes of a message body remain.
+#[derive(Default)]
+struct Scan {
+    prefix: u8,
+    len: u32,
+    skip: u64,
+}
+
+impl Scan {
+    /// Follows `data`; `Err(len)` when a message announces `len` > `max`.
+    fn feed(&mut self, mut data: &[u8], max: usize) -> Result<(), u64> {
+        while !data.is_empty() {
+            if self.skip > 0 {
+                let n = data
+                    .len()
+                    .min(usize::try_from(self.skip).unwrap_or(usize::MAX));
+                self.skip -= n as u64;
+                data = &data[n..];
+                continue;
+            }
+            if self.prefix > 0 {
+                self.len = (self.len << 8) | u32::from(data[0]);
+            }
+            self.prefix += 1;
+            data = &data[1..];
+            if self.prefix == 5 {
+                let len = u64::from(self.len);
+                if len > max as u64 {
+                    return Err(len);
+                }
+                self.skip = len;
+                self.prefix = 0;
+                self.len = 0;
+            }
+        }
+        Ok(())
+    }
+}
+
+pin_project! {
+    /// The response future: rewrites tonic's "message too large"
+    /// `OUT_OF_RANGE` to `RESOURCE_EXHAUSTED`.
+    pub struct TooLargeAsResourceExhausted<F> {
+        #[pin]
+        inner: F,
+    }
+}
+
+impl<F, ResBody, E> Future for TooLargeAsResourceExhausted<F>
+where
+    F: Future<Output = Result<http::Response<ResBody>, E>>,
+{
+    type Output = F::Output;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let mut out = ready!(self.project().inner.poll(cx));
+        if let Ok(res) = &mut out {
+            rewrite_too_large(res.headers_mut());
+        }
+        Poll::Ready(out)
+    }
+}
+
+static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+static GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+
+/// tonic's message for a decoded message over its limit, as it appears
+/// percent-encoded in `grpc-message`.
+const TONIC_TOO_LARGE: &[u8] = b"Error,%20decoded%20message%20length%20too%20large";
+
+fn rewrite_too_large(headers: &mut HeaderMap) {
+    // A successful unary answer carries its status in trailers, so this
+    // look-up misses on the fast path.
+    let Some(status) = headers.get(&GRPC_STATUS) else {
+        return;
+    };
+    if status.as_bytes() != b"11" {
+        return;
+    }
+    let too_large = headers
+        .get(&GRPC_MESSAGE)
+        .is_some_and(|m| m.as_bytes().starts_with(TONIC_TOO_LARGE));
+    if too_large {
+        headers.insert(GRPC_STATUS.clone(), HeaderValue::from_static("8"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn framed(lens: &[u32]) -> Vec<u8> {
+        let mut v = Vec::new();
+        for &l in lens {
+            v.push(0);
+            v.extend_from_slice(&l.to_be_bytes());
+            v.extend(std::iter::repeat_n(7u8, l as usize));
+        }
+        v
+    }
+
+    #[test]
+    fn scan_follows_messages_split_anywhere() {
+        let bytes = framed(&[3, 0, 100, 20]);
+        for chunk in 1..=bytes.len() {
+            let mut s = Scan::default();
+            for c in bytes.chunks(chunk) {
+                s.feed(c, 100).unwrap();
+            }
+            assert_eq!((s.prefix, s.skip), (0, 0));
+        }
+    }
+
+    #[test]
+    fn scan_stops_at_the_first_large_prefix() {
+        let bytes = framed(&[10, 101, 5]);
+        for chunk in 1..=bytes.len() {
+            let mut s = Scan::default();
+            let r: Result<Vec<()>, u64> = bytes.chunks(chunk).map(|c| s.feed(c, 100)).collect();
+            assert_eq!(r, Err(101), "chunk {chunk}");
+        }
+    }
+
+    #[test]
+    fn only_tonics_too_large_is_rewritten() {
+        let status = Status::out_of_range(
+            "Error, decoded message length too large: found 10 bytes, the limit is: 5 bytes",
+        );
+        let mut h = status.into_http::<()>().into_parts().0.headers;
+        rewrite_too_large(&mut h);
+        assert_eq!(h.get(&GRPC_STATUS).unwrap(), "8");
+
+        let mut h = Status::out_of_range("index 9 of 3")
+            .into_http::<()>()
+            .into_parts()
+            .0
+            .headers;
+        rewrite_too_large(&mut h);
+        assert_eq!(h.get(&GRPC_STATUS).unwrap(), "11");
+    }
+}

@@ -13,15 +13,19 @@
 //! - [`codec`]: the one place that turns values into bytes for disk and wire
 //!   (a format-version byte, then bincode), so the encoding can be swapped in
 //!   one place.
+//! - [`grant`]: a section's [`Grant`] (epoch, start, ceiling), the
+//!   AllocSvr [`Incarnation`] and the replicated [`LeaseTerms`].
 //! - [`error`]: the crate's error type.
 
 pub mod checker;
 pub mod codec;
 pub mod error;
+pub mod grant;
 pub mod route;
 pub mod section;
 
 pub use error::{Error, Result};
+pub use grant::{Grant, Incarnation, LeaseTerms};
 pub use route::{AllocId, Epoch, RouteEntry, RouteTable};
 pub use section::{SectionId, SetSpec, Uid};
 

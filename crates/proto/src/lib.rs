@@ -1,5 +1,7 @@
 //! The seqsvr.v1 gRPC API (protobuf messages, clients and servers),
-//! generated at build time from `proto/seqsvr/v1/*.proto`.
+//! generated at build time from `proto/seqsvr/v1/*.proto`, and the one
+//! home of every conversion between wire and core types ([`convert`]) and
+//! of the error details every seqsvr status carries ([`status`]).
 //!
 //! The protobuf package is versioned: a breaking change goes to `seqsvr.v2`
 //! beside it, never into v1.
@@ -11,24 +13,7 @@ pub mod v1 {
 }
 
 pub mod convert;
+pub mod status;
 
+pub use status::{detail_of, status_with};
 pub use v1::*;
-
-use prost::Message;
-
-/// Builds a gRPC status whose `details` carry an [`ErrorDetail`].
-pub fn status_with(
-    code: tonic::Code,
-    message: impl Into<String>,
-    detail: ErrorDetail,
-) -> tonic::Status {
-    tonic::Status::with_details(code, message.into(), detail.encode_to_vec().into())
-}
-
-/// The [`ErrorDetail`] inside a status built by [`status_with`], if any.
-pub fn detail_of(status: &tonic::Status) -> Option<ErrorDetail> {
-    if status.details().is_empty() {
-        return None;
-    }
-    ErrorDetail::decode(status.details()).ok()
-}

@@ -1,7 +1,7 @@
 //! The arbiter: on the store leader, it notices AllocSvrs that stopped
 //! renewing their lease and routes their sections to live ones.
 //!
-//! Leases (DESIGN §3). An AllocSvr renews every `renew` interval; the leader
+//! Leases (docs/architecture/promises.md). An AllocSvr renews every `renew` interval; the leader
 //! grants a renewal only after confirming its leadership with a quorum
 //! (see `service.rs`), and the arbiter records *when it granted* it, on the
 //! leader's monotonic clock. The AllocSvr counts its lease from when it
@@ -10,7 +10,9 @@
 //! renewal this leader granted to it — `margin` absorbs clock-rate drift
 //! between the two machines (a drift of up to `margin / lease` is safe). A
 //! new leader has no renewal history, so it waits a full `lease + margin`
-//! after taking office before moving anything. Together with epochs this
+//! after taking office before moving anything — under the longer of the
+//! lease terms in force and the terms they replaced, since the terms are
+//! replicated state and a lease runs under the terms it was granted with. Together with epochs this
 //! gives promise 3: when a section's new owner starts, the old owner's
 //! lease has certainly ended, and any raise it still sends is refused.
 //!
@@ -20,44 +22,25 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use seqsvr_core::{AllocId, SectionId};
+use seqsvr_core::{AllocId, Epoch, LeaseTerms, SectionId};
 use serde::{Deserialize, Serialize};
 
-use crate::state::SetState;
+use crate::state::{LeaseState, SetState};
 use crate::types::Command;
 
-/// Lease timing, shared by store and AllocSvrs (the store tells each
-/// AllocSvr its lease length in every renewal reply).
+/// The arbiter's own timing. Lease terms are not here: they are
+/// replicated state ([`crate::state::LeaseState`]), so every leader judges
+/// a lease by the terms it was granted under.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct LeaseConfig {
-    /// How long a granted renewal lets an AllocSvr serve, in ms.
-    pub lease_ms: u64,
-    /// Extra wait before moving a section, for clock-rate drift, in ms.
-    pub margin_ms: u64,
+#[serde(default, deny_unknown_fields)]
+pub struct ArbiterConfig {
     /// How often the arbiter looks for expired leases, in ms.
     pub tick_ms: u64,
 }
 
-impl Default for LeaseConfig {
+impl Default for ArbiterConfig {
     fn default() -> Self {
-        Self {
-            lease_ms: 5000,
-            margin_ms: 1000,
-            tick_ms: 100,
-        }
-    }
-}
-
-impl LeaseConfig {
-    /// The lease.
-    pub fn lease(&self) -> Duration {
-        Duration::from_millis(self.lease_ms)
-    }
-
-    /// Lease plus margin: how long after the last grant a section may move.
-    pub fn expiry(&self) -> Duration {
-        Duration::from_millis(self.lease_ms + self.margin_ms)
+        Self { tick_ms: 100 }
     }
 }
 
@@ -70,19 +53,32 @@ struct Office {
     since: Instant,
 }
 
+/// A renewal this leader granted.
+#[derive(Debug, Clone, Copy)]
+struct Granted {
+    /// When.
+    at: Instant,
+    /// The lease it granted.
+    lease: Duration,
+    /// Lease plus margin of the terms it was granted under.
+    expiry: Duration,
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     /// Set while this replica leads.
     office: Option<Office>,
     /// Last renewal granted per AllocSvr, in the current office only.
-    grants: HashMap<AllocId, Instant>,
+    grants: HashMap<AllocId, Granted>,
+    /// When this office last changed the lease terms.
+    lease_changed: Option<Instant>,
 }
 
 /// Lease bookkeeping and section moves of one store replica.
 #[derive(Debug)]
 pub struct Arbiter {
     /// Timing.
-    pub config: LeaseConfig,
+    pub config: ArbiterConfig,
     /// Office and grants.
     inner: Mutex<Inner>,
     /// Held by the arbiter loop from `plan` until its moves are applied,
@@ -104,7 +100,7 @@ pub struct LeaseView {
 
 impl Arbiter {
     /// A new arbiter, not in office.
-    pub fn new(config: LeaseConfig) -> Self {
+    pub fn new(config: ArbiterConfig) -> Self {
         Self {
             config,
             inner: Mutex::default(),
@@ -125,28 +121,63 @@ impl Arbiter {
             (_, Some(term)) => {
                 g.office = Some(Office { term, since: now });
                 g.grants.clear();
+                g.lease_changed = None;
             }
             (_, None) => {
                 g.office = None;
                 g.grants.clear();
+                g.lease_changed = None;
             }
         }
     }
 
     /// Records a renewal granted to `alloc` at `now`, confirmed in `term`.
     /// Ignored unless this replica still leads in that term.
-    pub fn granted(&self, alloc: &str, term: u64, now: Instant) -> bool {
+    pub fn granted(&self, alloc: &str, term: u64, now: Instant, terms: LeaseTerms) -> bool {
         let mut g = self.lock();
         if g.office.map(|o| o.term) != Some(term) {
             return false;
         }
-        g.grants.insert(alloc.to_string(), now);
+        let granted = Granted {
+            at: now,
+            lease: Duration::from_millis(terms.lease_ms),
+            expiry: Duration::from_millis(terms.expiry_ms()),
+        };
+        g.grants.insert(alloc.to_string(), granted);
         true
+    }
+
+    /// Whether the lease terms may change now: only a leader in office for
+    /// a full wait, and not again before every lease granted under the
+    /// terms replaced last could have run out. Otherwise a shorter lease
+    /// could let the arbiter move a section whose owner still holds a
+    /// longer one.
+    pub fn lease_change_allowed(&self, lease: &LeaseState, now: Instant) -> Result<(), String> {
+        let g = self.lock();
+        let Some(office) = g.office else {
+            return Err("not in office yet".into());
+        };
+        let wait = Duration::from_millis(lease.office_wait_ms());
+        if now < office.since + wait {
+            return Err(format!("a new leader waits {wait:?} before changing lease terms"));
+        }
+        if let Some(t) = g.lease_changed {
+            if now < t + wait {
+                return Err(format!("the lease terms changed less than {wait:?} ago"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Records that this office changed the lease terms at `now`.
+    pub fn lease_changed(&self, now: Instant) {
+        self.lock().lease_changed = Some(now);
     }
 
     /// The lease view of every registered AllocSvr.
     pub fn view(&self, state: &SetState, now: Instant) -> BTreeMap<AllocId, LeaseView> {
         let g = self.lock();
+        let wait = Duration::from_millis(state.lease.office_wait_ms());
         state
             .allocs
             .keys()
@@ -154,10 +185,13 @@ impl Arbiter {
                 let last = g.grants.get(id).copied();
                 let expired = match g.office {
                     None => false,
-                    Some(o) => now >= last.unwrap_or(o.since) + self.config.expiry(),
+                    Some(o) => match last {
+                        Some(l) => now >= l.at + l.expiry && now >= o.since + wait,
+                        None => now >= o.since + wait,
+                    },
                 };
                 let view = LeaseView {
-                    since_grant: last.map(|t| now.saturating_duration_since(t)),
+                    since_grant: last.map(|l| now.saturating_duration_since(l.at)),
                     expired,
                 };
                 (id.clone(), view)
@@ -174,17 +208,12 @@ impl Arbiter {
         let Some(office) = g.office else {
             return Vec::new();
         };
-        if now < office.since + self.config.expiry() {
+        let wait = Duration::from_millis(state.lease.office_wait_ms());
+        if now < office.since + wait {
             return Vec::new();
         }
-        let expired = |id: &AllocId| {
-            now >= g.grants.get(id).copied().unwrap_or(office.since) + self.config.expiry()
-        };
-        let live = |id: &AllocId| {
-            g.grants
-                .get(id)
-                .is_some_and(|t| now < *t + self.config.lease())
-        };
+        let expired = |id: &AllocId| g.grants.get(id).is_none_or(|l| now >= l.at + l.expiry);
+        let live = |id: &AllocId| g.grants.get(id).is_some_and(|l| now < l.at + l.lease);
         let mut load: BTreeMap<&AllocId, usize> = state
             .allocs
             .iter()
@@ -202,41 +231,43 @@ impl Arbiter {
                         *n += 1;
                     }
                 }
-                _ => movable.push(s as SectionId),
+                _ => movable.push((s as SectionId, r.epoch)),
             }
         }
-        let mut moves: Vec<(SectionId, AllocId)> = Vec::new();
-        for s in movable {
+        let mut moves: Vec<(SectionId, Epoch, AllocId)> = Vec::new();
+        for (s, epoch) in movable {
             let (target, n) = load
                 .iter_mut()
                 .min_by_key(|(id, n)| (**n, **id))
                 .expect("not empty");
             *n += 1;
-            moves.push((s, (*target).clone()));
+            moves.push((s, epoch, (*target).clone()));
         }
         runs(moves)
     }
 }
 
-/// Groups consecutive sections going to the same AllocSvr into `Assign`s.
-fn runs(moves: Vec<(SectionId, AllocId)>) -> Vec<Command> {
+/// Groups consecutive sections going to the same AllocSvr into `Assign`s,
+/// each conditional on the epochs the plan was made on.
+fn runs(moves: Vec<(SectionId, Epoch, AllocId)>) -> Vec<Command> {
     let mut out: Vec<Command> = Vec::new();
-    for (s, to) in moves {
+    for (s, epoch, to) in moves {
         if let Some(Command::Assign {
             alloc,
             first,
-            count,
+            expected,
         }) = out.last_mut()
         {
-            if *alloc == to && *first + *count == s {
-                *count += 1;
+            let full = expected.len() as u32 >= crate::service::MAX_SECTIONS_PER_CALL;
+            if *alloc == to && *first + expected.len() as u32 == s && !full {
+                expected.push(epoch);
                 continue;
             }
         }
         out.push(Command::Assign {
             alloc: to,
             first: s,
-            count: 1,
+            expected: vec![epoch],
         });
     }
     out
@@ -266,27 +297,30 @@ mod tests {
                     let rec = AllocRecord {
                         addr: format!("{id}:1"),
                         draining: *draining,
+                        ..Default::default()
                     };
                     (id.to_string(), rec)
                 })
                 .collect(),
             route_version: 1,
+            lease: Default::default(),
         }
     }
 
+    const T: LeaseTerms = LeaseTerms {
+        lease_ms: 5000,
+        margin_ms: 1000,
+    };
+
     fn arbiter() -> Arbiter {
-        Arbiter::new(LeaseConfig {
-            lease_ms: 5000,
-            margin_ms: 1000,
-            tick_ms: 100,
-        })
+        Arbiter::new(ArbiterConfig { tick_ms: 100 })
     }
 
     fn assign(alloc: &str, first: u32, count: u32) -> Command {
         Command::Assign {
             alloc: alloc.into(),
             first,
-            count,
+            expected: vec![0; count as usize],
         }
     }
 
@@ -298,7 +332,7 @@ mod tests {
         a.observe(Some(3), t0);
         // b renews; a never does under this leader.
         for ms in (0..=7000).step_by(500) {
-            a.granted("b", 3, t0 + Duration::from_millis(ms));
+            a.granted("b", 3, t0 + Duration::from_millis(ms), T);
         }
         assert!(a.plan(&st, t0 + Duration::from_millis(5999)).is_empty());
         assert_eq!(
@@ -318,10 +352,10 @@ mod tests {
         a.observe(Some(1), t0);
         let at = |ms| t0 + Duration::from_millis(ms);
         for ms in (0..=20_000).step_by(1000) {
-            a.granted("b", 1, at(ms));
-            a.granted("c", 1, at(ms));
+            a.granted("b", 1, at(ms), T);
+            a.granted("c", 1, at(ms), T);
         }
-        a.granted("a", 1, at(7000));
+        a.granted("a", 1, at(7000), T);
         assert!(a.plan(&st, at(12_999)).is_empty());
         // Spread evenly: c had none, b had one.
         assert_eq!(
@@ -340,10 +374,10 @@ mod tests {
         );
         a.observe(Some(1), t0);
         let at = |ms| t0 + Duration::from_millis(ms);
-        a.granted("a", 1, at(9000));
-        a.granted("b", 1, at(9000));
+        a.granted("a", 1, at(9000), T);
+        a.granted("b", 1, at(9000), T);
         // c's last grant is older than one lease: not live.
-        a.granted("c", 1, at(1000));
+        a.granted("c", 1, at(1000), T);
         assert_eq!(a.plan(&st, at(9500)), vec![assign("b", 0, 3)]);
         // Nobody live: nothing moves.
         assert!(a.plan(&st, at(20_000)).is_empty());
@@ -356,15 +390,15 @@ mod tests {
         let st = state(&[Some("a")], &[("a", false), ("b", false)]);
         let at = |ms| t0 + Duration::from_millis(ms);
         a.observe(Some(1), t0);
-        a.granted("b", 1, at(6000));
+        a.granted("b", 1, at(6000), T);
         a.observe(None, at(6001));
         assert!(a.plan(&st, at(6002)).is_empty());
         assert!(
-            !a.granted("b", 1, at(6003)),
+            !a.granted("b", 1, at(6003), T),
             "a grant from an old term is ignored"
         );
         a.observe(Some(2), at(7000));
-        a.granted("b", 2, at(12_500));
+        a.granted("b", 2, at(12_500), T);
         assert!(a.plan(&st, at(12_999)).is_empty());
         assert_eq!(a.plan(&st, at(13_000)), vec![assign("b", 0, 1)]);
         let v = a.view(&st, at(13_000));

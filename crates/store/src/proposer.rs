@@ -14,7 +14,7 @@ use std::sync::Arc;
 use openraft::error::{ClientWriteError, RaftError};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use crate::error::{Error, Result};
+use seqsvr_store_api::{Error, Result};
 use crate::types::{Command, NodeId, Outcome, Raft, Request};
 
 /// Most commands in one log entry (keeps an entry far below the disk
@@ -22,6 +22,10 @@ use crate::types::{Command, NodeId, Outcome, Raft, Request};
 pub const MAX_BATCH: usize = 256;
 /// Batches committing at once.
 pub const IN_FLIGHT: usize = 2;
+/// Largest encoded log entry: below what the log store accepts as one
+/// value (a larger one would be a storage error, fatal to the replica), with
+/// room for the entry's own framing.
+pub const MAX_ENTRY_BYTES: usize = crate::disk::MAX_VALUE - 1024;
 
 struct Pending {
     /// The command.
@@ -50,9 +54,15 @@ impl Proposer {
     /// Returns [`Error::NotLeader`] if this replica is not the leader (the
     /// command was not appended).
     pub async fn propose(&self, cmd: Command) -> Result<Outcome> {
+        let size = encoded_size(&cmd)?;
+        if size > MAX_ENTRY_BYTES {
+            return Err(Error::TooLarge(format!(
+                "a command of {size} bytes exceeds the {MAX_ENTRY_BYTES}-byte log entry limit"
+            )));
+        }
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Pending { cmd, reply })
+            .send(Pending { cmd, size, reply })
             .await
             .map_err(|_| Error::Internal("proposer stopped".into()))?;
         rx.await
@@ -62,15 +72,31 @@ impl Proposer {
 
 async fn run(raft: Raft, mut rx: mpsc::Receiver<Pending>) {
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
-    while let Some(first) = rx.recv().await {
+    let mut carry: Option<Pending> = None;
+    loop {
+        let first = match carry.take() {
+            Some(p) => p,
+            None => match rx.recv().await {
+                Some(p) => p,
+                None => return,
+            },
+        };
         // Waiting for a slot is what lets a batch grow.
         let Ok(permit) = slots.clone().acquire_owned().await else {
             return;
         };
+        let mut bytes = first.size;
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
-                Ok(p) => batch.push(p),
+                Ok(p) if bytes + p.size > MAX_ENTRY_BYTES => {
+                    carry = Some(p);
+                    break;
+                }
+                Ok(p) => {
+                    bytes += p.size;
+                    batch.push(p);
+                }
                 Err(_) => break,
             }
         }
@@ -80,6 +106,13 @@ async fn run(raft: Raft, mut rx: mpsc::Receiver<Pending>) {
             drop(permit);
         });
     }
+}
+
+/// A command's size in the log (plus a little for the batch's framing).
+fn encoded_size(cmd: &Command) -> Result<usize> {
+    seqsvr_core::codec::encode(cmd)
+        .map(|b| b.len() + 8)
+        .map_err(|e| Error::Internal(e.to_string()))
 }
 
 async fn commit(raft: &Raft, batch: Vec<Pending>) {

@@ -10,10 +10,10 @@
 use std::collections::BTreeMap;
 
 use seqsvr_core::section::RaiseCheck;
-use seqsvr_core::{AllocId, Epoch, RouteTable, SectionId, SetSpec};
+use seqsvr_core::{AllocId, Epoch, Grant, Incarnation, LeaseTerms, RouteTable, SectionId, SetSpec};
 use serde::{Deserialize, Serialize};
 
-use crate::types::{Command, Grant, Outcome, Rejection, Reply};
+use crate::types::{Command, Outcome, Rejection, Reply};
 
 /// Longest alloc id and address accepted (they are stored and replicated).
 pub const MAX_NAME_LEN: usize = 256;
@@ -23,19 +23,53 @@ pub const MAX_NAME_LEN: usize = 256;
 pub struct SectionRecord {
     /// The ceiling: no number above it has ever been handed out (promise 2).
     pub max_seq: u64,
-    /// The fencing token of the current owner (promise 3).
+    /// The fencing token of the current ownership (promise 3).
     pub epoch: Epoch,
     /// The current owner, if any.
     pub owner: Option<AllocId>,
+    /// The owner incarnation this epoch was granted to; 0 while routed
+    /// but not yet claimed (after an `Assign`).
+    pub incarnation: Incarnation,
+    /// The ceiling when this epoch began: where its owner starts.
+    pub start: u64,
+}
+
+impl SectionRecord {
+    fn grant(&self, section: SectionId) -> Grant {
+        Grant {
+            section,
+            epoch: self.epoch,
+            prev_ceiling: self.start,
+            max_seq: self.max_seq,
+        }
+    }
+
+    /// A new epoch for `owner`'s `incarnation`, starting at the current
+    /// ceiling, which rises by `step` (skip ahead, promises 1 and 4).
+    fn begin(&mut self, owner: &AllocId, incarnation: Incarnation, step: u64) {
+        self.epoch += 1;
+        self.owner = Some(owner.clone());
+        self.incarnation = incarnation;
+        self.start = self.max_seq;
+        self.max_seq += step;
+    }
 }
 
 /// A registered AllocSvr.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AllocRecord {
-    /// Its client-facing `host:port`.
+    /// Its client-plane `host:port`.
     pub addr: String,
+    /// Its peer-plane `host:port`.
+    pub peer_addr: String,
+    /// Its admin-plane `host:port`.
+    pub admin_addr: String,
     /// Being drained: the arbiter routes nothing to it.
     pub draining: bool,
+    /// The one process admitted under this id.
+    pub incarnation: Incarnation,
+    /// Fenced by an operator: its renewals are refused.
+    pub fenced: bool,
 }
 
 /// A record that a command changed and that must be written back.
@@ -45,10 +79,31 @@ pub enum Dirty {
     All,
     /// The route version.
     RouteVersion,
+    /// The lease terms.
+    Lease,
     /// One section.
     Section(SectionId),
-    /// One alloc's address.
+    /// One alloc's record.
     Alloc(AllocId),
+}
+
+/// The lease terms in force and the longest expiry any lease still
+/// running may have been granted under.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseState {
+    /// The terms every renewal is granted under now.
+    pub terms: LeaseTerms,
+    /// `lease + margin` of the terms these replaced (0: none): a new leader
+    /// waits for the longer of the two before moving anything, so a
+    /// shorter lease cannot cut short one granted under the old terms.
+    pub replaced_expiry_ms: u64,
+}
+
+impl LeaseState {
+    /// How long a new leader waits before moving anything.
+    pub fn office_wait_ms(&self) -> u64 {
+        self.terms.expiry_ms().max(self.replaced_expiry_ms)
+    }
 }
 
 /// Everything the store knows about its set.
@@ -62,6 +117,8 @@ pub struct SetState {
     pub allocs: BTreeMap<AllocId, AllocRecord>,
     /// Grows whenever a section changes owner or an owner's address changes.
     pub route_version: u64,
+    /// The lease terms.
+    pub lease: LeaseState,
 }
 
 impl SetState {
@@ -70,24 +127,41 @@ impl SetState {
     pub fn apply(&mut self, cmd: &Command, dirty: &mut Vec<Dirty>) -> Outcome {
         match cmd {
             Command::ConfigureSet(spec) => self.configure(spec, dirty),
-            Command::RegisterAlloc { alloc, addr } => self.register(alloc, addr, dirty),
+            Command::SetLease(terms) => self.set_lease(*terms, dirty),
+            Command::RegisterAlloc {
+                alloc,
+                addr,
+                peer_addr,
+                admin_addr,
+                incarnation,
+                replaces,
+            } => self.register(alloc, [addr, peer_addr, admin_addr], *incarnation, *replaces, dirty),
+            Command::FenceAlloc { alloc, incarnation } => self.fence(alloc, *incarnation, dirty),
             Command::Assign {
                 alloc,
                 first,
-                count,
-            } => self.assign(alloc, *first, *count, dirty),
+                expected,
+            } => self.assign(alloc, *first, expected, dirty),
             Command::TakeOver {
                 alloc,
+                incarnation,
                 first,
-                count,
-            } => self.take_over(alloc, *first, *count, dirty),
-            Command::Raise { section, epoch, to } => self.raise(*section, *epoch, *to, dirty),
+                known,
+            } => self.take_over(alloc, *incarnation, *first, known, dirty),
+            Command::Raise {
+                alloc,
+                incarnation,
+                section,
+                epoch,
+                to,
+            } => self.raise(alloc, *incarnation, *section, *epoch, *to, dirty),
             Command::Handoff {
                 from,
+                incarnation,
                 to,
-                first,
-                count,
-            } => self.handoff(from, to, *first, *count, dirty),
+                section,
+                epoch,
+            } => self.handoff(from, *incarnation, to, *section, *epoch, dirty),
             Command::SetDraining { alloc, draining } => self.set_draining(alloc, *draining, dirty),
         }
     }
@@ -113,14 +187,68 @@ impl SetState {
         }
     }
 
-    fn register(&mut self, alloc: &AllocId, addr: &str, dirty: &mut Vec<Dirty>) -> Outcome {
+    fn set_lease(&mut self, terms: LeaseTerms, dirty: &mut Vec<Dirty>) -> Outcome {
+        terms.validate().map_err(Rejection::Invalid)?;
+        if self.lease.terms != terms {
+            self.lease = LeaseState {
+                replaced_expiry_ms: self.lease.terms.expiry_ms(),
+                terms,
+            };
+            dirty.push(Dirty::Lease);
+        }
+        Ok(Reply::Leased(self.lease.terms))
+    }
+
+    fn register(
+        &mut self,
+        alloc: &AllocId,
+        [addr, peer_addr, admin_addr]: [&String; 3],
+        incarnation: Incarnation,
+        replaces: Incarnation,
+        dirty: &mut Vec<Dirty>,
+    ) -> Outcome {
         self.spec()?;
         check_name("alloc id", alloc)?;
         check_name("address", addr)?;
-        if self.allocs.get(alloc).map(|a| a.addr.as_str()) != Some(addr) {
-            self.allocs.entry(alloc.clone()).or_default().addr = addr.to_string();
-            self.route_version += 1;
+        check_name("peer address", peer_addr)?;
+        check_name("admin address", admin_addr)?;
+        if incarnation == 0 {
+            return Err(Rejection::Invalid("incarnation must not be 0".into()));
+        }
+        if let Some(rec) = self.allocs.get(alloc) {
+            // One process per id (twins are refused); a replacement only
+            // once the leader saw the old one's lease certainly expire.
+            if rec.incarnation != incarnation && rec.incarnation != replaces {
+                return Err(Rejection::Twin {
+                    alloc: alloc.clone(),
+                    live: rec.incarnation,
+                    addr: rec.addr.clone(),
+                });
+            }
+            if rec.incarnation == incarnation && rec.fenced {
+                return Err(Rejection::StaleIncarnation {
+                    alloc: alloc.clone(),
+                    given: incarnation,
+                    current: 0,
+                });
+            }
+        }
+        let rec = self.allocs.entry(alloc.clone()).or_default();
+        let readdressed = rec.addr != addr;
+        let new = AllocRecord {
+            addr: addr.clone(),
+            peer_addr: peer_addr.clone(),
+            admin_addr: admin_addr.clone(),
+            draining: rec.draining,
+            incarnation,
+            fenced: false,
+        };
+        if *rec != new {
+            *rec = new;
             dirty.push(Dirty::Alloc(alloc.clone()));
+        }
+        if readdressed {
+            self.route_version += 1;
             dirty.push(Dirty::RouteVersion);
         }
         Ok(Reply::Registered {
@@ -128,7 +256,49 @@ impl SetState {
         })
     }
 
-    fn check_sections(&self, first: SectionId, count: u32) -> Result<(), Rejection> {
+    fn fence(&mut self, alloc: &AllocId, incarnation: Incarnation, dirty: &mut Vec<Dirty>) -> Outcome {
+        let rec = self.registered_mut(alloc)?;
+        if rec.incarnation != incarnation {
+            return Err(Rejection::StaleIncarnation {
+                alloc: alloc.clone(),
+                given: incarnation,
+                current: rec.incarnation,
+            });
+        }
+        if !rec.fenced {
+            rec.fenced = true;
+            dirty.push(Dirty::Alloc(alloc.clone()));
+        }
+        Ok(Reply::Registered {
+            route_version: self.route_version,
+        })
+    }
+
+    fn registered_mut(&mut self, alloc: &AllocId) -> Result<&mut AllocRecord, Rejection> {
+        self.spec()?;
+        self.allocs
+            .get_mut(alloc)
+            .ok_or_else(|| Rejection::NotRegistered {
+                alloc: alloc.clone(),
+            })
+    }
+
+    /// Checks that `alloc` is registered with `incarnation` and not fenced.
+    pub fn check_incarnation(&self, alloc: &AllocId, incarnation: Incarnation) -> Result<&AllocRecord, Rejection> {
+        let rec = self.allocs.get(alloc).ok_or_else(|| Rejection::NotRegistered {
+            alloc: alloc.clone(),
+        })?;
+        if rec.incarnation != incarnation || rec.fenced {
+            return Err(Rejection::StaleIncarnation {
+                alloc: alloc.clone(),
+                given: incarnation,
+                current: if rec.fenced { 0 } else { rec.incarnation },
+            });
+        }
+        Ok(rec)
+    }
+
+    fn check_sections(&self, first: SectionId, count: usize) -> Result<std::ops::Range<usize>, Rejection> {
         let n = self.spec()?.section_count();
         if count == 0 {
             return Err(Rejection::Invalid("count must be at least 1".into()));
@@ -140,39 +310,47 @@ impl SetState {
                 count: n,
             });
         }
-        Ok(())
+        Ok(first as usize..first as usize + count)
     }
 
-    fn require_registered(&self, alloc: &AllocId) -> Result<(), Rejection> {
-        if !self.allocs.contains_key(alloc) {
-            return Err(Rejection::Invalid(format!(
-                "alloc {alloc:?} is not registered"
-            )));
+    fn check_step(&self, range: std::ops::Range<usize>) -> Result<u64, Rejection> {
+        let step = self.spec()?.step;
+        if let Some(i) = range.clone().find(|&i| self.sections[i].max_seq.checked_add(step).is_none()) {
+            return Err(Rejection::TooLarge {
+                section: i as SectionId,
+                to: u64::MAX,
+                current: self.sections[i].max_seq,
+            });
         }
-        Ok(())
+        Ok(step)
     }
 
-    /// Routes sections to `alloc`; a section changing hands gets a new epoch
-    /// so its previous owner's raises are refused from now on (promise 3).
+    /// Routes sections to `alloc` if each still has the expected epoch; a
+    /// section changing hands gets a new epoch so its previous owner's
+    /// raises are refused from now on (promise 3).
     fn assign(
         &mut self,
         alloc: &AllocId,
         first: SectionId,
-        count: u32,
+        expected: &[Epoch],
         dirty: &mut Vec<Dirty>,
     ) -> Outcome {
-        self.check_sections(first, count)?;
-        self.require_registered(alloc)?;
+        let range = self.check_sections(first, expected.len())?;
+        if !self.allocs.contains_key(alloc) {
+            return Err(Rejection::NotRegistered {
+                alloc: alloc.clone(),
+            });
+        }
+        check_epochs(&self.sections[range.clone()], first, expected)?;
         let mut moved = false;
-        for (i, r) in self.sections[first as usize..(first + count) as usize]
-            .iter_mut()
-            .enumerate()
-        {
+        for i in range {
+            let r = &mut self.sections[i];
             if r.owner.as_ref() != Some(alloc) {
                 r.owner = Some(alloc.clone());
                 r.epoch += 1;
+                r.incarnation = 0;
                 moved = true;
-                dirty.push(Dirty::Section(first + i as u32));
+                dirty.push(Dirty::Section(i as SectionId));
             }
         }
         if moved {
@@ -184,58 +362,38 @@ impl SetState {
         })
     }
 
-    /// Take-over = new owner + new epoch + ceiling raised by one step, in one
-    /// write; the previous ceiling is where the new owner starts (skip ahead,
-    /// promises 1 and 4).
+    /// See [`Command::TakeOver`].
     fn take_over(
         &mut self,
         alloc: &AllocId,
+        incarnation: Incarnation,
         first: SectionId,
-        count: u32,
+        known: &[Epoch],
         dirty: &mut Vec<Dirty>,
     ) -> Outcome {
-        self.check_sections(first, count)?;
-        self.require_registered(alloc)?;
-        let step = self.spec()?.step;
-        let range = first as usize..first as usize + count as usize;
-        if let Some((i, r)) = self.sections[range.clone()]
-            .iter()
-            .enumerate()
-            .find(|(_, r)| r.owner.as_ref().is_some_and(|o| o != alloc))
+        let range = self.check_sections(first, known.len())?;
+        self.check_incarnation(alloc, incarnation)?;
+        if let Some(i) = range
+            .clone()
+            .find(|&i| self.sections[i].owner.as_ref().is_some_and(|o| o != alloc))
         {
             return Err(Rejection::OwnedElsewhere {
-                section: first + i as u32,
-                owner: r.owner.clone().unwrap_or_default(),
+                section: i as SectionId,
+                owner: self.sections[i].owner.clone().unwrap_or_default(),
             });
         }
-        if let Some((i, _)) = self.sections[range.clone()]
-            .iter()
-            .enumerate()
-            .find(|(_, r)| r.max_seq.checked_add(step).is_none())
-        {
-            let r = &self.sections[first as usize + i];
-            return Err(Rejection::TooLarge {
-                section: first + i as u32,
-                to: u64::MAX,
-                current: r.max_seq,
-            });
-        }
+        let step = self.check_step(range.clone())?;
         let mut moved = false;
-        let mut grants = Vec::with_capacity(count as usize);
-        for (i, r) in self.sections[range].iter_mut().enumerate() {
-            let section = first + i as u32;
-            moved |= r.owner.as_ref() != Some(alloc);
-            let prev_ceiling = r.max_seq;
-            r.max_seq += step;
-            r.epoch += 1;
-            r.owner = Some(alloc.clone());
-            dirty.push(Dirty::Section(section));
-            grants.push(Grant {
-                section,
-                epoch: r.epoch,
-                prev_ceiling,
-                max_seq: r.max_seq,
-            });
+        let mut grants = Vec::with_capacity(known.len());
+        for (i, &k) in range.zip(known) {
+            let r = &mut self.sections[i];
+            let prepared = r.owner.as_ref() == Some(alloc) && r.incarnation == incarnation && r.epoch > k;
+            if !prepared {
+                moved |= r.owner.as_ref() != Some(alloc);
+                r.begin(alloc, incarnation, step);
+                dirty.push(Dirty::Section(i as SectionId));
+            }
+            grants.push(r.grant(i as SectionId));
         }
         if moved {
             self.route_version += 1;
@@ -247,51 +405,51 @@ impl SetState {
         })
     }
 
-    /// A planned move: `from` has stopped serving the sections and hands
-    /// them to `to` in one write (new owner, new epoch, ceiling + step),
-    /// so `to` can start at once without waiting for a lease to expire.
+    /// See [`Command::Handoff`]: conditional on the releasing owner's
+    /// incarnation and epoch, so a forged, repeated or late handoff cannot
+    /// move a section its owner still serves.
     fn handoff(
         &mut self,
         from: &AllocId,
+        incarnation: Incarnation,
         to: &AllocId,
-        first: SectionId,
-        count: u32,
+        section: SectionId,
+        epoch: Epoch,
         dirty: &mut Vec<Dirty>,
     ) -> Outcome {
-        self.check_sections(first, count)?;
-        if let Some((i, r)) = self.sections[first as usize..(first + count) as usize]
-            .iter()
-            .enumerate()
-            .find(|(_, r)| r.owner.as_ref() != Some(from))
-        {
+        let range = self.check_sections(section, 1)?;
+        self.check_incarnation(from, incarnation)?;
+        let r = &self.sections[section as usize];
+        if r.owner.as_ref() != Some(from) || r.incarnation != incarnation {
             return Err(Rejection::OwnedElsewhere {
-                section: first + i as u32,
+                section,
                 owner: r.owner.clone().unwrap_or_default(),
             });
         }
-        let step = self.spec()?.step;
-        let range = first as usize..(first + count) as usize;
-        if self.sections[range]
-            .iter()
-            .any(|r| r.max_seq.checked_add(step).is_none())
-        {
-            return Err(Rejection::Invalid("ceiling would overflow".into()));
+        check_epochs(&self.sections[range.clone()], section, &[epoch])?;
+        if from == to {
+            return Err(Rejection::Invalid("handoff to the current owner".into()));
         }
-        // Neither step below can fail now, so a refusal changes nothing.
-        let mut d = Vec::new();
-        self.assign(to, first, count, &mut d)?;
-        let out = self.take_over(to, first, count, &mut d)?;
-        dirty.extend(d);
-        Ok(out)
+        let target = self.allocs.get(to).ok_or_else(|| Rejection::NotRegistered { alloc: to.clone() })?;
+        if target.fenced || target.draining {
+            return Err(Rejection::Invalid(format!("alloc {to:?} is fenced or draining")));
+        }
+        let to_incarnation = target.incarnation;
+        let step = self.check_step(range)?;
+        let r = &mut self.sections[section as usize];
+        r.begin(to, to_incarnation, step);
+        let grant = r.grant(section);
+        self.route_version += 1;
+        dirty.push(Dirty::Section(section));
+        dirty.push(Dirty::RouteVersion);
+        Ok(Reply::HandedOff {
+            grant,
+            route_version: self.route_version,
+        })
     }
 
     fn set_draining(&mut self, alloc: &AllocId, draining: bool, dirty: &mut Vec<Dirty>) -> Outcome {
-        self.spec()?;
-        let Some(a) = self.allocs.get_mut(alloc) else {
-            return Err(Rejection::Invalid(format!(
-                "alloc {alloc:?} is not registered"
-            )));
-        };
+        let a = self.registered_mut(alloc)?;
         if a.draining != draining {
             a.draining = draining;
             dirty.push(Dirty::Alloc(alloc.clone()));
@@ -301,10 +459,12 @@ impl SetState {
         })
     }
 
-    /// A raise is fenced by the epoch (promise 3) and may only move the
-    /// ceiling up, by a bounded amount (promises 2 and 4).
+    /// A raise is fenced by owner, incarnation and epoch (promise 3) and may
+    /// only move the ceiling up, by at most one step (promises 2 and 4).
     fn raise(
         &mut self,
+        alloc: &AllocId,
+        incarnation: Incarnation,
         section: SectionId,
         epoch: Epoch,
         to: u64,
@@ -312,8 +472,9 @@ impl SetState {
     ) -> Outcome {
         self.check_sections(section, 1)?;
         let spec = self.spec()?.clone();
+        self.check_incarnation(alloc, incarnation)?;
         let r = &mut self.sections[section as usize];
-        if epoch != r.epoch {
+        if epoch != r.epoch || r.owner.as_ref() != Some(alloc) || r.incarnation != incarnation {
             return Err(Rejection::StaleEpoch {
                 section,
                 given: epoch,
@@ -355,6 +516,20 @@ impl SetState {
             },
         ))
     }
+}
+
+/// Refuses unless every section still has the epoch the caller decided on.
+fn check_epochs(records: &[SectionRecord], first: SectionId, expected: &[Epoch]) -> Result<(), Rejection> {
+    for (i, (r, &e)) in records.iter().zip(expected).enumerate() {
+        if r.epoch != e {
+            return Err(Rejection::StaleEpoch {
+                section: first + i as SectionId,
+                given: e,
+                current: r.epoch,
+            });
+        }
+    }
+    Ok(())
 }
 
 fn check_name(what: &str, s: &str) -> Result<(), Rejection> {

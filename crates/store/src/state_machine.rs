@@ -30,6 +30,7 @@ const APPLIED: &[u8] = b"applied";
 const MEMBERSHIP: &[u8] = b"membership";
 const SET: &[u8] = b"set";
 const VERSION: &[u8] = b"route_version";
+const LEASE: &[u8] = b"lease";
 const SECTION: u8 = b's';
 const ALLOC: u8 = b'a';
 
@@ -123,6 +124,7 @@ impl StateMachine {
         batch.insert(APPLIED, enc(&a.last_applied)?);
         batch.insert(MEMBERSHIP, enc(&a.membership)?);
         batch.insert(VERSION, enc(&a.state.route_version)?);
+        batch.insert(LEASE, enc(&a.state.lease)?);
         if let Some(set) = &a.state.set {
             batch.insert(SET, enc(set)?);
         }
@@ -151,6 +153,7 @@ impl StateMachine {
                     }
                 }
                 Dirty::RouteVersion => batch.insert(VERSION, enc(&a.state.route_version)?),
+                Dirty::Lease => batch.insert(LEASE, enc(&a.state.lease)?),
                 Dirty::Section(s) => {
                     batch.insert(&section_key(*s), enc(&a.state.sections[*s as usize])?)
                 }
@@ -204,6 +207,7 @@ fn load(sm: &sled::Tree) -> Result<Applied, StorageError> {
             MEMBERSHIP => a.membership = dec("membership", &v)?,
             SET => a.state.set = Some(dec("set", &v)?),
             VERSION => a.state.route_version = dec("route version", &v)?,
+            LEASE => a.state.lease = dec("lease", &v)?,
             [SECTION, rest @ ..] if rest.len() == 4 => sections.push(dec("section", &v)?),
             [ALLOC, id @ ..] => {
                 let id = String::from_utf8_lossy(id).into_owned();

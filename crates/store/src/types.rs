@@ -6,7 +6,8 @@
 
 use std::io::Cursor;
 
-use seqsvr_core::{AllocId, Epoch, SectionId, SetSpec};
+use seqsvr_core::{AllocId, Epoch, Grant, Incarnation, LeaseTerms, SectionId, SetSpec};
+pub use seqsvr_store_api::Rejection;
 use serde::{Deserialize, Serialize};
 
 /// A store replica's id within its Raft group.
@@ -40,53 +41,84 @@ pub type StoredMembership = openraft::StoredMembership<NodeId, openraft::BasicNo
 pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, openraft::BasicNode>;
 
 /// One state-machine command. Everything a command needs (including any
-/// time, later) travels inside it: apply must be deterministic.
+/// time) travels inside it: apply must be deterministic. Every command that
+/// changes ownership is *conditional* on the state it was decided on (an
+/// expected epoch, a registered incarnation), so a delayed, repeated or
+/// forged one is refused instead of undoing a later decision.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
     /// Fixes the set this store group serves. Idempotent with an equal spec;
     /// a different spec is rejected (a set never changes shape in place).
     ConfigureSet(SetSpec),
-    /// Records an AllocSvr's client-facing address.
+    /// Sets the lease terms every leader grants and judges leases by.
+    SetLease(LeaseTerms),
+    /// Records an AllocSvr incarnation and its addresses. A different live
+    /// incarnation is replaced only if `replaces` names it (the leader sets
+    /// it after checking that its lease has certainly expired).
     RegisterAlloc {
         /// The AllocSvr.
         alloc: AllocId,
-        /// Its `host:port`.
+        /// Its client-plane `host:port`.
         addr: String,
+        /// Its peer-plane `host:port`.
+        peer_addr: String,
+        /// Its admin-plane `host:port`.
+        admin_addr: String,
+        /// The registering process's incarnation.
+        incarnation: Incarnation,
+        /// The incarnation it replaces (0: none).
+        replaces: Incarnation,
     },
-    /// Routes sections `first..first+count` to `alloc` (the route table
-    /// says it serves them). Each section that changes hands gets a new
-    /// epoch, which fences the previous owner at once (promise 3); the new
-    /// owner then claims them with `TakeOver`.
+    /// Refuses `alloc`'s `incarnation` from now on (operator).
+    FenceAlloc {
+        /// The AllocSvr.
+        alloc: AllocId,
+        /// The incarnation to refuse.
+        incarnation: Incarnation,
+    },
+    /// Routes sections `first..first+expected.len()` to `alloc`, if each
+    /// still has the epoch in `expected`. Each section that changes hands
+    /// gets a new epoch, which fences the previous owner at once (promise
+    /// 3); the new owner then claims them with `TakeOver`.
     Assign {
         /// The new owner.
         alloc: AllocId,
         /// First section.
         first: SectionId,
-        /// Number of sections.
-        count: u32,
+        /// Per section, the epoch the decision was made on.
+        expected: Vec<Epoch>,
     },
-    /// `alloc` claims sections `first..first+count` routed to it (or
-    /// unowned): per section the epoch grows by one and the ceiling rises by
-    /// one step; the previous ceiling is where it starts (skip ahead).
+    /// `alloc`'s `incarnation` claims sections `first..first+known.len()`
+    /// routed to it (or unowned). Per section: a grant prepared for this
+    /// incarnation at an epoch newer than `known[i]` (the newest it ever
+    /// installed) is returned unchanged; otherwise the epoch grows by one
+    /// and the ceiling by a step, and the previous ceiling is where it
+    /// starts (skip ahead). So a retried take-over, or one after a handoff
+    /// whose adopt was lost, skips nothing more (promise 4).
     TakeOver {
-        /// The new owner.
+        /// The claimant.
         alloc: AllocId,
+        /// Its incarnation.
+        incarnation: Incarnation,
         /// First section.
         first: SectionId,
-        /// Number of sections.
-        count: u32,
+        /// Per section, the newest epoch the claimant installed (0: none).
+        known: Vec<Epoch>,
     },
-    /// A planned move of sections from `from` (which stopped serving them)
-    /// to `to`: assign and take over in one write.
+    /// A planned move asked by the releasing owner: `section`, held by
+    /// `from`'s `incarnation` at `epoch` (and no longer served by it), goes
+    /// to `to` — new owner, new epoch, ceiling + step — in one write.
     Handoff {
-        /// The current owner, which released the sections.
+        /// The releasing owner.
         from: AllocId,
+        /// Its incarnation.
+        incarnation: Incarnation,
         /// The new owner.
         to: AllocId,
-        /// First section.
-        first: SectionId,
-        /// Number of sections.
-        count: u32,
+        /// The section.
+        section: SectionId,
+        /// The epoch it is released at.
+        epoch: Epoch,
     },
     /// Marks an AllocSvr as draining (the arbiter routes nothing to it) or
     /// not.
@@ -96,8 +128,13 @@ pub enum Command {
         /// Draining or not.
         draining: bool,
     },
-    /// Raises one section's ceiling to `to`, if `epoch` is still current.
+    /// Raises one section's ceiling to `to`, if `alloc`'s `incarnation`
+    /// still owns it at `epoch`.
     Raise {
+        /// The owner.
+        alloc: AllocId,
+        /// Its incarnation.
+        incarnation: Incarnation,
         /// The section.
         section: SectionId,
         /// The caller's epoch for the section (fencing token).
@@ -124,19 +161,6 @@ pub struct Response {
 /// The result of one command.
 pub type Outcome = Result<Reply, Rejection>;
 
-/// A granted section after a take-over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Grant {
-    /// The section.
-    pub section: SectionId,
-    /// Its new epoch: the owner's fencing token.
-    pub epoch: Epoch,
-    /// The ceiling before the take-over: the new owner starts every uid here.
-    pub prev_ceiling: u64,
-    /// The ceiling after the take-over (`prev_ceiling + step`).
-    pub max_seq: u64,
-}
-
 /// A command's successful result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
@@ -152,6 +176,15 @@ pub enum Reply {
         /// Route version.
         route_version: u64,
     },
+    /// The lease terms in force.
+    Leased(LeaseTerms),
+    /// A section handed off: the new owner's grant.
+    HandedOff {
+        /// The grant.
+        grant: Grant,
+        /// Route version after the change.
+        route_version: u64,
+    },
     /// Sections taken over.
     TakenOver {
         /// One per section, in order.
@@ -163,66 +196,5 @@ pub enum Reply {
     Raised {
         /// The new ceiling.
         max_seq: u64,
-    },
-}
-
-/// Why a command was refused. Deterministic: every replica refuses the same
-/// command the same way, and a refused command changes nothing.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
-pub enum Rejection {
-    /// The store has no set yet.
-    #[error("the store has not been configured with a set yet")]
-    NotConfigured,
-    /// A `ConfigureSet` whose spec differs from the stored one.
-    #[error("set spec differs from the configured one: {0}")]
-    SetMismatch(String),
-    /// A spec, name or address that is not acceptable.
-    #[error("invalid request: {0}")]
-    Invalid(String),
-    /// The section is not in the set.
-    #[error("section {section} is not in the set ({count} sections)")]
-    UnknownSection {
-        /// The section asked for.
-        section: SectionId,
-        /// How many sections the set has.
-        count: u32,
-    },
-    /// The section is routed to another AllocSvr.
-    #[error("section {section} is routed to {owner}")]
-    OwnedElsewhere {
-        /// The section.
-        section: SectionId,
-        /// Its owner.
-        owner: AllocId,
-    },
-    /// The raise's epoch is not the section's current one (promise 3).
-    #[error("stale epoch {given} for section {section}: current is {current}")]
-    StaleEpoch {
-        /// The section.
-        section: SectionId,
-        /// The epoch the caller gave.
-        given: Epoch,
-        /// The section's epoch.
-        current: Epoch,
-    },
-    /// The new ceiling is not above the current one (ceilings never decrease).
-    #[error("ceiling {to} for section {section} is not above the current {current}")]
-    NotAbove {
-        /// The section.
-        section: SectionId,
-        /// The ceiling asked for.
-        to: u64,
-        /// The current ceiling.
-        current: u64,
-    },
-    /// The new ceiling is absurdly far above the current one.
-    #[error("ceiling {to} for section {section} is too far above the current {current}")]
-    TooLarge {
-        /// The section.
-        section: SectionId,
-        /// The ceiling asked for.
-        to: u64,
-        /// The current ceiling.
-        current: u64,
     },
 }

@@ -1,0 +1,98 @@
+//! Ownership of a section: the grant a take-over or handoff produces, and
+//! the incarnation that tells two processes with one alloc id apart.
+
+use serde::{Deserialize, Serialize};
+
+use crate::route::Epoch;
+use crate::section::SectionId;
+
+/// One process start of an AllocSvr. Every start draws a fresh one; the
+/// store admits one incarnation per alloc id at a time, so a second process
+/// started with the same id (a copied config, a replacement pod while the
+/// old one is only partitioned) is refused instead of serving beside the
+/// first (docs/architecture/promises.md, promise 3). 0 means "none".
+pub type Incarnation = u64;
+
+/// A section handed to an AllocSvr: the epoch it serves under and where
+/// every uid starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    /// The section.
+    pub section: SectionId,
+    /// Its epoch: the owner's fencing token; every raise carries it.
+    pub epoch: Epoch,
+    /// The ceiling when this epoch began. Every uid starts here (skip
+    /// ahead): no earlier owner handed out anything above it.
+    pub prev_ceiling: u64,
+    /// The durable ceiling (at least `prev_ceiling + step` at the start).
+    pub max_seq: u64,
+}
+
+/// Lease timing, replicated in the store so every leader judges leases by
+/// the terms they were granted under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseTerms {
+    /// How long a granted renewal lets an AllocSvr serve, in ms (counted
+    /// from when it sent the renewal).
+    pub lease_ms: u64,
+    /// Extra wait before a section moves, for clock-rate drift, in ms.
+    pub margin_ms: u64,
+}
+
+impl Default for LeaseTerms {
+    fn default() -> Self {
+        Self {
+            lease_ms: 5000,
+            margin_ms: 1000,
+        }
+    }
+}
+
+impl LeaseTerms {
+    /// Longest lease accepted (a lease is also how long a dead AllocSvr's
+    /// sections stay down).
+    pub const MAX_LEASE_MS: u64 = 600_000;
+
+    /// Checks the terms: a positive lease, a margin of at least 5 % of it
+    /// (the clock-drift bound is `margin / lease`), both bounded.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.lease_ms == 0 || self.lease_ms > Self::MAX_LEASE_MS {
+            return Err(format!(
+                "lease_ms must be within 1..={}",
+                Self::MAX_LEASE_MS
+            ));
+        }
+        if self.margin_ms.saturating_mul(20) < self.lease_ms || self.margin_ms > self.lease_ms {
+            return Err("margin_ms must be within 5%..=100% of lease_ms".into());
+        }
+        Ok(())
+    }
+
+    /// Lease plus margin: how long after a grant its section may move.
+    pub fn expiry_ms(&self) -> u64 {
+        self.lease_ms + self.margin_ms
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_terms_are_checked() {
+        assert!(LeaseTerms::default().validate().is_ok());
+        for (lease_ms, margin_ms) in [(0, 0), (5000, 200), (5000, 6000), (700_000, 100_000)] {
+            let t = LeaseTerms {
+                lease_ms,
+                margin_ms,
+            };
+            assert!(t.validate().is_err(), "{t:?}");
+        }
+        assert!(LeaseTerms {
+            lease_ms: 5000,
+            margin_ms: 250
+        }
+        .validate()
+        .is_ok());
+    }
+}

@@ -1,0 +1,146 @@
+//! Error details on the wire, in the standard gRPC form.
+//!
+//! Every non-OK status a seqsvr server returns carries, in its binary
+//! `grpc-status-details-bin`, a `google.rpc.Status` whose details hold:
+//! - a `google.rpc.ErrorInfo`: `reason` is the [`ErrorKind`] name (e.g.
+//!   `STALE_EPOCH`), `domain` is `seqsvr`, `metadata` the facts that are set
+//!   (`retryable`, `section`, `current`, `leader_addr` …) as strings — what
+//!   any gRPC client in any language can read;
+//! - a `google.rpc.RetryInfo` when the call may be retried;
+//! - the typed [`ErrorDetail`] (with the current route table where it
+//!   helps the caller retry at once), for seqsvr's own clients.
+
+use std::collections::HashMap;
+
+use prost::{Message, Name};
+use tonic_types::pb as rpc;
+
+use crate::v1::{ErrorDetail, ErrorKind};
+
+/// The ErrorInfo domain of seqsvr errors.
+pub const DOMAIN: &str = "seqsvr";
+
+const ERROR_INFO: &str = "type.googleapis.com/google.rpc.ErrorInfo";
+const RETRY_INFO: &str = "type.googleapis.com/google.rpc.RetryInfo";
+const DETAIL: &str = "type.googleapis.com/seqsvr.v1.ErrorDetail";
+
+impl Name for ErrorDetail {
+    const NAME: &'static str = "ErrorDetail";
+    const PACKAGE: &'static str = "seqsvr.v1";
+}
+
+/// Builds a gRPC status carrying `detail` in the standard form.
+pub fn status_with(
+    code: tonic::Code,
+    message: impl Into<String>,
+    detail: ErrorDetail,
+) -> tonic::Status {
+    let message = message.into();
+    let mut details = vec![prost_types::Any {
+        type_url: ERROR_INFO.into(),
+        value: error_info(&detail).encode_to_vec(),
+    }];
+    if detail.retryable {
+        let retry = rpc::RetryInfo {
+            retry_delay: Some(prost_types::Duration {
+                seconds: 0,
+                nanos: 50_000_000,
+            }),
+        };
+        details.push(prost_types::Any {
+            type_url: RETRY_INFO.into(),
+            value: retry.encode_to_vec(),
+        });
+    }
+    details.push(prost_types::Any {
+        type_url: DETAIL.into(),
+        value: detail.encode_to_vec(),
+    });
+    let st = rpc::Status {
+        code: code as i32,
+        message: message.clone(),
+        details,
+    };
+    tonic::Status::with_details(code, message, st.encode_to_vec().into())
+}
+
+/// The [`ErrorDetail`] inside a status built by [`status_with`], if any.
+pub fn detail_of(status: &tonic::Status) -> Option<ErrorDetail> {
+    if status.details().is_empty() {
+        return None;
+    }
+    let st = rpc::Status::decode(status.details()).ok()?;
+    st.details
+        .iter()
+        .find(|a| a.type_url == DETAIL)
+        .and_then(|a| ErrorDetail::decode(a.value.as_slice()).ok())
+}
+
+/// The standard `ErrorInfo` for a detail: reason and the facts that are set.
+fn error_info(d: &ErrorDetail) -> rpc::ErrorInfo {
+    let kind = ErrorKind::try_from(d.kind).unwrap_or(ErrorKind::Internal);
+    let mut m = HashMap::new();
+    m.insert("retryable".to_string(), d.retryable.to_string());
+    let mut put = |k: &str, v: String, set: bool| {
+        if set {
+            m.insert(k.to_string(), v);
+        }
+    };
+    put("section", d.section.to_string(), d.has_section);
+    put("current", d.current.to_string(), d.current != 0);
+    put("given", d.given.to_string(), d.given != 0);
+    put("to", d.to.to_string(), d.to != 0);
+    put("count", d.count.to_string(), d.count != 0);
+    put("alloc", d.alloc.clone(), !d.alloc.is_empty());
+    put("incarnation", d.incarnation.to_string(), d.incarnation != 0);
+    put("addr", d.addr.clone(), !d.addr.is_empty());
+    put("leader_id", d.leader_id.to_string(), d.leader_id != 0);
+    put("leader_addr", d.leader_addr.clone(), !d.leader_addr.is_empty());
+    if let Some(r) = &d.route {
+        put("route_version", r.version.to_string(), true);
+    }
+    rpc::ErrorInfo {
+        reason: kind.as_str_name().to_string(),
+        domain: DOMAIN.to_string(),
+        metadata: m,
+    }
+}
+
+/// Reads the standard `ErrorInfo` of a seqsvr status (what a client that
+/// does not know seqsvr's types sees): `(reason, metadata)`.
+pub fn error_info_of(status: &tonic::Status) -> Option<(String, HashMap<String, String>)> {
+    let st = rpc::Status::decode(status.details()).ok()?;
+    let a = st.details.iter().find(|a| a.type_url == ERROR_INFO)?;
+    let info = rpc::ErrorInfo::decode(a.value.as_slice()).ok()?;
+    Some((info.reason, info.metadata))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn details_are_standard_and_typed() {
+        let d = ErrorDetail {
+            kind: ErrorKind::StaleEpoch as i32,
+            current: 7,
+            given: 5,
+            section: 3,
+            has_section: true,
+            retryable: false,
+            ..Default::default()
+        };
+        let s = status_with(tonic::Code::FailedPrecondition, "stale", d.clone());
+        assert_eq!(detail_of(&s), Some(d));
+        let (reason, meta) = error_info_of(&s).unwrap();
+        assert_eq!(reason, "STALE_EPOCH");
+        assert_eq!(meta["section"], "3");
+        assert_eq!(meta["current"], "7");
+        assert_eq!(meta["retryable"], "false");
+        // What a plain client decodes from the wire.
+        let st = rpc::Status::decode(s.details()).unwrap();
+        assert_eq!(st.code, tonic::Code::FailedPrecondition as i32);
+        assert!(!st.details.iter().any(|a| a.type_url == RETRY_INFO));
+        assert_eq!(detail_of(&tonic::Status::internal("x")), None);
+    }
+}

@@ -1,0 +1,540 @@
+//! Clients of the store API, one per plane, over one failover core.
+//!
+//! [`Replicas`] knows every replica's address and talks to one at a time,
+//! starting with the one that last answered; any replica forwards peer and
+//! read calls to the leader, so callers never handle "not leader"
+//! themselves. A replica that does not answer within the *attempt* time
+//! (a fraction of the caller's deadline) is not waited for: the call is
+//! also sent to the next replica (hedged) and the first answer wins. That
+//! is what keeps a paused or slow replica — gray, not dead — from costing
+//! an AllocSvr its lease while a majority answers (promise 3 stays cheap).
+//!
+//! Retries and hedges can repeat a write. Every write is safe to repeat:
+//! a repeated raise is refused with `NotAbove` carrying the current
+//! ceiling; a repeated take-over returns the grant the first one made
+//! (the caller tells the store the newest epoch it installed); handoffs
+//! and assigns are conditional on the epoch, so a repeat is refused.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use seqsvr_core::{Epoch, Grant, Incarnation, LeaseTerms, RouteTable, SectionId};
+use seqsvr_proto::store_admin_client::StoreAdminClient;
+use seqsvr_proto::store_peer_client::StorePeerClient;
+use seqsvr_proto::store_read_client::StoreReadClient;
+use seqsvr_proto::{self as pb};
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::error::{Error, Result};
+
+/// Default time a call may take, retries included.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
+/// Default time one replica gets before the call is also sent to the next.
+pub const DEFAULT_ATTEMPT: Duration = Duration::from_millis(300);
+
+/// How to open a channel to a `host:port` (plaintext or TLS): the caller
+/// decides, so this crate knows nothing of certificates.
+pub type Connector = Arc<dyn Fn(&str) -> std::result::Result<Channel, String> + Send + Sync>;
+
+/// A plaintext connector (dev clusters, loopback tests).
+pub fn plaintext() -> Connector {
+    Arc::new(|addr: &str| channel(addr, Duration::from_millis(500)).map_err(|e| e.to_string()))
+}
+
+/// A lazily connecting plaintext channel to `addr` (`host:port`).
+pub fn channel(addr: &str, connect_timeout: Duration) -> std::result::Result<Channel, tonic::transport::Error> {
+    Ok(Endpoint::from_shared(format!("http://{addr}"))?
+        .connect_timeout(connect_timeout)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(5))
+        .keep_alive_timeout(Duration::from_secs(5))
+        .connect_lazy())
+}
+
+/// The failover core: one gRPC client per replica.
+pub struct Replicas<C> {
+    /// One client per replica address.
+    replicas: Arc<Vec<(String, C)>>,
+    /// Index of the replica tried first (the last one that answered).
+    preferred: Arc<AtomicUsize>,
+    /// Time one call may take, retries included.
+    deadline: Duration,
+    /// Time one replica gets before the call also goes to the next.
+    attempt: Duration,
+    /// Whether a slow attempt is hedged (kept running while the next
+    /// replica is asked) or abandoned.
+    hedge: bool,
+}
+
+impl<C> Clone for Replicas<C> {
+    fn clone(&self) -> Self {
+        Self {
+            replicas: self.replicas.clone(),
+            preferred: self.preferred.clone(),
+            deadline: self.deadline,
+            attempt: self.attempt,
+            hedge: self.hedge,
+        }
+    }
+}
+
+impl<C> std::fmt::Debug for Replicas<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let addrs: Vec<&str> = self.replicas.iter().map(|(a, _)| a.as_str()).collect();
+        f.debug_struct("Replicas").field("replicas", &addrs).finish()
+    }
+}
+
+impl<C: Clone + Send + 'static> Replicas<C> {
+    /// Clients for the replicas at `addrs`, built with `make` over
+    /// channels from `connect`.
+    pub fn new(addrs: &[String], connect: &Connector, make: impl Fn(Channel) -> C) -> Result<Self> {
+        if addrs.is_empty() {
+            return Err(Error::Config("no store addresses".into()));
+        }
+        let replicas = addrs
+            .iter()
+            .map(|a| {
+                let ch = connect(a).map_err(|e| Error::Config(format!("store address {a}: {e}")))?;
+                Ok((a.clone(), make(ch)))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            replicas: Arc::new(replicas),
+            preferred: Default::default(),
+            deadline: DEFAULT_DEADLINE,
+            attempt: DEFAULT_ATTEMPT,
+            hedge: true,
+        })
+    }
+
+    /// The replicas' addresses, in order.
+    pub fn addrs(&self) -> Vec<String> {
+        self.replicas.iter().map(|(a, _)| a.clone()).collect()
+    }
+
+    fn with(mut self, deadline: Duration, attempt: Duration, hedge: bool) -> Self {
+        self.deadline = deadline;
+        self.attempt = attempt.min(deadline);
+        self.hedge = hedge;
+        self
+    }
+
+    /// Calls `f` on replicas until one answers, a definite refusal comes
+    /// back, or the deadline passes. A replica silent for the attempt
+    /// time is hedged (or abandoned) and the next one asked; a retryable
+    /// refusal moves on at once, with a backoff once every replica has been
+    /// asked.
+    pub async fn call<T, F, Fut>(&self, f: F) -> Result<T>
+    where
+        F: Fn(C) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let deadline = Instant::now() + self.deadline;
+        let n = self.replicas.len();
+        let first = self.preferred.load(Ordering::Relaxed);
+        let mut started = 0usize;
+        let mut inflight = FuturesUnordered::new();
+        let mut backoff = Duration::from_millis(20);
+        let mut last = Error::NoLeader("no replica answered in time".into());
+        let mut wait_until: Option<Instant> = None;
+        let launch = |i: usize| {
+            let (addr, c) = &self.replicas[i];
+            let call = tokio::time::timeout_at(deadline, f(c.clone()));
+            let addr = addr.clone();
+            async move { (i, addr, call.await) }
+        };
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(last);
+            }
+            let may_start = wait_until.is_none_or(|t| now >= t);
+            if inflight.is_empty() && may_start {
+                wait_until = None;
+                inflight.push(launch((first + started) % n));
+                started += 1;
+            }
+            let hedge_at = now + self.attempt;
+            tokio::select! {
+                Some((i, addr, res)) = inflight.next() => {
+                    let err = match res {
+                        Ok(Ok(resp)) => {
+                            self.preferred.store(i, Ordering::Relaxed);
+                            return Ok(resp.into_inner());
+                        }
+                        Ok(Err(status)) => Error::from_status(&status),
+                        Err(_) => Error::NoLeader(format!("{addr} did not answer in time")),
+                    };
+                    if !err.is_retryable() {
+                        return Err(err);
+                    }
+                    last = err;
+                    if inflight.is_empty() && started.is_multiple_of(n) {
+                        wait_until = Some(Instant::now() + backoff);
+                        backoff = (backoff * 2).min(Duration::from_millis(500));
+                    }
+                }
+                _ = tokio::time::sleep_until(hedge_at.min(deadline)), if !inflight.is_empty() => {
+                    if !self.hedge {
+                        inflight.clear();
+                    }
+                    if inflight.len() < n {
+                        inflight.push(launch((first + started) % n));
+                        started += 1;
+                    }
+                }
+                _ = tokio::time::sleep_until(wait_until.unwrap_or(deadline).min(deadline)), if inflight.is_empty() => {}
+            }
+        }
+    }
+
+    /// [`call`](Self::call) with a request cloned for every attempt.
+    pub async fn call_with<Req, T, F, Fut>(&self, req: Req, f: F) -> Result<T>
+    where
+        Req: Clone,
+        F: Fn(C, Req) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    {
+        self.call(|c| f(c, req.clone())).await
+    }
+}
+
+/// An AllocSvr's advertised addresses, one per plane.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AllocAddrs {
+    /// Client plane (what clients dial; in the route table).
+    pub client: String,
+    /// Peer plane (adopts from other AllocSvrs).
+    pub peer: String,
+    /// Admin plane (operators' handoffs).
+    pub admin: String,
+}
+
+/// A section as the store reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SectionInfo {
+    /// The section.
+    pub section: SectionId,
+    /// Its ceiling.
+    pub max_seq: u64,
+    /// Its epoch.
+    pub epoch: Epoch,
+    /// Its owner, if any.
+    pub owner: Option<String>,
+    /// The owner incarnation the epoch was granted to (0: not claimed).
+    pub incarnation: Incarnation,
+    /// The ceiling when the epoch began.
+    pub start: u64,
+}
+
+impl From<pb::SectionState> for SectionInfo {
+    fn from(s: pb::SectionState) -> Self {
+        SectionInfo {
+            section: s.section,
+            max_seq: s.max_seq,
+            epoch: s.epoch,
+            owner: (!s.owner.is_empty()).then_some(s.owner),
+            incarnation: s.incarnation,
+            start: s.start,
+        }
+    }
+}
+
+fn route(r: &pb::RouteTable) -> Result<RouteTable> {
+    RouteTable::try_from(r).map_err(|e| Error::Internal(format!("route table from the store: {e}")))
+}
+
+/// The peer plane as one AllocSvr incarnation uses it: every call names
+/// the AllocSvr and its incarnation.
+#[derive(Clone, Debug)]
+pub struct PeerClient {
+    /// The replicas' peer listeners.
+    pub replicas: Replicas<StorePeerClient<Channel>>,
+}
+
+impl PeerClient {
+    /// A client of the peer listeners at `addrs`.
+    pub fn new(addrs: &[String], connect: &Connector) -> Result<Self> {
+        Ok(Self {
+            replicas: Replicas::new(addrs, connect, StorePeerClient::new)?,
+        })
+    }
+
+    /// The same client with another deadline per call and attempt time per
+    /// replica (hedged).
+    pub fn with_deadline(mut self, deadline: Duration, attempt: Duration) -> Self {
+        self.replicas = self.replicas.with(deadline, attempt, true);
+        self
+    }
+
+    /// Registers an AllocSvr incarnation and its addresses.
+    pub async fn register_alloc(
+        &self,
+        alloc: &str,
+        incarnation: Incarnation,
+        addrs: &AllocAddrs,
+    ) -> Result<u64> {
+        let req = pb::RegisterAllocRequest {
+            alloc_id: alloc.into(),
+            addr: addrs.client.clone(),
+            peer_addr: addrs.peer.clone(),
+            admin_addr: addrs.admin.clone(),
+            incarnation,
+        };
+        let r = self
+            .replicas
+            .call_with(req, |mut c, r| async move { c.register_alloc(r).await })
+            .await?;
+        Ok(r.route_version)
+    }
+
+    /// Renews the lease; the reply lists the sections it may serve.
+    pub async fn renew(&self, alloc: &str, incarnation: Incarnation) -> Result<pb::RenewReply> {
+        let req = pb::RenewRequest {
+            alloc_id: alloc.into(),
+            incarnation,
+        };
+        self.replicas
+            .call_with(req, |mut c, r| async move { c.renew(r).await })
+            .await
+    }
+
+    /// Claims sections `first..first+count`; `known[i]` is the newest epoch
+    /// this incarnation installed for section `first+i` (0: none).
+    pub async fn take_over(
+        &self,
+        alloc: &str,
+        incarnation: Incarnation,
+        first: SectionId,
+        known: Vec<Epoch>,
+    ) -> Result<(Vec<Grant>, u64)> {
+        let req = pb::TakeOverRequest {
+            alloc_id: alloc.into(),
+            incarnation,
+            first_section: first,
+            count: known.len() as u32,
+            known_epochs: known,
+        };
+        let r = self
+            .replicas
+            .call_with(req, |mut c, r| async move { c.take_over(r).await })
+            .await?;
+        Ok((r.grants.iter().map(Grant::from).collect(), r.route_version))
+    }
+
+    /// Raises `section`'s ceiling to `to` under `epoch`; returns the ceiling.
+    pub async fn raise(
+        &self,
+        alloc: &str,
+        incarnation: Incarnation,
+        section: SectionId,
+        epoch: Epoch,
+        to: u64,
+    ) -> Result<u64> {
+        let req = pb::RaiseRequest {
+            alloc_id: alloc.into(),
+            incarnation,
+            section,
+            epoch,
+            to,
+        };
+        let r = self
+            .replicas
+            .call_with(req, |mut c, r| async move { c.raise(r).await })
+            .await?;
+        Ok(r.max_seq)
+    }
+
+    /// Hands `section`, held at `epoch`, to `to`; returns the new owner's
+    /// grant and its peer address.
+    pub async fn handoff(
+        &self,
+        from: &str,
+        incarnation: Incarnation,
+        to: &str,
+        section: SectionId,
+        epoch: Epoch,
+    ) -> Result<(Grant, String)> {
+        let req = pb::HandoffRequest {
+            from_alloc: from.into(),
+            incarnation,
+            to_alloc: to.into(),
+            section,
+            epoch,
+        };
+        let r = self
+            .replicas
+            .call_with(req, |mut c, r| async move { c.handoff(r).await })
+            .await?;
+        let g = r
+            .grant
+            .as_ref()
+            .ok_or_else(|| Error::Internal("handoff reply without grant".into()))?;
+        Ok((Grant::from(g), r.to_peer_addr))
+    }
+
+    /// Reads sections `first..first+count` (linearizable).
+    pub async fn read_sections(&self, first: SectionId, count: u32) -> Result<Vec<SectionInfo>> {
+        let req = pb::ReadSectionsRequest {
+            first_section: first,
+            count,
+        };
+        let r = self
+            .replicas
+            .call_with(req, |mut c, r| async move { c.read_sections(r).await })
+            .await?;
+        Ok(r.sections.into_iter().map(SectionInfo::from).collect())
+    }
+
+    /// Reads the route table (linearizable).
+    pub async fn routes(&self) -> Result<RouteTable> {
+        let r = self
+            .replicas
+            .call(|mut c| async move { c.get_routes(pb::GetRoutesRequest {}).await })
+            .await?;
+        route(&r)
+    }
+}
+
+/// The client plane: read-only calls anyone may make.
+#[derive(Clone, Debug)]
+pub struct ReadClient {
+    /// The replicas' client listeners.
+    pub replicas: Replicas<StoreReadClient<Channel>>,
+}
+
+impl ReadClient {
+    /// A client of the client-plane listeners at `addrs`.
+    pub fn new(addrs: &[String], connect: &Connector) -> Result<Self> {
+        Ok(Self {
+            replicas: Replicas::new(addrs, connect, StoreReadClient::new)?,
+        })
+    }
+
+    /// Reads the route table (linearizable).
+    pub async fn routes(&self) -> Result<RouteTable> {
+        let r = self
+            .replicas
+            .call(|mut c| async move { c.get_routes(pb::GetRoutesRequest {}).await })
+            .await?;
+        route(&r)
+    }
+
+    /// Reads sections `first..first+count` (linearizable).
+    pub async fn read_sections(&self, first: SectionId, count: u32) -> Result<Vec<SectionInfo>> {
+        let req = pb::ReadSectionsRequest {
+            first_section: first,
+            count,
+        };
+        let r = self
+            .replicas
+            .call_with(req, |mut c, r| async move { c.read_sections(r).await })
+            .await?;
+        Ok(r.sections.into_iter().map(SectionInfo::from).collect())
+    }
+
+    /// Every replica's own status (or why it could not be had), in order.
+    pub async fn status_all(&self) -> Vec<(String, Result<pb::StoreStatus>)> {
+        let calls = self.replicas.replicas.iter().map(|(addr, c)| {
+            let mut c = c.clone();
+            async move {
+                let call =
+                    tokio::time::timeout(Duration::from_secs(2), c.status(pb::StatusRequest {}));
+                let r = match call.await {
+                    Ok(Ok(s)) => Ok(s.into_inner()),
+                    Ok(Err(s)) => Err(Error::from_status(&s)),
+                    Err(_) => Err(Error::NoLeader("timed out".into())),
+                };
+                (addr.clone(), r)
+            }
+        });
+        futures::future::join_all(calls).await
+    }
+
+    /// The leader's status, if a leader answers.
+    pub async fn leader_status(&self) -> Option<pb::StoreStatus> {
+        self.status_all()
+            .await
+            .into_iter()
+            .filter_map(|(_, s)| s.ok())
+            .find(|s| s.state == "Leader")
+    }
+}
+
+/// The admin plane: operator calls. Not hedged (an operator's write must
+/// not race itself); a follower's NO_LEADER moves on to the next replica.
+#[derive(Clone, Debug)]
+pub struct AdminClient {
+    /// The replicas' admin listeners.
+    pub replicas: Replicas<StoreAdminClient<Channel>>,
+}
+
+impl AdminClient {
+    /// A client of the admin listeners at `addrs`.
+    pub fn new(addrs: &[String], connect: &Connector) -> Result<Self> {
+        let replicas = Replicas::new(addrs, connect, StoreAdminClient::new)?;
+        Ok(Self {
+            replicas: replicas.with(DEFAULT_DEADLINE, Duration::from_secs(3), false),
+        })
+    }
+
+    /// Routes sections `first..first+expected.len()` to `alloc`, if each
+    /// still has the epoch in `expected`; returns the route version.
+    pub async fn assign(&self, alloc: &str, first: SectionId, expected: Vec<Epoch>) -> Result<u64> {
+        let req = pb::AssignRequest {
+            alloc_id: alloc.into(),
+            first_section: first,
+            count: expected.len() as u32,
+            expected_epochs: expected,
+        };
+        let r = self
+            .replicas
+            .call_with(req, |mut c, r| async move { c.assign(r).await })
+            .await?;
+        Ok(r.route_version)
+    }
+
+    /// Marks `alloc` as draining (or not).
+    pub async fn set_draining(&self, alloc: &str, draining: bool) -> Result<()> {
+        let req = pb::SetDrainingRequest {
+            alloc_id: alloc.into(),
+            draining,
+        };
+        self.replicas
+            .call_with(req, |mut c, r| async move { c.set_draining(r).await })
+            .await?;
+        Ok(())
+    }
+
+    /// Changes the lease terms; returns the terms in force.
+    pub async fn set_lease(&self, terms: LeaseTerms) -> Result<LeaseTerms> {
+        let req = pb::SetLeaseRequest {
+            lease_ms: terms.lease_ms,
+            margin_ms: terms.margin_ms,
+        };
+        let r = self
+            .replicas
+            .call_with(req, |mut c, r| async move { c.set_lease(r).await })
+            .await?;
+        Ok(LeaseTerms {
+            lease_ms: r.lease_ms,
+            margin_ms: r.margin_ms,
+        })
+    }
+
+    /// Refuses `alloc`'s `incarnation` from now on.
+    pub async fn fence_alloc(&self, alloc: &str, incarnation: Incarnation) -> Result<()> {
+        let req = pb::FenceAllocRequest {
+            alloc_id: alloc.into(),
+            incarnation,
+        };
+        self.replicas
+            .call_with(req, |mut c, r| async move { c.fence_alloc(r).await })
+            .await?;
+        Ok(())
+    }
+}

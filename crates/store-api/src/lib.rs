@@ -1,0 +1,23 @@
+//! The StoreSvr's API as its callers see it: what AllocSvrs, `seqctl` and
+//! clients need to talk to a store group, and nothing of its insides (no
+//! Raft, no storage).
+//!
+//! # Layout
+//! - [`rejection`]: [`Rejection`], why the store refused a command. The
+//!   store's state machine produces them; they travel to callers intact.
+//! - [`error`]: [`Error`], everything a store call can fail with, and its
+//!   one mapping to and from gRPC statuses.
+//! - [`client`]: a client per plane ([`PeerClient`], [`ReadClient`],
+//!   [`AdminClient`]) over one failover core ([`Replicas`]) that moves to
+//!   another replica when one is slow, not only when it is dead.
+
+pub mod client;
+pub mod error;
+pub mod rejection;
+
+pub use client::{AdminClient, AllocAddrs, PeerClient, ReadClient, Replicas, SectionInfo};
+pub use error::{Error, Result};
+pub use rejection::Rejection;
+
+/// A store replica's id within its Raft group.
+pub type NodeId = u64;

@@ -1,0 +1,98 @@
+//! Why the store refused a command.
+
+use seqsvr_core::{AllocId, Epoch, Incarnation, SectionId};
+use serde::{Deserialize, Serialize};
+
+/// Why a command was refused. Deterministic: every replica refuses the same
+/// command the same way, and a refused command changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum Rejection {
+    /// The store has no set yet.
+    #[error("the store has not been configured with a set yet")]
+    NotConfigured,
+    /// A `ConfigureSet` whose spec differs from the stored one.
+    #[error("set spec differs from the configured one: {0}")]
+    SetMismatch(String),
+    /// A spec, name or address that is not acceptable.
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// The section is not in the set.
+    #[error("section {section} is not in the set ({count} sections)")]
+    UnknownSection {
+        /// The section asked for.
+        section: SectionId,
+        /// How many sections the set has.
+        count: u32,
+    },
+    /// The section is routed to another AllocSvr.
+    #[error("section {section} is routed to {owner:?}")]
+    OwnedElsewhere {
+        /// The section.
+        section: SectionId,
+        /// Its owner (empty: none).
+        owner: AllocId,
+    },
+    /// The epoch given is not the section's current one: its ownership
+    /// changed since the caller looked (promise 3).
+    #[error("stale epoch {given} for section {section}: current is {current}")]
+    StaleEpoch {
+        /// The section.
+        section: SectionId,
+        /// The epoch the caller gave.
+        given: Epoch,
+        /// The section's epoch.
+        current: Epoch,
+    },
+    /// The new ceiling is not above the current one (ceilings never decrease).
+    #[error("ceiling {to} for section {section} is not above the current {current}")]
+    NotAbove {
+        /// The section.
+        section: SectionId,
+        /// The ceiling asked for.
+        to: u64,
+        /// The current ceiling.
+        current: u64,
+    },
+    /// The new ceiling is more than one step above the current one
+    /// (promise 4: a raise never skips more than a step).
+    #[error("ceiling {to} for section {section} is too far above the current {current}")]
+    TooLarge {
+        /// The section.
+        section: SectionId,
+        /// The ceiling asked for.
+        to: u64,
+        /// The current ceiling.
+        current: u64,
+    },
+    /// Another incarnation of this AllocSvr id is registered and its lease
+    /// may still run: a second process with the same id must not serve.
+    #[error(
+        "alloc {alloc:?} is already running as incarnation {live:x} at {addr}; \
+         refusing a second process with the same id"
+    )]
+    Twin {
+        /// The AllocSvr id.
+        alloc: AllocId,
+        /// The live incarnation.
+        live: Incarnation,
+        /// Its client-facing address.
+        addr: String,
+    },
+    /// The caller's incarnation is not the registered one (it was replaced
+    /// or fenced): it must stop serving.
+    #[error("alloc {alloc:?} incarnation {given:x} is not the registered one ({current:x})")]
+    StaleIncarnation {
+        /// The AllocSvr id.
+        alloc: AllocId,
+        /// The incarnation the caller gave.
+        given: Incarnation,
+        /// The registered one (0: fenced).
+        current: Incarnation,
+    },
+    /// The AllocSvr named is not registered.
+    #[error("alloc {alloc:?} is not registered")]
+    NotRegistered {
+        /// The AllocSvr id.
+        alloc: AllocId,
+    },
+}

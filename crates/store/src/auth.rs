@@ -1,0 +1,36 @@
+//! Who may call what on a store replica: the roles of the planes, checked
+//! on every peer and admin call (see `docs/architecture/security.md`).
+//!
+//! - Raft RPCs: store replicas only.
+//! - AllocSvr calls (register, renew, take over, raise, hand off): alloc X
+//!   acting as X — or a store replica forwarding a call it checked itself.
+//! - Admin calls: operators only.
+
+use tonic::{Request, Status};
+
+pub use seqsvr_net::auth::Auth;
+
+use crate::service::FORWARDED;
+
+/// Checks a peer-plane call made in the name of AllocSvr `id`: from alloc
+/// `id` itself, or forwarded by a store replica (which checked it).
+pub fn require_alloc_or_forward<T>(auth: Auth, req: &Request<T>, id: &str) -> Result<(), Status> {
+    if req.metadata().contains_key(FORWARDED) {
+        auth.require_store(req)?;
+    } else {
+        auth.require_alloc(req, id)?;
+    }
+    Ok(())
+}
+
+/// Checks a read forwarded over the peer plane: from an AllocSvr (any) or
+/// a store replica.
+pub fn require_peer<T>(auth: Auth, req: &Request<T>) -> Result<(), Status> {
+    match auth.caller(req)? {
+        seqsvr_net::role::Role::Store(_) | seqsvr_net::role::Role::Alloc(_) => Ok(()),
+        other => Err(Status::permission_denied(format!(
+            "a {} certificate may not use the peer plane",
+            other.kind()
+        ))),
+    }
+}

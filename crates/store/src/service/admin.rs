@@ -1,0 +1,149 @@
+//! The admin plane of a store replica (`StoreAdmin`): operator commands,
+//! for operator certificates only. Not forwarded: a follower answers
+//! NO_LEADER naming the leader, and the admin client tries the next one.
+
+use seqsvr_core::LeaseTerms;
+use seqsvr_proto::{self as pb};
+use seqsvr_store_api::{Error, Rejection};
+use tonic::{Request, Response, Status};
+
+use super::{check_id, check_run, unexpected, StoreApi};
+use crate::types::{Command, Reply};
+
+/// The `StoreAdmin` service.
+#[derive(Clone)]
+pub struct AdminService(pub StoreApi);
+
+impl StoreApi {
+    /// An operator may route sections only away from owners whose lease
+    /// has certainly expired (or to their current owner): moving a section
+    /// from a live owner would let two AllocSvrs serve it (promise 3). Live
+    /// owners hand sections off instead. The check and the write happen
+    /// under the arbiter's lock, so no renewal slips in between, and the
+    /// write is conditional on the epochs the operator read.
+    async fn assign(&self, r: pb::AssignRequest) -> Result<pb::AssignReply, Error> {
+        let alloc = check_id(&r.alloc_id)?;
+        check_run(r.first_section, r.expected_epochs.len())?;
+        if r.count as usize != r.expected_epochs.len() {
+            return Err(Error::Invalid(format!(
+                "count {} but {} expected epochs",
+                r.count,
+                r.expected_epochs.len()
+            )));
+        }
+        self.require_leader()?;
+        let _moves = self.arbiter.moves.lock().await;
+        {
+            let a = self.sm.read();
+            let view = self.arbiter.view(&a.state, std::time::Instant::now());
+            let range = r.first_section as usize..r.first_section as usize + r.expected_epochs.len();
+            for (i, rec) in a.state.sections.iter().enumerate().take(range.end).skip(range.start) {
+                if let Some(owner) = &rec.owner {
+                    if *owner != alloc && !view.get(owner).is_some_and(|v| v.expired) {
+                        return Err(Rejection::OwnedElsewhere {
+                            section: i as u32,
+                            owner: owner.clone(),
+                        }
+                        .into());
+                    }
+                }
+            }
+        }
+        let cmd = Command::Assign {
+            alloc,
+            first: r.first_section,
+            expected: r.expected_epochs,
+        };
+        match self.write(cmd).await? {
+            Reply::Assigned { route_version } => Ok(pb::AssignReply { route_version }),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    /// Lease terms change only while no lease granted under older terms can
+    /// be cut short: see `Arbiter::lease_change_allowed`.
+    async fn set_lease(&self, r: pb::SetLeaseRequest) -> Result<pb::SetLeaseReply, Error> {
+        let terms = LeaseTerms {
+            lease_ms: r.lease_ms,
+            margin_ms: r.margin_ms,
+        };
+        terms.validate().map_err(Error::Invalid)?;
+        self.require_leader()?;
+        let _moves = self.arbiter.moves.lock().await;
+        let lease = self.sm.read().state.lease;
+        self.arbiter
+            .lease_change_allowed(&lease, std::time::Instant::now())
+            .map_err(Error::NoLeader)?;
+        match self.write(Command::SetLease(terms)).await? {
+            Reply::Leased(t) => {
+                self.arbiter.lease_changed(std::time::Instant::now());
+                Ok(pb::SetLeaseReply {
+                    lease_ms: t.lease_ms,
+                    margin_ms: t.margin_ms,
+                })
+            }
+            r => Err(unexpected(r)),
+        }
+    }
+
+    async fn simple(&self, cmd: Command) -> Result<pb::RegisterAllocReply, Error> {
+        self.require_leader()?;
+        match self.write(cmd).await? {
+            Reply::Registered { route_version } => Ok(pb::RegisterAllocReply { route_version }),
+            r => Err(unexpected(r)),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl pb::store_admin_server::StoreAdmin for AdminService {
+    async fn assign(
+        &self,
+        req: Request<pb::AssignRequest>,
+    ) -> Result<Response<pb::AssignReply>, Status> {
+        self.0.auth.require_operator(&req)?;
+        Ok(Response::new(self.0.assign(req.into_inner()).await?))
+    }
+
+    async fn set_draining(
+        &self,
+        req: Request<pb::SetDrainingRequest>,
+    ) -> Result<Response<pb::RegisterAllocReply>, Status> {
+        self.0.auth.require_operator(&req)?;
+        let r = req.into_inner();
+        let cmd = Command::SetDraining {
+            alloc: check_id(&r.alloc_id)?,
+            draining: r.draining,
+        };
+        Ok(Response::new(self.0.simple(cmd).await?))
+    }
+
+    async fn set_lease(
+        &self,
+        req: Request<pb::SetLeaseRequest>,
+    ) -> Result<Response<pb::SetLeaseReply>, Status> {
+        self.0.auth.require_operator(&req)?;
+        Ok(Response::new(self.0.set_lease(req.into_inner()).await?))
+    }
+
+    async fn fence_alloc(
+        &self,
+        req: Request<pb::FenceAllocRequest>,
+    ) -> Result<Response<pb::RegisterAllocReply>, Status> {
+        self.0.auth.require_operator(&req)?;
+        let r = req.into_inner();
+        let cmd = Command::FenceAlloc {
+            alloc: check_id(&r.alloc_id)?,
+            incarnation: r.incarnation,
+        };
+        Ok(Response::new(self.0.simple(cmd).await?))
+    }
+
+    async fn status(
+        &self,
+        req: Request<pb::StatusRequest>,
+    ) -> Result<Response<pb::StoreStatus>, Status> {
+        self.0.auth.require_operator(&req)?;
+        Ok(Response::new(self.0.status_now()))
+    }
+}

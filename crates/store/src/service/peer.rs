@@ -1,0 +1,261 @@
+//! The peer plane for AllocSvrs (`StorePeer`): registration, leases,
+//! take-overs, raises and handoffs. Every call names the calling AllocSvr
+//! and its incarnation; the certificate must name the same AllocSvr (or a
+//! store replica that forwarded the call after checking it).
+//!
+//! Ownership is decided by the replicated state — owner, incarnation,
+//! epoch — never by what a message says about itself (promise 3 against
+//! ghosts and twins; see `docs/architecture/failover.md`).
+
+use seqsvr_proto::{self as pb};
+use seqsvr_store_api::{Error, Rejection};
+use tonic::{Request, Response, Status};
+
+use super::{check_addr, check_id, check_run, owned_runs, unexpected, StoreApi};
+use crate::auth::{require_alloc_or_forward, require_peer};
+use crate::types::{Command, Reply};
+
+/// The `StorePeer` service.
+#[derive(Clone)]
+pub struct PeerService(pub StoreApi);
+
+fn require_incarnation(i: u64) -> Result<u64, Error> {
+    if i == 0 {
+        return Err(Error::Invalid("incarnation must not be 0".into()));
+    }
+    Ok(i)
+}
+
+impl StoreApi {
+    /// Registers an incarnation. A different registered incarnation is
+    /// replaced only once the arbiter sees its lease certainly expired;
+    /// until then the newcomer is a twin and refused, loudly. The check and
+    /// the write happen under the arbiter's lock, so no renewal of the old
+    /// incarnation can be granted in between.
+    async fn register(&self, r: pb::RegisterAllocRequest) -> Result<pb::RegisterAllocReply, Error> {
+        let alloc = check_id(&r.alloc_id)?;
+        check_addr("address", &r.addr)?;
+        check_addr("peer address", &r.peer_addr)?;
+        check_addr("admin address", &r.admin_addr)?;
+        let incarnation = require_incarnation(r.incarnation)?;
+        self.require_leader()?;
+        let _moves = self.arbiter.moves.lock().await;
+        let replaces = {
+            let a = self.sm.read();
+            match a.state.allocs.get(&alloc) {
+                Some(rec) if rec.incarnation != incarnation => {
+                    let view = self.arbiter.view(&a.state, std::time::Instant::now());
+                    if !view.get(&alloc).is_some_and(|v| v.expired) {
+                        tracing::error!(
+                            %alloc,
+                            live = format_args!("{:x}", rec.incarnation),
+                            addr = %rec.addr,
+                            newcomer = format_args!("{incarnation:x}"),
+                            newcomer_addr = %r.addr,
+                            "refusing a second process with a live AllocSvr's id"
+                        );
+                        return Err(Rejection::Twin {
+                            alloc,
+                            live: rec.incarnation,
+                            addr: rec.addr.clone(),
+                        }
+                        .into());
+                    }
+                    tracing::warn!(%alloc, old = format_args!("{:x}", rec.incarnation),
+                        new = format_args!("{incarnation:x}"), "replacing an AllocSvr incarnation whose lease expired");
+                    rec.incarnation
+                }
+                _ => 0,
+            }
+        };
+        let cmd = Command::RegisterAlloc {
+            alloc,
+            addr: r.addr,
+            peer_addr: r.peer_addr,
+            admin_addr: r.admin_addr,
+            incarnation,
+            replaces,
+        };
+        match self.write(cmd).await? {
+            Reply::Registered { route_version } => Ok(pb::RegisterAllocReply { route_version }),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    /// Grants a renewal after a quorum-confirmed barrier, to the registered
+    /// incarnation only.
+    async fn renew(&self, r: pb::RenewRequest) -> Result<pb::RenewReply, Error> {
+        let alloc = check_id(&r.alloc_id)?;
+        let incarnation = require_incarnation(r.incarnation)?;
+        // The term we lead in *before* confirming: a grant is recorded
+        // only if we still lead in it afterwards.
+        let term = self.raft.metrics().borrow().current_term;
+        self.barrier().await?;
+        // Never between the arbiter's plan and its moves (see `Arbiter::moves`).
+        let _moves = self.arbiter.moves.lock().await;
+        let now = std::time::Instant::now();
+        let a = self.sm.read();
+        let rec = a.state.check_incarnation(&alloc, incarnation)?;
+        let terms = a.state.lease.terms;
+        if !self.arbiter.granted(&alloc, term, now, terms) {
+            return Err(Error::NoLeader("leadership changed during renewal".into()));
+        }
+        Ok(pb::RenewReply {
+            lease_ms: terms.lease_ms,
+            sections: owned_runs(&a.state, &alloc),
+            route_version: a.state.route_version,
+            draining: rec.draining,
+        })
+    }
+
+    async fn take_over(&self, r: pb::TakeOverRequest) -> Result<pb::TakeOverReply, Error> {
+        let alloc = check_id(&r.alloc_id)?;
+        let incarnation = require_incarnation(r.incarnation)?;
+        check_run(r.first_section, r.known_epochs.len())?;
+        if r.count as usize != r.known_epochs.len() {
+            return Err(Error::Invalid(format!(
+                "count {} but {} known epochs",
+                r.count,
+                r.known_epochs.len()
+            )));
+        }
+        let cmd = Command::TakeOver {
+            alloc,
+            incarnation,
+            first: r.first_section,
+            known: r.known_epochs,
+        };
+        match self.write(cmd).await? {
+            Reply::TakenOver {
+                grants,
+                route_version,
+            } => Ok(pb::TakeOverReply {
+                grants: grants.iter().map(pb::SectionGrant::from).collect(),
+                route_version,
+            }),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    async fn raise(&self, r: pb::RaiseRequest) -> Result<pb::RaiseReply, Error> {
+        let cmd = Command::Raise {
+            alloc: check_id(&r.alloc_id)?,
+            incarnation: require_incarnation(r.incarnation)?,
+            section: r.section,
+            epoch: r.epoch,
+            to: r.to,
+        };
+        match self.write(cmd).await? {
+            Reply::Raised { max_seq } => Ok(pb::RaiseReply { max_seq }),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    async fn handoff(&self, r: pb::HandoffRequest) -> Result<pb::HandoffReply, Error> {
+        let to = check_id(&r.to_alloc)?;
+        let cmd = Command::Handoff {
+            from: check_id(&r.from_alloc)?,
+            incarnation: require_incarnation(r.incarnation)?,
+            to: to.clone(),
+            section: r.section,
+            epoch: r.epoch,
+        };
+        match self.write(cmd).await? {
+            Reply::HandedOff {
+                grant,
+                route_version,
+            } => {
+                let peer = self.sm.read().state.allocs.get(&to).map(|a| a.peer_addr.clone());
+                Ok(pb::HandoffReply {
+                    grant: Some((&grant).into()),
+                    route_version,
+                    to_peer_addr: peer.unwrap_or_default(),
+                })
+            }
+            r => Err(unexpected(r)),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl pb::store_peer_server::StorePeer for PeerService {
+    async fn register_alloc(
+        &self,
+        req: Request<pb::RegisterAllocRequest>,
+    ) -> Result<Response<pb::RegisterAllocReply>, Status> {
+        let api = &self.0;
+        require_alloc_or_forward(api.auth, &req, &req.get_ref().alloc_id)?;
+        api.route(req, |r| api.register(r), |mut c, r| async move {
+            c.register_alloc(r).await
+        })
+        .await
+    }
+
+    async fn renew(
+        &self,
+        req: Request<pb::RenewRequest>,
+    ) -> Result<Response<pb::RenewReply>, Status> {
+        let api = &self.0;
+        require_alloc_or_forward(api.auth, &req, &req.get_ref().alloc_id)?;
+        api.route(req, |r| api.renew(r), |mut c, r| async move { c.renew(r).await })
+            .await
+    }
+
+    async fn take_over(
+        &self,
+        req: Request<pb::TakeOverRequest>,
+    ) -> Result<Response<pb::TakeOverReply>, Status> {
+        let api = &self.0;
+        require_alloc_or_forward(api.auth, &req, &req.get_ref().alloc_id)?;
+        api.route(req, |r| api.take_over(r), |mut c, r| async move {
+            c.take_over(r).await
+        })
+        .await
+    }
+
+    async fn raise(
+        &self,
+        req: Request<pb::RaiseRequest>,
+    ) -> Result<Response<pb::RaiseReply>, Status> {
+        let api = &self.0;
+        require_alloc_or_forward(api.auth, &req, &req.get_ref().alloc_id)?;
+        api.route(req, |r| api.raise(r), |mut c, r| async move { c.raise(r).await })
+            .await
+    }
+
+    async fn handoff(
+        &self,
+        req: Request<pb::HandoffRequest>,
+    ) -> Result<Response<pb::HandoffReply>, Status> {
+        let api = &self.0;
+        require_alloc_or_forward(api.auth, &req, &req.get_ref().from_alloc)?;
+        api.route(req, |r| api.handoff(r), |mut c, r| async move {
+            c.handoff(r).await
+        })
+        .await
+    }
+
+    async fn read_sections(
+        &self,
+        req: Request<pb::ReadSectionsRequest>,
+    ) -> Result<Response<pb::ReadSectionsReply>, Status> {
+        let api = &self.0;
+        require_peer(api.auth, &req)?;
+        api.route(
+            req,
+            |r| api.read_sections(r),
+            |mut c, r| async move { c.read_sections(r).await },
+        )
+        .await
+    }
+
+    async fn get_routes(
+        &self,
+        req: Request<pb::GetRoutesRequest>,
+    ) -> Result<Response<pb::RouteTable>, Status> {
+        let api = &self.0;
+        require_peer(api.auth, &req)?;
+        api.route(req, |_| api.routes(), |mut c, r| async move { c.get_routes(r).await })
+            .await
+    }
+}

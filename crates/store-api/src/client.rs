@@ -44,6 +44,18 @@ pub fn plaintext() -> Connector {
     Arc::new(|addr: &str| channel(addr, Duration::from_millis(500)).map_err(|e| e.to_string()))
 }
 
+/// A connector with `tls` (server verified against the CA, own certificate
+/// presented), or plaintext without.
+pub fn connector(tls: Option<seqsvr_net::ClientTls>) -> Connector {
+    match tls {
+        None => plaintext(),
+        Some(tls) => Arc::new(move |addr: &str| {
+            seqsvr_net::client::channel(addr, Some(&tls), Duration::from_millis(500))
+                .map_err(|e| e.to_string())
+        }),
+    }
+}
+
 /// A lazily connecting plaintext channel to `addr` (`host:port`).
 pub fn channel(addr: &str, connect_timeout: Duration) -> std::result::Result<Channel, tonic::transport::Error> {
     Ok(Endpoint::from_shared(format!("http://{addr}"))?

@@ -258,4 +258,12 @@ impl pb::store_peer_server::StorePeer for PeerService {
         api.route(req, |_| api.routes(), |mut c, r| async move { c.get_routes(r).await })
             .await
     }
+
+    async fn status(
+        &self,
+        req: Request<pb::StatusRequest>,
+    ) -> Result<Response<pb::StoreStatus>, Status> {
+        require_peer(self.0.auth, &req)?;
+        Ok(Response::new(self.0.status_now()))
+    }
 }

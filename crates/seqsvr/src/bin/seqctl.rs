@@ -123,7 +123,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 AllocOp::Rebalance => ctl::rebalance(&store).await,
             },
             Cmd::Drill(args) => {
-                let report = drill::run(args.into_config(&addrs, &seeds)?).await?;
+                let report = drill::run(args.into_config(&addrs, &seeds)).await?;
                 report.print(args.json);
                 if !report.ok() {
                     anyhow::bail!(

@@ -1,0 +1,311 @@
+//! Turning what clients received into the report's figures: violations of
+//! promise 1, outages per section and per fault, and skipped numbers.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use seqsvr_core::checker::{self, check, Observation};
+use seqsvr_core::SetSpec;
+
+use super::faults::Applied;
+use super::report::{FaultReport, Report};
+use super::workload::Calls;
+
+/// The figures for a drill that ran from `t0` to `t1`.
+pub(super) fn analyse(
+    set: &SetSpec,
+    obs: &[Observation],
+    faults: Vec<Applied>,
+    calls: Calls,
+    t0: Instant,
+    t1: Instant,
+) -> Report {
+    let r = check(obs);
+    let outages = Outages::new(set, obs, &calls.failures, t0, t1);
+    let sections = SectionFigures::new(set, &outages);
+    let faults = fault_reports(set, obs, &outages, faults);
+    let (skipped, skipped_max) = skipped_numbers(obs);
+    Report {
+        requests: calls.requests,
+        failed: calls.failed,
+        numbers: r.observations,
+        uids: r.uids,
+        regressions: r.regressions.len(),
+        repeats: r.repeats.len(),
+        examples: examples(&r),
+        unavailable_max_ms: sections.max_ms,
+        unavailable_p99_ms: sections.p99_ms,
+        worst_sections: sections.worst,
+        faults,
+        skipped,
+        skipped_max_per_uid: skipped_max,
+        step: set.step,
+    }
+}
+
+/// The first five violations, human-readable.
+fn examples(r: &checker::Report) -> Vec<String> {
+    r.regressions
+        .iter()
+        .chain(&r.repeats)
+        .take(5)
+        .map(|v| {
+            format!(
+                "uid {}: got {} after {} had been returned",
+                v.uid, v.later.seq, v.earlier.seq
+            )
+        })
+        .collect()
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Per section, when calls succeeded and when failed calls started: what
+/// outages are measured from.
+struct Outages {
+    sections: u32,
+    /// Per section: when successful calls returned, sorted.
+    ends: HashMap<u32, Vec<Instant>>,
+    /// Per section: when failed calls started.
+    fails: HashMap<u32, Vec<Instant>>,
+    t0: Instant,
+    t1: Instant,
+}
+
+impl Outages {
+    fn new(
+        set: &SetSpec,
+        obs: &[Observation],
+        failures: &[(u64, Instant)],
+        t0: Instant,
+        t1: Instant,
+    ) -> Outages {
+        let mut ends: HashMap<u32, Vec<Instant>> = HashMap::new();
+        for o in obs {
+            if let Some(s) = set.section_of(o.uid) {
+                ends.entry(s).or_default().push(o.end);
+            }
+        }
+        for e in ends.values_mut() {
+            e.sort();
+        }
+        let mut fails: HashMap<u32, Vec<Instant>> = HashMap::new();
+        for (uid, at) in failures {
+            if let Some(s) = set.section_of(*uid) {
+                fails.entry(s).or_default().push(*at);
+            }
+        }
+        Outages {
+            sections: set.section_count(),
+            ends,
+            fails,
+            t0,
+            t1,
+        }
+    }
+
+    /// Section `s`'s longest outage that a call failed in, for failures
+    /// from `from` until `until`. A section is unavailable over a gap
+    /// between two successes only if a call for it failed in that gap (a
+    /// quiet gap is just no traffic).
+    fn longest(&self, s: u32, from: Instant, until: Instant) -> Duration {
+        let e = self.ends.get(&s).map(Vec::as_slice).unwrap_or(&[]);
+        self.fails
+            .get(&s)
+            .into_iter()
+            .flatten()
+            .filter(|f| **f >= from && **f < until)
+            .map(|f| {
+                let i = e.partition_point(|t| t <= f);
+                let before = if i == 0 { self.t0 } else { e[i - 1] };
+                let after = e.get(i).copied().unwrap_or(self.t1);
+                after - before
+            })
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// The longest outage of any section, for failures from `from` until
+    /// `until`.
+    fn worst(&self, from: Instant, until: Instant) -> Duration {
+        (0..self.sections)
+            .map(|s| self.longest(s, from, until))
+            .max()
+            .unwrap_or_default()
+    }
+}
+
+/// Outages over the whole drill, across sections.
+struct SectionFigures {
+    /// The longest, in ms.
+    max_ms: f64,
+    /// The 99th percentile over sections, in ms.
+    p99_ms: f64,
+    /// The worst five: (section, uid range, ms).
+    worst: Vec<(u32, String, f64)>,
+}
+
+impl SectionFigures {
+    fn new(set: &SetSpec, outages: &Outages) -> SectionFigures {
+        let mut gaps: Vec<(u32, f64)> = (0..set.section_count())
+            .map(|s| (s, ms(outages.longest(s, outages.t0, outages.t1))))
+            .filter(|g| g.1 > 0.0)
+            .collect();
+        gaps.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let p99_ms = gaps
+            .get(set.section_count() as usize / 100)
+            .map_or(0.0, |g| g.1);
+        let worst = gaps
+            .iter()
+            .take(5)
+            .map(|(s, ms)| {
+                let u = set.uids_of(*s);
+                (*s, format!("{}..{}", u.start, u.end), *ms)
+            })
+            .collect();
+        SectionFigures {
+            max_ms: gaps.first().map_or(0.0, |g| g.1),
+            p99_ms,
+            worst,
+        }
+    }
+}
+
+/// Per fault (in time order), until the next one (or the end): the
+/// recovery time and the largest section jump.
+fn fault_reports(
+    set: &SetSpec,
+    obs: &[Observation],
+    outages: &Outages,
+    faults: Vec<Applied>,
+) -> Vec<FaultReport> {
+    let untils: Vec<Instant> = faults
+        .iter()
+        .skip(1)
+        .map(|f| f.at)
+        .chain([outages.t1])
+        .collect();
+    faults
+        .into_iter()
+        .zip(untils)
+        .map(|(f, until)| FaultReport {
+            section_skip_max: section_skip(set, obs, f.at, until),
+            recovery_ms: ms(outages.worst(f.at, until)),
+            fault: f.fault,
+            outcome: f.outcome,
+        })
+        .collect()
+}
+
+/// Per section, how far the numbers jumped across a fault: the smallest
+/// number handed out after it (before the next fault) minus the largest
+/// handed out before it; the largest over sections. A section that moved
+/// restarts every uid at its old ceiling, so this bounds what the move
+/// skipped (promise 4: at most about one step).
+fn section_skip(set: &SetSpec, obs: &[Observation], at: Instant, until: Instant) -> u64 {
+    let mut before: HashMap<u32, u64> = HashMap::new();
+    let mut after: HashMap<u32, u64> = HashMap::new();
+    for o in obs {
+        let Some(s) = set.section_of(o.uid) else {
+            continue;
+        };
+        if o.end < at {
+            let b = before.entry(s).or_default();
+            *b = (*b).max(o.seq);
+        } else if o.start > at && o.end < until {
+            let a = after.entry(s).or_insert(u64::MAX);
+            *a = (*a).min(o.seq);
+        }
+    }
+    after
+        .iter()
+        .filter_map(|(s, a)| before.get(s).map(|b| a.saturating_sub(*b)))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Numbers between each uid's first and last received number that nobody
+/// in this drill received (skip-ahead after failovers, lost replies, and
+/// numbers other clients took).
+fn skipped_numbers(obs: &[Observation]) -> (u64, u64) {
+    let mut per: HashMap<u64, (u64, u64, u64)> = HashMap::new();
+    for o in obs {
+        let e = per.entry(o.uid).or_insert((u64::MAX, 0, 0));
+        e.0 = e.0.min(o.seq);
+        e.1 = e.1.max(o.seq);
+        e.2 += 1;
+    }
+    per.values().fold((0, 0), |(sum, max), (lo, hi, n)| {
+        let gap = (hi - lo + 1).saturating_sub(*n);
+        (sum + gap, max.max(gap))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::faults::{Action, Fault};
+    use super::*;
+
+    #[test]
+    fn outages_need_a_failed_call_and_skips_compare_sections() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let set = SetSpec {
+            section_size: 10,
+            ..SetSpec::new(0, 0..20)
+        };
+        let o = |uid, seq, at| Observation {
+            uid,
+            seq,
+            start: ms(at),
+            end: ms(at),
+        };
+        // Section 0: quiet 10..500 (no failure), then a failure at 600 inside 550..900.
+        // Section 1: one uid jumps from 5 to 105 across a fault at 300.
+        let obs = [
+            o(1, 1, 10),
+            o(1, 2, 500),
+            o(2, 1, 550),
+            o(2, 2, 900),
+            o(11, 5, 100),
+            o(12, 105, 400),
+        ];
+        let calls = Calls {
+            requests: 7,
+            failed: 1,
+            failures: vec![(3, ms(600))],
+        };
+        let fault = Fault {
+            at: Duration::from_millis(300),
+            action: Action::Kill("x".into()),
+        };
+        let applied = Applied {
+            fault,
+            at: ms(300),
+            outcome: "ok".into(),
+        };
+        let r = analyse(&set, &obs, vec![applied], calls, t0, ms(1000));
+        assert_eq!(r.unavailable_max_ms, 350.0);
+        assert_eq!(r.worst_sections.len(), 1);
+        assert_eq!(r.faults[0].recovery_ms, 350.0);
+        assert_eq!(r.faults[0].section_skip_max, 100);
+        assert!(r.ok());
+    }
+
+    #[test]
+    fn skipped_counts_holes_per_uid() {
+        let t = Instant::now();
+        let o = |uid, seq| Observation {
+            uid,
+            seq,
+            start: t,
+            end: t,
+        };
+        assert_eq!(
+            skipped_numbers(&[o(1, 1), o(1, 2), o(1, 10), o(2, 5)]),
+            (7, 7)
+        );
+    }
+}

@@ -1,0 +1,78 @@
+//! `seqctl drill`: a failover drill against any cluster.
+//!
+//! It drives a workload of `next` / `next_batch` calls, runs fault actions
+//! at chosen times (kill -9, SIGSTOP, SIGCONT of a `seqsvr dev` process by
+//! name, or any shell command the operator gives, e.g. `docker kill
+//! alloc-2`), and reports what clients saw: regressions and repeats per uid
+//! (must be 0 — promise 1), how long each section was unavailable, how long
+//! recovery took after each fault, and how many numbers were skipped.
+//!
+//! # Layout
+//!
+//! A drill flows args → faults / workload → analysis → report:
+//!
+//! - `args`: the flags ([`DrillArgs`]) and the parsers clap runs on them
+//!   (durations, fault specs, uid ranges), and the [`DrillConfig`] they
+//!   make.
+//! - `faults`: what a fault is ([`Fault`], [`Action`]) and running the
+//!   faults at their times.
+//! - `workload`: the callers, and the record of what each call received or
+//!   that it failed.
+//! - `analysis`: turns those records into figures: violations, outages per
+//!   section and per fault, skipped numbers.
+//! - `report`: the figures ([`Report`]) as text or JSON.
+//! - here: [`run`], which wires them together.
+//!
+//! Imports point one way only: `args` and `report` use `faults`'
+//! types; `analysis` uses `faults`, `workload` and `report`; `faults` and
+//! `workload` use no other part.
+
+mod analysis;
+mod args;
+mod faults;
+mod report;
+mod workload;
+
+use std::time::Instant;
+
+use anyhow::Context;
+use seqsvr_client::{ClientOptions, SeqClient};
+use seqsvr_store::client::StoreClient;
+
+pub use args::{parse_duration, parse_fault, parse_uids, DrillArgs, DrillConfig};
+pub use faults::{Action, ActionKind, Fault};
+pub use report::{FaultReport, Report};
+
+/// Runs a drill.
+pub async fn run(cfg: DrillConfig) -> anyhow::Result<Report> {
+    let store = StoreClient::new(&cfg.store)?;
+    let set = store.routes().await.context("reading the route table")?.set;
+    let load = workload::Load {
+        uids: workload::Uids::new(&set, cfg.uids.as_ref()),
+        rate: cfg.rate,
+        concurrency: cfg.concurrency,
+        section_size: set.section_size,
+    };
+    let opts = ClientOptions {
+        deadline: cfg.deadline,
+        ..Default::default()
+    };
+    let client = SeqClient::connect(&cfg.allocs, opts).await?;
+    let t0 = Instant::now();
+    let end = t0 + cfg.duration;
+    let running = load.start(&client, end);
+    let targets = faults::Targets {
+        dev_dir: &cfg.dev_dir,
+        store: &store,
+    };
+    let faults = faults::run_faults(&cfg.faults, targets, t0, end).await;
+    let (obs, calls) = running.finish().await?;
+    Ok(analysis::analyse(
+        &set,
+        &obs,
+        faults,
+        calls,
+        t0,
+        Instant::now(),
+    ))
+}

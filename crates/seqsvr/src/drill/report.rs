@@ -1,0 +1,106 @@
+//! The drill's findings, printed as text or (`--json`) JSON.
+
+use serde::Serialize;
+
+use super::faults::Fault;
+
+/// A fault as it happened.
+#[derive(Debug, Clone, Serialize)]
+pub struct FaultReport {
+    /// The fault.
+    pub fault: Fault,
+    /// What it did (or why it failed).
+    pub outcome: String,
+    /// The longest time, from the fault on, that any section went without
+    /// a successful call while calls for it failed (before the next fault),
+    /// in ms.
+    pub recovery_ms: f64,
+    /// Across the fault, the largest jump of a section's numbers (see
+    /// `section_skip`); compare with the step.
+    pub section_skip_max: u64,
+}
+
+/// The drill's findings.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Calls made.
+    pub requests: u64,
+    /// Calls that failed (after the client's retries).
+    pub failed: u64,
+    /// Numbers received.
+    pub numbers: usize,
+    /// Distinct uids that received numbers.
+    pub uids: usize,
+    /// Later calls that got a smaller number (must be 0).
+    pub regressions: usize,
+    /// Two calls that got the same number (must be 0).
+    pub repeats: usize,
+    /// The first violations, human-readable.
+    pub examples: Vec<String>,
+    /// Per section: longest stretch without a successful call, in ms — max.
+    pub unavailable_max_ms: f64,
+    /// … and 99th percentile over sections.
+    pub unavailable_p99_ms: f64,
+    /// The worst sections: (section, uid range, ms).
+    pub worst_sections: Vec<(u32, String, f64)>,
+    /// Faults and recovery.
+    pub faults: Vec<FaultReport>,
+    /// Numbers never received between a uid's first and last number.
+    pub skipped: u64,
+    /// The largest such gap for one uid.
+    pub skipped_max_per_uid: u64,
+    /// The set's step (for reading the skips).
+    pub step: u64,
+}
+
+impl Report {
+    /// Whether promise 1 held.
+    pub fn ok(&self) -> bool {
+        self.regressions == 0 && self.repeats == 0
+    }
+
+    /// Prints the report (text or JSON).
+    pub fn print(&self, json: bool) {
+        if json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(self).expect("report serialises")
+            );
+            return;
+        }
+        println!(
+            "requests     {} ({} failed), {} numbers for {} uids",
+            self.requests, self.failed, self.numbers, self.uids
+        );
+        let verdict = if self.ok() { "OK" } else { "BROKEN" };
+        println!(
+            "regressions  {}   repeats {}   => {verdict}",
+            self.regressions, self.repeats
+        );
+        for e in &self.examples {
+            println!("  {e}");
+        }
+        println!(
+            "unavailable  per section (gaps with failed calls): max {:.0} ms, p99 {:.0} ms",
+            self.unavailable_max_ms, self.unavailable_p99_ms
+        );
+        for (s, range, ms) in &self.worst_sections {
+            println!("  section {s:>5} (uids {range}): {ms:.0} ms");
+        }
+        for f in &self.faults {
+            println!(
+                "fault at {:>7.1} s  {:?}: {}\n    longest outage after it {:.0} ms; largest section jump across it {} (step {})",
+                f.fault.at.as_secs_f64(),
+                f.fault.action,
+                f.outcome,
+                f.recovery_ms,
+                f.section_skip_max,
+                self.step
+            );
+        }
+        println!(
+            "skipped      {} numbers (largest gap for one uid: {})",
+            self.skipped, self.skipped_max_per_uid
+        );
+    }
+}

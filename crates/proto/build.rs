@@ -3,7 +3,10 @@
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protoc = protoc_bin_vendored::protoc_bin_path()?;
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    // Read at run time, not compile time: a build script compiled for one
+    // checkout must not generate code from another's protos.
+    let manifest = std::env::var("CARGO_MANIFEST_DIR")?;
+    let root = std::path::Path::new(&manifest).join("../../proto");
     let files = ["common", "store", "alloc"].map(|f| root.join(format!("seqsvr/v1/{f}.proto")));
     let mut config = tonic_prost_build::Config::new();
     config.protoc_executable(protoc);

@@ -4,13 +4,14 @@
 //! The section table is a boxed slice indexed by section id whose entries are
 //! set once (`OnceLock`) and never removed, so finding a uid's slot is index
 //! arithmetic and one atomic load: no lock shared by all sections, no
-//! reference count, no allocation (DESIGN §4).
+//! reference count, no allocation (`docs/architecture/alloc.md`, Memory and
+//! the hot path).
 
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
 
-use seqsvr_core::{Epoch, SectionId, SetSpec, Uid};
+use seqsvr_core::{Epoch, Incarnation, SectionId, SetSpec, Uid};
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -19,12 +20,17 @@ use crate::ceiling::Grant;
 use crate::error::{AllocError, Result};
 use crate::section::{Refused, SectionSlot, SectionState};
 
+/// Stand-in incarnations for allocators built by [`Allocator::new`]: unique
+/// within this process, so two allocators sharing one in-memory store are
+/// told apart as two processes would be.
+static STAND_IN: AtomicU64 = AtomicU64::new(1);
+
 /// Tuning of the allocator.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AllocConfig {
     /// Raise a section's ceiling ahead of need once less than this fraction
     /// of a step is left between the highest number handed out and the
-    /// ceiling (Leaf-style double buffering, DESIGN §4). `0.0` raises only
+    /// ceiling (Leaf-style double buffering, `docs/architecture/alloc.md`). `0.0` raises only
     /// when exhausted; values are clamped to keep the margin below one step.
     pub raise_ahead_fraction: f64,
 }
@@ -80,6 +86,9 @@ pub struct AllocStats {
 pub struct Allocator {
     /// The set served (validated).
     spec: SetSpec,
+    /// The process this memory belongs to: take-overs and raises name it,
+    /// and the epochs installed here are "known" only to it.
+    incarnation: Incarnation,
     /// `spec.uid_end - spec.uid_begin`: the hot path's range check.
     uid_count: u64,
     /// Margin below the ceiling at which a section asks for a raise (< step).
@@ -97,12 +106,26 @@ pub struct Allocator {
 }
 
 impl Allocator {
-    /// An allocator for `spec` that serves nothing until [`install`](Self::install).
+    /// An allocator for `spec` that serves nothing until
+    /// [`install`](Self::install), under a stand-in incarnation unique in
+    /// this process (tests, benchmarks, simulations).
     pub fn new(spec: SetSpec, config: &AllocConfig) -> Result<Self> {
+        let stand_in = STAND_IN.fetch_add(1, Relaxed);
+        Self::with_incarnation(spec, config, stand_in)
+    }
+
+    /// An allocator for `spec` belonging to the process `incarnation`
+    /// (non-zero), which serves nothing until [`install`](Self::install).
+    pub fn with_incarnation(
+        spec: SetSpec,
+        config: &AllocConfig,
+        incarnation: Incarnation,
+    ) -> Result<Self> {
         spec.validate()?;
         let fraction = config.raise_ahead_fraction.clamp(0.0, 1.0);
         let raise_margin = ((spec.step as f64 * fraction) as u64).min(spec.step - 1);
         Ok(Self {
+            incarnation,
             uid_count: spec.uid_end - spec.uid_begin,
             raise_margin,
             slots: (0..spec.section_count()).map(|_| OnceLock::new()).collect(),
@@ -116,6 +139,25 @@ impl Allocator {
     /// The set served.
     pub fn spec(&self) -> &SetSpec {
         &self.spec
+    }
+
+    /// The process this memory belongs to.
+    pub fn incarnation(&self) -> Incarnation {
+        self.incarnation
+    }
+
+    /// The newest epoch this allocator ever installed for `section`, served
+    /// now or not (0: never, or not in the set). A take-over tells the
+    /// store this, so a grant prepared for us at a newer epoch comes back
+    /// unchanged instead of costing another step (promise 4), and one we
+    /// already served is never handed back to start over (promise 1).
+    pub fn known_epoch(&self, section: SectionId) -> Epoch {
+        self.slot(section).map_or(0, SectionSlot::epoch)
+    }
+
+    /// Whether `section` is served now.
+    pub fn is_serving(&self, section: SectionId) -> bool {
+        self.slot(section).is_some_and(SectionSlot::is_serving)
     }
 
     /// Finds the slot and cell index of `uid`.
@@ -311,6 +353,25 @@ impl Allocator {
             tracing::info!(section, ?epoch, "stopped serving section");
         }
         dropped
+    }
+
+    /// Serves `section` again from memory after a handoff that did not
+    /// happen, if it is still retired at `epoch` (see
+    /// [`crate::ownership::decide_after_handoff`] for when that is safe).
+    /// `ceiling` must be durable under `epoch` (promise 2). Returns whether
+    /// it serves again.
+    pub fn resume(&self, section: SectionId, epoch: Epoch, ceiling: u64) -> bool {
+        let Some(slot) = self.slot(section) else {
+            return false;
+        };
+        if !slot.resume(epoch, ceiling) {
+            return false;
+        }
+        tracing::info!(section, epoch, ceiling, "serving section again");
+        if slot.claim_if_low() {
+            self.queue_raise(section);
+        }
+        true
     }
 
     fn slot(&self, section: SectionId) -> Option<&SectionSlot> {
@@ -554,6 +615,52 @@ mod tests {
         assert_eq!(a.install(&[grant(1, 5, 20)]).unwrap(), 1);
         assert_eq!(a.next(104), Ok(21));
         assert_eq!(a.next(105), Ok(21));
+    }
+
+    #[test]
+    fn known_epochs_survive_retire_and_resume_is_guarded() {
+        let a = alloc(0.0);
+        assert_eq!(a.known_epoch(1), 0, "never installed");
+        assert_eq!(a.known_epoch(99), 0, "not in the set");
+        a.install(&[grant(1, 4, 0)]).unwrap();
+        assert_eq!(a.next(104), Ok(1));
+        assert!(a.drop_section(1));
+        assert_eq!(a.known_epoch(1), 4, "kept after retire");
+        assert!(!a.is_serving(1));
+        assert!(!a.resume(0, 4, 10), "no slot");
+        assert!(!a.resume(1, 3, 10), "other epoch");
+        assert!(a.resume(1, 4, 10));
+        assert!(a.is_serving(1));
+        assert_eq!(a.next(104), Ok(2), "from memory");
+        assert_eq!(a.served_sections(), vec![1]);
+    }
+
+    #[test]
+    fn resume_queues_a_raise_that_is_due() {
+        let a = alloc(0.0);
+        a.install(&[grant(0, 1, 0)]).unwrap();
+        for _ in 0..10 {
+            a.next(100).unwrap();
+        }
+        assert_eq!(a.take_raise_requests().len(), 1, "claimed and taken");
+        assert!(a.drop_section(0));
+        assert!(!a.apply_raise(0, 1, 20), "its answer found it retired");
+        assert!(a.resume(0, 1, 10));
+        assert_eq!(
+            a.take_raise_requests(),
+            vec![RaiseRequest {
+                section: 0,
+                epoch: 1,
+                to: 20
+            }]
+        );
+    }
+
+    #[test]
+    fn stand_in_incarnations_differ() {
+        let (a, b) = (alloc(0.0), alloc(0.0));
+        assert_ne!(a.incarnation(), b.incarnation());
+        assert_ne!(a.incarnation(), 0);
     }
 
     #[test]

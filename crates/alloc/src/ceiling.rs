@@ -4,43 +4,41 @@
 
 use std::future::Future;
 
-use seqsvr_core::{Epoch, SectionId};
+use seqsvr_core::{Epoch, Incarnation, SectionId};
 
 use crate::error::StoreErr;
 
-/// One section handed to this AllocSvr by a take-over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Grant {
-    /// The section taken over.
-    pub section: SectionId,
-    /// The new epoch (fencing token) under which we serve it; every raise
-    /// must carry it.
-    pub epoch: Epoch,
-    /// The section's ceiling before the take-over. Every uid starts here
-    /// (skip ahead): no earlier owner handed out anything above it.
-    pub prev_ceiling: u64,
-    /// The ceiling after the take-over (`prev_ceiling + step`), durable.
-    pub max_seq: u64,
-}
+/// One section handed to this AllocSvr by a take-over or a handoff: the
+/// project's one grant type.
+pub use seqsvr_core::Grant;
 
 /// The store operations the allocator relies on, for one set.
 ///
 /// Both are durable writes: an `Ok` means a majority of store replicas have
-/// the result on disk (promise 2).
+/// the result on disk (promise 2). Both name the calling process's
+/// [`Incarnation`], which the store fences on (promise 3: a replaced or
+/// fenced process can neither claim nor raise).
 pub trait CeilingStore: Send + Sync + 'static {
-    /// Takes over sections `first .. first + count` for this AllocSvr: for
-    /// each, the epoch grows by one, we become owner, and the ceiling grows by
-    /// one step. Returns one [`Grant`] per section.
+    /// Claims sections `first .. first + known.len()` for `incarnation`.
+    /// `known[i]` is the newest epoch this incarnation ever installed for
+    /// section `first + i` (0: none). Per section: a grant the store
+    /// prepared for this incarnation at a newer epoch (a handoff to us, or
+    /// a take-over whose reply was lost) comes back unchanged, so no extra
+    /// step is skipped (promise 4); otherwise the epoch grows by one, we
+    /// become owner, and the ceiling grows by one step. Returns one
+    /// [`Grant`] per section, in order.
     fn take_over(
         &self,
+        incarnation: Incarnation,
         first: SectionId,
-        count: u32,
+        known: Vec<Epoch>,
     ) -> impl Future<Output = Result<Vec<Grant>, StoreErr>> + Send;
 
-    /// Raises `section`'s ceiling to `to` if `epoch` is still the section's
-    /// epoch. Returns the new ceiling (equal to `to`).
+    /// Raises `section`'s ceiling to `to` if `incarnation` still holds it
+    /// at `epoch`. Returns the new ceiling (equal to `to`).
     fn raise(
         &self,
+        incarnation: Incarnation,
         section: SectionId,
         epoch: Epoch,
         to: u64,

@@ -1,11 +1,19 @@
-//! The error type of `seqsvr-alloc`.
+//! The error types of `seqsvr-alloc`.
 //!
-//! One enum for the crate ([`AllocError`]); the gRPC layer maps it to status
-//! codes once, at the edge. [`StoreErr`] is not a second error type of this
-//! crate's logic but the *contract* of [`crate::CeilingStore`]: what the
-//! store can answer to a take-over or a raise.
+//! - [`AllocError`]: what the allocator (the hot path) can answer instead
+//!   of a number.
+//! - [`StoreErr`]: not a second error type of this crate's logic but the
+//!   *contract* of [`crate::CeilingStore`]: what the store can answer to a
+//!   take-over or a raise.
+//! - [`CallError`]: everything a gRPC call to this AllocSvr can fail with;
+//!   `service.rs` maps it to a status once, at the edge (promise 5).
+//! - [`MoveError`]: why one move of a handoff did not happen.
+//! - [`ConfigError`] and [`NodeError`]: a node that cannot start.
 
-use seqsvr_core::{SectionId, Uid};
+use seqsvr_core::{AllocId, Epoch, Incarnation, SectionId, Uid};
+use seqsvr_store_api::Rejection;
+
+use crate::ownership::AdoptRefusal;
 
 /// Result alias for this crate.
 pub type Result<T, E = AllocError> = std::result::Result<T, E>;
@@ -91,6 +99,10 @@ pub enum StoreErr {
     /// The section is not in the store's set.
     #[error("unknown section")]
     UnknownSection,
+    /// This process's incarnation is no longer the registered one (it was
+    /// replaced or fenced): it must stop serving everything (promise 3).
+    #[error("this process was replaced or fenced in the store")]
+    Fenced,
     /// No answer or a transient failure (no leader, timeout, I/O). The
     /// outcome is unknown: the raise may or may not have landed.
     #[error("store unavailable: {0}")]
@@ -102,4 +114,158 @@ impl StoreErr {
     pub fn is_transient(&self) -> bool {
         matches!(self, StoreErr::Unavailable(_))
     }
+}
+
+/// Maps a store answer to the allocator's contract. A section routed to
+/// another AllocSvr is, for us, the same as a stale epoch: stop serving it
+/// (promise 3).
+impl From<seqsvr_store_api::Error> for StoreErr {
+    fn from(e: seqsvr_store_api::Error) -> Self {
+        use seqsvr_store_api::Error as E;
+        match e {
+            E::Rejected(Rejection::StaleEpoch { .. } | Rejection::OwnedElsewhere { .. }) => {
+                StoreErr::StaleEpoch
+            }
+            E::Rejected(Rejection::NotAbove { current, .. }) => StoreErr::NotAbove { current },
+            E::Rejected(Rejection::TooLarge { .. }) => StoreErr::TooLarge,
+            E::Rejected(Rejection::UnknownSection { .. }) => StoreErr::UnknownSection,
+            E::Rejected(Rejection::StaleIncarnation { .. } | Rejection::NotRegistered { .. }) => {
+                StoreErr::Fenced
+            }
+            other => StoreErr::Unavailable(other.to_string()),
+        }
+    }
+}
+
+/// Everything a gRPC call to this AllocSvr can fail with. `service.rs`
+/// maps each to one status code and `ErrorDetail` (promise 5).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// The allocator refused (out of range, not owner, exhausted…).
+    #[error(transparent)]
+    Alloc(#[from] AllocError),
+    /// The lease is not valid: this AllocSvr serves nothing until a
+    /// renewal is granted (promise 3). Retryable.
+    #[error("{alloc}: lease expired, not serving")]
+    LeaseExpired {
+        /// This AllocSvr.
+        alloc: AllocId,
+    },
+    /// This process was replaced by another incarnation or fenced by an
+    /// operator: it never serves again (promise 3). Retryable elsewhere:
+    /// the route table says where.
+    #[error("{alloc}: incarnation {incarnation:x} was replaced or fenced; this process no longer serves")]
+    Fenced {
+        /// This AllocSvr.
+        alloc: AllocId,
+        /// This process's incarnation.
+        incarnation: Incarnation,
+    },
+    /// A malformed request (empty or oversized batch or adopt).
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// A section named in a request is not in the set.
+    #[error("section {section} is not in this set")]
+    UnknownSection {
+        /// The section named.
+        section: SectionId,
+    },
+    /// The caller's certificate does not allow the call.
+    #[error("permission denied: {0}")]
+    Denied(String),
+    /// An adopt the store does not confirm: nothing was installed.
+    #[error(transparent)]
+    Adopt(#[from] AdoptRefusal),
+    /// A store read this call needed failed (the outcome of nothing is
+    /// unknown: reads change nothing). Retryable.
+    #[error("store: {0}")]
+    Store(#[from] seqsvr_store_api::Error),
+}
+
+/// Why one move of a handoff did not happen. The section keeps being
+/// served here unless the message says otherwise.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MoveError {
+    /// The section is not in the set.
+    #[error("section {section} is not in this set")]
+    UnknownSection {
+        /// The section named.
+        section: SectionId,
+    },
+    /// The section is not served here (nothing to hand off).
+    #[error("section {section} is not served here")]
+    NotServed {
+        /// The section named.
+        section: SectionId,
+    },
+    /// Another handoff of the section is under way.
+    #[error("section {section} is already being handed off")]
+    Releasing {
+        /// The section named.
+        section: SectionId,
+    },
+    /// The move names no target.
+    #[error("to_alloc is empty")]
+    NoTarget,
+    /// The move names this AllocSvr as the target.
+    #[error("cannot hand section {section} to this AllocSvr itself")]
+    ToSelf {
+        /// The section named.
+        section: SectionId,
+    },
+    /// The store refused the handoff or its outcome is unknown; the
+    /// section was checked in the store and served again here if it is
+    /// still ours at the released epoch.
+    #[error("store handoff of section {section} at epoch {epoch}: {error}; {after}")]
+    Store {
+        /// The section.
+        section: SectionId,
+        /// The epoch released.
+        epoch: Epoch,
+        /// What the store said.
+        error: seqsvr_store_api::Error,
+        /// What was done afterwards.
+        after: String,
+    },
+}
+
+/// A configuration that cannot be used; names the key at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The text is not valid TOML for this config (unknown key, wrong
+    /// type, missing key).
+    #[error("alloc config: {0}")]
+    Parse(String),
+    /// A key has a value that cannot work.
+    #[error("alloc config: {key}: {reason}")]
+    Invalid {
+        /// The key (dotted for nested ones, e.g. `store[1]`).
+        key: String,
+        /// What is wrong with its value.
+        reason: String,
+    },
+}
+
+/// Why an AllocSvr could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The configuration does not validate.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// TLS files, listeners or limits could not be set up.
+    #[error(transparent)]
+    Net(#[from] seqsvr_net::Error),
+    /// The store refused this AllocSvr for good (not a twin, which is
+    /// retried, nor a transient failure).
+    #[error("store refused registration: {0}")]
+    Store(#[from] seqsvr_store_api::Error),
+    /// The store's route table cannot be used (its set does not validate).
+    #[error("route table from the store: {0}")]
+    Routes(String),
+    /// The allocator could not be built for the store's set.
+    #[error(transparent)]
+    Alloc(#[from] AllocError),
+    /// A socket could not be inspected.
+    #[error("listener: {0}")]
+    Io(#[from] std::io::Error),
 }

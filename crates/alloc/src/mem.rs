@@ -1,13 +1,18 @@
 //! [`MemCeilingStore`]: a [`CeilingStore`] kept in memory, with the store's
-//! semantics (epochs, step-sized take-overs, raise checks) and injectable
-//! faults. For tests, benchmarks and single-process experiments; it is not
-//! durable, so it must never back a real AllocSvr.
+//! semantics (epochs fenced by incarnation, step-sized take-overs, prepared
+//! grants returned unchanged to the incarnation they were made for, raise
+//! checks) and injectable faults. For tests, benchmarks and single-process
+//! experiments; it is not durable, so it must never back a real AllocSvr.
+//!
+//! The one thing it leaves out is routing: anyone may take any section
+//! over (the real store refuses sections routed elsewhere), which is what
+//! lets a test play a second AllocSvr taking sections away.
 
 use std::future::{ready, Future};
 use std::sync::{Mutex, MutexGuard};
 
 use seqsvr_core::section::RaiseCheck;
-use seqsvr_core::{Epoch, SectionId, SetSpec};
+use seqsvr_core::{Epoch, Incarnation, SectionId, SetSpec};
 
 use crate::ceiling::{CeilingStore, Grant};
 use crate::error::StoreErr;
@@ -19,7 +24,15 @@ pub struct MemSection {
     pub epoch: Epoch,
     /// The ceiling.
     pub max_seq: u64,
+    /// The ceiling when the current epoch began (where its holder starts).
+    pub start: u64,
+    /// The incarnation the current epoch was granted to (0: none).
+    pub holder: Incarnation,
 }
+
+/// The incarnation [`MemCeilingStore::steal`] hands sections to: a process
+/// no allocator is (stand-ins count up from 1).
+pub const THIEF: Incarnation = u64::MAX;
 
 /// A failure to inject.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -29,8 +42,9 @@ pub enum Fault {
     None,
     /// Every call fails with `Unavailable` and changes nothing.
     Unavailable,
-    /// Raises land, but the reply is lost: the caller sees `Unavailable`
-    /// (the outcome-unknown case a real network produces).
+    /// Writes (raises and take-overs) land, but the reply is lost: the
+    /// caller sees `Unavailable` (the outcome-unknown case a real network
+    /// produces).
     LoseReplies,
 }
 
@@ -90,26 +104,56 @@ impl MemCeilingStore {
     /// Hands `section` to some other AllocSvr (a take-over we do not see):
     /// our epoch becomes stale.
     pub fn steal(&self, section: SectionId) -> Grant {
-        let step = self.spec.step;
-        take_one(&mut self.lock().sections, section, step)
+        self.prepare(section, THIEF)
     }
 
-    fn do_take_over(&self, first: SectionId, count: u32) -> Result<Vec<Grant>, StoreErr> {
+    /// Hands `section` to `incarnation` (a handoff to it, in one write: new
+    /// epoch, ceiling up one step) without it knowing yet: its next
+    /// take-over gets this very grant back.
+    pub fn prepare(&self, section: SectionId, incarnation: Incarnation) -> Grant {
+        let step = self.spec.step;
+        begin(&mut self.lock().sections, section, incarnation, step)
+    }
+
+    fn do_take_over(
+        &self,
+        incarnation: Incarnation,
+        first: SectionId,
+        known: &[Epoch],
+    ) -> Result<Vec<Grant>, StoreErr> {
         let mut st = self.lock();
-        if st.fault != Fault::None {
+        if st.fault == Fault::Unavailable {
             return Err(StoreErr::Unavailable("injected".into()));
         }
-        let end = first as u64 + count as u64;
-        if end > st.sections.len() as u64 {
+        let end = first as u64 + known.len() as u64;
+        if known.is_empty() || end > st.sections.len() as u64 {
             return Err(StoreErr::UnknownSection);
         }
         let step = self.spec.step;
-        Ok((first..first + count)
-            .map(|s| take_one(&mut st.sections, s, step))
-            .collect())
+        let grants = (first..).zip(known).map(|(s, &k)| {
+            let sec = st.sections[s as usize];
+            if sec.holder == incarnation && sec.epoch > k {
+                // Prepared for this incarnation and never installed by it:
+                // the same grant again, no extra step (promise 4).
+                grant_of(s, &sec)
+            } else {
+                begin(&mut st.sections, s, incarnation, step)
+            }
+        });
+        let grants: Vec<Grant> = grants.collect();
+        match st.fault {
+            Fault::LoseReplies => Err(StoreErr::Unavailable("reply lost".into())),
+            _ => Ok(grants),
+        }
     }
 
-    fn do_raise(&self, section: SectionId, epoch: Epoch, to: u64) -> Result<u64, StoreErr> {
+    fn do_raise(
+        &self,
+        incarnation: Incarnation,
+        section: SectionId,
+        epoch: Epoch,
+        to: u64,
+    ) -> Result<u64, StoreErr> {
         let mut st = self.lock();
         if st.fault == Fault::Unavailable {
             return Err(StoreErr::Unavailable("injected".into()));
@@ -119,7 +163,7 @@ impl MemCeilingStore {
             .get_mut(section as usize)
             .ok_or(StoreErr::UnknownSection)?;
         // The epoch first: a ceiling answer is only meaningful to the owner.
-        if sec.epoch != epoch {
+        if sec.epoch != epoch || sec.holder != incarnation {
             return Err(StoreErr::StaleEpoch);
         }
         match self.spec.check_raise(sec.max_seq, to) {
@@ -139,16 +183,23 @@ impl MemCeilingStore {
     }
 }
 
-/// One section's take-over: new epoch, ceiling up one step.
-fn take_one(sections: &mut [MemSection], s: SectionId, step: u64) -> Grant {
+/// A new epoch of section `s` for `holder`: it starts at the current
+/// ceiling, which rises one step (skip ahead, promises 1 and 4).
+fn begin(sections: &mut [MemSection], s: SectionId, holder: Incarnation, step: u64) -> Grant {
     let sec = &mut sections[s as usize];
     sec.epoch += 1;
-    let prev = sec.max_seq;
-    sec.max_seq = prev + step;
+    sec.holder = holder;
+    sec.start = sec.max_seq;
+    sec.max_seq += step;
+    grant_of(s, sec)
+}
+
+/// The grant of `sec`'s current epoch.
+fn grant_of(s: SectionId, sec: &MemSection) -> Grant {
     Grant {
         section: s,
         epoch: sec.epoch,
-        prev_ceiling: prev,
+        prev_ceiling: sec.start,
         max_seq: sec.max_seq,
     }
 }
@@ -156,18 +207,83 @@ fn take_one(sections: &mut [MemSection], s: SectionId, step: u64) -> Grant {
 impl CeilingStore for MemCeilingStore {
     fn take_over(
         &self,
+        incarnation: Incarnation,
         first: SectionId,
-        count: u32,
+        known: Vec<Epoch>,
     ) -> impl Future<Output = Result<Vec<Grant>, StoreErr>> + Send {
-        ready(self.do_take_over(first, count))
+        ready(self.do_take_over(incarnation, first, &known))
     }
 
     fn raise(
         &self,
+        incarnation: Incarnation,
         section: SectionId,
         epoch: Epoch,
         to: u64,
     ) -> impl Future<Output = Result<u64, StoreErr>> + Send {
-        ready(self.do_raise(section, epoch, to))
+        ready(self.do_raise(incarnation, section, epoch, to))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> MemCeilingStore {
+        MemCeilingStore::new(SetSpec {
+            set_id: 0,
+            uid_begin: 0,
+            uid_end: 30,
+            section_size: 10,
+            step: 10,
+        })
+    }
+
+    fn g(section: SectionId, epoch: Epoch, prev_ceiling: u64, max_seq: u64) -> Grant {
+        Grant {
+            section,
+            epoch,
+            prev_ceiling,
+            max_seq,
+        }
+    }
+
+    #[test]
+    fn a_prepared_grant_comes_back_unchanged_to_its_incarnation_only() {
+        let st = store();
+        assert_eq!(st.prepare(1, 7), g(1, 1, 0, 10));
+        // Its incarnation, which never installed it: the same grant.
+        assert_eq!(st.do_take_over(7, 1, &[0]), Ok(vec![g(1, 1, 0, 10)]));
+        assert_eq!(st.do_take_over(7, 1, &[0]), Ok(vec![g(1, 1, 0, 10)]));
+        // Once installed (known = 1): a new epoch, one step up.
+        assert_eq!(st.do_take_over(7, 1, &[1]), Ok(vec![g(1, 2, 10, 20)]));
+        // Another process with no knowledge never gets another's grant.
+        assert_eq!(st.do_take_over(8, 1, &[0]), Ok(vec![g(1, 3, 20, 30)]));
+        assert_eq!(st.section(1).holder, 8);
+    }
+
+    #[test]
+    fn a_lost_take_over_reply_costs_no_extra_step() {
+        let st = store();
+        st.set_fault(Fault::LoseReplies);
+        assert!(st.do_take_over(5, 0, &[0, 0]).is_err());
+        assert_eq!(st.section(0).epoch, 1, "landed");
+        st.set_fault(Fault::None);
+        assert_eq!(
+            st.do_take_over(5, 0, &[0, 0]),
+            Ok(vec![g(0, 1, 0, 10), g(1, 1, 0, 10)])
+        );
+    }
+
+    #[test]
+    fn raises_are_fenced_by_epoch_and_incarnation() {
+        let st = store();
+        st.do_take_over(5, 0, &[0]).unwrap();
+        assert_eq!(st.do_raise(6, 0, 1, 15), Err(StoreErr::StaleEpoch));
+        assert_eq!(st.do_raise(5, 0, 2, 15), Err(StoreErr::StaleEpoch));
+        assert_eq!(st.do_raise(5, 0, 1, 15), Ok(15));
+        st.steal(0);
+        assert_eq!(st.do_raise(5, 0, 1, 20), Err(StoreErr::StaleEpoch));
+        assert_eq!(st.do_take_over(5, 3, &[0]), Err(StoreErr::UnknownSection));
     }
 }

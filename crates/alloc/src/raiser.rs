@@ -80,10 +80,22 @@ impl<S: CeilingStore> Raiser<S> {
     }
 
     /// Takes over sections `first .. first + count` in the store and starts
-    /// serving them, every uid skipped ahead to the old ceiling. Returns the
-    /// grants (all of them; replays the allocator ignored included).
+    /// serving them, every uid skipped ahead to the grant's start. Returns
+    /// the grants (all of them; replays the allocator ignored included).
+    ///
+    /// The store is told the newest epoch this allocator installed per
+    /// section, so a grant prepared for this process (a handoff to it, or
+    /// a take-over whose reply was lost) comes back unchanged rather than
+    /// costing another step (promise 4), and a section served here before
+    /// gets a new epoch and skips ahead (promise 1).
     pub async fn take_over(&self, first: SectionId, count: u32) -> Result<Vec<Grant>> {
-        let grants = self.store.take_over(first, count).await?;
+        let known = (first..first.saturating_add(count))
+            .map(|s| self.alloc.known_epoch(s))
+            .collect();
+        let grants = self
+            .store
+            .take_over(self.alloc.incarnation(), first, known)
+            .await?;
         self.alloc.install(&grants)?;
         Ok(grants)
     }
@@ -92,8 +104,12 @@ impl<S: CeilingStore> Raiser<S> {
     /// and applies the answers.
     pub async fn run_once(&self) -> RoundReport {
         let requests = self.alloc.take_raise_requests();
+        let incarnation = self.alloc.incarnation();
         let answers: Vec<_> = futures::stream::iter(requests)
-            .map(|r| async move { (r, self.store.raise(r.section, r.epoch, r.to).await) })
+            .map(|r| async move {
+                let answer = self.store.raise(incarnation, r.section, r.epoch, r.to).await;
+                (r, answer)
+            })
             .buffer_unordered(self.config.max_in_flight.max(1))
             .collect()
             .await;
@@ -111,14 +127,16 @@ impl<S: CeilingStore> Raiser<S> {
             // Same epoch and already at or above the target: an earlier
             // attempt whose reply was lost landed. The stored value is durable.
             Err(StoreErr::NotAbove { current }) if current >= r.to => current,
-            Err(StoreErr::StaleEpoch) => {
-                // Someone else owns the section now: stop serving at once
-                // (promise 3). Guarded by epoch so a newer take-over stays.
+            Err(e @ (StoreErr::StaleEpoch | StoreErr::Fenced)) => {
+                // Someone else owns the section now, or this process was
+                // replaced: stop serving at once (promise 3). Guarded by
+                // epoch so a newer take-over stays.
                 if self.alloc.drop_section_if_epoch(r.section, r.epoch) {
                     tracing::warn!(
                         section = r.section,
                         epoch = r.epoch,
-                        "section taken over elsewhere; dropped"
+                        error = %e,
+                        "raise refused for good; section dropped"
                     );
                     report.dropped += 1;
                 } else {

@@ -95,7 +95,11 @@ fn error_info(d: &ErrorDetail) -> rpc::ErrorInfo {
     put("incarnation", d.incarnation.to_string(), d.incarnation != 0);
     put("addr", d.addr.clone(), !d.addr.is_empty());
     put("leader_id", d.leader_id.to_string(), d.leader_id != 0);
-    put("leader_addr", d.leader_addr.clone(), !d.leader_addr.is_empty());
+    put(
+        "leader_addr",
+        d.leader_addr.clone(),
+        !d.leader_addr.is_empty(),
+    );
     if let Some(r) = &d.route {
         put("route_version", r.version.to_string(), true);
     }

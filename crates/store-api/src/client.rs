@@ -57,7 +57,10 @@ pub fn connector(tls: Option<seqsvr_net::ClientTls>) -> Connector {
 }
 
 /// A lazily connecting plaintext channel to `addr` (`host:port`).
-pub fn channel(addr: &str, connect_timeout: Duration) -> std::result::Result<Channel, tonic::transport::Error> {
+pub fn channel(
+    addr: &str,
+    connect_timeout: Duration,
+) -> std::result::Result<Channel, tonic::transport::Error> {
     Ok(Endpoint::from_shared(format!("http://{addr}"))?
         .connect_timeout(connect_timeout)
         .tcp_nodelay(true)
@@ -96,7 +99,9 @@ impl<C> Clone for Replicas<C> {
 impl<C> std::fmt::Debug for Replicas<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let addrs: Vec<&str> = self.replicas.iter().map(|(a, _)| a.as_str()).collect();
-        f.debug_struct("Replicas").field("replicas", &addrs).finish()
+        f.debug_struct("Replicas")
+            .field("replicas", &addrs)
+            .finish()
     }
 }
 
@@ -110,7 +115,8 @@ impl<C: Clone + Send + 'static> Replicas<C> {
         let replicas = addrs
             .iter()
             .map(|a| {
-                let ch = connect(a).map_err(|e| Error::Config(format!("store address {a}: {e}")))?;
+                let ch =
+                    connect(a).map_err(|e| Error::Config(format!("store address {a}: {e}")))?;
                 Ok((a.clone(), make(ch)))
             })
             .collect::<Result<Vec<_>>>()?;

@@ -159,7 +159,9 @@ impl Arbiter {
         };
         let wait = Duration::from_millis(lease.office_wait_ms());
         if now < office.since + wait {
-            return Err(format!("a new leader waits {wait:?} before changing lease terms"));
+            return Err(format!(
+                "a new leader waits {wait:?} before changing lease terms"
+            ));
         }
         if let Some(t) = g.lease_changed {
             if now < t + wait {

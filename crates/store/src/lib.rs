@@ -7,6 +7,7 @@
 //!
 //! # Layout
 //! - [`arbiter`]: leases and section moves on the leader (pure logic).
+//! - [`auth`]: which role may call what on each plane.
 //! - [`types`]: the Raft type config; commands, replies, rejections.
 //! - [`state`]: pure state-machine logic (how a command changes the set).
 //! - [`disk`]: the sled database and the fsync that makes it durable.
@@ -14,19 +15,21 @@
 //! - [`state_machine`]: the state machine and snapshots in sled.
 //! - [`network`]: Raft RPCs between replicas over gRPC.
 //! - [`proposer`]: batches concurrent commands into one log entry.
-//! - [`service`]: the gRPC services (store API and Raft transport).
-//! - [`client`]: a store client with failover across replicas.
+//! - [`service`]: the gRPC services, one file per plane (read, peer,
+//!   admin, raft).
 //! - [`node`]: configuration, bootstrap and the running replica.
-//! - [`error`]: the crate's error type and its gRPC mapping.
+//!
+//! Its callers' side — typed refusals, the error type and its one gRPC
+//! mapping, and the clients — is the `seqsvr-store-api` crate, which
+//! AllocSvrs and tools link instead of this one (no Raft, no sled there).
 
 // openraft's `StorageError` is large, and the storage traits dictate it as
 // the error type; boxing it in our helpers would only add conversions.
 #![allow(clippy::result_large_err)]
 
 pub mod arbiter;
-pub mod client;
+pub mod auth;
 pub mod disk;
-pub mod error;
 pub mod log_store;
 pub mod network;
 pub mod node;
@@ -36,5 +39,5 @@ pub mod state;
 pub mod state_machine;
 pub mod types;
 
-pub use error::{Error, Result};
-pub use node::{StoreConfig, StoreNode};
+pub use node::{StoreConfig, StoreListeners, StoreNode};
+pub use seqsvr_store_api::{Error, Rejection, Result};

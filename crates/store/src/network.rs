@@ -5,9 +5,9 @@
 //! connection failure is reported as *unreachable* so openraft backs off
 //! instead of hammering a dead peer.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
@@ -21,20 +21,53 @@ use openraft::BasicNode;
 use seqsvr_core::codec;
 use seqsvr_proto::raft_client::RaftClient;
 use seqsvr_proto::RaftPayload;
+use seqsvr_store_api::client::Connector;
 use serde::{de::DeserializeOwned, Serialize};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
+
+use crate::service::raft::check_term;
 
 use crate::types::{NodeId, TypeConfig};
 
-/// Largest gRPC message between replicas (snapshot chunks are smaller).
-pub const MAX_MESSAGE: usize = 64 << 20;
+/// Largest gRPC message between replicas: snapshot chunks are at most
+/// 4 MiB, and the peer plane refuses anything above its own limit (8 MiB
+/// by default) before decoding it.
+pub const MAX_MESSAGE: usize = 8 << 20;
 
-/// Makes [`Conn`]s to peers.
-#[derive(Clone, Default)]
+/// Makes [`Conn`]s to peers. Channels are kept per address: openraft asks
+/// for a new client for every heartbeat round of a linearizable read, and
+/// a new channel each time would mean a new connection (and TLS handshake)
+/// per read.
+#[derive(Clone)]
 pub struct Network {
     /// Set while this replica is cut off from its peers on purpose (the
     /// drill's partition fault): every Raft RPC fails as unreachable.
     pub isolated: Arc<AtomicBool>,
+    /// How to dial a peer (plaintext or mTLS as this replica).
+    connect: Connector,
+    /// One channel per peer address.
+    channels: Arc<Mutex<HashMap<String, Channel>>>,
+}
+
+impl Network {
+    /// A network that dials peers with `connect`.
+    pub fn new(connect: Connector) -> Self {
+        Self {
+            isolated: Default::default(),
+            connect,
+            channels: Default::default(),
+        }
+    }
+
+    fn channel(&self, addr: &str) -> Option<Channel> {
+        let mut chans = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = chans.get(addr) {
+            return Some(c.clone());
+        }
+        let c = (self.connect)(addr).ok()?;
+        chans.insert(addr.to_string(), c.clone());
+        Some(c)
+    }
 }
 
 /// A connection to one peer replica.
@@ -49,33 +82,48 @@ pub struct Conn {
     client: Option<RaftClient<Channel>>,
 }
 
-/// Builds a lazily connecting channel to `addr` (`host:port`).
-pub fn channel(addr: &str, connect_timeout: Duration) -> Result<Channel, tonic::transport::Error> {
-    Ok(Endpoint::from_shared(format!("http://{addr}"))?
-        .connect_timeout(connect_timeout)
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(5))
-        .keep_alive_timeout(Duration::from_secs(5))
-        .connect_lazy())
-}
-
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Conn;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Conn {
-        let client = channel(&node.addr, Duration::from_millis(500))
-            .ok()
-            .map(|c| {
-                RaftClient::new(c)
-                    .max_decoding_message_size(MAX_MESSAGE)
-                    .max_encoding_message_size(MAX_MESSAGE)
-            });
+        let client = self.channel(&node.addr).map(|c| {
+            RaftClient::new(c)
+                .max_decoding_message_size(MAX_MESSAGE)
+                .max_encoding_message_size(MAX_MESSAGE)
+        });
         Conn {
             isolated: self.isolated.clone(),
             target,
             addr: node.addr.clone(),
             client,
         }
+    }
+}
+
+/// The vote a reply carries, to check its term before openraft sees it
+/// (a peer's reply is as untrusted as its request: see `service::raft`).
+trait ReplyVote {
+    fn vote(&self) -> Option<&openraft::Vote<NodeId>>;
+}
+
+impl ReplyVote for AppendEntriesResponse<NodeId> {
+    fn vote(&self) -> Option<&openraft::Vote<NodeId>> {
+        match self {
+            AppendEntriesResponse::HigherVote(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+impl ReplyVote for VoteResponse<NodeId> {
+    fn vote(&self) -> Option<&openraft::Vote<NodeId>> {
+        Some(&self.vote)
+    }
+}
+
+impl ReplyVote for InstallSnapshotResponse<NodeId> {
+    fn vote(&self) -> Option<&openraft::Vote<NodeId>> {
+        Some(&self.vote)
     }
 }
 
@@ -95,7 +143,7 @@ impl Conn {
     ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
     where
         Req: Serialize,
-        Resp: DeserializeOwned,
+        Resp: DeserializeOwned + ReplyVote,
         E: std::error::Error + DeserializeOwned,
     {
         let unreachable =
@@ -119,7 +167,12 @@ impl Conn {
         let result: Result<Resp, RaftError<NodeId, E>> =
             codec::decode("raft reply", &reply.data)
                 .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+        let resp = result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))?;
+        if let Some(v) = resp.vote() {
+            check_term(v)
+                .map_err(|e| RPCError::Network(NetworkError::new(&std::io::Error::other(e))))?;
+        }
+        Ok(resp)
     }
 }
 

@@ -19,19 +19,16 @@ use seqsvr_core::SetSpec;
 use seqsvr_net::Plane;
 use seqsvr_proto::raft_server::RaftServer;
 use seqsvr_proto::store_admin_server::StoreAdminServer;
-use seqsvr_proto::store_peer_server::StorePeerServer;
 use seqsvr_proto::store_peer_client::StorePeerClient;
-use seqsvr_store_api::client::Connector;
+use seqsvr_proto::store_peer_server::StorePeerServer;
 use seqsvr_proto::store_read_server::StoreReadServer;
+use seqsvr_store_api::client::Connector;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::arbiter::{Arbiter, ArbiterConfig};
 use crate::disk::Disk;
-use seqsvr_core::LeaseTerms;
-use seqsvr_net::{PlaneLimits, TlsConfig};
-use seqsvr_store_api::{Error, Result};
 use crate::log_store::LogStore;
 use crate::network::{Network, MAX_MESSAGE};
 use crate::proposer::Proposer;
@@ -42,6 +39,9 @@ use crate::service::read::ReadService;
 use crate::service::StoreApi;
 use crate::state_machine::StateMachine;
 use crate::types::{Command, NodeId, Raft};
+use seqsvr_core::LeaseTerms;
+use seqsvr_net::{PlaneLimits, TlsConfig};
+use seqsvr_store_api::{Error, Result};
 
 /// One member of the store group, as configured.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -209,17 +209,26 @@ impl StoreConfig {
         }
         let ids: std::collections::BTreeSet<_> = self.members.iter().map(|m| m.id).collect();
         if ids.len() != self.members.len() || ids.contains(&0) {
-            return Err(config_err("members.id", "member ids must be unique and ≥ 1"));
+            return Err(config_err(
+                "members.id",
+                "member ids must be unique and ≥ 1",
+            ));
         }
         let addrs: std::collections::BTreeSet<_> = self.members.iter().map(|m| &m.addr).collect();
         if addrs.len() != self.members.len() {
-            return Err(config_err("members.addr", "member addresses must be unique"));
+            return Err(config_err(
+                "members.addr",
+                "member addresses must be unique",
+            ));
         }
         for m in &self.members {
             check_host_port("members.addr", &m.addr)?;
         }
         if !ids.contains(&self.id) {
-            return Err(config_err("id", format!("{} is not among the members", self.id)));
+            return Err(config_err(
+                "id",
+                format!("{} is not among the members", self.id),
+            ));
         }
         check_host_port("client_addr", &self.client_addr)?;
         check_host_port("admin_addr", &self.admin_addr)?;
@@ -234,20 +243,29 @@ impl StoreConfig {
         }
         let planes = [self.peer_bind(), self.client_bind(), self.admin_bind()];
         if planes[0] == planes[1] || planes[1] == planes[2] || planes[0] == planes[2] {
-            return Err(config_err("client_addr/admin_addr", "each plane needs its own address"));
+            return Err(config_err(
+                "client_addr/admin_addr",
+                "each plane needs its own address",
+            ));
         }
         self.set.validate().map_err(|e| config_err("set", e))?;
         let mut taken = vec![false; self.set.section_count() as usize];
         let mut seen = std::collections::BTreeSet::new();
         for a in &self.allocs {
             if !seen.insert(&a.id) {
-                return Err(config_err("allocs.id", format!("{:?} is listed twice", a.id)));
+                return Err(config_err(
+                    "allocs.id",
+                    format!("{:?} is listed twice", a.id),
+                ));
             }
             let end = a.first as u64 + a.count as u64;
             if a.id.is_empty() || a.count == 0 || end > taken.len() as u64 {
                 return Err(config_err(
                     "allocs",
-                    format!("alloc {:?}: sections {}+{} not in the set", a.id, a.first, a.count),
+                    format!(
+                        "alloc {:?}: sections {}+{} not in the set",
+                        a.id, a.first, a.count
+                    ),
                 ));
             }
             for t in &mut taken[a.first as usize..end as usize] {
@@ -259,7 +277,10 @@ impl StoreConfig {
                 }
             }
         }
-        self.lease.terms().validate().map_err(|e| config_err("lease", e))?;
+        self.lease
+            .terms()
+            .validate()
+            .map_err(|e| config_err("lease", e))?;
         if self.lease.tick_ms == 0 {
             return Err(config_err("lease.tick_ms", "must be positive"));
         }
@@ -276,7 +297,9 @@ impl StoreConfig {
         if t.snapshot_every == 0 {
             return Err(config_err("raft.snapshot_every", "must be at least 1"));
         }
-        self.limits.validate().map_err(|e| config_err("limits", e))?;
+        self.limits
+            .validate()
+            .map_err(|e| config_err("limits", e))?;
         Ok(())
     }
 
@@ -386,7 +409,8 @@ fn claim_identity(disk: &Disk, id: NodeId) -> Result<()> {
             seqsvr_core::codec::u64_of_key(&v)
         ))),
         None => {
-            tree.insert(NODE_ID_KEY, &id.to_be_bytes()).map_err(|e| at(&e))?;
+            tree.insert(NODE_ID_KEY, &id.to_be_bytes())
+                .map_err(|e| at(&e))?;
             disk.sync().map_err(|e| at(&e))
         }
     }
@@ -464,7 +488,11 @@ impl StoreNode {
         ))];
         let lowest = cfg.members.iter().map(|m| m.id).min() == Some(cfg.id);
         if fresh && lowest {
-            tasks.push(tokio::spawn(bootstrap(raft.clone(), cfg.clone(), api.connect.clone())));
+            tasks.push(tokio::spawn(bootstrap(
+                raft.clone(),
+                cfg.clone(),
+                api.connect.clone(),
+            )));
         }
         tasks.push(tokio::spawn(arbitrate(api.clone())));
         tasks.push(tokio::spawn(configure_set(api.clone(), cfg.clone())));
@@ -514,8 +542,14 @@ fn plane_listener(
         Some(t) => Some(t.config.server(plane).map_err(|e| config_err("tls", e))?),
         None => None,
     };
-    seqsvr_net::server::listener(tcp, plane, cfg.limits.get(plane), server_tls.as_ref(), cfg.insecure)
-        .map_err(|e| config_err(plane.name(), e))
+    seqsvr_net::server::listener(
+        tcp,
+        plane,
+        cfg.limits.get(plane),
+        server_tls.as_ref(),
+        cfg.insecure,
+    )
+    .map_err(|e| config_err(plane.name(), e))
 }
 
 /// A file whose presence in the data directory cuts this replica off from
@@ -559,13 +593,17 @@ async fn serve_peer(api: StoreApi, l: seqsvr_net::Listener) {
 }
 
 async fn serve_client(api: StoreApi, l: seqsvr_net::Listener) {
-    let router = l.server().add_service(StoreReadServer::new(ReadService(api)));
+    let router = l
+        .server()
+        .add_service(StoreReadServer::new(ReadService(api)));
     report("client", l.serve(router, std::future::pending()).await);
 }
 
 async fn serve_admin(mut api: StoreApi, l: seqsvr_net::Listener) {
     api.auth = l.auth();
-    let router = l.server().add_service(StoreAdminServer::new(AdminService(api)));
+    let router = l
+        .server()
+        .add_service(StoreAdminServer::new(AdminService(api)));
     report("admin", l.serve(router, std::future::pending()).await);
 }
 
@@ -707,7 +745,9 @@ fn initial_commands(api: &StoreApi, cfg: &StoreConfig) -> (Vec<Command>, bool) {
             while s < al.first + al.count && unowned(s) {
                 s += 1;
             }
-            let expected = (start..s).map(|x| a.state.sections[x as usize].epoch).collect();
+            let expected = (start..s)
+                .map(|x| a.state.sections[x as usize].epoch)
+                .collect();
             cmds.push(Command::Assign {
                 alloc: al.id.clone(),
                 first: start,
@@ -752,7 +792,10 @@ mod tests {
             ("first = 50", "first = 99"),
             ("id = \"alloc-2\"", "id = \"alloc-1\""),
             ("addr = \"127.0.0.1:7101\"", "addr = \"not-an-address\""),
-            ("client_addr = \"127.0.0.1:7111\"", "client_addr = \"127.0.0.1:7101\""),
+            (
+                "client_addr = \"127.0.0.1:7111\"",
+                "client_addr = \"127.0.0.1:7101\"",
+            ),
             ("snapshot_every = 10000", "snapshot_every = 0"),
             ("margin_ms = 1000", "margin_ms = 10"),
             ("tick_ms = 100", "tick_ms = 0"),

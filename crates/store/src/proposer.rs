@@ -14,8 +14,8 @@ use std::sync::Arc;
 use openraft::error::{ClientWriteError, RaftError};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use seqsvr_store_api::{Error, Result};
 use crate::types::{Command, NodeId, Outcome, Raft, Request};
+use seqsvr_store_api::{Error, Result};
 
 /// Most commands in one log entry (keeps an entry far below the disk
 /// module's value-size limit).
@@ -30,6 +30,8 @@ pub const MAX_ENTRY_BYTES: usize = crate::disk::MAX_VALUE - 1024;
 struct Pending {
     /// The command.
     cmd: Command,
+    /// Its encoded size, so a batch stays one storable log entry.
+    size: usize,
     /// Where its outcome goes.
     reply: oneshot::Sender<Result<Outcome>>,
 }

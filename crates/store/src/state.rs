@@ -135,7 +135,13 @@ impl SetState {
                 admin_addr,
                 incarnation,
                 replaces,
-            } => self.register(alloc, [addr, peer_addr, admin_addr], *incarnation, *replaces, dirty),
+            } => self.register(
+                alloc,
+                [addr, peer_addr, admin_addr],
+                *incarnation,
+                *replaces,
+                dirty,
+            ),
             Command::FenceAlloc { alloc, incarnation } => self.fence(alloc, *incarnation, dirty),
             Command::Assign {
                 alloc,
@@ -234,7 +240,7 @@ impl SetState {
             }
         }
         let rec = self.allocs.entry(alloc.clone()).or_default();
-        let readdressed = rec.addr != addr;
+        let readdressed = rec.addr != *addr;
         let new = AllocRecord {
             addr: addr.clone(),
             peer_addr: peer_addr.clone(),
@@ -256,7 +262,12 @@ impl SetState {
         })
     }
 
-    fn fence(&mut self, alloc: &AllocId, incarnation: Incarnation, dirty: &mut Vec<Dirty>) -> Outcome {
+    fn fence(
+        &mut self,
+        alloc: &AllocId,
+        incarnation: Incarnation,
+        dirty: &mut Vec<Dirty>,
+    ) -> Outcome {
         let rec = self.registered_mut(alloc)?;
         if rec.incarnation != incarnation {
             return Err(Rejection::StaleIncarnation {
@@ -284,10 +295,17 @@ impl SetState {
     }
 
     /// Checks that `alloc` is registered with `incarnation` and not fenced.
-    pub fn check_incarnation(&self, alloc: &AllocId, incarnation: Incarnation) -> Result<&AllocRecord, Rejection> {
-        let rec = self.allocs.get(alloc).ok_or_else(|| Rejection::NotRegistered {
-            alloc: alloc.clone(),
-        })?;
+    pub fn check_incarnation(
+        &self,
+        alloc: &AllocId,
+        incarnation: Incarnation,
+    ) -> Result<&AllocRecord, Rejection> {
+        let rec = self
+            .allocs
+            .get(alloc)
+            .ok_or_else(|| Rejection::NotRegistered {
+                alloc: alloc.clone(),
+            })?;
         if rec.incarnation != incarnation || rec.fenced {
             return Err(Rejection::StaleIncarnation {
                 alloc: alloc.clone(),
@@ -298,7 +316,11 @@ impl SetState {
         Ok(rec)
     }
 
-    fn check_sections(&self, first: SectionId, count: usize) -> Result<std::ops::Range<usize>, Rejection> {
+    fn check_sections(
+        &self,
+        first: SectionId,
+        count: usize,
+    ) -> Result<std::ops::Range<usize>, Rejection> {
         let n = self.spec()?.section_count();
         if count == 0 {
             return Err(Rejection::Invalid("count must be at least 1".into()));
@@ -315,7 +337,10 @@ impl SetState {
 
     fn check_step(&self, range: std::ops::Range<usize>) -> Result<u64, Rejection> {
         let step = self.spec()?.step;
-        if let Some(i) = range.clone().find(|&i| self.sections[i].max_seq.checked_add(step).is_none()) {
+        if let Some(i) = range
+            .clone()
+            .find(|&i| self.sections[i].max_seq.checked_add(step).is_none())
+        {
             return Err(Rejection::TooLarge {
                 section: i as SectionId,
                 to: u64::MAX,
@@ -387,7 +412,8 @@ impl SetState {
         let mut grants = Vec::with_capacity(known.len());
         for (i, &k) in range.zip(known) {
             let r = &mut self.sections[i];
-            let prepared = r.owner.as_ref() == Some(alloc) && r.incarnation == incarnation && r.epoch > k;
+            let prepared =
+                r.owner.as_ref() == Some(alloc) && r.incarnation == incarnation && r.epoch > k;
             if !prepared {
                 moved |= r.owner.as_ref() != Some(alloc);
                 r.begin(alloc, incarnation, step);
@@ -430,9 +456,14 @@ impl SetState {
         if from == to {
             return Err(Rejection::Invalid("handoff to the current owner".into()));
         }
-        let target = self.allocs.get(to).ok_or_else(|| Rejection::NotRegistered { alloc: to.clone() })?;
+        let target = self
+            .allocs
+            .get(to)
+            .ok_or_else(|| Rejection::NotRegistered { alloc: to.clone() })?;
         if target.fenced || target.draining {
-            return Err(Rejection::Invalid(format!("alloc {to:?} is fenced or draining")));
+            return Err(Rejection::Invalid(format!(
+                "alloc {to:?} is fenced or draining"
+            )));
         }
         let to_incarnation = target.incarnation;
         let step = self.check_step(range)?;
@@ -474,7 +505,13 @@ impl SetState {
         let spec = self.spec()?.clone();
         self.check_incarnation(alloc, incarnation)?;
         let r = &mut self.sections[section as usize];
-        if epoch != r.epoch || r.owner.as_ref() != Some(alloc) || r.incarnation != incarnation {
+        if r.owner.as_ref() != Some(alloc) {
+            return Err(Rejection::OwnedElsewhere {
+                section,
+                owner: r.owner.clone().unwrap_or_default(),
+            });
+        }
+        if epoch != r.epoch || r.incarnation != incarnation {
             return Err(Rejection::StaleEpoch {
                 section,
                 given: epoch,
@@ -519,7 +556,11 @@ impl SetState {
 }
 
 /// Refuses unless every section still has the epoch the caller decided on.
-fn check_epochs(records: &[SectionRecord], first: SectionId, expected: &[Epoch]) -> Result<(), Rejection> {
+fn check_epochs(
+    records: &[SectionRecord],
+    first: SectionId,
+    expected: &[Epoch],
+) -> Result<(), Rejection> {
     for (i, (r, &e)) in records.iter().zip(expected).enumerate() {
         if r.epoch != e {
             return Err(Rejection::StaleEpoch {

@@ -36,8 +36,16 @@ impl StoreApi {
         {
             let a = self.sm.read();
             let view = self.arbiter.view(&a.state, std::time::Instant::now());
-            let range = r.first_section as usize..r.first_section as usize + r.expected_epochs.len();
-            for (i, rec) in a.state.sections.iter().enumerate().take(range.end).skip(range.start) {
+            let range =
+                r.first_section as usize..r.first_section as usize + r.expected_epochs.len();
+            for (i, rec) in a
+                .state
+                .sections
+                .iter()
+                .enumerate()
+                .take(range.end)
+                .skip(range.start)
+            {
                 if let Some(owner) = &rec.owner {
                     if *owner != alloc && !view.get(owner).is_some_and(|v| v.expired) {
                         return Err(Rejection::OwnedElsewhere {

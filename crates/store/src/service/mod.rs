@@ -183,7 +183,9 @@ impl StoreApi {
             .insert(FORWARDED, "1".parse().expect("ascii"));
         match tokio::time::timeout(FORWARD_TIMEOUT, remote(self.peer(&addr)?, fwd)).await {
             Ok(r) => r,
-            Err(_) => Err(Error::NoLeader(format!("leader {leader} did not answer in time")).to_status()),
+            Err(_) => {
+                Err(Error::NoLeader(format!("leader {leader} did not answer in time")).to_status())
+            }
         }
     }
 
@@ -234,7 +236,10 @@ impl StoreApi {
     }
 
     /// Reads sections `first..first+count` after a barrier.
-    async fn read_sections(&self, r: pb::ReadSectionsRequest) -> Result<pb::ReadSectionsReply, Error> {
+    async fn read_sections(
+        &self,
+        r: pb::ReadSectionsRequest,
+    ) -> Result<pb::ReadSectionsReply, Error> {
         check_count(r.count)?;
         self.barrier().await?;
         let a = self.sm.read();

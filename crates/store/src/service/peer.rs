@@ -165,7 +165,13 @@ impl StoreApi {
                 grant,
                 route_version,
             } => {
-                let peer = self.sm.read().state.allocs.get(&to).map(|a| a.peer_addr.clone());
+                let peer = self
+                    .sm
+                    .read()
+                    .state
+                    .allocs
+                    .get(&to)
+                    .map(|a| a.peer_addr.clone());
                 Ok(pb::HandoffReply {
                     grant: Some((&grant).into()),
                     route_version,
@@ -185,9 +191,11 @@ impl pb::store_peer_server::StorePeer for PeerService {
     ) -> Result<Response<pb::RegisterAllocReply>, Status> {
         let api = &self.0;
         require_alloc_or_forward(api.auth, &req, &req.get_ref().alloc_id)?;
-        api.route(req, |r| api.register(r), |mut c, r| async move {
-            c.register_alloc(r).await
-        })
+        api.route(
+            req,
+            |r| api.register(r),
+            |mut c, r| async move { c.register_alloc(r).await },
+        )
         .await
     }
 
@@ -197,8 +205,12 @@ impl pb::store_peer_server::StorePeer for PeerService {
     ) -> Result<Response<pb::RenewReply>, Status> {
         let api = &self.0;
         require_alloc_or_forward(api.auth, &req, &req.get_ref().alloc_id)?;
-        api.route(req, |r| api.renew(r), |mut c, r| async move { c.renew(r).await })
-            .await
+        api.route(
+            req,
+            |r| api.renew(r),
+            |mut c, r| async move { c.renew(r).await },
+        )
+        .await
     }
 
     async fn take_over(
@@ -207,9 +219,11 @@ impl pb::store_peer_server::StorePeer for PeerService {
     ) -> Result<Response<pb::TakeOverReply>, Status> {
         let api = &self.0;
         require_alloc_or_forward(api.auth, &req, &req.get_ref().alloc_id)?;
-        api.route(req, |r| api.take_over(r), |mut c, r| async move {
-            c.take_over(r).await
-        })
+        api.route(
+            req,
+            |r| api.take_over(r),
+            |mut c, r| async move { c.take_over(r).await },
+        )
         .await
     }
 
@@ -219,8 +233,12 @@ impl pb::store_peer_server::StorePeer for PeerService {
     ) -> Result<Response<pb::RaiseReply>, Status> {
         let api = &self.0;
         require_alloc_or_forward(api.auth, &req, &req.get_ref().alloc_id)?;
-        api.route(req, |r| api.raise(r), |mut c, r| async move { c.raise(r).await })
-            .await
+        api.route(
+            req,
+            |r| api.raise(r),
+            |mut c, r| async move { c.raise(r).await },
+        )
+        .await
     }
 
     async fn handoff(
@@ -229,9 +247,11 @@ impl pb::store_peer_server::StorePeer for PeerService {
     ) -> Result<Response<pb::HandoffReply>, Status> {
         let api = &self.0;
         require_alloc_or_forward(api.auth, &req, &req.get_ref().from_alloc)?;
-        api.route(req, |r| api.handoff(r), |mut c, r| async move {
-            c.handoff(r).await
-        })
+        api.route(
+            req,
+            |r| api.handoff(r),
+            |mut c, r| async move { c.handoff(r).await },
+        )
         .await
     }
 
@@ -255,8 +275,12 @@ impl pb::store_peer_server::StorePeer for PeerService {
     ) -> Result<Response<pb::RouteTable>, Status> {
         let api = &self.0;
         require_peer(api.auth, &req)?;
-        api.route(req, |_| api.routes(), |mut c, r| async move { c.get_routes(r).await })
-            .await
+        api.route(
+            req,
+            |_| api.routes(),
+            |mut c, r| async move { c.get_routes(r).await },
+        )
+        .await
     }
 
     async fn status(

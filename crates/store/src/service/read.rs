@@ -19,8 +19,12 @@ impl pb::store_read_server::StoreRead for ReadService {
     ) -> Result<Response<pb::RouteTable>, Status> {
         let api = &self.0;
         let req = Request::new(req.into_inner());
-        api.route(req, |_| api.routes(), |mut c, r| async move { c.get_routes(r).await })
-            .await
+        api.route(
+            req,
+            |_| api.routes(),
+            |mut c, r| async move { c.get_routes(r).await },
+        )
+        .await
     }
 
     async fn read_sections(

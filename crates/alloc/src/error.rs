@@ -176,6 +176,9 @@ pub enum CallError {
     /// An adopt the store does not confirm: nothing was installed.
     #[error(transparent)]
     Adopt(#[from] AdoptRefusal),
+    /// A failure inside this AllocSvr (a task that panicked).
+    #[error("internal: {0}")]
+    Internal(String),
     /// A store read this call needed failed (the outcome of nothing is
     /// unknown: reads change nothing). Retryable.
     #[error("store: {0}")]

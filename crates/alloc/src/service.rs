@@ -1,25 +1,57 @@
-//! The AllocSvr's gRPC service: `Next`, `NextBatch`, `Current`, `Routes`.
+//! The AllocSvr's gRPC services, one per plane, and the one mapping of its
+//! errors to statuses.
+//!
+//! - client plane, [`ClientService`] (`Alloc`): `Next`, `NextBatch`,
+//!   `Current`, `Routes`, `Status`;
+//! - peer plane, [`PeerService`] (`AllocPeer`): `Adopt`, from another
+//!   AllocSvr handing a section over (any AllocSvr's certificate);
+//! - admin plane, [`AdminService`] (`AllocAdmin`): `Handoff`, `Status`
+//!   (an operator's certificate).
 //!
 //! The hot path is the allocator's: locate the section, one CAS. This layer
-//! adds only the request decoding tonic already did, one atomic load for
-//! the route version, and, for a batch, one reused output vector. Errors are
-//! mapped to gRPC statuses here and nowhere else, each with an
-//! `ErrorDetail` the client acts on (promise 5); a not-owner or out-of-range
-//! answer carries the current route table so the client can retry at once.
+//! adds only the request decoding tonic already did, the lease check (a
+//! clock read and two atomic loads), one atomic load for the route version,
+//! and, for a batch, one reused output vector. Errors are mapped to gRPC
+//! statuses here and nowhere else ([`Shared::status`]), each with an
+//! `ErrorDetail` the client acts on (promise 5); a not-owner or
+//! out-of-range answer carries the current route table so the client can
+//! retry at once.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
-use seqsvr_core::MAX_BATCH;
+use seqsvr_core::{AllocId, Incarnation, SectionId, MAX_BATCH};
+use seqsvr_net::{Auth, ClientTls, Role};
 use seqsvr_proto::{self as pb, status_with, ErrorDetail, ErrorKind};
+use seqsvr_store_api::{AllocAddrs, PeerClient};
 use tokio::time::Instant;
 use tonic::{Code, Request, Response, Status};
 
 use crate::allocator::Allocator;
-use crate::error::AllocError;
+use crate::error::{AllocError, CallError};
+use crate::handoff::Released;
+use crate::lease::Lease;
+use crate::ownership::AdoptRefusal;
 
-/// What the service shares with the node's background tasks.
+/// Who may change which sections this process serves, outside the hot
+/// path: the renewal's reconciliation, handoffs resuming a section, adopts
+/// installing one, and fencing all take this lock, so none of them acts on
+/// a lease lapse it did not see (promise 3; see [`Shared::may_serve`]).
+#[derive(Debug, Default)]
+pub struct Ownership {
+    /// Sections being handed off: stopped here, store handoff (or its
+    /// check) in flight. Renewals neither claim nor drop them.
+    pub releasing: BTreeMap<SectionId, Released>,
+    /// How many granted renewals found the lease had lapsed. A decision
+    /// based on a store read may be acted on only if this did not change
+    /// since before the read: a lapse in between means the section may have
+    /// moved away (and back) after the read.
+    pub lapses: u64,
+}
+
+/// What the services share with the node's background tasks.
 #[derive(Debug)]
 pub struct Shared {
     /// The sections served.
@@ -32,18 +64,31 @@ pub struct Shared {
     /// How long a call may wait for an exhausted section's raise.
     pub wait: Duration,
     /// This AllocSvr's lease.
-    pub lease: crate::lease::Lease,
+    pub lease: Lease,
     /// Whether the store says this AllocSvr is being drained.
     pub draining: AtomicBool,
+    /// Set once the store says this incarnation was replaced or fenced:
+    /// nothing is served again by this process (promise 3).
+    pub fenced: AtomicBool,
     /// Our id.
-    pub id: String,
-    /// Our advertised address.
-    pub addr: String,
-    /// Where to hand sections off (planned moves).
-    pub store: seqsvr_store::client::StoreClient,
+    pub id: AllocId,
+    /// Our advertised addresses, one per plane.
+    pub addrs: AllocAddrs,
+    /// The store's peer plane (handoffs, section reads); each use sets its
+    /// own deadline.
+    pub store: PeerClient,
+    /// TLS for dialing other AllocSvrs (adopt), if any.
+    pub client_tls: Option<ClientTls>,
+    /// Sections being released, and lease lapses seen.
+    pub ownership: Mutex<Ownership>,
 }
 
 impl Shared {
+    /// This process's incarnation.
+    pub fn incarnation(&self) -> Incarnation {
+        self.alloc.incarnation()
+    }
+
     /// Whether the lease is valid right now (promise 3: an AllocSvr whose
     /// lease ran out stops serving at once).
     #[inline]
@@ -51,23 +96,80 @@ impl Shared {
         self.lease.valid_at(std::time::Instant::now())
     }
 
+    /// Whether this process was replaced or fenced.
+    #[inline]
+    pub fn is_fenced(&self) -> bool {
+        self.fenced.load(Ordering::Acquire)
+    }
+
+    /// Admits a call that reads or hands out numbers: only with a valid
+    /// lease, and never once fenced (promise 3).
+    #[inline]
+    pub fn admit(&self) -> Result<(), CallError> {
+        if self.lease_ok() && !self.is_fenced() {
+            Ok(())
+        } else {
+            Err(self.not_admitted())
+        }
+    }
+
+    #[cold]
+    fn not_admitted(&self) -> CallError {
+        if self.is_fenced() {
+            CallError::Fenced {
+                alloc: self.id.clone(),
+                incarnation: self.incarnation(),
+            }
+        } else {
+            CallError::LeaseExpired {
+                alloc: self.id.clone(),
+            }
+        }
+    }
+
     /// Time left on the lease (negative once expired), in ms.
     pub fn lease_left_ms(&self) -> i64 {
         self.lease.left_ms(std::time::Instant::now())
     }
 
-    fn lease_expired(&self) -> Status {
-        let detail = ErrorDetail {
-            kind: ErrorKind::LeaseExpired as i32,
-            retryable: true,
-            route: Some(self.route_table()),
-            ..Default::default()
-        };
-        status_with(
-            Code::Unavailable,
-            format!("{}: lease expired, not serving", self.id),
-            detail,
-        )
+    /// The ownership lock (a panic elsewhere cannot leave it torn: every
+    /// change under it is a single map insert/remove or counter bump).
+    pub fn ownership(&self) -> MutexGuard<'_, Ownership> {
+        self.ownership.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a decision taken from a store read made when the lapse
+    /// count was `lapses_before` may be acted on now, under the ownership
+    /// lock `own`: not fenced, the lease valid now, and no lapse seen since.
+    /// Then the lease was valid all along since the read, so the store
+    /// cannot have moved the section meanwhile (it moves sections only after
+    /// the owner's lease has certainly expired; failover.md, Timing), and
+    /// no renewal can drop it between this check and the action (promise 3).
+    pub fn may_serve(&self, own: &Ownership, lapses_before: u64) -> bool {
+        !self.is_fenced() && self.lease_ok() && own.lapses == lapses_before
+    }
+
+    /// Marks this process fenced and stops serving everything: the store
+    /// says another incarnation holds our id, or an operator fenced us. It
+    /// never serves again; a restart registers a new incarnation.
+    pub fn fence(&self, why: &dyn std::fmt::Display) {
+        let _own = self.ownership();
+        if self.fenced.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let dropped: Vec<SectionId> = self
+            .alloc
+            .served_sections()
+            .into_iter()
+            .filter(|&s| self.alloc.drop_section(s))
+            .collect();
+        tracing::error!(
+            alloc = %self.id,
+            incarnation = %format_args!("{:x}", self.incarnation()),
+            dropped = dropped.len(),
+            "this process was replaced or fenced in the store ({why}): every section dropped, \
+             renewals stopped; it answers every call UNAVAILABLE from now on and must be restarted"
+        );
     }
 
     /// Installs a newer route table.
@@ -77,7 +179,8 @@ impl Shared {
         self.route_version.store(v, Ordering::Release);
     }
 
-    fn route_table(&self) -> pb::RouteTable {
+    /// The route table as last read.
+    pub fn route_table(&self) -> pb::RouteTable {
         (**self.routes.read().unwrap_or_else(|e| e.into_inner())).clone()
     }
 
@@ -85,66 +188,165 @@ impl Shared {
         self.route_version.load(Ordering::Acquire)
     }
 
-    /// The status for an allocator error.
-    pub fn status(&self, e: &AllocError) -> Status {
+    /// This AllocSvr's own view, for `Status` on the client and admin planes.
+    pub fn alloc_status(&self) -> pb::AllocStatus {
+        pb::AllocStatus {
+            alloc_id: self.id.clone(),
+            addr: self.addrs.client.clone(),
+            lease_left_ms: self.lease_left_ms(),
+            sections: self.alloc.served_sections(),
+            route_version: self.version(),
+            draining: self.draining.load(Ordering::Relaxed),
+            incarnation: self.incarnation(),
+        }
+    }
+
+    /// The status for an error: the one mapping of this crate's errors to
+    /// gRPC (promise 5; table in `docs/architecture/alloc.md`, Errors).
+    pub fn status(&self, e: &CallError) -> Status {
+        fn at(d: &mut ErrorDetail, section: SectionId) {
+            d.section = section;
+            d.has_section = true;
+        }
+        let mut d = ErrorDetail::default();
         let (code, kind, retryable, route) = match e {
-            AllocError::OutOfRange { .. } => (Code::OutOfRange, ErrorKind::OutOfRange, false, true),
-            AllocError::NotOwner { .. } => (Code::Unavailable, ErrorKind::NotOwner, true, true),
-            AllocError::Exhausted { .. } => {
-                (Code::Unavailable, ErrorKind::CeilingExhausted, true, false)
+            CallError::Alloc(a) => match a {
+                AllocError::OutOfRange { .. } => {
+                    (Code::OutOfRange, ErrorKind::OutOfRange, false, true)
+                }
+                AllocError::NotOwner { section } => {
+                    at(&mut d, *section);
+                    (Code::Unavailable, ErrorKind::NotOwner, true, true)
+                }
+                AllocError::Exhausted { section } => {
+                    at(&mut d, *section);
+                    (Code::Unavailable, ErrorKind::CeilingExhausted, true, false)
+                }
+                AllocError::UnknownSection { section } => {
+                    at(&mut d, *section);
+                    (Code::OutOfRange, ErrorKind::UnknownSection, false, false)
+                }
+                AllocError::Store(s) if s.is_transient() => {
+                    (Code::Unavailable, ErrorKind::NoLeader, true, false)
+                }
+                _ => (Code::Internal, ErrorKind::Internal, false, false),
+            },
+            CallError::LeaseExpired { .. } => {
+                (Code::Unavailable, ErrorKind::LeaseExpired, true, true)
             }
-            AllocError::Store(s) if s.is_transient() => {
+            CallError::Fenced { alloc, incarnation } => {
+                d.alloc = alloc.clone();
+                d.given = *incarnation;
+                (Code::Unavailable, ErrorKind::StaleIncarnation, true, true)
+            }
+            CallError::Invalid(reason) => {
+                d.reason = reason.clone();
+                (Code::InvalidArgument, ErrorKind::InvalidRequest, false, false)
+            }
+            CallError::UnknownSection { section } => {
+                at(&mut d, *section);
+                d.count = self.alloc.spec().section_count();
+                (Code::OutOfRange, ErrorKind::UnknownSection, false, false)
+            }
+            CallError::Denied(reason) => {
+                d.reason = reason.clone();
+                (
+                    Code::PermissionDenied,
+                    ErrorKind::PermissionDenied,
+                    false,
+                    false,
+                )
+            }
+            CallError::Adopt(r) => match r {
+                AdoptRefusal::OwnedElsewhere { section, owner } => {
+                    at(&mut d, *section);
+                    d.alloc = owner.clone().unwrap_or_default();
+                    (
+                        Code::FailedPrecondition,
+                        ErrorKind::OwnedElsewhere,
+                        false,
+                        false,
+                    )
+                }
+                AdoptRefusal::OtherIncarnation { section, holder } => {
+                    at(&mut d, *section);
+                    d.alloc = self.id.clone();
+                    d.incarnation = *holder;
+                    (
+                        Code::FailedPrecondition,
+                        ErrorKind::OwnedElsewhere,
+                        false,
+                        false,
+                    )
+                }
+                AdoptRefusal::StaleEpoch {
+                    section,
+                    named,
+                    current,
+                } => {
+                    at(&mut d, *section);
+                    (d.given, d.current) = (*named, *current);
+                    (
+                        Code::FailedPrecondition,
+                        ErrorKind::StaleEpoch,
+                        false,
+                        false,
+                    )
+                }
+                AdoptRefusal::NoRoom { section, .. } => {
+                    at(&mut d, *section);
+                    d.reason = r.to_string();
+                    (Code::Internal, ErrorKind::Internal, false, false)
+                }
+            },
+            CallError::Internal(reason) => {
+                d.reason = reason.clone();
+                (Code::Internal, ErrorKind::Internal, false, false)
+            }
+            CallError::Store(s) if s.is_retryable() => {
+                d.reason = s.to_string();
                 (Code::Unavailable, ErrorKind::NoLeader, true, false)
             }
-            _ => (Code::Internal, ErrorKind::Internal, false, false),
+            CallError::Store(s) => {
+                d.reason = s.to_string();
+                (Code::Internal, ErrorKind::Internal, false, false)
+            }
         };
-        let detail = ErrorDetail {
-            kind: kind as i32,
-            retryable,
-            route: route.then(|| self.route_table()),
-            ..Default::default()
-        };
-        status_with(code, e.to_string(), detail)
+        d.kind = kind as i32;
+        d.retryable = retryable;
+        if route {
+            d.route = Some(self.route_table());
+        }
+        status_with(code, e.to_string(), d)
     }
 }
 
-fn invalid(msg: impl Into<String>) -> Status {
-    let detail = ErrorDetail {
-        kind: ErrorKind::InvalidRequest as i32,
-        ..Default::default()
-    };
-    status_with(Code::InvalidArgument, msg, detail)
+/// The deadline of a call that may wait for a raise.
+fn deadline(s: &Shared) -> Instant {
+    Instant::now() + s.wait
 }
 
-/// The gRPC service.
+/// The client plane (`Alloc`): what IM backends call.
 #[derive(Clone, Debug)]
-pub struct AllocService {
+pub struct ClientService {
     /// State shared with the node.
     pub shared: Arc<Shared>,
 }
 
-impl AllocService {
-    fn deadline(&self) -> Instant {
-        Instant::now() + self.shared.wait
-    }
-}
-
 #[tonic::async_trait]
-impl pb::alloc_server::Alloc for AllocService {
+impl pb::alloc_server::Alloc for ClientService {
     async fn next(&self, req: Request<pb::NextRequest>) -> Result<Response<pb::NextReply>, Status> {
         let uid = req.get_ref().uid;
         let s = &self.shared;
-        if !s.lease_ok() {
-            return Err(s.lease_expired());
-        }
+        s.admit().map_err(|e| s.status(&e))?;
         let seq = match s.alloc.next(uid) {
             Ok(seq) => seq,
             Err(AllocError::Exhausted { .. }) => s
                 .alloc
-                .next_waiting(uid, self.deadline())
+                .next_waiting(uid, deadline(s))
                 .await
-                .map_err(|e| s.status(&e))?,
-            Err(e) => return Err(s.status(&e)),
+                .map_err(|e| s.status(&e.into()))?,
+            Err(e) => return Err(s.status(&e.into())),
         };
         Ok(Response::new(pb::NextReply {
             seq,
@@ -157,26 +359,25 @@ impl pb::alloc_server::Alloc for AllocService {
         req: Request<pb::NextBatchRequest>,
     ) -> Result<Response<pb::NextBatchReply>, Status> {
         let uids = &req.get_ref().uids;
+        let s = &self.shared;
         if uids.is_empty() || uids.len() > MAX_BATCH {
-            return Err(invalid(format!(
+            let e = CallError::Invalid(format!(
                 "a batch holds 1..={MAX_BATCH} uids, not {}",
                 uids.len()
-            )));
+            ));
+            return Err(s.status(&e));
         }
-        let s = &self.shared;
-        if !s.lease_ok() {
-            return Err(s.lease_expired());
-        }
+        s.admit().map_err(|e| s.status(&e))?;
         let mut seqs = Vec::with_capacity(uids.len());
         if let Err(e) = s.alloc.next_batch(uids, &mut seqs) {
             if !matches!(e, AllocError::Exhausted { .. }) {
-                return Err(s.status(&e));
+                return Err(s.status(&e.into()));
             }
             let done = seqs.len();
             s.alloc
-                .next_batch_waiting(&uids[done..], &mut seqs, self.deadline())
+                .next_batch_waiting(&uids[done..], &mut seqs, deadline(s))
                 .await
-                .map_err(|e| s.status(&e))?;
+                .map_err(|e| s.status(&e.into()))?;
         }
         Ok(Response::new(pb::NextBatchReply {
             seqs,
@@ -184,15 +385,20 @@ impl pb::alloc_server::Alloc for AllocService {
         }))
     }
 
+    /// Linearizable like `next`: only with a valid lease, and only for a
+    /// section served here now (not one being released). Memory of a
+    /// section this process no longer owns may be below numbers its new
+    /// owner handed out (promise 1).
     async fn current(
         &self,
         req: Request<pb::CurrentRequest>,
     ) -> Result<Response<pb::CurrentReply>, Status> {
         let s = &self.shared;
+        s.admit().map_err(|e| s.status(&e))?;
         let seq = s
             .alloc
             .current(req.get_ref().uid)
-            .map_err(|e| s.status(&e))?;
+            .map_err(|e| s.status(&e.into()))?;
         Ok(Response::new(pb::CurrentReply {
             seq,
             route_version: s.version(),
@@ -206,58 +412,103 @@ impl pb::alloc_server::Alloc for AllocService {
         Ok(Response::new(self.shared.route_table()))
     }
 
-    async fn handoff(
+    async fn status(
         &self,
-        req: Request<pb::AllocHandoffRequest>,
-    ) -> Result<Response<pb::AllocHandoffReply>, Status> {
-        let mut results = Vec::new();
-        for m in &req.get_ref().moves {
-            results.push(crate::handoff::move_section(&self.shared, m).await);
-        }
-        Ok(Response::new(pb::AllocHandoffReply { results }))
+        _req: Request<pb::AllocStatusRequest>,
+    ) -> Result<Response<pb::AllocStatus>, Status> {
+        Ok(Response::new(self.shared.alloc_status()))
     }
+}
 
+/// The peer plane (`AllocPeer`): adopts from other AllocSvrs.
+#[derive(Clone, Debug)]
+pub struct PeerService {
+    /// State shared with the node.
+    pub shared: Arc<Shared>,
+    /// How callers are identified on this listener.
+    pub auth: Auth,
+}
+
+#[tonic::async_trait]
+impl pb::alloc_peer_server::AllocPeer for PeerService {
     async fn adopt(
         &self,
         req: Request<pb::AdoptRequest>,
     ) -> Result<Response<pb::AdoptReply>, Status> {
         let s = &self.shared;
-        if !s.lease_ok() {
-            return Err(s.lease_expired());
-        }
-        let grants: Vec<crate::Grant> = req
-            .get_ref()
-            .grants
-            .iter()
-            .map(|g| crate::Grant {
-                section: g.section,
-                epoch: g.epoch,
-                prev_ceiling: g.prev_ceiling,
-                max_seq: g.max_seq,
-            })
-            .collect();
-        let installed = s
-            .alloc
-            .install(&grants)
-            .map_err(|e| invalid(e.to_string()))?;
-        tracing::info!(sections = ?grants.iter().map(|g| g.section).collect::<Vec<_>>(), "adopted sections");
-        Ok(Response::new(pb::AdoptReply {
-            installed: installed as u32,
-        }))
+        require_any_alloc(self.auth, &req).map_err(|e| s.status(&e))?;
+        let installed = crate::handoff::adopt(s, &req.get_ref().sections)
+            .await
+            .map_err(|e| s.status(&e))?;
+        Ok(Response::new(pb::AdoptReply { installed }))
+    }
+}
+
+/// Passes a caller with any AllocSvr's certificate (the one handing a
+/// section over may be any AllocSvr of the cluster; what it says is
+/// checked with the store anyway). Without TLS every caller is trusted.
+fn require_any_alloc<T>(auth: Auth, req: &Request<T>) -> Result<(), CallError> {
+    if auth == Auth::Insecure {
+        return Ok(());
+    }
+    match auth.caller(req) {
+        Ok(Role::Alloc(_)) => Ok(()),
+        Ok(other) => Err(CallError::Denied(format!(
+            "adopt needs an AllocSvr's certificate (alloc:<id>); the caller presented {other}"
+        ))),
+        Err(st) => Err(CallError::Denied(st.message().to_string())),
+    }
+}
+
+/// The admin plane (`AllocAdmin`): operators' handoffs and status.
+#[derive(Clone, Debug)]
+pub struct AdminService {
+    /// State shared with the node.
+    pub shared: Arc<Shared>,
+    /// How callers are identified on this listener.
+    pub auth: Auth,
+}
+
+impl AdminService {
+    fn operator<T>(&self, req: &Request<T>) -> Result<(), Status> {
+        self.auth
+            .require_operator(req)
+            .map(|_| ())
+            .map_err(|st| self.shared.status(&CallError::Denied(st.message().to_string())))
+    }
+}
+
+#[tonic::async_trait]
+impl pb::alloc_admin_server::AllocAdmin for AdminService {
+    async fn handoff(
+        &self,
+        req: Request<pb::AllocHandoffRequest>,
+    ) -> Result<Response<pb::AllocHandoffReply>, Status> {
+        self.operator(&req)?;
+        let moves = req.into_inner().moves;
+        // On a task of its own: a caller that goes away must not abandon
+        // a move between its release and the store's answer (the section
+        // would stay released until the next renewal).
+        let shared = self.shared.clone();
+        let task = tokio::spawn(async move {
+            let mut results = Vec::with_capacity(moves.len());
+            for m in &moves {
+                results.push(crate::handoff::move_section(&shared, m).await);
+            }
+            results
+        });
+        let results = task.await.map_err(|e| {
+            self.shared
+                .status(&CallError::Internal(format!("handoff task failed: {e}")))
+        })?;
+        Ok(Response::new(pb::AllocHandoffReply { results }))
     }
 
     async fn status(
         &self,
-        _req: Request<pb::AllocStatusRequest>,
+        req: Request<pb::AllocStatusRequest>,
     ) -> Result<Response<pb::AllocStatus>, Status> {
-        let s = &self.shared;
-        Ok(Response::new(pb::AllocStatus {
-            alloc_id: s.id.clone(),
-            addr: s.addr.clone(),
-            lease_left_ms: s.lease_left_ms(),
-            sections: s.alloc.served_sections(),
-            route_version: s.version(),
-            draining: s.draining.load(Ordering::Relaxed),
-        }))
+        self.operator(&req)?;
+        Ok(Response::new(self.shared.alloc_status()))
     }
 }

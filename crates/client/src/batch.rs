@@ -184,7 +184,6 @@ impl SeqClient {
         let timeout = retry.attempt_timeout();
         let req = pb::NextBatchRequest {
             uids: batch.clone(),
-            route_version: target.version,
         };
         let reply = tokio::time::timeout(timeout, c.next_batch(request(req, timeout))).await;
         let reply = self.outcome(reply, target, &batch, timeout)?.into_inner();

@@ -12,7 +12,6 @@ use tonic::transport::Channel;
 
 use crate::error::{Error, Result};
 use crate::options::ClientOptions;
-use crate::refresh::endpoint;
 use crate::retry::{classify, Attempt, Failure, Retry};
 use crate::routes::{Lookup, RouteCache, Target};
 
@@ -59,8 +58,9 @@ enum Op {
 }
 
 impl SeqClient {
-    /// Connects to the AllocSvrs at `seeds` (`host:port`, of one or more
-    /// sets) and learns every set's route table from them. Fails with
+    /// Connects to the AllocSvrs at `seeds` (their client-plane `host:port`,
+    /// of one or more sets; over TLS if `options.tls` is set) and learns
+    /// every set's route table from them. Fails with
     /// [`Error::InvalidArgument`] for bad seeds or options, and with
     /// [`Error::Transport`] if no seed answered within the deadline.
     pub async fn connect(seeds: &[String], options: ClientOptions) -> Result<SeqClient> {
@@ -69,7 +69,8 @@ impl SeqClient {
             return Err(Error::InvalidArgument("no seed addresses".into()));
         }
         for s in seeds {
-            endpoint(s, options.connect_timeout).map_err(Error::InvalidArgument)?;
+            seqsvr_net::client::endpoint(s, options.tls.as_ref(), options.connect_timeout)
+                .map_err(|e| Error::InvalidArgument(e.to_string()))?;
         }
         let client = SeqClient::new(seeds, options);
         client.learn_routes().await?;
@@ -168,27 +169,14 @@ impl SeqClient {
         let mut c = self
             .alloc(&target.addr)
             .map_err(|message| Failure::Transport { message })?;
-        let v = target.version;
         let call = async {
             match op {
                 Op::Next => c
-                    .next(request(
-                        pb::NextRequest {
-                            uid,
-                            route_version: v,
-                        },
-                        timeout,
-                    ))
+                    .next(request(pb::NextRequest { uid }, timeout))
                     .await
                     .map(|r| (r.get_ref().seq, r.get_ref().route_version)),
                 Op::Current => c
-                    .current(request(
-                        pb::CurrentRequest {
-                            uid,
-                            route_version: v,
-                        },
-                        timeout,
-                    ))
+                    .current(request(pb::CurrentRequest { uid }, timeout))
                     .await
                     .map(|r| (r.get_ref().seq, r.get_ref().route_version)),
             }

@@ -12,7 +12,8 @@
 //!
 //! The client never makes a number up or reuses one: every number comes
 //! from an AllocSvr, and retrying a call can only skip numbers (a lost
-//! reply), never repeat them — DESIGN.md promise 1.
+//! reply), never repeat them (promise 1 of
+//! `docs/architecture/overview.md`).
 //!
 //! # Layout
 //! - `client.rs`: [`SeqClient`] — connect, `next`, `current`, and the
@@ -74,5 +75,5 @@ mod routes;
 
 pub use client::SeqClient;
 pub use error::{Error, ErrorKind, Result};
-pub use options::ClientOptions;
+pub use options::{ClientOptions, ClientTls};
 pub use seqsvr_core::{RouteTable, SetSpec, MAX_BATCH};

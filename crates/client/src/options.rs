@@ -1,12 +1,15 @@
-//! How patient the client is: deadlines, timeouts and backoff.
+//! How the client dials AllocSvrs (TLS or not) and how patient it is:
+//! deadlines, timeouts and backoff.
 
 use std::time::Duration;
+
+pub use seqsvr_net::ClientTls;
 
 use crate::error::{Error, Result};
 
 /// Tuning for a [`SeqClient`](crate::SeqClient). Build it with struct
 /// update syntax: `ClientOptions { deadline: …, ..Default::default() }`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ClientOptions {
     /// Most time one call may take, retries and route refreshes included
     /// (default 2 s). Past it the call returns its last failure.
@@ -22,6 +25,12 @@ pub struct ClientOptions {
     pub initial_backoff: Duration,
     /// Longest pause between retries (default 250 ms).
     pub max_backoff: Duration,
+    /// TLS to the AllocSvrs' client plane (default: none, plaintext). The
+    /// client plane authenticates the server only, so this is just the CA
+    /// that signed the AllocSvrs' certificates:
+    /// `Some(ClientTls::server_only(Path::new("ca.pem"))?)`. Seeds are then
+    /// dialed as `https://`, and so is every address a route table names.
+    pub tls: Option<ClientTls>,
 }
 
 impl Default for ClientOptions {
@@ -32,6 +41,7 @@ impl Default for ClientOptions {
             attempt_timeout: Duration::from_millis(500),
             initial_backoff: Duration::from_millis(10),
             max_backoff: Duration::from_millis(250),
+            tls: None,
         }
     }
 }

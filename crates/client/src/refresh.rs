@@ -1,7 +1,10 @@
 //! How the client reaches AllocSvrs and learns their route tables.
 //!
 //! - One lazily connected tonic `Channel` per AllocSvr address, cached;
-//!   tonic reconnects it after failures, and clones share it.
+//!   tonic reconnects it after failures, and clones share it. Channels are
+//!   dialed the way every seqsvr client dials (`seqsvr_net::client`): TCP
+//!   no-delay, HTTP/2 keepalive while calls are open, and TLS checked
+//!   against the CA in `ClientOptions::tls` when it is set.
 //! - Route tables come from the `Routes` RPC of seeds and of AllocSvrs the
 //!   client already knows: all of them on a full refresh (after a transport
 //!   failure or an unowned section), or just the one whose reply carried a
@@ -17,10 +20,9 @@ use futures::future::join_all;
 use seqsvr_core::RouteTable;
 use seqsvr_proto::alloc_client::AllocClient;
 use seqsvr_proto::{self as pb};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::client::{lock, read, write, SeqClient};
-use crate::routes::route_from_pb;
 
 impl SeqClient {
     /// The cached gRPC client for `addr`, made on first use.
@@ -28,7 +30,9 @@ impl SeqClient {
         if let Some(c) = read(&self.inner.channels).get(addr) {
             return Ok(c.clone());
         }
-        let ch = endpoint(addr, self.inner.options.connect_timeout)?.connect_lazy();
+        let o = &self.inner.options;
+        let ch = seqsvr_net::client::channel(addr, o.tls.as_ref(), o.connect_timeout)
+            .map_err(|e| e.to_string())?;
         let mut channels = write(&self.inner.channels);
         Ok(channels
             .entry(addr.to_string())
@@ -39,7 +43,7 @@ impl SeqClient {
     /// Installs a table an AllocSvr at `from` sent, if it is valid and
     /// newer than the cached one; returns whether it was installed.
     pub(crate) fn install(&self, table: &pb::RouteTable, from: &str) -> bool {
-        match route_from_pb(table) {
+        match RouteTable::try_from(table) {
             Ok(t) => self.install_table(t, from),
             Err(e) => {
                 tracing::warn!(from, error = %e, "ignoring a bad route table");
@@ -93,7 +97,7 @@ impl SeqClient {
         let sources = self.sources();
         let calls = sources.iter().map(|a| async move {
             let t = self.routes_of(a, timeout).await?;
-            let t = route_from_pb(&t).map_err(|e| format!("{a}: {e}"))?;
+            let t = RouteTable::try_from(&t).map_err(|e| format!("{a}: {e}"))?;
             self.install_table(t, a);
             if self.inner.seeds.contains(a) {
                 lock(&self.inner.heard).insert(a.clone());
@@ -161,21 +165,4 @@ impl SeqClient {
     pub(crate) fn tables(&self) -> Vec<RouteTable> {
         read(&self.inner.routes).tables()
     }
-}
-
-/// The endpoint for an AllocSvr at `addr` (`host:port`, or a full URI).
-pub(crate) fn endpoint(addr: &str, connect_timeout: Duration) -> Result<Endpoint, String> {
-    let uri = if addr.contains("://") {
-        addr.to_string()
-    } else {
-        format!("http://{addr}")
-    };
-    Ok(Endpoint::from_shared(uri)
-        .map_err(|e| format!("bad AllocSvr address {addr:?}: {e}"))?
-        .connect_timeout(connect_timeout)
-        .tcp_nodelay(true)
-        // Keep-alives notice a dead peer on an idle connection, so the next
-        // call fails fast instead of waiting out its attempt timeout.
-        .http2_keep_alive_interval(Duration::from_secs(5))
-        .keep_alive_timeout(Duration::from_secs(5)))
 }

@@ -11,7 +11,8 @@ use seqsvr_core::{RouteEntry, RouteTable, Uid};
 pub(crate) struct Target {
     /// The uid's set.
     pub set_id: u32,
-    /// The cached route version of that set (sent along with the request).
+    /// The cached route version of that set (a reply carrying a newer one
+    /// makes the client fetch the new table).
     pub version: u64,
     /// The owning AllocSvr's address.
     pub addr: String,
@@ -111,8 +112,6 @@ impl RouteCache {
     }
 }
 
-pub(crate) use seqsvr_proto::convert::route_from_pb;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,7 +150,7 @@ mod tests {
         version: u64,
         runs: &[(u32, u32, &str)],
     ) -> RouteTable {
-        route_from_pb(&pb_table(set_id, uids, version, runs)).unwrap()
+        RouteTable::try_from(&pb_table(set_id, uids, version, runs)).unwrap()
     }
 
     fn owner(c: &RouteCache, uid: u64) -> Option<String> {
@@ -202,7 +201,7 @@ mod tests {
             pb_table(1, 100..100, 1, &[]),
         ];
         for t in bad {
-            assert!(route_from_pb(&t).is_err(), "{t:?}");
+            assert!(RouteTable::try_from(&t).is_err(), "{t:?}");
         }
     }
 }

@@ -158,3 +158,62 @@ async fn mutual_tls() {
         "the listener adds allocations: {baseline:.2} -> {with_listener:.2} per call"
     );
 }
+
+/// Rough throughput, plain tonic against the plane listener, plaintext:
+/// `cargo test -p seqsvr-net --release --test allocs -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a measurement, not a check"]
+async fn throughput() {
+    let limits = Limits::for_plane(Plane::Client);
+    for round in 0..2 {
+        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let (_, health) = tonic_health::server::health_reporter();
+        let plain = tokio::spawn(
+            Server::builder()
+                .max_concurrent_streams(limits.max_concurrent_streams)
+                .timeout(limits.request_timeout)
+                .add_service(health)
+                .serve_with_incoming(TcpIncoming::from(tcp).with_nodelay(Some(true))),
+        );
+        let a = rate(addr).await;
+        plain.abort();
+
+        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let l = seqsvr_net::server::listener(tcp, Plane::Client, &limits, None, false).unwrap();
+        let addr = l.local_addr();
+        let (_, health) = tonic_health::server::health_reporter();
+        let router = l.server().add_service(health);
+        let ours = tokio::spawn(l.serve(router, std::future::pending()));
+        let b = rate(addr).await;
+        ours.abort();
+        eprintln!("round {round}: plain tonic {a:.0} calls/s, plane listener {b:.0} calls/s");
+    }
+}
+
+/// Calls per second from 64 concurrent callers on 4 connections for 2 s.
+async fn rate(addr: std::net::SocketAddr) -> f64 {
+    let chans: Vec<_> = (0..4)
+        .map(|_| {
+            seqsvr_net::client::channel(&addr.to_string(), None, Duration::from_secs(2)).unwrap()
+        })
+        .collect();
+    let end = tokio::time::Instant::now() + Duration::from_secs(2);
+    let done = std::sync::Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..64)
+        .map(|i| {
+            let mut c = HealthClient::new(chans[i % chans.len()].clone());
+            let done = done.clone();
+            tokio::spawn(async move {
+                while tokio::time::Instant::now() < end {
+                    c.check(HealthCheckRequest::default()).await.unwrap();
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    done.load(Ordering::Relaxed) as f64 / 2.0
+}

@@ -218,3 +218,49 @@ async fn a_server_name_the_certificate_lacks_is_refused() {
     assert_eq!(check(&ch, "").await.unwrap(), ServingStatus::Serving);
     s.stop().await;
 }
+
+/// A certificate from the cluster's CA gets through TLS, but one without
+/// exactly one seqsvr role is refused at the role check.
+#[tokio::test]
+async fn a_certificate_with_no_role_or_two_roles_is_refused() {
+    let pki = Pki::new();
+    let ca_pem = std::fs::read_to_string(pki.pki.ca_path()).unwrap();
+    let ca_key = std::fs::read_to_string(pki.pki.ca_key_path()).unwrap();
+    let issuer =
+        rcgen::Issuer::from_ca_cert_pem(&ca_pem, rcgen::KeyPair::from_pem(&ca_key).unwrap())
+            .unwrap();
+    let issue = |name: &str, uris: &[&str]| {
+        let mut p = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        for u in uris {
+            p.subject_alt_names
+                .push(rcgen::SanType::URI((*u).try_into().unwrap()));
+        }
+        p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = p.signed_by(&key, &issuer).unwrap();
+        let dir = pki.pki.dir();
+        std::fs::write(dir.join(format!("{name}.pem")), cert.pem()).unwrap();
+        std::fs::write(dir.join(format!("{name}-key.pem")), key.serialize_pem()).unwrap();
+        pki.client(name)
+    };
+    let tls = pki.server("store-1", Plane::Peer);
+    let s = serve(Plane::Peer, &quick(Plane::Peer), Some(&tls), |mut b| {
+        b.add_service(gated(|r| Auth::Tls.caller(r)))
+    })
+    .await;
+    for (name, uris, says) in [
+        ("nobody", &["spiffe://elsewhere/x"][..], "no seqsvr role"),
+        (
+            "twofaced",
+            &["urn:seqsvr:store:1", "urn:seqsvr:operator:eve"][..],
+            "2 seqsvr roles",
+        ),
+    ] {
+        let e = check(&channel(s.addr, Some(&issue(name, uris))), "")
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+        assert!(e.message().contains(says), "{e:?}");
+    }
+    s.stop().await;
+}

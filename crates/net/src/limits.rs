@@ -57,8 +57,11 @@ pub struct Limits {
     /// The largest request message, in bytes, as sent on the wire (after
     /// compression). A larger one is answered `RESOURCE_EXHAUSTED`.
     pub max_message: usize,
-    /// Streams (calls) one connection may have open at once; the server
-    /// advertises it in HTTP/2 SETTINGS, so a client queues calls beyond it.
+    /// Streams (calls) one connection may have open at once. The server
+    /// advertises it in HTTP/2 SETTINGS, so a client queues calls beyond
+    /// it; calls a client sends before those SETTINGS reach it (a burst on
+    /// a new connection) are refused beyond it with REFUSED_STREAM, which
+    /// clients see as `UNAVAILABLE` and may retry.
     pub max_concurrent_streams: u32,
     /// Connections the listener holds at once, handshaking ones included.
     /// Connections beyond it are accepted and closed at once.

@@ -9,7 +9,8 @@
 //! # Connection cap: accept, then close at once
 //!
 //! A connection over `max_connections` is accepted and closed straight
-//! away rather than left in the kernel's accept queue. Left queued, it
+//! away (on plaintext listeners after an HTTP/2 GOAWAY saying why) rather
+//! than left in the kernel's accept queue. Left queued, it
 //! would look connected to the client, which would send its requests and
 //! wait out its own deadline for an answer that may never come; closed,
 //! the client sees a failed connection at once and can back off or try
@@ -37,6 +38,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -57,6 +59,11 @@ pub(crate) trait Handshake: Send + Unpin + 'static {
     type Io: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static;
 
     fn start(&self, tcp: TcpStream) -> Started<Self::Io>;
+
+    /// Turns away a connection over the cap; dropping it closes it.
+    fn refuse(&self, tcp: TcpStream) {
+        drop(tcp);
+    }
 }
 
 pub(crate) enum Started<Io> {
@@ -73,7 +80,29 @@ impl Handshake for Plain {
     fn start(&self, tcp: TcpStream) -> Started<TcpStream> {
         Started::Done(tcp)
     }
+
+    /// Says why before closing: a GOAWAY refusing every stream. A client
+    /// whose call is already on the connection reports it `UNAVAILABLE`
+    /// (refused, safe to retry); one whose call is not yet sent sees a
+    /// closed connection (tonic: `CANCELLED`). The write goes to an empty
+    /// socket buffer and does not block; if it cannot be made at once the
+    /// connection is closed all the same.
+    fn refuse(&self, tcp: TcpStream) {
+        let _ = tcp.try_write(GOAWAY_REFUSED);
+        // Unread bytes would turn the close into a reset, which can
+        // discard the GOAWAY before the client reads it.
+        let mut sink = [0u8; 512];
+        while matches!(tcp.try_read(&mut sink), Ok(n) if n > 0) {}
+        drop(tcp);
+    }
 }
+
+/// A server preface (empty SETTINGS) and a GOAWAY (last stream 0,
+/// REFUSED_STREAM) saying why.
+const GOAWAY_REFUSED: &[u8] = b"\0\0\0\x04\0\0\0\0\0\
+    \0\0\x20\x07\0\0\0\0\0\
+    \0\0\0\0\0\0\0\x07\
+    connection limit reached";
 
 /// TLS. The stream's connect info is tonic's `TlsConnectInfo`, so
 /// `Request::peer_certs()` and `remote_addr()` work as with tonic's own
@@ -95,13 +124,57 @@ pub(crate) struct Timeouts {
     pub(crate) idle: Duration,
 }
 
+/// A listener's connection counts, for metrics and tests. Cloning shares
+/// them.
+#[derive(Clone, Debug)]
+pub struct Connections {
+    slots: Arc<Semaphore>,
+    max: usize,
+    counters: Arc<Counters>,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    accepted: AtomicU64,
+    refused: AtomicU64,
+}
+
+impl Connections {
+    pub(crate) fn new(max: usize) -> Connections {
+        Connections {
+            slots: Arc::new(Semaphore::new(max)),
+            max,
+            counters: Arc::default(),
+        }
+    }
+
+    /// Connections open now, handshaking ones included.
+    pub fn open(&self) -> usize {
+        self.max - self.slots.available_permits()
+    }
+
+    /// The cap on open connections.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Connections given a slot since the listener started.
+    pub fn accepted(&self) -> u64 {
+        self.counters.accepted.load(Ordering::Relaxed)
+    }
+
+    /// Connections closed at once because the cap was reached.
+    pub fn refused(&self) -> u64 {
+        self.counters.refused.load(Ordering::Relaxed)
+    }
+}
+
 /// The connections of one listener (see the module doc).
 pub(crate) struct Incoming<H: Handshake> {
     tcp: TcpListener,
     handshake: H,
     plane: Plane,
-    slots: Arc<Semaphore>,
-    max_connections: usize,
+    conns: Connections,
     timeouts: Timeouts,
     handshakes: JoinSet<Option<Conn<H::Io>>>,
     /// Set after an accept error that is not about one connection (out of
@@ -137,15 +210,14 @@ impl<H: Handshake> Incoming<H> {
         tcp: TcpListener,
         handshake: H,
         plane: Plane,
-        max_connections: usize,
+        conns: Connections,
         timeouts: Timeouts,
     ) -> Self {
         Incoming {
             tcp,
             handshake,
             plane,
-            slots: Arc::new(Semaphore::new(max_connections)),
-            max_connections,
+            conns,
             timeouts,
             handshakes: JoinSet::new(),
             pause: None,
@@ -161,10 +233,13 @@ impl<H: Handshake> Incoming<H> {
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(%peer, "TCP_NODELAY: {e}");
         }
-        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
-            self.refuse(peer);
-            return None; // dropping `tcp` closes it
+        let Ok(slot) = self.conns.slots.clone().try_acquire_owned() else {
+            self.conns.counters.refused.fetch_add(1, Ordering::Relaxed);
+            self.warn_refused(peer);
+            self.handshake.refuse(tcp);
+            return None;
         };
+        self.conns.counters.accepted.fetch_add(1, Ordering::Relaxed);
         let deadline = Instant::now() + self.timeouts.handshake;
         let idle = self.timeouts.idle;
         match self.handshake.start(tcp) {
@@ -189,7 +264,7 @@ impl<H: Handshake> Incoming<H> {
         }
     }
 
-    fn refuse(&mut self, peer: SocketAddr) {
+    fn warn_refused(&mut self, peer: SocketAddr) {
         self.refused += 1;
         let now = Instant::now();
         let due = self
@@ -198,7 +273,7 @@ impl<H: Handshake> Incoming<H> {
         if due {
             tracing::warn!(
                 plane = %self.plane,
-                max_connections = self.max_connections,
+                max_connections = self.conns.max,
                 refused = self.refused,
                 last = %peer,
                 "connection limit reached: closing new connections at once"
@@ -216,20 +291,31 @@ impl<H: Handshake> Stream for Incoming<H> {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        while let Poll::Ready(Some(done)) = this.handshakes.poll_join_next(cx) {
-            match done {
-                Ok(Some(conn)) => return Poll::Ready(Some(Ok(conn))),
-                Ok(None) => {}
-                Err(e) => tracing::debug!("handshake task: {e}"),
+        let mut budget = ACCEPT_BUDGET;
+        loop {
+            // Polled on every turn, so a handshake started below is
+            // watched before this returns `Pending`.
+            match this.handshakes.poll_join_next(cx) {
+                Poll::Ready(Some(Ok(Some(conn)))) => return Poll::Ready(Some(Ok(conn))),
+                Poll::Ready(Some(Ok(None))) => continue,
+                Poll::Ready(Some(Err(e))) => {
+                    tracing::debug!("handshake task: {e}");
+                    continue;
+                }
+                Poll::Ready(None) | Poll::Pending => {}
             }
-        }
-        if let Some(pause) = &mut this.pause {
-            if pause.as_mut().poll(cx).is_pending() {
+            if let Some(pause) = &mut this.pause {
+                if pause.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                this.pause = None;
+            }
+            if budget == 0 {
+                // Connections keep coming: let other tasks run.
+                cx.waker().wake_by_ref();
                 return Poll::Pending;
             }
-            this.pause = None;
-        }
-        for _ in 0..ACCEPT_BUDGET {
+            budget -= 1;
             match this.tcp.poll_accept(cx) {
                 Poll::Ready(Ok((tcp, peer))) => {
                     if let Some(conn) = this.admit(tcp, peer) {
@@ -239,18 +325,11 @@ impl<H: Handshake> Stream for Incoming<H> {
                 Poll::Ready(Err(e)) if per_connection(&e) => {}
                 Poll::Ready(Err(e)) => {
                     tracing::warn!(plane = %this.plane, "accept failed: {e}; pausing");
-                    let mut pause = Box::pin(tokio::time::sleep(ACCEPT_ERROR_PAUSE));
-                    // Registers the wake-up.
-                    let _ = pause.as_mut().poll(cx);
-                    this.pause = Some(pause);
-                    return Poll::Pending;
+                    this.pause = Some(Box::pin(tokio::time::sleep(ACCEPT_ERROR_PAUSE)));
                 }
                 Poll::Pending => return Poll::Pending,
             }
         }
-        // Budget spent with connections still coming: let others run.
-        cx.waker().wake_by_ref();
-        Poll::Pending
     }
 }
 
@@ -305,9 +384,13 @@ impl Watch {
     fn on_read(&mut self, data: &[u8]) {
         let (preface_done, used) = self.frames.feed(data);
         if preface_done {
+            // The idle deadline may come before the handshake deadline the
+            // timer is armed for; everywhere else it only moves later, so
+            // this is the one eager re-arm.
             self.handshake_deadline = None;
-        }
-        if used || preface_done {
+            self.last_used = Instant::now();
+            self.timer.as_mut().reset(self.last_used + self.idle);
+        } else if used {
             self.last_used = Instant::now();
         }
     }

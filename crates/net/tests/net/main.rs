@@ -1,0 +1,5 @@
+//! Listeners and channels end to end, over loopback.
+
+mod common;
+mod limits;
+mod tls;

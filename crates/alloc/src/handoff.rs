@@ -1,61 +1,367 @@
-//! Planned moves: hand a section to another AllocSvr with an explicit
-//! release, so nobody waits for a lease to expire.
+//! Planned moves (`docs/architecture/failover.md`, Planned moves): hand a
+//! section to another AllocSvr with an explicit release, so nobody waits
+//! for a lease to expire; and the receiving side, adopt.
 //!
-//! Order matters for promise 1: this AllocSvr first stops serving the
-//! section, *then* the store hands it over (new owner, new epoch, ceiling +
-//! step) and the new owner starts at the previous ceiling. The section is
-//! unavailable only between those two points: one Raft write and one RPC.
-//! If anything fails after the release, nothing is lost: the section is
-//! either still ours (our next renewal lists it and we take it back) or the
-//! new owner's (its next renewal lists it and it takes it over).
+//! Releasing side, per move, in order:
+//! 1. check the move (section served here, a target that is not us);
+//!    an invalid move changes nothing;
+//! 2. mark the section *releasing* (renewals neither claim nor drop it),
+//!    remember its epoch and ceiling, and stop serving it — before the
+//!    store hands it over, so no number is handed out here after the new
+//!    owner starts (promise 3, hence promise 1 across owners);
+//! 3. the store's conditional `Handoff` (only if this incarnation still
+//!    holds the section at that epoch): new owner, new epoch, ceiling +
+//!    step, in one write;
+//! 4. on success, tell the new owner (`AllocPeer.Adopt`), best effort: if
+//!    that fails, its next renewal claims the prepared grant, no step
+//!    skipped (promise 4);
+//! 5. on failure or an unknown outcome, read the section back from the
+//!    store and serve it again from memory only if the store still has it
+//!    for this incarnation at the released epoch
+//!    ([`decide_after_handoff`]).
+//!
+//! Receiving side ([`adopt`]): the message names sections and epochs only;
+//! each is checked with the store ([`decide_adopt`]) and only what the
+//! store confirms is installed, so a forged or replayed adopt cannot make
+//! this process serve what it does not hold (promise 3).
 
-use std::time::Instant;
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
 
-use seqsvr_proto::alloc_client::AllocClient;
+use seqsvr_core::{Epoch, SectionId};
+use seqsvr_proto::alloc_peer_client::AllocPeerClient;
 use seqsvr_proto::{self as pb};
+use seqsvr_store_api::SectionInfo;
+use tonic::transport::Channel;
 
-use crate::service::Shared;
+use crate::error::{CallError, MoveError};
+use crate::ownership::{decide_adopt, decide_after_handoff, Adoption, AfterHandoff};
+use crate::service::{Ownership, Shared};
+
+/// Most sections one adopt may name (a handoff sends one; a bound keeps a
+/// forged request from costing many store reads).
+pub const MAX_ADOPT: usize = 1024;
+/// How long the store's handoff write may take, retries included.
+pub const HANDOFF_DEADLINE: Duration = Duration::from_secs(2);
+/// How long one store replica gets before the next is asked too.
+pub const STORE_ATTEMPT: Duration = Duration::from_millis(500);
+/// How long the read-back after a failed handoff may take.
+pub const CHECK_DEADLINE: Duration = Duration::from_secs(2);
+/// How long connecting to the new owner may take.
+pub const ADOPT_CONNECT: Duration = Duration::from_millis(500);
+/// How long the new owner's `Adopt` may take once connected.
+pub const ADOPT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long an adopt's store read may take: less than the sender's
+/// [`ADOPT_TIMEOUT`], so the sender hears a typed answer.
+pub const ADOPT_READ_DEADLINE: Duration = Duration::from_millis(800);
+/// Peer channels kept for adopts (one per other AllocSvr; a handful).
+const MAX_PEER_CHANNELS: usize = 64;
+
+/// A section being released: what it was served under when it stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Released {
+    /// The epoch released.
+    pub epoch: Epoch,
+    /// Its ceiling here when it stopped (durable under `epoch`).
+    pub ceiling: u64,
+}
+
+/// The releasing mark of one move. Removed by [`finish`](Self::finish)
+/// under the ownership lock, or, if the move panics, when dropped: a
+/// section must never stay marked (renewals would never claim it again).
+struct Mark<'a> {
+    shared: &'a Shared,
+    section: SectionId,
+    done: bool,
+}
+
+impl Mark<'_> {
+    fn finish(mut self, own: &mut Ownership) {
+        own.releasing.remove(&self.section);
+        self.done = true;
+    }
+}
+
+impl Drop for Mark<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.shared.ownership().releasing.remove(&self.section);
+        }
+    }
+}
+
+/// Step 1 and 2: checks the move, then marks the section releasing and
+/// stops serving it, atomically with respect to renewals.
+fn release<'a>(shared: &'a Shared, m: &pb::Move) -> Result<(Mark<'a>, Released), MoveError> {
+    let section = m.section;
+    let alloc = &shared.alloc;
+    if !alloc.spec().has_section(section) {
+        return Err(MoveError::UnknownSection { section });
+    }
+    if m.to_alloc.is_empty() {
+        return Err(MoveError::NoTarget);
+    }
+    if m.to_alloc == shared.id {
+        return Err(MoveError::ToSelf { section });
+    }
+    let mut own = shared.ownership();
+    if own.releasing.contains_key(&section) {
+        return Err(MoveError::Releasing { section });
+    }
+    let state = alloc
+        .section_state(section)
+        .ok_or(MoveError::NotServed { section })?;
+    if !alloc.drop_section_if_epoch(section, state.epoch) {
+        // Dropped or re-taken between the two looks: not ours to move now.
+        return Err(MoveError::NotServed { section });
+    }
+    let released = Released {
+        epoch: state.epoch,
+        ceiling: state.ceiling,
+    };
+    own.releasing.insert(section, released);
+    let mark = Mark {
+        shared,
+        section,
+        done: false,
+    };
+    Ok((mark, released))
+}
 
 /// Moves one section; reports how long it was unavailable.
 pub async fn move_section(shared: &Shared, m: &pb::Move) -> pb::MoveResult {
+    let section = m.section;
     let mut result = pb::MoveResult {
-        section: m.section,
+        section,
         to_alloc: m.to_alloc.clone(),
         ..Default::default()
     };
-    let start = Instant::now();
-    shared.alloc.drop_section(m.section);
-    let outcome = async {
-        let grants = shared
-            .store
-            .handoff(&shared.id, &m.to_alloc, m.section, 1)
-            .await
-            .map_err(|e| format!("store handoff: {e}"))?;
-        let mut to = AllocClient::connect(format!("http://{}", m.to_addr))
-            .await
-            .map_err(|e| format!("connect {}: {e}", m.to_addr))?;
-        let grants = grants
-            .iter()
-            .map(|g| pb::SectionGrant {
-                section: g.section,
-                epoch: g.epoch,
-                prev_ceiling: g.prev_ceiling,
-                max_seq: g.max_seq,
-            })
-            .collect();
-        to.adopt(pb::AdoptRequest { grants })
-            .await
-            .map_err(|e| format!("adopt at {}: {}", m.to_alloc, e.message()))?;
-        Ok::<(), String>(())
-    }
-    .await;
-    result.unavailable_us = start.elapsed().as_micros() as u64;
-    match outcome {
-        Ok(()) => result.ok = true,
+    let (mark, released) = match release(shared, m) {
+        Ok(r) => r,
         Err(e) => {
-            tracing::warn!(section = m.section, to = %m.to_alloc, "handoff incomplete: {e}");
-            result.error = e;
+            tracing::warn!(section, to = %m.to_alloc, "handoff refused: {e}");
+            result.error = e.to_string();
+            return result;
+        }
+    };
+    let start = Instant::now();
+    let store = shared
+        .store
+        .clone()
+        .with_deadline(HANDOFF_DEADLINE, STORE_ATTEMPT);
+    let answer = store
+        .handoff(
+            &shared.id,
+            shared.incarnation(),
+            &m.to_alloc,
+            section,
+            released.epoch,
+        )
+        .await;
+    match answer {
+        Ok((grant, to_peer)) => {
+            mark.finish(&mut shared.ownership());
+            let told = tell_new_owner(shared, &to_peer, section, grant.epoch).await;
+            result.unavailable_us = start.elapsed().as_micros() as u64;
+            // `ok`: the section moved. An adopt that did not get through is
+            // reported beside it: the new owner serves the section after its
+            // next renewal instead of at once.
+            result.ok = true;
+            match told {
+                Ok(_) => tracing::info!(
+                    section,
+                    to = %m.to_alloc,
+                    epoch = grant.epoch,
+                    unavailable_us = result.unavailable_us,
+                    "section handed off"
+                ),
+                Err(why) => {
+                    result.error = format!(
+                        "handed off, but telling {} at {to_peer:?} failed ({why}); it serves \
+                         the section after its next renewal",
+                        m.to_alloc
+                    );
+                    tracing::warn!(section, to = %m.to_alloc, "{}", result.error);
+                }
+            }
+        }
+        Err(error) => {
+            let after = settle(shared, mark, section, released).await;
+            result.unavailable_us = start.elapsed().as_micros() as u64;
+            let e = MoveError::Store {
+                section,
+                epoch: released.epoch,
+                error,
+                after,
+            };
+            tracing::warn!(section, to = %m.to_alloc, "handoff failed: {e}");
+            result.error = e.to_string();
         }
     }
     result
+}
+
+/// Step 5: the handoff failed or its outcome is unknown. Reads the section
+/// back (linearizable) and serves it again if the store says nobody else
+/// can have served it; unmarks it either way. Says what was done.
+async fn settle(shared: &Shared, mark: Mark<'_>, section: SectionId, released: Released) -> String {
+    let lapses_before = shared.ownership().lapses;
+    let store = shared
+        .store
+        .clone()
+        .with_deadline(CHECK_DEADLINE, STORE_ATTEMPT);
+    let read = store.read_sections(section, 1).await;
+    let mut own = shared.ownership();
+    let after = match read.map(|v| v.into_iter().find(|i| i.section == section)) {
+        Ok(Some(info)) => {
+            match decide_after_handoff(&info, &shared.id, shared.incarnation(), released.epoch) {
+                AfterHandoff::Resume { max_seq } => {
+                    let ceiling = released.ceiling.max(max_seq);
+                    if !shared.may_serve(&own, lapses_before) {
+                        "still ours in the store, but the lease lapsed or this process was \
+                         fenced meanwhile: left dropped (a renewal claims it again)"
+                            .to_string()
+                    } else if shared.alloc.resume(section, released.epoch, ceiling) {
+                        "still ours at the released epoch: serving it again".to_string()
+                    } else {
+                        "still ours, but it changed here meanwhile: left as it is".to_string()
+                    }
+                }
+                AfterHandoff::LeaveDropped { owner, epoch } => format!(
+                    "the store has it at epoch {epoch} for {owner:?}: left dropped"
+                ),
+            }
+        }
+        Ok(None) => "the store's read did not return it: left dropped (a renewal claims it \
+                     again if it is still ours)"
+            .to_string(),
+        Err(e) => format!(
+            "could not check it in the store ({e}): left dropped (a renewal claims it again \
+             if it is still ours)"
+        ),
+    };
+    mark.finish(&mut own);
+    after
+}
+
+/// Step 4: tells the new owner at its peer address `addr` to adopt.
+async fn tell_new_owner(
+    shared: &Shared,
+    addr: &str,
+    section: SectionId,
+    epoch: Epoch,
+) -> Result<u32, String> {
+    if addr.is_empty() {
+        return Err("the store knows no peer address for it".into());
+    }
+    let channel = peer_channel(shared, addr)?;
+    let req = pb::AdoptRequest {
+        sections: vec![pb::Adopted { section, epoch }],
+    };
+    let call = AllocPeerClient::new(channel).adopt(req);
+    match tokio::time::timeout(ADOPT_CONNECT + ADOPT_TIMEOUT, call).await {
+        Ok(Ok(r)) => Ok(r.into_inner().installed),
+        Ok(Err(st)) => Err(format!("{:?}: {}", st.code(), st.message())),
+        Err(_) => Err("no answer in time".into()),
+    }
+}
+
+/// A lazily connecting channel to another AllocSvr's peer plane, kept for
+/// the next move (a drain hands many sections to a few AllocSvrs).
+fn peer_channel(shared: &Shared, addr: &str) -> Result<Channel, String> {
+    let mut peers = shared.peers.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(ch) = peers.get(addr) {
+        return Ok(ch.clone());
+    }
+    let ch = seqsvr_net::client::endpoint(addr, shared.client_tls.as_ref(), ADOPT_CONNECT)
+        .map_err(|e| e.to_string())?
+        .timeout(ADOPT_TIMEOUT)
+        .connect_lazy();
+    if peers.len() >= MAX_PEER_CHANNELS {
+        peers.clear();
+    }
+    peers.insert(addr.to_string(), ch.clone());
+    Ok(ch)
+}
+
+/// Peer channels by address.
+pub type PeerChannels = std::sync::Mutex<HashMap<String, Channel>>;
+
+/// Handles `AllocPeer.Adopt`: installs each named section the store
+/// confirms is this process's at the named epoch; refuses the whole
+/// request, installing nothing, if any is not. Returns how many grants
+/// were installed (0 for a repeat).
+pub async fn adopt(shared: &Shared, sections: &[pb::Adopted]) -> Result<u32, CallError> {
+    if sections.is_empty() || sections.len() > MAX_ADOPT {
+        return Err(CallError::Invalid(format!(
+            "an adopt names 1..={MAX_ADOPT} sections, not {}",
+            sections.len()
+        )));
+    }
+    shared.admit()?;
+    let alloc = &shared.alloc;
+    if let Some(a) = sections.iter().find(|a| !alloc.spec().has_section(a.section)) {
+        return Err(CallError::UnknownSection { section: a.section });
+    }
+    let pending: Vec<&pb::Adopted> = sections
+        .iter()
+        .filter(|a| alloc.known_epoch(a.section) < a.epoch)
+        .collect();
+    if pending.is_empty() {
+        return Ok(0); // a repeat: everything is installed already
+    }
+    let lapses_before = shared.ownership().lapses;
+    let infos = read_sections(shared, pending.iter().map(|a| a.section)).await?;
+    let me = &shared.id;
+    let incarnation = shared.incarnation();
+    let mut grants = Vec::with_capacity(pending.len());
+    for a in &pending {
+        let info = infos.get(&a.section).ok_or_else(|| {
+            CallError::Internal(format!("the store's read did not return section {}", a.section))
+        })?;
+        let installed = alloc.known_epoch(a.section);
+        match decide_adopt(info, me, incarnation, a.epoch, installed)? {
+            Adoption::Install(g) => grants.push(g),
+            Adoption::AlreadyInstalled { .. } => {}
+        }
+    }
+    let own = shared.ownership();
+    if !shared.may_serve(&own, lapses_before) {
+        // The store's answer may be stale by now: the section may have
+        // moved while the lease was gone (promise 3). The sender's adopt
+        // fails; our next renewal claims whatever is still ours.
+        return Err(shared.admit().err().unwrap_or(CallError::LeaseExpired {
+            alloc: me.clone(),
+        }));
+    }
+    let installed = alloc.install(&grants)?;
+    drop(own);
+    tracing::info!(
+        sections = ?grants.iter().map(|g| (g.section, g.epoch)).collect::<Vec<_>>(),
+        installed,
+        "adopted sections"
+    );
+    Ok(installed as u32)
+}
+
+/// Reads `sections` from the store (linearizable), one call per run of
+/// consecutive sections.
+async fn read_sections(
+    shared: &Shared,
+    sections: impl Iterator<Item = SectionId>,
+) -> Result<BTreeMap<SectionId, SectionInfo>, CallError> {
+    let mut wanted: Vec<SectionId> = sections.collect();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let store = shared
+        .store
+        .clone()
+        .with_deadline(ADOPT_READ_DEADLINE, ADOPT_READ_DEADLINE / 3);
+    let mut infos = BTreeMap::new();
+    for (first, count) in crate::node::runs(&wanted) {
+        for info in store.read_sections(first, count).await? {
+            infos.insert(info.section, info);
+        }
+    }
+    Ok(infos)
 }

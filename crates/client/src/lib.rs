@@ -10,6 +10,11 @@
 //! deadline per call; what is left after the deadline comes back as a
 //! typed [`Error`].
 //!
+//! It calls the AllocSvrs' *client plane* only (`Next`, `NextBatch`,
+//! `Current`, `Routes`), which asks callers for no certificate; with
+//! [`ClientOptions::tls`] set the connections are TLS, the AllocSvrs'
+//! certificates checked against the cluster's CA.
+//!
 //! The client never makes a number up or reuses one: every number comes
 //! from an AllocSvr, and retrying a call can only skip numbers (a lost
 //! reply), never repeat them (promise 1 of
@@ -29,7 +34,7 @@
 //! - `retry.rs`: what each gRPC error means for retrying, and the per-call
 //!   budget (deadline, attempt timeout, backoff).
 //! - `backoff.rs`: exponential backoff with jitter from a cheap hash.
-//! - `options.rs`: [`ClientOptions`].
+//! - `options.rs`: [`ClientOptions`] (deadlines, backoff, TLS).
 //! - `error.rs`: [`Error`], the one error type, and [`Result`].
 //!
 //! The guide for users is `docs/client.md`.

@@ -17,6 +17,8 @@ use std::time::Duration;
 
 use seqsvr_client::{ClientOptions, SeqClient};
 use seqsvr_core::MAX_BATCH;
+use seqsvr_net::server::listener;
+use seqsvr_net::{Limits, Plane, TlsConfig};
 use seqsvr_proto::alloc_server::{Alloc, AllocServer};
 use seqsvr_proto::{self as pb, status_with, ErrorDetail, ErrorKind};
 use tokio::net::TcpListener;
@@ -83,6 +85,32 @@ impl Fake {
                 let _ = stopped.await;
             });
         tokio::spawn(server);
+        Fake {
+            addr,
+            state,
+            _stop: stop,
+        }
+    }
+
+    /// Starts a fake whose client plane is served with TLS, as an AllocSvr
+    /// with `tls` in its config serves it (the plane's own listener, its
+    /// limits, server-authenticated TLS).
+    pub async fn start_tls(base: u64, tls: &TlsConfig) -> Fake {
+        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap().to_string();
+        let state = Arc::new(State {
+            addr: addr.clone(),
+            base,
+            ..Default::default()
+        });
+        let server_tls = tls.server(Plane::Client).unwrap();
+        let limits = Limits::for_plane(Plane::Client);
+        let l = listener(tcp, Plane::Client, &limits, Some(&server_tls), false).unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let router = l.server().add_service(AllocServer::new(Svc(state.clone())));
+        tokio::spawn(l.serve(router, async {
+            let _ = stopped.await;
+        }));
         Fake {
             addr,
             state,
@@ -162,6 +190,7 @@ pub fn quick(deadline_ms: u64) -> ClientOptions {
         attempt_timeout: ms(deadline_ms.min(200)),
         initial_backoff: ms(5),
         max_backoff: ms(50),
+        tls: None,
     }
 }
 
@@ -260,21 +289,7 @@ pub fn error(kind: ErrorKind, msg: &str, route: Option<pb::RouteTable>) -> Statu
 
 #[tonic::async_trait]
 impl Alloc for Svc {
-    // Operator calls the client never makes.
-    async fn handoff(
-        &self,
-        _r: Request<pb::AllocHandoffRequest>,
-    ) -> Result<Response<pb::AllocHandoffReply>, Status> {
-        Err(Status::unimplemented("fake"))
-    }
-
-    async fn adopt(
-        &self,
-        _r: Request<pb::AdoptRequest>,
-    ) -> Result<Response<pb::AdoptReply>, Status> {
-        Err(Status::unimplemented("fake"))
-    }
-
+    // A call the client never makes.
     async fn status(
         &self,
         _r: Request<pb::AllocStatusRequest>,

@@ -31,7 +31,7 @@ use tonic::{Code, Request, Response, Status};
 
 use crate::allocator::Allocator;
 use crate::error::{AllocError, CallError};
-use crate::handoff::Released;
+use crate::handoff::{PeerChannels, Released};
 use crate::lease::Lease;
 use crate::ownership::AdoptRefusal;
 
@@ -81,6 +81,8 @@ pub struct Shared {
     pub client_tls: Option<ClientTls>,
     /// Sections being released, and lease lapses seen.
     pub ownership: Mutex<Ownership>,
+    /// Channels to other AllocSvrs' peer planes, by address (adopts).
+    pub peers: PeerChannels,
 }
 
 impl Shared {

@@ -7,10 +7,16 @@
 //! acknowledges survives (promise 2), so [`Disk::sync`] follows every sled
 //! flush with an `fsync(2)` of sled's data file.
 //!
-//! sled writes values larger than about a quarter of a segment to separate
-//! blob files that it never fsyncs, so every value written through this
-//! module must stay below [`MAX_VALUE`]; larger data (snapshots) is chunked
-//! by the caller.
+//! sled writes any *page* larger than a quarter of a segment to a separate
+//! blob file that it never fsyncs. A page is a whole tree node: a leaf holds
+//! up to 17 values before sled splits it, so a small per-value limit is not
+//! enough — with sled's default 512 KiB segments, nine 16 KiB snapshot
+//! chunks (or sixteen 8 KiB log entries) in one leaf already make a blob
+//! that a power cut can lose or tear. So the database uses
+//! [`SEGMENT_SIZE`] segments, and every value written through this module
+//! stays below [`MAX_VALUE`], such that the largest leaf stays below the
+//! blob threshold (checked at compile time). Larger data (snapshots) is
+//! chunked by the caller.
 //!
 //! Trees: `raft` (vote, committed, purged, identity), `log` (index →
 //! entry), `sm` (state-machine records), `snapshot` (the current snapshot).
@@ -21,8 +27,20 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Largest value ever written (far below sled's blob threshold).
+/// Largest value ever written.
 pub const MAX_VALUE: usize = 32 * 1024;
+
+/// sled's segment size. sled logs a page larger than a quarter of a segment
+/// as an unsynced blob file; a leaf holds at most 17 entries before it
+/// splits.
+pub const SEGMENT_SIZE: usize = 8 << 20;
+
+/// Largest key written (fixed-width ids, short names).
+const MAX_KEY: usize = 512;
+
+// The largest leaf sled can build from our values stays inline (durable
+// through the fsync of the data file), with room for sled's own headers.
+const _: () = assert!(17 * (MAX_VALUE + MAX_KEY + 64) < SEGMENT_SIZE / 4);
 
 /// An open replica database.
 #[derive(Clone)]
@@ -50,6 +68,7 @@ impl Disk {
         let db = sled::Config::new()
             .path(dir)
             .mode(sled::Mode::LowSpace)
+            .segment_size(SEGMENT_SIZE)
             .open()
             .map_err(io::Error::other)?;
         let file = File::open(dir.join("db"))?;
@@ -64,6 +83,15 @@ impl Disk {
                 path: dir.to_path_buf(),
             }),
         })
+    }
+
+    /// Blob files sled wrote (must be none: they are never fsynced).
+    pub fn blob_files(&self) -> io::Result<usize> {
+        match std::fs::read_dir(self.inner.path.join("blobs")) {
+            Ok(d) => Ok(d.count()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(e),
+        }
     }
 
     /// Opens a named tree.

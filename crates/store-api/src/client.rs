@@ -312,9 +312,22 @@ impl PeerClient {
 
     /// Renews the lease; the reply lists the sections it may serve.
     pub async fn renew(&self, alloc: &str, incarnation: Incarnation) -> Result<pb::RenewReply> {
+        self.renew_since(alloc, incarnation, 0).await
+    }
+
+    /// Renews the lease; the reply lists the sections it may serve, unless
+    /// they are those of `known_sections_version` (`sections_unchanged`):
+    /// a renewal then costs O(changes), not O(sections).
+    pub async fn renew_since(
+        &self,
+        alloc: &str,
+        incarnation: Incarnation,
+        known_sections_version: u64,
+    ) -> Result<pb::RenewReply> {
         let req = pb::RenewRequest {
             alloc_id: alloc.into(),
             incarnation,
+            known_sections_version,
         };
         self.replicas
             .call_with(req, |mut c, r| async move { c.renew(r).await })

@@ -7,7 +7,7 @@
 //! [`crate::state_machine`], which writes back exactly the records a command
 //! [`Dirty`]-marked.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use seqsvr_core::section::RaiseCheck;
 use seqsvr_core::{AllocId, Epoch, Grant, Incarnation, LeaseTerms, RouteTable, SectionId, SetSpec};
@@ -70,6 +70,10 @@ pub struct AllocRecord {
     pub incarnation: Incarnation,
     /// Fenced by an operator: its renewals are refused.
     pub fenced: bool,
+    /// The route version at which the sections routed to it last changed:
+    /// a renewal that already knows it gets no section list (a renewal
+    /// costs O(changes), not O(sections)).
+    pub sections_version: u64,
 }
 
 /// A record that a command changed and that must be written back.
@@ -248,6 +252,7 @@ impl SetState {
             draining: rec.draining,
             incarnation,
             fenced: false,
+            sections_version: rec.sections_version,
         };
         if *rec != new {
             *rec = new;
@@ -367,21 +372,20 @@ impl SetState {
             });
         }
         check_epochs(&self.sections[range.clone()], first, expected)?;
-        let mut moved = false;
+        let mut moved = BTreeSet::new();
         for i in range {
             let r = &mut self.sections[i];
             if r.owner.as_ref() != Some(alloc) {
-                r.owner = Some(alloc.clone());
+                if let Some(old) = r.owner.replace(alloc.clone()) {
+                    moved.insert(old);
+                }
+                moved.insert(alloc.clone());
                 r.epoch += 1;
                 r.incarnation = 0;
-                moved = true;
                 dirty.push(Dirty::Section(i as SectionId));
             }
         }
-        if moved {
-            self.route_version += 1;
-            dirty.push(Dirty::RouteVersion);
-        }
+        self.routes_changed(moved, dirty);
         Ok(Reply::Assigned {
             route_version: self.route_version,
         })
@@ -408,23 +412,22 @@ impl SetState {
             });
         }
         let step = self.check_step(range.clone())?;
-        let mut moved = false;
+        let mut moved = BTreeSet::new();
         let mut grants = Vec::with_capacity(known.len());
         for (i, &k) in range.zip(known) {
             let r = &mut self.sections[i];
             let prepared =
                 r.owner.as_ref() == Some(alloc) && r.incarnation == incarnation && r.epoch > k;
             if !prepared {
-                moved |= r.owner.as_ref() != Some(alloc);
+                if r.owner.as_ref() != Some(alloc) {
+                    moved.insert(alloc.clone());
+                }
                 r.begin(alloc, incarnation, step);
                 dirty.push(Dirty::Section(i as SectionId));
             }
             grants.push(r.grant(i as SectionId));
         }
-        if moved {
-            self.route_version += 1;
-            dirty.push(Dirty::RouteVersion);
-        }
+        self.routes_changed(moved, dirty);
         Ok(Reply::TakenOver {
             grants,
             route_version: self.route_version,
@@ -470,9 +473,8 @@ impl SetState {
         let r = &mut self.sections[section as usize];
         r.begin(to, to_incarnation, step);
         let grant = r.grant(section);
-        self.route_version += 1;
         dirty.push(Dirty::Section(section));
-        dirty.push(Dirty::RouteVersion);
+        self.routes_changed(BTreeSet::from([from.clone(), to.clone()]), dirty);
         Ok(Reply::HandedOff {
             grant,
             route_version: self.route_version,
@@ -534,6 +536,22 @@ impl SetState {
                 r.max_seq = to;
                 dirty.push(Dirty::Section(section));
                 Ok(Reply::Raised { max_seq: to })
+            }
+        }
+    }
+
+    /// After sections changed owners: a new route version, which is also
+    /// the new `sections_version` of every AllocSvr that gained or lost one.
+    fn routes_changed(&mut self, allocs: BTreeSet<AllocId>, dirty: &mut Vec<Dirty>) {
+        if allocs.is_empty() {
+            return;
+        }
+        self.route_version += 1;
+        dirty.push(Dirty::RouteVersion);
+        for a in allocs {
+            if let Some(rec) = self.allocs.get_mut(&a) {
+                rec.sections_version = self.route_version;
+                dirty.push(Dirty::Alloc(a));
             }
         }
     }

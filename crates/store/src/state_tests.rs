@@ -96,8 +96,8 @@ fn dump(s: &SetState) -> String {
         let drain = if a.draining { " draining" } else { "" };
         let fenced = if a.fenced { " fenced" } else { "" };
         out += &format!(
-            "alloc {id} {} inc={}{drain}{fenced}\n",
-            a.addr, a.incarnation
+            "alloc {id} {} inc={} sections@{}{drain}{fenced}\n",
+            a.addr, a.incarnation, a.sections_version
         );
     }
     for (i, r) in s.sections.iter().enumerate() {

@@ -100,11 +100,20 @@ impl StoreApi {
         if !self.arbiter.granted(&alloc, term, now, terms) {
             return Err(Error::NoLeader("leadership changed during renewal".into()));
         }
+        // The list only when it changed: a renewal costs O(changes).
+        let unchanged =
+            r.known_sections_version != 0 && r.known_sections_version == rec.sections_version;
         Ok(pb::RenewReply {
             lease_ms: terms.lease_ms,
-            sections: owned_runs(&a.state, &alloc),
+            sections: if unchanged {
+                Vec::new()
+            } else {
+                owned_runs(&a.state, &alloc)
+            },
             route_version: a.state.route_version,
             draining: rec.draining,
+            sections_version: rec.sections_version,
+            sections_unchanged: unchanged,
         })
     }
 

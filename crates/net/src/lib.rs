@@ -15,6 +15,8 @@
 //!   server ([`server::listener`], [`Listener`]).
 //! - [`client`]: dialing a seqsvr server ([`client::channel`]).
 //! - [`certs`]: a development PKI ([`DevPki`]).
+//! - [`calls`]: per-call gRPC metrics (method, code, latency).
+//! - [`metrics`]: the Prometheus scrape listener (plain HTTP/1.1).
 //! - [`error`]: this crate's [`Error`].
 //!
 //! # Why one crate
@@ -30,10 +32,12 @@
 //! plane needs a client certificate.
 
 pub mod auth;
+pub mod calls;
 pub mod certs;
 pub mod client;
 pub mod error;
 pub mod limits;
+pub mod metrics;
 pub mod plane;
 pub mod role;
 pub mod server;

@@ -2,7 +2,7 @@
 //! time (machines differ). Run with
 //! `cargo bench -p seqsvr-alloc --bench hot_path`.
 //!
-//! Targets (DESIGN §4, release build, one core): `next` ≥ 50 M/s over uids
+//! Targets (`docs/architecture/alloc.md`, release build, one core): `next` ≥ 50 M/s over uids
 //! uniform in a 1 M-uid range; ≤ 8.5 bytes of memory per uid served.
 //!
 //! Each throughput figure is measured over several rounds, timed by the

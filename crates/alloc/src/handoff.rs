@@ -258,7 +258,8 @@ async fn tell_new_owner(
     let req = pb::AdoptRequest {
         sections: vec![pb::Adopted { section, epoch }],
     };
-    let call = AllocPeerClient::new(channel).adopt(req);
+    let mut client = AllocPeerClient::new(channel);
+    let call = client.adopt(req);
     match tokio::time::timeout(ADOPT_CONNECT + ADOPT_TIMEOUT, call).await {
         Ok(Ok(r)) => Ok(r.into_inner().installed),
         Ok(Err(st)) => Err(format!("{:?}: {}", st.code(), st.message())),
@@ -330,9 +331,7 @@ pub async fn adopt(shared: &Shared, sections: &[pb::Adopted]) -> Result<u32, Cal
         // The store's answer may be stale by now: the section may have
         // moved while the lease was gone (promise 3). The sender's adopt
         // fails; our next renewal claims whatever is still ours.
-        return Err(shared.admit().err().unwrap_or(CallError::LeaseExpired {
-            alloc: me.clone(),
-        }));
+        return Err(shared.not_admitted());
     }
     let installed = alloc.install(&grants)?;
     drop(own);

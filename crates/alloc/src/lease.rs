@@ -1,5 +1,5 @@
-//! The AllocSvr's side of its lease (DESIGN §3), as plain logic with the
-//! clock passed in.
+//! The AllocSvr's side of its lease (`docs/architecture/failover.md`,
+//! Leases), as plain logic with the clock passed in.
 //!
 //! A renewal granted by the store lets this AllocSvr serve until `sent +
 //! lease`, where `sent` is when *it sent* the renewal, read on its own

@@ -1,5 +1,6 @@
 //! The AllocSvr core: per-uid sequence numbers served from memory under
-//! ceilings held by the store (DESIGN §1, §4).
+//! ceilings held by the store (`docs/architecture/overview.md`,
+//! `docs/architecture/alloc.md`).
 //!
 //! Every uid of a section this AllocSvr owns has a `cur_seq` in a dense
 //! in-memory array (8 bytes a uid). `next(uid)` bumps it with one
@@ -21,22 +22,28 @@
 //!   high-water mark; the lock-free hot path and the epoch guard.
 //! - [`allocator`]: [`Allocator`], a set's sections indexed by section id:
 //!   `next`, `next_batch`, `current`, waiting variants, take-over install,
-//!   drop, and the raise queue.
+//!   drop, resume, and the raise queue.
 //! - [`raiser`]: [`Raiser`], the background task that performs raises and
 //!   take-overs against a [`CeilingStore`], with retry and back-off.
-//! - [`ceiling`]: the [`CeilingStore`] trait and [`Grant`]: what the
-//!   allocator needs from the store.
+//! - [`ceiling`]: the [`CeilingStore`] trait: what the allocator needs from
+//!   the store; [`Grant`] is the project's one grant type.
 //! - [`mem`]: [`MemCeilingStore`](mem::MemCeilingStore), an in-memory store
-//!   with injectable faults.
-//! - [`service`]: the gRPC service (`Next`, `NextBatch`, `Current`,
-//!   `Routes`) and its one mapping of errors to statuses.
-//! - [`node`]: a running AllocSvr: config, start-up (register, claim the
-//!   sections routed here with take-overs), route sync, serving.
+//!   with the store's take-over contract and injectable faults.
+//! - [`ownership`]: the ownership decisions as pure functions (renewal
+//!   reconciliation, adopt, after a failed handoff), shared with the
+//!   seeded simulation.
+//! - [`service`]: the gRPC services, one per plane (client: `Next`,
+//!   `NextBatch`, `Current`, `Routes`, `Status`; peer: `Adopt`; admin:
+//!   `Handoff`, `Status`), and their one mapping of errors to statuses.
+//! - [`node`]: a running AllocSvr: config, start-up (a fresh incarnation,
+//!   register, claim the sections routed here with take-overs), lease
+//!   renewal, route sync, fencing, serving.
 //! - [`lease`]: the AllocSvr's view of its lease (clock passed in).
-//! - [`handoff`]: planned moves with an explicit release.
-//! - [`store_link`]: the [`CeilingStore`] backed by the StoreSvr's API.
-//! - [`error`]: [`AllocError`] (the crate's error) and [`StoreErr`] (the
-//!   store's answers).
+//! - [`handoff`]: planned moves with an explicit release, and adopt.
+//! - [`store_link`]: the [`CeilingStore`] backed by the StoreSvr's peer
+//!   plane.
+//! - [`error`]: [`AllocError`] (the allocator's), [`StoreErr`] (the store's
+//!   answers), [`CallError`] (a gRPC call's), and the node's errors.
 //!
 //! # Memory
 //! A slot is allocated at a section's first take-over and kept until the
@@ -55,16 +62,20 @@
 //! [`Allocator::next_waiting`] and [`Allocator::next_batch_waiting`] wait on
 //! the section (up to a deadline) until its raise lands.
 //!
-//! # Which promise is protected where (DESIGN §2)
+//! # Which promise is protected where (`docs/architecture/overview.md`)
 //! - 1 (monotonic): cells only grow (CAS, `fetch_max` on skip ahead); a slot
-//!   stops serving while it skips ahead.
+//!   stops serving while it skips ahead; memory is served again only under
+//!   the epoch it was built under ([`ownership`]).
 //! - 2 (durable): a number is handed out only at or below a ceiling the store
 //!   acknowledged; the ceiling is raised only from store answers.
-//! - 3 (exclusive): every raise carries the epoch; a stale-epoch answer drops
-//!   the section; answers for an old epoch are ignored.
+//! - 3 (exclusive): every raise carries the epoch and the incarnation; a
+//!   stale-epoch answer drops the section; answers for an old epoch are
+//!   ignored; a twin process never serves; a fenced one stops.
 //! - 4 (bounded gap): raises target one step above the highest number
-//!   handed out, so a restart skips at most one step per section.
-//! - 5 (clear errors): [`AllocError`].
+//!   handed out, so a restart skips at most one step per section; a grant
+//!   prepared for this process is claimed as it is, not with another step.
+//! - 5 (typed errors): [`AllocError`], [`CallError`], mapped once in
+//!   [`service`].
 
 pub mod allocator;
 pub mod ceiling;
@@ -73,6 +84,7 @@ pub mod handoff;
 pub mod lease;
 pub mod mem;
 pub mod node;
+pub mod ownership;
 pub mod raiser;
 pub mod section;
 pub mod service;
@@ -80,6 +92,10 @@ pub mod store_link;
 
 pub use allocator::{AllocConfig, AllocStats, Allocator, RaiseRequest};
 pub use ceiling::{CeilingStore, Grant};
-pub use error::{AllocError, Result, StoreErr};
+pub use error::{AllocError, CallError, ConfigError, MoveError, NodeError, Result, StoreErr};
+pub use ownership::{
+    decide_adopt, decide_after_handoff, reconcile, AdoptRefusal, Adoption, AfterHandoff,
+    Reconciliation,
+};
 pub use raiser::{Raiser, RaiserConfig, RoundReport};
 pub use section::{SectionSlot, SectionState};

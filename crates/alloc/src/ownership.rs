@@ -372,7 +372,10 @@ mod tests {
             max_seq: 250,
         };
         let big = 1u64 << 63;
-        let cases: Vec<(&str, SectionInfo, Epoch, Epoch, Result<Adoption, AdoptRefusal>)> = vec![
+        /// What, the store's record, the epoch named, the newest installed,
+        /// and the decision.
+        type Case = (&'static str, SectionInfo, Epoch, Epoch, Result<Adoption, AdoptRefusal>);
+        let cases: Vec<Case> = vec![
             (
                 "handed to this process at the named epoch",
                 info(Some(ME), INC, 7),

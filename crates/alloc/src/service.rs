@@ -104,19 +104,26 @@ impl Shared {
         self.fenced.load(Ordering::Acquire)
     }
 
-    /// Admits a call that reads or hands out numbers: only with a valid
-    /// lease, and never once fenced (promise 3).
+    /// Whether a call that reads or hands out numbers may be served: only
+    /// with a valid lease, and never once fenced (promise 3). The hot
+    /// path's whole check: a clock read and two atomic loads.
     #[inline]
+    pub fn admitted(&self) -> bool {
+        self.lease_ok() && !self.is_fenced()
+    }
+
+    /// [`admitted`](Self::admitted), with the reason when not.
     pub fn admit(&self) -> Result<(), CallError> {
-        if self.lease_ok() && !self.is_fenced() {
+        if self.admitted() {
             Ok(())
         } else {
             Err(self.not_admitted())
         }
     }
 
+    /// Why a call is not admitted (fenced, else lease expired).
     #[cold]
-    fn not_admitted(&self) -> CallError {
+    pub fn not_admitted(&self) -> CallError {
         if self.is_fenced() {
             CallError::Fenced {
                 alloc: self.id.clone(),
@@ -340,7 +347,9 @@ impl pb::alloc_server::Alloc for ClientService {
     async fn next(&self, req: Request<pb::NextRequest>) -> Result<Response<pb::NextReply>, Status> {
         let uid = req.get_ref().uid;
         let s = &self.shared;
-        s.admit().map_err(|e| s.status(&e))?;
+        if !s.admitted() {
+            return Err(s.status(&s.not_admitted()));
+        }
         let seq = match s.alloc.next(uid) {
             Ok(seq) => seq,
             Err(AllocError::Exhausted { .. }) => s
@@ -369,7 +378,9 @@ impl pb::alloc_server::Alloc for ClientService {
             ));
             return Err(s.status(&e));
         }
-        s.admit().map_err(|e| s.status(&e))?;
+        if !s.admitted() {
+            return Err(s.status(&s.not_admitted()));
+        }
         let mut seqs = Vec::with_capacity(uids.len());
         if let Err(e) = s.alloc.next_batch(uids, &mut seqs) {
             if !matches!(e, AllocError::Exhausted { .. }) {
@@ -396,7 +407,9 @@ impl pb::alloc_server::Alloc for ClientService {
         req: Request<pb::CurrentRequest>,
     ) -> Result<Response<pb::CurrentReply>, Status> {
         let s = &self.shared;
-        s.admit().map_err(|e| s.status(&e))?;
+        if !s.admitted() {
+            return Err(s.status(&s.not_admitted()));
+        }
         let seq = s
             .alloc
             .current(req.get_ref().uid)

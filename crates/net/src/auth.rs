@@ -89,10 +89,14 @@ impl Auth {
         match self {
             Auth::Insecure => Ok(Role::Alloc(id.to_string())),
             Auth::Tls => {
-                let role = self.presented(req, &format_args!("alloc:{id}"))?;
+                // The id comes from the request: quote at most a bounded
+                // prefix of it, or a huge one would overflow the status
+                // header and break the response itself.
+                let shown = Shown(id);
+                let role = self.presented(req, &format_args!("alloc:{shown}"))?;
                 match &role {
                     Role::Alloc(have) if have == id => Ok(role),
-                    other => Err(denied(&format_args!("alloc:{id}"), other)),
+                    other => Err(denied(&format_args!("alloc:{shown}"), other)),
                 }
             }
         }
@@ -228,5 +232,22 @@ mod tests {
             assert_eq!(role_of(&c).unwrap(), Role::Store(i));
         }
         ROLES.with(|t| assert!(t.borrow().len() <= CACHE_ENTRIES));
+    }
+}
+
+/// A caller-supplied name in an error message: at most 64 bytes of it.
+struct Shown<'a>(&'a str);
+
+impl std::fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const MAX: usize = 64;
+        if self.0.len() <= MAX {
+            return f.write_str(self.0);
+        }
+        let mut end = MAX;
+        while !self.0.is_char_boundary(end) {
+            end -= 1;
+        }
+        write!(f, "{}… ({} bytes)", &self.0[..end], self.0.len())
     }
 }

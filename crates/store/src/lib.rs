@@ -13,6 +13,7 @@
 //! - [`disk`]: the sled database and the fsync that makes it durable.
 //! - [`log_store`]: the Raft log and vote in sled.
 //! - [`state_machine`]: the state machine and snapshots in sled.
+//! - [`metrics`]: the replica's Prometheus metrics.
 //! - [`network`]: Raft RPCs between replicas over gRPC.
 //! - [`proposer`]: batches concurrent commands into one log entry.
 //! - [`service`]: the gRPC services, one file per plane (read, peer,
@@ -31,6 +32,7 @@ pub mod arbiter;
 pub mod auth;
 pub mod disk;
 pub mod log_store;
+pub mod metrics;
 pub mod network;
 pub mod node;
 pub mod proposer;

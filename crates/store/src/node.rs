@@ -160,6 +160,10 @@ pub struct StoreConfig {
     /// Per-plane connection and message limits.
     #[serde(default)]
     pub limits: PlaneLimits,
+    /// Where to serve Prometheus metrics (`GET /metrics`, plain HTTP);
+    /// none if unset. A non-loopback address needs `insecure = true`.
+    #[serde(default)]
+    pub metrics_addr: Option<String>,
     /// The initial members of the group.
     pub members: Vec<Member>,
     /// The set this group serves.
@@ -233,6 +237,7 @@ impl StoreConfig {
         check_host_port("client_addr", &self.client_addr)?;
         check_host_port("admin_addr", &self.admin_addr)?;
         for (key, v) in [
+            ("metrics_addr", &self.metrics_addr),
             ("listen", &self.listen),
             ("client_listen", &self.client_listen),
             ("admin_listen", &self.admin_listen),
@@ -341,8 +346,8 @@ impl StoreConfig {
     }
 }
 
-/// The three listeners of a store replica, bound by the caller (tests bind
-/// port 0).
+/// The listeners of a store replica, bound by the caller (tests bind port
+/// 0).
 pub struct StoreListeners {
     /// Peer plane: Raft, AllocSvr calls, forwarded calls.
     pub peer: TcpListener,
@@ -350,6 +355,8 @@ pub struct StoreListeners {
     pub client: TcpListener,
     /// Admin plane: operator calls.
     pub admin: TcpListener,
+    /// Prometheus metrics, if served.
+    pub metrics: Option<TcpListener>,
 }
 
 impl StoreListeners {
@@ -364,6 +371,10 @@ impl StoreListeners {
             peer: bind("listen", cfg.peer_bind().to_string()).await?,
             client: bind("client_addr", cfg.client_bind().to_string()).await?,
             admin: bind("admin_addr", cfg.admin_bind().to_string()).await?,
+            metrics: match &cfg.metrics_addr {
+                Some(a) => Some(bind("metrics_addr", a.clone()).await?),
+                None => None,
+            },
         })
     }
 }
@@ -377,6 +388,8 @@ pub struct StoreAddrs {
     pub client: SocketAddr,
     /// Admin plane.
     pub admin: SocketAddr,
+    /// Prometheus metrics, if served.
+    pub metrics: Option<SocketAddr>,
 }
 
 /// A running store replica.
@@ -461,6 +474,7 @@ impl StoreNode {
             peer: peer.local_addr(),
             client: client.local_addr(),
             admin: admin.local_addr(),
+            metrics: listeners.metrics.as_ref().and_then(|l| l.local_addr().ok()),
         };
         let api = StoreApi {
             id: cfg.id,
@@ -476,12 +490,37 @@ impl StoreNode {
             })),
             auth: peer.auth(),
             isolated: isolated.clone(),
+            metrics: crate::metrics::StoreMetrics::new(cfg.id)
+                .map_err(|e| Error::Internal(format!("metrics: {e}")))?,
         };
-        let servers = vec![
-            tokio::spawn(serve_peer(api.clone(), peer)),
-            tokio::spawn(serve_client(api.clone(), client)),
-            tokio::spawn(serve_admin(api.clone(), admin)),
+        let calls = |plane: &str, paths: &[&str]| {
+            seqsvr_net::calls::CallMetrics::register(&api.metrics.registry, plane, paths)
+                .map(seqsvr_net::calls::CallMetricsLayer)
+                .map_err(|e| Error::Internal(format!("metrics: {e}")))
+        };
+        let mut servers = vec![
+            tokio::spawn(serve_peer(api.clone(), peer, calls("peer", PEER_PATHS)?)),
+            tokio::spawn(serve_client(
+                api.clone(),
+                client,
+                calls("client", CLIENT_PATHS)?,
+            )),
+            tokio::spawn(serve_admin(
+                api.clone(),
+                admin,
+                calls("admin", ADMIN_PATHS)?,
+            )),
         ];
+        if let Some(tcp) = listeners.metrics {
+            let a = api.clone();
+            let render: seqsvr_net::metrics::Render = Arc::new(move || a.metrics.render(&a));
+            let insecure = cfg.insecure;
+            servers.push(tokio::spawn(async move {
+                if let Err(e) = seqsvr_net::metrics::serve(tcp, render, insecure).await {
+                    tracing::error!("metrics listener: {e}");
+                }
+            }));
+        }
         let mut tasks = vec![tokio::spawn(watch_isolation(
             cfg.data_dir.join(ISOLATE_FILE),
             isolated,
@@ -578,7 +617,36 @@ fn report(plane: &str, res: seqsvr_net::Result<()>) {
     }
 }
 
-async fn serve_peer(api: StoreApi, l: seqsvr_net::Listener) {
+/// The methods each plane serves, for per-call metrics.
+const PEER_PATHS: &[&str] = &[
+    "/seqsvr.v1.Raft/AppendEntries",
+    "/seqsvr.v1.Raft/Vote",
+    "/seqsvr.v1.Raft/InstallSnapshot",
+    "/seqsvr.v1.StorePeer/RegisterAlloc",
+    "/seqsvr.v1.StorePeer/Renew",
+    "/seqsvr.v1.StorePeer/TakeOver",
+    "/seqsvr.v1.StorePeer/Raise",
+    "/seqsvr.v1.StorePeer/Handoff",
+    "/seqsvr.v1.StorePeer/ReadSections",
+    "/seqsvr.v1.StorePeer/GetRoutes",
+    "/seqsvr.v1.StorePeer/Status",
+];
+const CLIENT_PATHS: &[&str] = &[
+    "/seqsvr.v1.StoreRead/GetRoutes",
+    "/seqsvr.v1.StoreRead/ReadSections",
+    "/seqsvr.v1.StoreRead/Status",
+];
+const ADMIN_PATHS: &[&str] = &[
+    "/seqsvr.v1.StoreAdmin/Assign",
+    "/seqsvr.v1.StoreAdmin/SetDraining",
+    "/seqsvr.v1.StoreAdmin/SetLease",
+    "/seqsvr.v1.StoreAdmin/FenceAlloc",
+    "/seqsvr.v1.StoreAdmin/Status",
+];
+
+type Calls = seqsvr_net::calls::CallMetricsLayer;
+
+async fn serve_peer(api: StoreApi, l: seqsvr_net::Listener, calls: Calls) {
     let max = l.limits().max_message;
     let raft = RaftServer::new(RaftService {
         raft: api.raft.clone(),
@@ -588,21 +656,23 @@ async fn serve_peer(api: StoreApi, l: seqsvr_net::Listener) {
     .max_decoding_message_size(max)
     .max_encoding_message_size(MAX_MESSAGE);
     let peer = StorePeerServer::new(PeerService(api));
-    let router = l.server().add_service(raft).add_service(peer);
+    let router = l.server().layer(calls).add_service(raft).add_service(peer);
     report("peer", l.serve(router, std::future::pending()).await);
 }
 
-async fn serve_client(api: StoreApi, l: seqsvr_net::Listener) {
+async fn serve_client(api: StoreApi, l: seqsvr_net::Listener, calls: Calls) {
     let router = l
         .server()
+        .layer(calls)
         .add_service(StoreReadServer::new(ReadService(api)));
     report("client", l.serve(router, std::future::pending()).await);
 }
 
-async fn serve_admin(mut api: StoreApi, l: seqsvr_net::Listener) {
+async fn serve_admin(mut api: StoreApi, l: seqsvr_net::Listener, calls: Calls) {
     api.auth = l.auth();
     let router = l
         .server()
+        .layer(calls)
         .add_service(StoreAdminServer::new(AdminService(api)));
     report("admin", l.serve(router, std::future::pending()).await);
 }
@@ -629,7 +699,7 @@ async fn arbitrate(api: StoreApi) {
         for cmd in moves {
             tracing::info!(?cmd, "arbiter: moving sections whose owner's lease expired");
             match api.proposer.propose(cmd).await {
-                Ok(Ok(_)) => {}
+                Ok(Ok(_)) => api.metrics.moved(),
                 Ok(Err(e)) => {
                     tracing::info!("arbiter move refused (state moved on): {e}");
                     break;

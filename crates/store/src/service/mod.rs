@@ -77,6 +77,8 @@ pub struct StoreApi {
     pub(crate) auth: Auth,
     /// While set, nothing is forwarded to or accepted from peers.
     pub(crate) isolated: Arc<std::sync::atomic::AtomicBool>,
+    /// What this replica counts.
+    pub(crate) metrics: Arc<crate::metrics::StoreMetrics>,
 }
 
 fn forwarded<T>(req: &Request<T>) -> bool {
@@ -199,7 +201,11 @@ impl StoreApi {
     }
 
     async fn write(&self, cmd: Command) -> Result<Reply, Error> {
-        Ok(self.proposer.propose(cmd).await??)
+        let start = std::time::Instant::now();
+        let kind = cmd.clone();
+        let out = self.proposer.propose(cmd).await?;
+        self.metrics.command(&kind, out.is_ok(), start.elapsed());
+        Ok(out?)
     }
 
     /// A linearizable barrier: returns once this replica has confirmed its

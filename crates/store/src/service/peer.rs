@@ -95,11 +95,19 @@ impl StoreApi {
         let _moves = self.arbiter.moves.lock().await;
         let now = std::time::Instant::now();
         let a = self.sm.read();
-        let rec = a.state.check_incarnation(&alloc, incarnation)?;
+        let rec = match a.state.check_incarnation(&alloc, incarnation) {
+            Ok(rec) => rec,
+            Err(e) => {
+                self.metrics.renewal(false);
+                return Err(e.into());
+            }
+        };
         let terms = a.state.lease.terms;
         if !self.arbiter.granted(&alloc, term, now, terms) {
+            self.metrics.renewal(false);
             return Err(Error::NoLeader("leadership changed during renewal".into()));
         }
+        self.metrics.renewal(true);
         // The list only when it changed: a renewal costs O(changes).
         let unchanged =
             r.known_sections_version != 0 && r.known_sections_version == rec.sections_version;

@@ -1,0 +1,765 @@
+//! Whole AllocSvr nodes over real gRPC (loopback, plaintext) against a
+//! fake store that speaks the store's peer plane with its semantics:
+//! registered incarnations and twins, fenced renewals, take-overs with
+//! known epochs and prepared grants, one-step raises fenced by owner,
+//! incarnation and epoch, conditional handoffs, linearizable reads. Faults
+//! are injected per test (refused or lost handoff replies, renewals that
+//! fail, an incarnation fenced).
+//!
+//! What is checked: a node serves the sections routed to it; a handoff
+//! moves a section with the new owner starting above everything the old
+//! one handed out (promise 1) without a second step (promise 4); a failed
+//! handoff serves the section again from memory, a lost reply leaves it to
+//! the new owner; invalid moves and forged adopts change nothing
+//! (promise 3); `Current` follows the lease; a fenced or twin process
+//! serves nothing (promise 3); every refusal is typed (promise 5).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use seqsvr_alloc::node::{AllocListeners, AllocNode, AllocNodeConfig};
+use seqsvr_core::{Grant, RouteTable, SectionId, SetSpec};
+use seqsvr_proto::alloc_admin_client::AllocAdminClient;
+use seqsvr_proto::alloc_client::AllocClient;
+use seqsvr_proto::alloc_peer_client::AllocPeerClient;
+use seqsvr_proto::store_peer_server::{StorePeer, StorePeerServer};
+use seqsvr_proto::{self as pb, detail_of, ErrorKind};
+use seqsvr_store_api::{Error, Rejection};
+use tokio::net::TcpListener;
+use tonic::transport::Channel;
+use tonic::{Code, Request, Response, Status};
+
+const SECTIONS: u32 = 4;
+const SECTION_SIZE: u64 = 10;
+const STEP: u64 = 100;
+
+fn spec() -> SetSpec {
+    SetSpec {
+        set_id: 0,
+        uid_begin: 0,
+        uid_end: SECTION_SIZE * SECTIONS as u64,
+        section_size: SECTION_SIZE,
+        step: STEP,
+    }
+}
+
+/// A section as the fake store keeps it.
+#[derive(Debug, Clone, Default)]
+struct Rec {
+    owner: Option<String>,
+    incarnation: u64,
+    epoch: u64,
+    start: u64,
+    max_seq: u64,
+}
+
+/// A registered AllocSvr.
+#[derive(Debug, Clone)]
+struct AllocRec {
+    incarnation: u64,
+    addr: String,
+    peer_addr: String,
+    fenced: bool,
+}
+
+/// How the fake store answers a handoff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HandoffFault {
+    None,
+    /// Refused, nothing changed.
+    Refuse,
+    /// Applied, but the reply is lost (retryable error).
+    LoseReply,
+}
+
+#[derive(Debug)]
+struct State {
+    sections: Vec<Rec>,
+    allocs: BTreeMap<String, AllocRec>,
+    route_version: u64,
+    lease_ms: u64,
+    handoff_fault: HandoffFault,
+    /// Renewals fail (no leader) while set.
+    renew_down: bool,
+    /// A registration may replace a live incarnation (its lease ended).
+    replace_twins: bool,
+}
+
+#[derive(Clone)]
+struct FakeStore(Arc<Mutex<State>>);
+
+type Answer<T> = Result<Response<T>, Status>;
+
+fn refuse<T>(r: Rejection) -> Answer<T> {
+    Err(Error::Rejected(r).to_status())
+}
+
+impl FakeStore {
+    fn new(owner: &str, lease_ms: u64) -> Self {
+        let sections = (0..SECTIONS)
+            .map(|_| Rec {
+                owner: Some(owner.to_string()),
+                ..Rec::default()
+            })
+            .collect();
+        FakeStore(Arc::new(Mutex::new(State {
+            sections,
+            allocs: BTreeMap::new(),
+            route_version: 1,
+            lease_ms,
+            handoff_fault: HandoffFault::None,
+            renew_down: false,
+            replace_twins: false,
+        })))
+    }
+
+    fn st(&self) -> std::sync::MutexGuard<'_, State> {
+        self.0.lock().unwrap()
+    }
+
+    fn section(&self, s: SectionId) -> Rec {
+        self.st().sections[s as usize].clone()
+    }
+
+    fn check_incarnation(st: &State, alloc: &str, inc: u64) -> Result<(), Rejection> {
+        let rec = st.allocs.get(alloc).ok_or_else(|| Rejection::NotRegistered {
+            alloc: alloc.into(),
+        })?;
+        if rec.incarnation != inc || rec.fenced {
+            return Err(Rejection::StaleIncarnation {
+                alloc: alloc.into(),
+                given: inc,
+                current: if rec.fenced { 0 } else { rec.incarnation },
+            });
+        }
+        Ok(())
+    }
+
+    fn routes(st: &State) -> RouteTable {
+        RouteTable::from_owners(
+            st.route_version,
+            spec(),
+            st.sections.iter().map(|r| r.owner.as_ref()),
+            |id| st.allocs.get(id).map(|a| a.addr.clone()).unwrap_or_default(),
+        )
+    }
+
+    async fn serve(self) -> String {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let incoming = tonic::transport::server::TcpIncoming::from(l);
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(StorePeerServer::new(self))
+                .serve_with_incoming(incoming),
+        );
+        addr
+    }
+}
+
+/// A new epoch for `owner`'s `inc`, starting at the ceiling, one step up.
+fn begin(r: &mut Rec, owner: &str, inc: u64) {
+    r.epoch += 1;
+    r.owner = Some(owner.into());
+    r.incarnation = inc;
+    r.start = r.max_seq;
+    r.max_seq += STEP;
+}
+
+fn grant(r: &Rec, section: SectionId) -> Grant {
+    Grant {
+        section,
+        epoch: r.epoch,
+        prev_ceiling: r.start,
+        max_seq: r.max_seq,
+    }
+}
+
+#[tonic::async_trait]
+impl StorePeer for FakeStore {
+    async fn register_alloc(
+        &self,
+        req: Request<pb::RegisterAllocRequest>,
+    ) -> Answer<pb::RegisterAllocReply> {
+        let r = req.into_inner();
+        let mut st = self.st();
+        if let Some(live) = st.allocs.get(&r.alloc_id) {
+            if live.incarnation != r.incarnation && !live.fenced && !st.replace_twins {
+                return refuse(Rejection::Twin {
+                    alloc: r.alloc_id,
+                    live: live.incarnation,
+                    addr: live.addr.clone(),
+                });
+            }
+        }
+        st.allocs.insert(
+            r.alloc_id,
+            AllocRec {
+                incarnation: r.incarnation,
+                addr: r.addr,
+                peer_addr: r.peer_addr,
+                fenced: false,
+            },
+        );
+        Ok(Response::new(pb::RegisterAllocReply {
+            route_version: st.route_version,
+        }))
+    }
+
+    async fn renew(&self, req: Request<pb::RenewRequest>) -> Answer<pb::RenewReply> {
+        let r = req.into_inner();
+        let st = self.st();
+        if st.renew_down {
+            return Err(Error::NoLeader("injected".into()).to_status());
+        }
+        if let Err(e) = Self::check_incarnation(&st, &r.alloc_id, r.incarnation) {
+            return refuse(e);
+        }
+        let mut sections: Vec<pb::SectionRun> = Vec::new();
+        for (s, rec) in st.sections.iter().enumerate() {
+            if rec.owner.as_deref() != Some(r.alloc_id.as_str()) {
+                continue;
+            }
+            match sections.last_mut() {
+                Some(run) if run.first_section + run.count == s as u32 => run.count += 1,
+                _ => sections.push(pb::SectionRun {
+                    first_section: s as u32,
+                    count: 1,
+                }),
+            }
+        }
+        Ok(Response::new(pb::RenewReply {
+            lease_ms: st.lease_ms,
+            sections,
+            route_version: st.route_version,
+            draining: false,
+            sections_version: 0,
+            sections_unchanged: false,
+        }))
+    }
+
+    async fn take_over(&self, req: Request<pb::TakeOverRequest>) -> Answer<pb::TakeOverReply> {
+        let r = req.into_inner();
+        let mut st = self.st();
+        if let Err(e) = Self::check_incarnation(&st, &r.alloc_id, r.incarnation) {
+            return refuse(e);
+        }
+        let range = r.first_section..r.first_section + r.count;
+        if r.count == 0 || range.end > SECTIONS || r.known_epochs.len() != r.count as usize {
+            return refuse(Rejection::Invalid("bad range".into()));
+        }
+        for s in range.clone() {
+            let rec = &st.sections[s as usize];
+            if rec.owner.as_ref().is_some_and(|o| *o != r.alloc_id) {
+                return refuse(Rejection::OwnedElsewhere {
+                    section: s,
+                    owner: rec.owner.clone().unwrap_or_default(),
+                });
+            }
+        }
+        let mut grants = Vec::new();
+        for (s, k) in range.zip(r.known_epochs) {
+            let rec = &mut st.sections[s as usize];
+            let prepared = rec.owner.as_deref() == Some(r.alloc_id.as_str())
+                && rec.incarnation == r.incarnation
+                && rec.epoch > k;
+            if !prepared {
+                begin(rec, &r.alloc_id, r.incarnation);
+            }
+            grants.push(pb::SectionGrant::from(&grant(rec, s)));
+        }
+        Ok(Response::new(pb::TakeOverReply {
+            grants,
+            route_version: st.route_version,
+        }))
+    }
+
+    async fn raise(&self, req: Request<pb::RaiseRequest>) -> Answer<pb::RaiseReply> {
+        let r = req.into_inner();
+        let mut st = self.st();
+        if let Err(e) = Self::check_incarnation(&st, &r.alloc_id, r.incarnation) {
+            return refuse(e);
+        }
+        let rec = &mut st.sections[r.section as usize];
+        if rec.epoch != r.epoch
+            || rec.owner.as_deref() != Some(r.alloc_id.as_str())
+            || rec.incarnation != r.incarnation
+        {
+            return refuse(Rejection::StaleEpoch {
+                section: r.section,
+                given: r.epoch,
+                current: rec.epoch,
+            });
+        }
+        if r.to <= rec.max_seq {
+            return refuse(Rejection::NotAbove {
+                section: r.section,
+                to: r.to,
+                current: rec.max_seq,
+            });
+        }
+        if r.to - rec.max_seq > STEP {
+            return refuse(Rejection::TooLarge {
+                section: r.section,
+                to: r.to,
+                current: rec.max_seq,
+            });
+        }
+        rec.max_seq = r.to;
+        Ok(Response::new(pb::RaiseReply { max_seq: r.to }))
+    }
+
+    async fn handoff(&self, req: Request<pb::HandoffRequest>) -> Answer<pb::HandoffReply> {
+        let r = req.into_inner();
+        let mut st = self.st();
+        if let Err(e) = Self::check_incarnation(&st, &r.from_alloc, r.incarnation) {
+            return refuse(e);
+        }
+        if st.handoff_fault == HandoffFault::Refuse {
+            return refuse(Rejection::Invalid("injected refusal".into()));
+        }
+        let rec = &st.sections[r.section as usize];
+        if rec.owner.as_deref() != Some(r.from_alloc.as_str()) || rec.incarnation != r.incarnation
+        {
+            return refuse(Rejection::OwnedElsewhere {
+                section: r.section,
+                owner: rec.owner.clone().unwrap_or_default(),
+            });
+        }
+        if rec.epoch != r.epoch {
+            return refuse(Rejection::StaleEpoch {
+                section: r.section,
+                given: r.epoch,
+                current: rec.epoch,
+            });
+        }
+        let Some(to) = st.allocs.get(&r.to_alloc).cloned() else {
+            return refuse(Rejection::NotRegistered { alloc: r.to_alloc });
+        };
+        let rec = &mut st.sections[r.section as usize];
+        begin(rec, &r.to_alloc, to.incarnation);
+        let g = grant(rec, r.section);
+        st.route_version += 1;
+        if st.handoff_fault == HandoffFault::LoseReply {
+            return Err(Error::NoLeader("reply lost".into()).to_status());
+        }
+        Ok(Response::new(pb::HandoffReply {
+            grant: Some(pb::SectionGrant::from(&g)),
+            route_version: st.route_version,
+            to_peer_addr: to.peer_addr,
+        }))
+    }
+
+    async fn read_sections(
+        &self,
+        req: Request<pb::ReadSectionsRequest>,
+    ) -> Answer<pb::ReadSectionsReply> {
+        let r = req.into_inner();
+        let st = self.st();
+        let sections = (r.first_section..r.first_section + r.count)
+            .filter_map(|s| {
+                let rec = st.sections.get(s as usize)?;
+                Some(pb::SectionState {
+                    section: s,
+                    max_seq: rec.max_seq,
+                    epoch: rec.epoch,
+                    owner: rec.owner.clone().unwrap_or_default(),
+                    incarnation: rec.incarnation,
+                    start: rec.start,
+                })
+            })
+            .collect();
+        Ok(Response::new(pb::ReadSectionsReply { sections }))
+    }
+
+    async fn get_routes(&self, _req: Request<pb::GetRoutesRequest>) -> Answer<pb::RouteTable> {
+        Ok(Response::new(pb::RouteTable::from(&Self::routes(&self.st()))))
+    }
+
+    async fn status(&self, _req: Request<pb::StatusRequest>) -> Answer<pb::StoreStatus> {
+        Err(Status::unimplemented("not in the fake"))
+    }
+}
+
+/// A node's listeners on loopback and a config naming them.
+async fn node_config(id: &str, store: &str, renew_ms: u64) -> (AllocNodeConfig, AllocListeners) {
+    let bind = || async { TcpListener::bind("127.0.0.1:0").await.unwrap() };
+    let l = AllocListeners {
+        client: bind().await,
+        peer: bind().await,
+        admin: bind().await,
+    };
+    let at = |t: &TcpListener| t.local_addr().unwrap().to_string();
+    let cfg = AllocNodeConfig {
+        id: id.into(),
+        addr: at(&l.client),
+        peer_addr: at(&l.peer),
+        admin_addr: at(&l.admin),
+        listen: None,
+        peer_listen: None,
+        admin_listen: None,
+        store: vec![store.to_string()],
+        tls: None,
+        insecure: false,
+        limits: None,
+        route_poll_ms: 50,
+        renew_ms,
+        wait_ms: 200,
+        raise_ahead_fraction: 0.25,
+    };
+    (cfg, l)
+}
+
+async fn start(id: &str, store: &str, renew_ms: u64) -> AllocNode {
+    let (cfg, l) = node_config(id, store, renew_ms).await;
+    tokio::time::timeout(Duration::from_secs(10), AllocNode::start(cfg, l))
+        .await
+        .expect("started in time")
+        .expect("started")
+}
+
+async fn channel(addr: std::net::SocketAddr) -> Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
+async fn client(n: &AllocNode) -> AllocClient<Channel> {
+    AllocClient::new(channel(n.local_addr).await)
+}
+
+async fn admin(n: &AllocNode) -> AllocAdminClient<Channel> {
+    AllocAdminClient::new(channel(n.admin_local_addr).await)
+}
+
+async fn peer(n: &AllocNode) -> AllocPeerClient<Channel> {
+    AllocPeerClient::new(channel(n.peer_local_addr).await)
+}
+
+async fn next(c: &mut AllocClient<Channel>, uid: u64) -> Result<u64, Status> {
+    c.next(pb::NextRequest { uid }).await.map(|r| r.into_inner().seq)
+}
+
+async fn current(c: &mut AllocClient<Channel>, uid: u64) -> Result<u64, Status> {
+    c.current(pb::CurrentRequest { uid })
+        .await
+        .map(|r| r.into_inner().seq)
+}
+
+/// The status's code and `ErrorDetail` kind.
+fn kind(s: &Status) -> (Code, ErrorKind) {
+    let d = detail_of(s).unwrap_or_else(|| panic!("no detail in {s:?}"));
+    (s.code(), ErrorKind::try_from(d.kind).unwrap())
+}
+
+async fn handoff(n: &AllocNode, moves: &[(SectionId, &str)]) -> Vec<pb::MoveResult> {
+    let moves = moves
+        .iter()
+        .map(|&(section, to)| pb::Move {
+            section,
+            to_alloc: to.into(),
+        })
+        .collect();
+    admin(n)
+        .await
+        .handoff(pb::AllocHandoffRequest { moves })
+        .await
+        .unwrap()
+        .into_inner()
+        .results
+}
+
+/// Waits (up to 5 s) until `f` holds.
+async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("never: {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_the_sections_routed_to_it() {
+    let store = FakeStore::new("a1", 3000);
+    let addr = store.clone().serve().await;
+    let a1 = start("a1", &addr, 50).await;
+    assert_ne!(a1.incarnation(), 0);
+    let mut c = client(&a1).await;
+    assert_eq!(next(&mut c, 5).await.unwrap(), 1);
+    assert_eq!(next(&mut c, 5).await.unwrap(), 2);
+    assert_eq!(current(&mut c, 5).await.unwrap(), 2);
+    let status = c
+        .status(pb::AllocStatusRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status.incarnation, a1.incarnation());
+    assert_eq!(status.sections, vec![0, 1, 2, 3]);
+    assert_eq!(store.section(0).incarnation, a1.incarnation());
+    let e = next(&mut c, 1000).await.unwrap_err();
+    assert_eq!(kind(&e), (Code::OutOfRange, ErrorKind::OutOfRange));
+    let e = c
+        .next_batch(pb::NextBatchRequest { uids: vec![] })
+        .await
+        .unwrap_err();
+    assert_eq!(kind(&e), (Code::InvalidArgument, ErrorKind::InvalidRequest));
+    a1.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_moves_a_section_and_the_new_owner_adopts_it_at_once() {
+    let store = FakeStore::new("a1", 30_000);
+    let addr = store.clone().serve().await;
+    let a1 = start("a1", &addr, 50).await;
+    // a2 renews only at start: whatever it serves later came by adopt.
+    let a2 = start("a2", &addr, 20_000).await;
+    let (mut c1, mut c2) = (client(&a1).await, client(&a2).await);
+    let mut last = 0;
+    for _ in 0..5 {
+        last = next(&mut c1, 15).await.unwrap();
+    }
+    let before = store.section(1);
+    let results = handoff(&a1, &[(1, "a2")]).await;
+    assert_eq!(results.len(), 1);
+    assert!(results[0].ok && results[0].error.is_empty(), "{results:?}");
+    assert!(results[0].unavailable_us > 0);
+    // The old owner stopped, for `next` and `current` alike.
+    let e = next(&mut c1, 15).await.unwrap_err();
+    assert_eq!(kind(&e), (Code::Unavailable, ErrorKind::NotOwner));
+    let e = current(&mut c1, 15).await.unwrap_err();
+    assert_eq!(kind(&e), (Code::Unavailable, ErrorKind::NotOwner));
+    // The new owner serves at once, above everything handed out before.
+    let v = next(&mut c2, 15).await.unwrap();
+    assert!(v > last, "{v} after {last} (promise 1)");
+    let after = store.section(1);
+    assert_eq!(after.epoch, before.epoch + 1, "one write, one new epoch");
+    assert_eq!(v, after.start + 1, "starts at the handed-over ceiling");
+    assert_eq!(after.incarnation, a2.incarnation());
+    // Other sections stay where they were.
+    assert!(next(&mut c1, 5).await.is_ok());
+    a1.shutdown();
+    a2.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_moves_change_nothing() {
+    let store = FakeStore::new("a1", 3000);
+    let addr = store.clone().serve().await;
+    let a1 = start("a1", &addr, 50).await;
+    let a2 = start("a2", &addr, 50).await;
+    let mut c1 = client(&a1).await;
+    assert_eq!(next(&mut c1, 25).await.unwrap(), 1);
+    let epoch = store.section(2).epoch;
+    let results = handoff(
+        &a1,
+        &[(2, ""), (2, "a1"), (99, "a2"), (3, "a2"), (3, "a2")],
+    )
+    .await;
+    let errors: Vec<&str> = results.iter().map(|r| r.error.as_str()).collect();
+    assert!(!results[0].ok && errors[0].contains("to_alloc is empty"), "{errors:?}");
+    assert!(!results[1].ok && errors[1].contains("itself"), "{errors:?}");
+    assert!(!results[2].ok && errors[2].contains("not in this set"), "{errors:?}");
+    assert!(results[3].ok, "{results:?}");
+    assert!(!results[4].ok && errors[4].contains("not served here"), "{errors:?}");
+    // Section 2 was never released: same epoch, served from memory.
+    assert_eq!(store.section(2).epoch, epoch);
+    assert_eq!(next(&mut c1, 25).await.unwrap(), 2);
+    a1.shutdown();
+    a2.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_handoff_serves_the_section_again_from_memory() {
+    let store = FakeStore::new("a1", 3000);
+    let addr = store.clone().serve().await;
+    let a1 = start("a1", &addr, 50).await;
+    let a2 = start("a2", &addr, 50).await;
+    let mut c1 = client(&a1).await;
+    assert_eq!(next(&mut c1, 12).await.unwrap(), 1);
+    let epoch = store.section(1).epoch;
+    store.st().handoff_fault = HandoffFault::Refuse;
+    let results = handoff(&a1, &[(1, "a2")]).await;
+    assert!(!results[0].ok, "{results:?}");
+    assert!(
+        results[0].error.contains("serving it again"),
+        "{}",
+        results[0].error
+    );
+    // No skip ahead, no new epoch: the same memory under the same epoch.
+    assert_eq!(next(&mut c1, 12).await.unwrap(), 2);
+    assert_eq!(store.section(1).epoch, epoch);
+    a1.shutdown();
+    a2.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_whose_reply_is_lost_leaves_the_section_to_the_new_owner() {
+    let store = FakeStore::new("a1", 3000);
+    let addr = store.clone().serve().await;
+    let a1 = start("a1", &addr, 50).await;
+    let a2 = start("a2", &addr, 50).await;
+    let (mut c1, mut c2) = (client(&a1).await, client(&a2).await);
+    let mut last = 0;
+    for _ in 0..3 {
+        last = next(&mut c1, 31).await.unwrap();
+    }
+    store.st().handoff_fault = HandoffFault::LoseReply;
+    let results = handoff(&a1, &[(3, "a2")]).await;
+    assert!(!results[0].ok, "{results:?}");
+    assert!(results[0].error.contains("left dropped"), "{}", results[0].error);
+    let e = next(&mut c1, 31).await.unwrap_err();
+    assert_eq!(kind(&e), (Code::Unavailable, ErrorKind::NotOwner));
+    let handed = store.section(3);
+    assert_eq!(handed.owner.as_deref(), Some("a2"));
+    // a2 claims the prepared grant at its next renewal: no second step.
+    let a2_inc = a2.incarnation();
+    let s = store.clone();
+    eventually("a2 serves section 3", || a2.shared.alloc.is_serving(3)).await;
+    let v = next(&mut c2, 31).await.unwrap();
+    assert!(v > last, "{v} after {last}");
+    let now = s.section(3);
+    assert_eq!((now.epoch, now.start), (handed.epoch, handed.start), "prepared grant reused");
+    assert_eq!(now.incarnation, a2_inc);
+    assert_eq!(v, handed.start + 1);
+    a1.shutdown();
+    a2.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_replayed_and_malformed_adopts_install_nothing() {
+    let store = FakeStore::new("a1", 3000);
+    let addr = store.clone().serve().await;
+    let a1 = start("a1", &addr, 50).await;
+    let a2 = start("a2", &addr, 50).await;
+    let mut p2 = peer(&a2).await;
+    let adopt = |sections: Vec<(SectionId, u64)>| pb::AdoptRequest {
+        sections: sections
+            .into_iter()
+            .map(|(section, epoch)| pb::Adopted { section, epoch })
+            .collect(),
+    };
+    // Forged: the store says a1 owns section 0.
+    let e0 = store.section(0).epoch;
+    let e = p2.adopt(adopt(vec![(0, e0)])).await.unwrap_err();
+    assert_eq!(kind(&e), (Code::FailedPrecondition, ErrorKind::OwnedElsewhere));
+    assert!(!a2.shared.alloc.is_serving(0));
+    // A real handoff, then replays of its adopt: nothing more installed.
+    let results = handoff(&a1, &[(0, "a2")]).await;
+    assert!(results[0].ok, "{results:?}");
+    let e0 = store.section(0).epoch;
+    let r = p2.adopt(adopt(vec![(0, e0)])).await.unwrap().into_inner();
+    assert_eq!(r.installed, 0, "replayed");
+    let r = p2.adopt(adopt(vec![(0, e0 - 1)])).await.unwrap().into_inner();
+    assert_eq!(r.installed, 0, "older epoch");
+    // Forged epoch far ahead of the store's.
+    let e = p2.adopt(adopt(vec![(0, 1 << 63)])).await.unwrap_err();
+    assert_eq!(kind(&e), (Code::FailedPrecondition, ErrorKind::StaleEpoch));
+    // An installed one beside a forged one: refused, nothing installed.
+    let e = p2
+        .adopt(adopt(vec![(0, e0), (1, store.section(1).epoch)]))
+        .await
+        .unwrap_err();
+    assert_eq!(kind(&e), (Code::FailedPrecondition, ErrorKind::OwnedElsewhere));
+    assert!(!a2.shared.alloc.is_serving(1));
+    // Malformed.
+    let e = p2.adopt(adopt(vec![])).await.unwrap_err();
+    assert_eq!(kind(&e), (Code::InvalidArgument, ErrorKind::InvalidRequest));
+    let e = p2.adopt(adopt(vec![(0, e0); 1025])).await.unwrap_err();
+    assert_eq!(kind(&e), (Code::InvalidArgument, ErrorKind::InvalidRequest));
+    let e = p2.adopt(adopt(vec![(SECTIONS, 1)])).await.unwrap_err();
+    assert_eq!(kind(&e), (Code::OutOfRange, ErrorKind::UnknownSection));
+    a1.shutdown();
+    a2.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn current_follows_the_lease() {
+    let store = FakeStore::new("a1", 300);
+    let addr = store.clone().serve().await;
+    let a1 = start("a1", &addr, 50).await;
+    let mut c = client(&a1).await;
+    assert_eq!(next(&mut c, 0).await.unwrap(), 1);
+    assert_eq!(current(&mut c, 0).await.unwrap(), 1);
+    store.st().renew_down = true;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let e = current(&mut c, 0).await.unwrap_err();
+    assert_eq!(kind(&e), (Code::Unavailable, ErrorKind::LeaseExpired));
+    let e = next(&mut c, 0).await.unwrap_err();
+    assert_eq!(kind(&e), (Code::Unavailable, ErrorKind::LeaseExpired));
+    // Back: the lapse dropped every section; they are claimed again with a
+    // new epoch, and every uid skips ahead (memory is not trusted).
+    let epoch = store.section(0).epoch;
+    store.st().renew_down = false;
+    let s = store.clone();
+    eventually("section 0 claimed again", || s.section(0).epoch > epoch).await;
+    eventually("section 0 served", || a1.shared.alloc.is_serving(0)).await;
+    let v = next(&mut c, 0).await.unwrap();
+    assert_eq!(v, store.section(0).start + 1);
+    a1.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_twin_waits_without_serving_and_the_replaced_process_stops() {
+    let store = FakeStore::new("a1", 3000);
+    let addr = store.clone().serve().await;
+    let first = start("a1", &addr, 50).await;
+    let mut c1 = client(&first).await;
+    assert_eq!(next(&mut c1, 7).await.unwrap(), 1);
+    // A second process with the same id: refused as a twin, keeps trying.
+    let (cfg, l) = node_config("a1", &addr, 50).await;
+    let twin = tokio::spawn(AllocNode::start(cfg, l));
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!twin.is_finished(), "a twin must not start serving");
+    assert_eq!(next(&mut c1, 7).await.unwrap(), 2, "the first one serves on");
+    // The first one's lease is over (as the store sees it): the twin
+    // registers and the first one, at its next renewal, is told it was
+    // replaced.
+    store.st().replace_twins = true;
+    let second = tokio::time::timeout(Duration::from_secs(5), twin)
+        .await
+        .expect("registered in time")
+        .unwrap()
+        .expect("started");
+    assert_ne!(second.incarnation(), first.incarnation());
+    eventually("first fenced", || first.shared.is_fenced()).await;
+    let e = next(&mut c1, 7).await.unwrap_err();
+    assert_eq!(kind(&e), (Code::Unavailable, ErrorKind::StaleIncarnation));
+    assert!(detail_of(&e).unwrap().retryable);
+    let e = current(&mut c1, 7).await.unwrap_err();
+    assert_eq!(kind(&e), (Code::Unavailable, ErrorKind::StaleIncarnation));
+    assert!(first.shared.alloc.served_sections().is_empty());
+    // The second one claims every section with a new epoch and skips ahead.
+    eventually("second serves", || second.shared.alloc.is_serving(0)).await;
+    let mut c2 = client(&second).await;
+    assert!(next(&mut c2, 7).await.unwrap() > 2);
+    first.shutdown();
+    second.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_incarnation_drops_everything() {
+    let store = FakeStore::new("a1", 3000);
+    let addr = store.clone().serve().await;
+    let a1 = start("a1", &addr, 50).await;
+    let mut c = client(&a1).await;
+    assert_eq!(next(&mut c, 33).await.unwrap(), 1);
+    store.st().allocs.get_mut("a1").unwrap().fenced = true;
+    eventually("fenced", || a1.shared.is_fenced()).await;
+    let e = next(&mut c, 33).await.unwrap_err();
+    assert_eq!(kind(&e), (Code::Unavailable, ErrorKind::StaleIncarnation));
+    let status = c
+        .status(pb::AllocStatusRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(status.sections.is_empty());
+    // Handoffs have nothing to move.
+    let results = handoff(&a1, &[(3, "a2")]).await;
+    assert!(results[0].error.contains("not served here"), "{results:?}");
+    a1.shutdown();
+}

@@ -1,0 +1,181 @@
+//! A store replica's Prometheus metrics.
+//!
+//! Counters of what this replica did (commands it proposed as leader by
+//! kind and outcome, with latency; renewals granted and refused; arbiter
+//! moves) are kept as it works; gauges of its state (Raft term, leadership,
+//! log and apply positions, sections, route version, lease terms, fsyncs)
+//! are read from the replica when scraped. Calls by method and status code
+//! come from the planes' [`seqsvr_net::calls`] layers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::{
+    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+};
+
+use crate::types::Command;
+
+/// The metrics of one replica.
+pub struct StoreMetrics {
+    /// Where everything is registered (also the planes' call metrics).
+    pub registry: Registry,
+    /// Commands proposed by this replica, by kind and outcome.
+    commands: IntCounterVec,
+    /// Propose-to-applied latency, by kind.
+    command_seconds: HistogramVec,
+    /// Renewals, by result (granted, refused).
+    renewals: IntCounterVec,
+    /// Sections the arbiter moved away from owners whose lease expired.
+    moves: IntCounter,
+    /// fsyncs, mirrored from the disk's counter when scraped.
+    fsyncs: IntCounter,
+    raft: IntGaugeVec,
+    state: IntGaugeVec,
+}
+
+fn kind(cmd: &Command) -> &'static str {
+    match cmd {
+        Command::ConfigureSet(_) => "configure_set",
+        Command::SetLease(_) => "set_lease",
+        Command::RegisterAlloc { .. } => "register_alloc",
+        Command::FenceAlloc { .. } => "fence_alloc",
+        Command::Assign { .. } => "assign",
+        Command::TakeOver { .. } => "take_over",
+        Command::Handoff { .. } => "handoff",
+        Command::SetDraining { .. } => "set_draining",
+        Command::Raise { .. } => "raise",
+    }
+}
+
+impl StoreMetrics {
+    /// A fresh registry with every store metric.
+    pub fn new(node: u64) -> prometheus::Result<Arc<Self>> {
+        let registry = Registry::new_custom(
+            None,
+            Some([("store_node".to_string(), node.to_string())].into()),
+        )?;
+        let commands = IntCounterVec::new(
+            Opts::new(
+                "seqsvr_store_commands_total",
+                "commands this replica proposed, by kind and outcome",
+            ),
+            &["command", "outcome"],
+        )?;
+        let command_seconds = HistogramVec::new(
+            HistogramOpts::new(
+                "seqsvr_store_command_seconds",
+                "time from proposing a command to its result (log append, replication, majority fsync, apply)",
+            )
+            .buckets(vec![0.000_5, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0]),
+            &["command"],
+        )?;
+        let renewals = IntCounterVec::new(
+            Opts::new(
+                "seqsvr_store_renewals_total",
+                "lease renewals handled by this replica as leader",
+            ),
+            &["result"],
+        )?;
+        let moves = IntCounter::new(
+            "seqsvr_store_arbiter_moves_total",
+            "section runs the arbiter routed away from owners whose lease expired",
+        )?;
+        let fsyncs = IntCounter::new(
+            "seqsvr_store_fsyncs_total",
+            "fsyncs of the replica's database",
+        )?;
+        let raft = IntGaugeVec::new(
+            Opts::new("seqsvr_raft", "Raft state of this replica: term, is_leader, last_log_index, last_applied, commit_lag, voters"),
+            &["field"],
+        )?;
+        let state = IntGaugeVec::new(
+            Opts::new("seqsvr_store_state", "replicated state as this replica applied it: sections, owned_sections, allocs, route_version, lease_ms, margin_ms"),
+            &["field"],
+        )?;
+        for c in [
+            Box::new(commands.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(command_seconds.clone()),
+            Box::new(renewals.clone()),
+            Box::new(moves.clone()),
+            Box::new(fsyncs.clone()),
+            Box::new(raft.clone()),
+            Box::new(state.clone()),
+        ] {
+            registry.register(c)?;
+        }
+        Ok(Arc::new(Self {
+            registry,
+            commands,
+            command_seconds,
+            renewals,
+            moves,
+            fsyncs,
+            raft,
+            state,
+        }))
+    }
+
+    /// A command this replica proposed, its outcome and how long it took.
+    pub fn command(&self, cmd: &Command, ok: bool, took: Duration) {
+        let k = kind(cmd);
+        let outcome = if ok { "ok" } else { "refused" };
+        self.commands.with_label_values(&[k, outcome]).inc();
+        self.command_seconds
+            .with_label_values(&[k])
+            .observe(took.as_secs_f64());
+    }
+
+    /// A renewal granted or refused.
+    pub fn renewal(&self, granted: bool) {
+        let r = if granted { "granted" } else { "refused" };
+        self.renewals.with_label_values(&[r]).inc();
+    }
+
+    /// An arbiter move.
+    pub fn moved(&self) {
+        self.moves.inc();
+    }
+
+    /// Reads the replica's state into the gauges and renders everything.
+    pub fn render(&self, api: &crate::service::StoreApi) -> String {
+        let m = api.raft.metrics().borrow().clone();
+        let last_log = m.last_log_index.unwrap_or(0);
+        let applied = m.last_applied.map(|l| l.index).unwrap_or(0);
+        let voters = m.membership_config.membership().voter_ids().count() as i64;
+        for (f, v) in [
+            ("term", m.current_term as i64),
+            ("is_leader", i64::from(m.current_leader == Some(api.id))),
+            ("last_log_index", last_log as i64),
+            ("last_applied", applied as i64),
+            ("commit_lag", last_log.saturating_sub(applied) as i64),
+            ("voters", voters),
+        ] {
+            self.raft.with_label_values(&[f]).set(v);
+        }
+        {
+            let a = api.sm.read();
+            let owned = a
+                .state
+                .sections
+                .iter()
+                .filter(|r| r.owner.is_some())
+                .count();
+            for (f, v) in [
+                ("sections", a.state.sections.len() as i64),
+                ("owned_sections", owned as i64),
+                ("allocs", a.state.allocs.len() as i64),
+                ("route_version", a.state.route_version as i64),
+                ("lease_ms", a.state.lease.terms.lease_ms as i64),
+                ("margin_ms", a.state.lease.terms.margin_ms as i64),
+            ] {
+                self.state.with_label_values(&[f]).set(v);
+            }
+        }
+        let f = api.disk.fsyncs();
+        self.fsyncs.inc_by(f.saturating_sub(self.fsyncs.get()));
+        prometheus::TextEncoder::new()
+            .encode_to_string(&self.registry.gather())
+            .unwrap_or_else(|e| format!("# metrics encoding failed: {e}\n"))
+    }
+}

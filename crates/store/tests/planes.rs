@@ -1,0 +1,318 @@
+//! A three-replica store group in process, with mTLS on every plane, tried
+//! as strangers, wrong roles and forgers would try it with plain gRPC
+//! clients. Every refusal is typed, nothing changes, and the group stays
+//! alive and writable afterwards (docs/architecture/security.md).
+
+use std::time::Duration;
+
+use openraft::raft::VoteRequest;
+use seqsvr_net::{DevPki, Leaf, Role};
+use seqsvr_proto::raft_client::RaftClient;
+use seqsvr_proto::store_peer_client::StorePeerClient;
+use seqsvr_proto::{self as pb};
+use seqsvr_store::node::{Member, StoreConfig, StoreListeners};
+use seqsvr_store::StoreNode;
+use seqsvr_store_api::client::connector;
+use seqsvr_store_api::{AllocAddrs, Error, PeerClient, ReadClient};
+use tokio::net::TcpListener;
+use tonic::Code;
+
+struct Cluster {
+    nodes: Vec<StoreNode>,
+    pki: DevPki,
+    peer: Vec<String>,
+    client: Vec<String>,
+    _dir: tempfile::TempDir,
+}
+
+async fn bind() -> TcpListener {
+    TcpListener::bind("127.0.0.1:0").await.unwrap()
+}
+
+fn addr(l: &TcpListener) -> String {
+    l.local_addr().unwrap().to_string()
+}
+
+async fn cluster() -> Cluster {
+    let dir = tempfile::tempdir().unwrap();
+    let leaves = [
+        Leaf::new("store-1", Role::Store(1)),
+        Leaf::new("store-2", Role::Store(2)),
+        Leaf::new("store-3", Role::Store(3)),
+        Leaf::new("alloc-a", Role::Alloc("a".into())),
+        Leaf::new("alloc-b", Role::Alloc("b".into())),
+        Leaf::new("ops", Role::Operator("ops".into())),
+    ];
+    let pki = DevPki::generate(&dir.path().join("pki"), &leaves, false).unwrap();
+    let mut listeners = Vec::new();
+    for _ in 0..3 {
+        listeners.push(StoreListeners {
+            peer: bind().await,
+            client: bind().await,
+            admin: bind().await,
+            metrics: Some(bind().await),
+        });
+    }
+    let members: Vec<Member> = listeners
+        .iter()
+        .enumerate()
+        .map(|(i, l)| Member {
+            id: i as u64 + 1,
+            addr: addr(&l.peer),
+        })
+        .collect();
+    let peer = members.iter().map(|m| m.addr.clone()).collect();
+    let client = listeners.iter().map(|l| addr(&l.client)).collect();
+    let mut nodes = Vec::new();
+    for (i, l) in listeners.into_iter().enumerate() {
+        let id = i as u64 + 1;
+        let text = format!(
+            r#"
+id = {id}
+data_dir = "{data}"
+client_addr = "{client}"
+admin_addr = "{admin}"
+metrics_addr = "{metrics}"
+members = []
+[tls]
+ca = "{ca}"
+cert = "{cert}"
+key = "{key}"
+[set]
+set_id = 0
+uid_begin = 0
+uid_end = 1000
+section_size = 100
+step = 100
+[raft]
+heartbeat_ms = 50
+election_min_ms = 200
+election_max_ms = 400
+"#,
+            data = dir.path().join(format!("store-{id}")).display(),
+            client = addr(&l.client),
+            admin = addr(&l.admin),
+            metrics = addr(l.metrics.as_ref().unwrap()),
+            ca = pki.ca_path().display(),
+            cert = pki.cert_path(&format!("store-{id}")).display(),
+            key = pki.key_path(&format!("store-{id}")).display(),
+        );
+        let mut cfg: StoreConfig = toml::from_str(&text).unwrap();
+        cfg.members = members.clone();
+        cfg.validate().unwrap();
+        nodes.push(StoreNode::start(cfg, l).await.unwrap());
+    }
+    Cluster {
+        nodes,
+        pki,
+        peer,
+        client,
+        _dir: dir,
+    }
+}
+
+fn tls(pki: &DevPki, name: &str) -> seqsvr_net::ClientTls {
+    pki.tls_config(name).client().unwrap()
+}
+
+impl Cluster {
+    fn peer_as(&self, name: &str) -> PeerClient {
+        PeerClient::new(&self.peer, &connector(Some(tls(&self.pki, name))))
+            .unwrap()
+            .with_deadline(Duration::from_secs(3), Duration::from_millis(500))
+    }
+
+    /// A raw peer-plane gRPC client to replica `i`, as `name` (or with no
+    /// certificate at all).
+    fn raw(&self, i: usize, name: Option<&str>) -> tonic::transport::Channel {
+        let t = match name {
+            Some(n) => tls(&self.pki, n),
+            None => seqsvr_net::ClientTls::server_only(&self.pki.ca_path()).unwrap(),
+        };
+        seqsvr_net::client::channel(&self.peer[i], Some(&t), Duration::from_secs(1)).unwrap()
+    }
+
+    async fn wait_configured(&self) {
+        let read = ReadClient::new(
+            &self.client,
+            &connector(Some(
+                seqsvr_net::ClientTls::server_only(&self.pki.ca_path()).unwrap(),
+            )),
+        )
+        .unwrap();
+        for _ in 0..100 {
+            if read.routes().await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the group never served routes");
+    }
+
+    /// The group still elects, writes and reads: register + take over,
+    /// naming `known` as the newest epoch installed.
+    async fn alive(&self, alloc: &str, inc: u64, known: u64) -> seqsvr_core::Grant {
+        let c = self.peer_as(&format!("alloc-{alloc}"));
+        let addrs = AllocAddrs {
+            client: format!("127.0.0.1:{}", 9000 + inc),
+            peer: format!("127.0.0.1:{}", 9100 + inc),
+            admin: format!("127.0.0.1:{}", 9200 + inc),
+        };
+        c.register_alloc(alloc, inc, &addrs).await.unwrap();
+        let first = if alloc == "a" { 0 } else { 5 };
+        let (grants, _) = c.take_over(alloc, inc, first, vec![known]).await.unwrap();
+        grants[0]
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strangers_wrong_roles_and_forgers_are_refused_and_change_nothing() {
+    let c = cluster().await;
+    c.wait_configured().await;
+    let before = c.alive("a", 1, 0).await;
+
+    // A stranger without a certificate cannot even finish the handshake on
+    // the peer plane.
+    let mut raft = RaftClient::new(c.raw(0, None));
+    let e = raft
+        .vote(pb::RaftPayload { data: vec![1] })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e.code(),
+            Code::Unavailable | Code::Unknown | Code::Cancelled
+        ),
+        "{e:?}"
+    );
+
+    // An AllocSvr certificate may not speak Raft.
+    let mut raft = RaftClient::new(c.raw(0, Some("alloc-a")));
+    let e = raft
+        .vote(pb::RaftPayload { data: vec![1] })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+
+    // alloc a may not renew, raise or hand off in b's name.
+    let as_a = c.peer_as("alloc-a");
+    for r in [
+        as_a.renew("b", 2).await.map(|_| ()),
+        as_a.raise("b", 2, 5, 1, 150).await.map(|_| ()),
+        as_a.handoff("b", 2, "a", 5, 1).await.map(|_| ()),
+    ] {
+        assert!(matches!(r, Err(Error::Denied(_))), "{r:?}");
+    }
+    // An operator may not act on the peer plane as an AllocSvr either.
+    let r = c.peer_as("ops").renew("a", 1).await;
+    assert!(matches!(r, Err(Error::Denied(_))), "{r:?}");
+
+    // Oversized ids are refused at the edge, before anything is proposed.
+    let huge = "a".repeat(40_000);
+    let mut peer = StorePeerClient::new(c.raw(1, Some("alloc-a")));
+    let e = peer
+        .renew(pb::RenewRequest {
+            alloc_id: huge,
+            incarnation: 1,
+            known_sections_version: 0,
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e.code(), Code::PermissionDenied | Code::InvalidArgument),
+        "{e:?}"
+    );
+
+    // A forged vote with an absurd term, sent with a genuine replica
+    // certificate (the worst case: a compromised or buggy peer), is refused
+    // before openraft sees it — every replica keeps running.
+    for i in 0..3 {
+        let mut raft = RaftClient::new(c.raw(i, Some("store-1")));
+        for term in [u64::MAX, 1 << 40] {
+            let vote = VoteRequest::<u64>::new(openraft::Vote::new(term, 1), None);
+            let data = seqsvr_core::codec::encode(&vote).unwrap();
+            let e = raft.vote(pb::RaftPayload { data }).await.unwrap_err();
+            assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        }
+    }
+
+    // The group is alive and nothing above changed anything: b's sections
+    // are b's to take, and a's ceiling moved only by a's own take-over.
+    let b = c.alive("b", 2, 0).await;
+    assert_eq!((b.epoch, b.prev_ceiling, b.max_seq), (1, 0, 100));
+    let after = c.alive("a", 1, before.epoch).await;
+    assert_eq!(after.epoch, before.epoch + 1);
+    assert_eq!(after.prev_ceiling, before.max_seq);
+    for n in &c.nodes {
+        assert!(n.raft.metrics().borrow().current_term < 1 << 32);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twins_are_refused_with_the_live_address() {
+    let c = cluster().await;
+    c.wait_configured().await;
+    c.alive("a", 1, 0).await;
+    let twin = c.peer_as("alloc-a");
+    let addrs = AllocAddrs {
+        client: "127.0.0.1:9999".into(),
+        peer: "127.0.0.1:9998".into(),
+        admin: "127.0.0.1:9997".into(),
+    };
+    let r = twin.register_alloc("a", 77, &addrs).await;
+    match r {
+        Err(Error::Rejected(seqsvr_store_api::Rejection::Twin { alloc, live, addr })) => {
+            assert_eq!(
+                (alloc.as_str(), live, addr.as_str()),
+                ("a", 1, "127.0.0.1:9001")
+            );
+        }
+        other => panic!("expected TWIN, got {other:?}"),
+    }
+    // Its renewals are refused too.
+    let r = twin.renew("a", 77).await;
+    assert!(
+        matches!(
+            r,
+            Err(Error::Rejected(
+                seqsvr_store_api::Rejection::StaleIncarnation { .. }
+            ))
+        ),
+        "{r:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_scraped_and_move() {
+    let c = cluster().await;
+    c.wait_configured().await;
+    c.alive("a", 1, 0).await;
+    let mut texts = Vec::new();
+    for n in &c.nodes {
+        let a = n.addrs.metrics.expect("metrics served");
+        texts.push(scrape(a).await);
+    }
+    let all = texts.concat();
+    for name in [
+        "seqsvr_store_commands_total",
+        "seqsvr_store_command_seconds",
+        "seqsvr_store_fsyncs_total",
+        "seqsvr_raft{",
+        "seqsvr_store_state{",
+        "seqsvr_calls_total",
+    ] {
+        assert!(all.contains(name), "{name} missing");
+    }
+    assert!(all.contains(r#"command="take_over",outcome="ok""#), "{all}");
+}
+
+async fn scrape(addr: std::net::SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}

@@ -271,4 +271,7 @@ pub enum NodeError {
     /// A socket could not be inspected.
     #[error("listener: {0}")]
     Io(#[from] std::io::Error),
+    /// The metrics could not be registered.
+    #[error("metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
 }

@@ -227,9 +227,9 @@ async fn settle(shared: &Shared, mark: Mark<'_>, section: SectionId, released: R
                         "still ours, but it changed here meanwhile: left as it is".to_string()
                     }
                 }
-                AfterHandoff::LeaveDropped { owner, epoch } => format!(
-                    "the store has it at epoch {epoch} for {owner:?}: left dropped"
-                ),
+                AfterHandoff::LeaveDropped { owner, epoch } => {
+                    format!("the store has it at epoch {epoch} for {owner:?}: left dropped")
+                }
             }
         }
         Ok(None) => "the store's read did not return it: left dropped (a renewal claims it \
@@ -301,7 +301,10 @@ pub async fn adopt(shared: &Shared, sections: &[pb::Adopted]) -> Result<u32, Cal
     }
     shared.admit()?;
     let alloc = &shared.alloc;
-    if let Some(a) = sections.iter().find(|a| !alloc.spec().has_section(a.section)) {
+    if let Some(a) = sections
+        .iter()
+        .find(|a| !alloc.spec().has_section(a.section))
+    {
         return Err(CallError::UnknownSection { section: a.section });
     }
     let pending: Vec<&pb::Adopted> = sections
@@ -318,7 +321,10 @@ pub async fn adopt(shared: &Shared, sections: &[pb::Adopted]) -> Result<u32, Cal
     let mut grants = Vec::with_capacity(pending.len());
     for a in &pending {
         let info = infos.get(&a.section).ok_or_else(|| {
-            CallError::Internal(format!("the store's read did not return section {}", a.section))
+            CallError::Internal(format!(
+                "the store's read did not return section {}",
+                a.section
+            ))
         })?;
         let installed = alloc.known_epoch(a.section);
         match decide_adopt(info, me, incarnation, a.epoch, installed)? {
@@ -335,6 +341,7 @@ pub async fn adopt(shared: &Shared, sections: &[pb::Adopted]) -> Result<u32, Cal
     }
     let installed = alloc.install(&grants)?;
     drop(own);
+    shared.metrics.sections_started("adopted", installed);
     tracing::info!(
         sections = ?grants.iter().map(|g| (g.section, g.epoch)).collect::<Vec<_>>(),
         installed,

@@ -83,6 +83,7 @@ pub mod error;
 pub mod handoff;
 pub mod lease;
 pub mod mem;
+pub mod metrics;
 pub mod node;
 pub mod ownership;
 pub mod raiser;

@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use seqsvr_core::{AllocId, Incarnation, SectionId};
+use seqsvr_net::calls::{CallMetrics, CallMetricsLayer};
 use seqsvr_net::{Plane, PlaneLimits, TlsConfig};
 use seqsvr_proto::alloc_admin_server::AllocAdminServer;
 use seqsvr_proto::alloc_peer_server::AllocPeerServer;
@@ -156,7 +157,10 @@ impl AllocNodeConfig {
         for (i, (key, a)) in advertised.iter().enumerate() {
             check_addr(a, false).or_else(|r| bad(key, r))?;
             if let Some((other, _)) = advertised[..i].iter().find(|(_, b)| b == a) {
-                return bad(key, format!("{a} is also {other}: every plane needs its own"));
+                return bad(
+                    key,
+                    format!("{a} is also {other}: every plane needs its own"),
+                );
             }
         }
         let listens = [
@@ -272,7 +276,9 @@ fn check_addr(a: &str, any_port: bool) -> Result<(), String> {
         && host.split('.').all(|label| {
             !label.is_empty()
                 && label.len() <= 63
-                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
                 && !label.starts_with('-')
                 && !label.ends_with('-')
         });
@@ -302,7 +308,10 @@ impl AllocListeners {
             let addr = cfg.listen_addr(plane).to_string();
             async move {
                 TcpListener::bind(&addr).await.map_err(|e| {
-                    std::io::Error::new(e.kind(), format!("binding the {plane} plane on {addr}: {e}"))
+                    std::io::Error::new(
+                        e.kind(),
+                        format!("binding the {plane} plane on {addr}: {e}"),
+                    )
                 })
             }
         };
@@ -454,10 +463,12 @@ impl AllocNode {
             client_tls,
             ownership: Mutex::new(Ownership::default()),
             peers: Default::default(),
+            metrics: crate::metrics::AllocMetrics::new(&cfg.id)?,
         });
         let ceilings = Arc::new(StoreCeilings {
             store: reader.clone(),
             alloc: cfg.id.clone(),
+            metrics: shared.metrics.clone(),
         });
         let ctx = Arc::new(Ctx {
             shared: shared.clone(),
@@ -481,23 +492,45 @@ impl AllocNode {
                 let _ = rx.wait_for(|s| *s).await;
             }
         };
-        let client_router = client_l.server().add_service(AllocServer::new(ClientService {
-            shared: shared.clone(),
-        }));
-        let peer_router = peer_l.server().add_service(AllocPeerServer::new(PeerService {
-            shared: shared.clone(),
-            auth: peer_l.auth(),
-        }));
-        let admin_router = admin_l.server().add_service(AllocAdminServer::new(AdminService {
-            shared: shared.clone(),
-            auth: admin_l.auth(),
-        }));
+        let calls = |plane: Plane, paths: &[&str]| {
+            CallMetrics::register(&shared.metrics.registry, plane.name(), paths)
+                .map(CallMetricsLayer)
+        };
+        let client_router = client_l
+            .server()
+            .layer(calls(Plane::Client, CLIENT_PATHS)?)
+            .add_service(AllocServer::new(ClientService {
+                shared: shared.clone(),
+            }));
+        let peer_router = peer_l
+            .server()
+            .layer(calls(Plane::Peer, PEER_PATHS)?)
+            .add_service(AllocPeerServer::new(PeerService {
+                shared: shared.clone(),
+                auth: peer_l.auth(),
+            }));
+        let admin_router = admin_l
+            .server()
+            .layer(calls(Plane::Admin, ADMIN_PATHS)?)
+            .add_service(AllocAdminServer::new(AdminService {
+                shared: shared.clone(),
+                auth: admin_l.auth(),
+            }));
         let raiser = Raiser::new(alloc.clone(), ceilings, RaiserConfig::default());
         let poll = Duration::from_millis(cfg.route_poll_ms);
         let tasks = vec![
-            tokio::spawn(serve(Plane::Client, client_l.serve(client_router, stopped(&stop)))),
-            tokio::spawn(serve(Plane::Peer, peer_l.serve(peer_router, stopped(&stop)))),
-            tokio::spawn(serve(Plane::Admin, admin_l.serve(admin_router, stopped(&stop)))),
+            tokio::spawn(serve(
+                Plane::Client,
+                client_l.serve(client_router, stopped(&stop)),
+            )),
+            tokio::spawn(serve(
+                Plane::Peer,
+                peer_l.serve(peer_router, stopped(&stop)),
+            )),
+            tokio::spawn(serve(
+                Plane::Admin,
+                admin_l.serve(admin_router, stopped(&stop)),
+            )),
             tokio::spawn(renew_loop(ctx.clone())),
             tokio::spawn(route_loop(ctx, poll)),
             tokio::spawn(raiser.run(stopped(&stop))),
@@ -534,6 +567,20 @@ impl AllocNode {
         }
     }
 }
+
+/// The methods each plane serves, for per-call metrics.
+const CLIENT_PATHS: &[&str] = &[
+    "/seqsvr.v1.Alloc/Next",
+    "/seqsvr.v1.Alloc/NextBatch",
+    "/seqsvr.v1.Alloc/Current",
+    "/seqsvr.v1.Alloc/Routes",
+    "/seqsvr.v1.Alloc/Status",
+];
+const PEER_PATHS: &[&str] = &["/seqsvr.v1.AllocPeer/Adopt"];
+const ADMIN_PATHS: &[&str] = &[
+    "/seqsvr.v1.AllocAdmin/Handoff",
+    "/seqsvr.v1.AllocAdmin/Status",
+];
 
 /// Serves one plane until stopped; logs why it stopped otherwise.
 async fn serve(plane: Plane, serving: impl std::future::Future<Output = seqsvr_net::Result<()>>) {
@@ -621,13 +668,20 @@ async fn renew_once(ctx: &Ctx) {
         .renewer
         .renew_since(&shared.id, shared.incarnation(), known_version);
     let reply = match renewal.await {
-        Ok(r) => r,
+        Ok(r) => {
+            shared.metrics.renewal(true);
+            r
+        }
         Err(
             e @ StoreError::Rejected(
                 Rejection::StaleIncarnation { .. } | Rejection::NotRegistered { .. },
             ),
-        ) => return shared.fence(&e),
+        ) => {
+            shared.metrics.renewal(false);
+            return shared.fence(&e);
+        }
         Err(e) => {
+            shared.metrics.renewal(false);
             tracing::warn!(
                 lease_left_ms = shared.lease_left_ms(),
                 "lease renewal failed: {e}"
@@ -644,7 +698,10 @@ async fn renew_once(ctx: &Ctx) {
         } else if cache.0 == 0 || cache.0 != known_version {
             // "Unchanged" from a list we do not hold: not a grant we can
             // act on. Ask for the full list next time.
-            tracing::warn!(known_version, "renewal says the list is unchanged, but none is held");
+            tracing::warn!(
+                known_version,
+                "renewal says the list is unchanged, but none is held"
+            );
             *cache = (0, Vec::new());
             return;
         }
@@ -667,6 +724,7 @@ async fn renew_once(ctx: &Ctx) {
         let r = reconcile(&alloc.served_sections(), &listed, &releasing, lapsed);
         if lapsed {
             own.lapses += 1;
+            shared.metrics.lapses.inc();
         }
         for &s in &r.drop {
             if alloc.drop_section(s) {
@@ -681,12 +739,15 @@ async fn renew_once(ctx: &Ctx) {
     shared.draining.store(reply.draining, Ordering::Relaxed);
     for (first, count) in runs(&claim) {
         match ctx.raiser.take_over(first, count).await {
-            Ok(g) => tracing::info!(
-                first,
-                count,
-                epoch = g.first().map(|g| g.epoch),
-                "took over sections"
-            ),
+            Ok(g) => {
+                shared.metrics.sections_started("took_over", g.len());
+                tracing::info!(
+                    first,
+                    count,
+                    epoch = g.first().map(|g| g.epoch),
+                    "took over sections"
+                )
+            }
             Err(AllocError::Store(StoreErr::Fenced)) => {
                 return shared.fence(&"a take-over found this incarnation replaced or fenced");
             }
@@ -813,20 +874,52 @@ raise_ahead_fraction = 0.25
     #[test]
     fn errors_name_the_key() {
         let cases = [
-            ("addr = \"127.0.0.1:7201\"", "addr = \"not-an-address\"", "addr"),
-            ("peer_addr = \"127.0.0.1:7211\"", "peer_addr = \"h:99999\"", "peer_addr"),
-            ("admin_addr = \"127.0.0.1:7221\"", "admin_addr = \"[::1:7221\"", "admin_addr"),
-            ("admin_addr = \"127.0.0.1:7221\"", "admin_addr = \"127.0.0.1:7201\"", "admin_addr"),
-            ("admin_addr = \"127.0.0.1:7221\"", "admin_addr = \"10.0.0.1:0\"", "admin_addr"),
+            (
+                "addr = \"127.0.0.1:7201\"",
+                "addr = \"not-an-address\"",
+                "addr",
+            ),
+            (
+                "peer_addr = \"127.0.0.1:7211\"",
+                "peer_addr = \"h:99999\"",
+                "peer_addr",
+            ),
+            (
+                "admin_addr = \"127.0.0.1:7221\"",
+                "admin_addr = \"[::1:7221\"",
+                "admin_addr",
+            ),
+            (
+                "admin_addr = \"127.0.0.1:7221\"",
+                "admin_addr = \"127.0.0.1:7201\"",
+                "admin_addr",
+            ),
+            (
+                "admin_addr = \"127.0.0.1:7221\"",
+                "admin_addr = \"10.0.0.1:0\"",
+                "admin_addr",
+            ),
             ("renew_ms = 1000", "renew_ms = 0", "renew_ms"),
             ("route_poll_ms = 250", "route_poll_ms = 0", "route_poll_ms"),
             ("wait_ms = 1000", "wait_ms = 600000", "wait_ms"),
-            ("raise_ahead_fraction = 0.25", "raise_ahead_fraction = 1.5", "raise_ahead_fraction"),
-            ("raise_ahead_fraction = 0.25", "raise_ahead_fraction = nan", "raise_ahead_fraction"),
+            (
+                "raise_ahead_fraction = 0.25",
+                "raise_ahead_fraction = 1.5",
+                "raise_ahead_fraction",
+            ),
+            (
+                "raise_ahead_fraction = 0.25",
+                "raise_ahead_fraction = nan",
+                "raise_ahead_fraction",
+            ),
             ("id = \"alloc-1\"", "id = \"\"", "id"),
             ("id = \"alloc-1\"", "id = \"alloc 1\"", "id"),
             ("\"store-3.example:7113\"", "\"127.0.0.1:7111\"", "store[2]"),
-            ("\"store-3.example:7113\"", "\"-bad-.example:7113\"", "store[2]"),
+            (
+                "\"store-3.example:7113\"",
+                "\"-bad-.example:7113\"",
+                "store[2]",
+            ),
             (
                 "store = [\"127.0.0.1:7111\", \"127.0.0.1:7112\", \"store-3.example:7113\"]",
                 "store = []",
@@ -838,7 +931,8 @@ raise_ahead_fraction = 0.25
             assert_ne!(text, GOOD, "{from} not in the sample");
             assert_eq!(key_of(&text), key, "{to}");
         }
-        let bind_twice = format!("{GOOD}listen = \"0.0.0.0:7000\"\npeer_listen = \"0.0.0.0:7000\"\n");
+        let bind_twice =
+            format!("{GOOD}listen = \"0.0.0.0:7000\"\npeer_listen = \"0.0.0.0:7000\"\n");
         assert_eq!(key_of(&bind_twice), "peer_listen");
         let bad_listen = format!("{GOOD}admin_listen = \"nowhere\"\n");
         assert_eq!(key_of(&bad_listen), "admin_listen");
@@ -856,7 +950,10 @@ raise_ahead_fraction = 0.25
             "id = 1".to_string(),
         ] {
             assert!(
-                matches!(AllocNodeConfig::from_toml(&text), Err(ConfigError::Parse(_))),
+                matches!(
+                    AllocNodeConfig::from_toml(&text),
+                    Err(ConfigError::Parse(_))
+                ),
                 "{text}"
             );
         }
@@ -864,7 +961,12 @@ raise_ahead_fraction = 0.25
 
     #[test]
     fn addresses() {
-        for ok in ["127.0.0.1:1", "[::1]:7201", "alloc-1.svc.local:7201", "h:65535"] {
+        for ok in [
+            "127.0.0.1:1",
+            "[::1]:7201",
+            "alloc-1.svc.local:7201",
+            "h:65535",
+        ] {
             assert_eq!(check_addr(ok, false), Ok(()), "{ok}");
         }
         for bad in [

@@ -110,7 +110,9 @@ pub enum AdoptRefusal {
     /// The store's grant is for another process with this AllocSvr's id
     /// (an earlier one, or 0: routed here but not claimed yet; a take-over
     /// will claim it).
-    #[error("section {section} is held by incarnation {holder:x} in the store, not by this process")]
+    #[error(
+        "section {section} is held by incarnation {holder:x} in the store, not by this process"
+    )]
     OtherIncarnation {
         /// The section.
         section: SectionId,
@@ -358,7 +360,11 @@ mod tests {
             assert_eq!(r.drop, c.drop, "{}: drop", c.what);
             assert_eq!(r.claim, c.claim, "{}: claim", c.what);
             for s in &r.claim {
-                assert!(!c.releasing.contains(s), "{}: claimed a releasing one", c.what);
+                assert!(
+                    !c.releasing.contains(s),
+                    "{}: claimed a releasing one",
+                    c.what
+                );
             }
         }
     }
@@ -374,7 +380,13 @@ mod tests {
         let big = 1u64 << 63;
         /// What, the store's record, the epoch named, the newest installed,
         /// and the decision.
-        type Case = (&'static str, SectionInfo, Epoch, Epoch, Result<Adoption, AdoptRefusal>);
+        type Case = (
+            &'static str,
+            SectionInfo,
+            Epoch,
+            Epoch,
+            Result<Adoption, AdoptRefusal>,
+        );
         let cases: Vec<Case> = vec![
             (
                 "handed to this process at the named epoch",
@@ -494,7 +506,12 @@ mod tests {
     fn after_a_failed_handoff_resume_only_if_untouched() {
         let resume = AfterHandoff::Resume { max_seq: 250 };
         let cases = [
-            ("handoff refused, nothing changed", info(Some(ME), INC, 7), 7, resume),
+            (
+                "handoff refused, nothing changed",
+                info(Some(ME), INC, 7),
+                7,
+                resume,
+            ),
             (
                 "handoff landed, reply lost",
                 info(Some("alloc-2"), 0xB0B, 8),

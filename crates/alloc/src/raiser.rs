@@ -107,7 +107,10 @@ impl<S: CeilingStore> Raiser<S> {
         let incarnation = self.alloc.incarnation();
         let answers: Vec<_> = futures::stream::iter(requests)
             .map(|r| async move {
-                let answer = self.store.raise(incarnation, r.section, r.epoch, r.to).await;
+                let answer = self
+                    .store
+                    .raise(incarnation, r.section, r.epoch, r.to)
+                    .await;
                 (r, answer)
             })
             .buffer_unordered(self.config.max_in_flight.max(1))

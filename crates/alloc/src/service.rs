@@ -83,6 +83,8 @@ pub struct Shared {
     pub ownership: Mutex<Ownership>,
     /// Channels to other AllocSvrs' peer planes, by address (adopts).
     pub peers: PeerChannels,
+    /// What this process counts.
+    pub metrics: Arc<crate::metrics::AllocMetrics>,
 }
 
 impl Shared {
@@ -250,7 +252,12 @@ impl Shared {
             }
             CallError::Invalid(reason) => {
                 d.reason = reason.clone();
-                (Code::InvalidArgument, ErrorKind::InvalidRequest, false, false)
+                (
+                    Code::InvalidArgument,
+                    ErrorKind::InvalidRequest,
+                    false,
+                    false,
+                )
             }
             CallError::UnknownSection { section } => {
                 at(&mut d, *section);
@@ -359,6 +366,7 @@ impl pb::alloc_server::Alloc for ClientService {
                 .map_err(|e| s.status(&e.into()))?,
             Err(e) => return Err(s.status(&e.into())),
         };
+        s.metrics.numbers.inc();
         Ok(Response::new(pb::NextReply {
             seq,
             route_version: s.version(),
@@ -392,6 +400,7 @@ impl pb::alloc_server::Alloc for ClientService {
                 .await
                 .map_err(|e| s.status(&e.into()))?;
         }
+        s.metrics.numbers.inc_by(seqs.len() as u64);
         Ok(Response::new(pb::NextBatchReply {
             seqs,
             route_version: s.version(),
@@ -486,10 +495,10 @@ pub struct AdminService {
 
 impl AdminService {
     fn operator<T>(&self, req: &Request<T>) -> Result<(), Status> {
-        self.auth
-            .require_operator(req)
-            .map(|_| ())
-            .map_err(|st| self.shared.status(&CallError::Denied(st.message().to_string())))
+        self.auth.require_operator(req).map(|_| ()).map_err(|st| {
+            self.shared
+                .status(&CallError::Denied(st.message().to_string()))
+        })
     }
 }
 

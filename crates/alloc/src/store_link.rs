@@ -15,6 +15,8 @@ pub struct StoreCeilings {
     pub store: PeerClient,
     /// Our id: take-overs claim sections for it, raises are fenced on it.
     pub alloc: AllocId,
+    /// Where raise latencies go.
+    pub metrics: std::sync::Arc<crate::metrics::AllocMetrics>,
 }
 
 impl CeilingStore for StoreCeilings {
@@ -38,9 +40,12 @@ impl CeilingStore for StoreCeilings {
         epoch: Epoch,
         to: u64,
     ) -> Result<u64, StoreErr> {
-        Ok(self
+        let start = std::time::Instant::now();
+        let r = self
             .store
             .raise(&self.alloc, incarnation, section, epoch, to)
-            .await?)
+            .await;
+        self.metrics.raised(start.elapsed());
+        Ok(r?)
     }
 }

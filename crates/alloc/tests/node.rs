@@ -123,9 +123,12 @@ impl FakeStore {
     }
 
     fn check_incarnation(st: &State, alloc: &str, inc: u64) -> Result<(), Rejection> {
-        let rec = st.allocs.get(alloc).ok_or_else(|| Rejection::NotRegistered {
-            alloc: alloc.into(),
-        })?;
+        let rec = st
+            .allocs
+            .get(alloc)
+            .ok_or_else(|| Rejection::NotRegistered {
+                alloc: alloc.into(),
+            })?;
         if rec.incarnation != inc || rec.fenced {
             return Err(Rejection::StaleIncarnation {
                 alloc: alloc.into(),
@@ -141,7 +144,12 @@ impl FakeStore {
             st.route_version,
             spec(),
             st.sections.iter().map(|r| r.owner.as_ref()),
-            |id| st.allocs.get(id).map(|a| a.addr.clone()).unwrap_or_default(),
+            |id| {
+                st.allocs
+                    .get(id)
+                    .map(|a| a.addr.clone())
+                    .unwrap_or_default()
+            },
         )
     }
 
@@ -320,8 +328,7 @@ impl StorePeer for FakeStore {
             return refuse(Rejection::Invalid("injected refusal".into()));
         }
         let rec = &st.sections[r.section as usize];
-        if rec.owner.as_deref() != Some(r.from_alloc.as_str()) || rec.incarnation != r.incarnation
-        {
+        if rec.owner.as_deref() != Some(r.from_alloc.as_str()) || rec.incarnation != r.incarnation {
             return refuse(Rejection::OwnedElsewhere {
                 section: r.section,
                 owner: rec.owner.clone().unwrap_or_default(),
@@ -374,7 +381,9 @@ impl StorePeer for FakeStore {
     }
 
     async fn get_routes(&self, _req: Request<pb::GetRoutesRequest>) -> Answer<pb::RouteTable> {
-        Ok(Response::new(pb::RouteTable::from(&Self::routes(&self.st()))))
+        Ok(Response::new(pb::RouteTable::from(&Self::routes(
+            &self.st(),
+        ))))
     }
 
     async fn status(&self, _req: Request<pb::StatusRequest>) -> Answer<pb::StoreStatus> {
@@ -440,7 +449,9 @@ async fn peer(n: &AllocNode) -> AllocPeerClient<Channel> {
 }
 
 async fn next(c: &mut AllocClient<Channel>, uid: u64) -> Result<u64, Status> {
-    c.next(pb::NextRequest { uid }).await.map(|r| r.into_inner().seq)
+    c.next(pb::NextRequest { uid })
+        .await
+        .map(|r| r.into_inner().seq)
 }
 
 async fn current(c: &mut AllocClient<Channel>, uid: u64) -> Result<u64, Status> {
@@ -555,17 +566,22 @@ async fn invalid_moves_change_nothing() {
     let mut c1 = client(&a1).await;
     assert_eq!(next(&mut c1, 25).await.unwrap(), 1);
     let epoch = store.section(2).epoch;
-    let results = handoff(
-        &a1,
-        &[(2, ""), (2, "a1"), (99, "a2"), (3, "a2"), (3, "a2")],
-    )
-    .await;
+    let results = handoff(&a1, &[(2, ""), (2, "a1"), (99, "a2"), (3, "a2"), (3, "a2")]).await;
     let errors: Vec<&str> = results.iter().map(|r| r.error.as_str()).collect();
-    assert!(!results[0].ok && errors[0].contains("to_alloc is empty"), "{errors:?}");
+    assert!(
+        !results[0].ok && errors[0].contains("to_alloc is empty"),
+        "{errors:?}"
+    );
     assert!(!results[1].ok && errors[1].contains("itself"), "{errors:?}");
-    assert!(!results[2].ok && errors[2].contains("not in this set"), "{errors:?}");
+    assert!(
+        !results[2].ok && errors[2].contains("not in this set"),
+        "{errors:?}"
+    );
     assert!(results[3].ok, "{results:?}");
-    assert!(!results[4].ok && errors[4].contains("not served here"), "{errors:?}");
+    assert!(
+        !results[4].ok && errors[4].contains("not served here"),
+        "{errors:?}"
+    );
     // Section 2 was never released: same epoch, served from memory.
     assert_eq!(store.section(2).epoch, epoch);
     assert_eq!(next(&mut c1, 25).await.unwrap(), 2);
@@ -611,7 +627,11 @@ async fn a_handoff_whose_reply_is_lost_leaves_the_section_to_the_new_owner() {
     store.st().handoff_fault = HandoffFault::LoseReply;
     let results = handoff(&a1, &[(3, "a2")]).await;
     assert!(!results[0].ok, "{results:?}");
-    assert!(results[0].error.contains("left dropped"), "{}", results[0].error);
+    assert!(
+        results[0].error.contains("left dropped"),
+        "{}",
+        results[0].error
+    );
     let e = next(&mut c1, 31).await.unwrap_err();
     assert_eq!(kind(&e), (Code::Unavailable, ErrorKind::NotOwner));
     let handed = store.section(3);
@@ -623,7 +643,11 @@ async fn a_handoff_whose_reply_is_lost_leaves_the_section_to_the_new_owner() {
     let v = next(&mut c2, 31).await.unwrap();
     assert!(v > last, "{v} after {last}");
     let now = s.section(3);
-    assert_eq!((now.epoch, now.start), (handed.epoch, handed.start), "prepared grant reused");
+    assert_eq!(
+        (now.epoch, now.start),
+        (handed.epoch, handed.start),
+        "prepared grant reused"
+    );
     assert_eq!(now.incarnation, a2_inc);
     assert_eq!(v, handed.start + 1);
     a1.shutdown();
@@ -646,7 +670,10 @@ async fn forged_replayed_and_malformed_adopts_install_nothing() {
     // Forged: the store says a1 owns section 0.
     let e0 = store.section(0).epoch;
     let e = p2.adopt(adopt(vec![(0, e0)])).await.unwrap_err();
-    assert_eq!(kind(&e), (Code::FailedPrecondition, ErrorKind::OwnedElsewhere));
+    assert_eq!(
+        kind(&e),
+        (Code::FailedPrecondition, ErrorKind::OwnedElsewhere)
+    );
     assert!(!a2.shared.alloc.is_serving(0));
     // A real handoff, then replays of its adopt: nothing more installed.
     let results = handoff(&a1, &[(0, "a2")]).await;
@@ -654,7 +681,11 @@ async fn forged_replayed_and_malformed_adopts_install_nothing() {
     let e0 = store.section(0).epoch;
     let r = p2.adopt(adopt(vec![(0, e0)])).await.unwrap().into_inner();
     assert_eq!(r.installed, 0, "replayed");
-    let r = p2.adopt(adopt(vec![(0, e0 - 1)])).await.unwrap().into_inner();
+    let r = p2
+        .adopt(adopt(vec![(0, e0 - 1)]))
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(r.installed, 0, "older epoch");
     // Forged epoch far ahead of the store's.
     let e = p2.adopt(adopt(vec![(0, 1 << 63)])).await.unwrap_err();
@@ -664,7 +695,10 @@ async fn forged_replayed_and_malformed_adopts_install_nothing() {
         .adopt(adopt(vec![(0, e0), (1, store.section(1).epoch)]))
         .await
         .unwrap_err();
-    assert_eq!(kind(&e), (Code::FailedPrecondition, ErrorKind::OwnedElsewhere));
+    assert_eq!(
+        kind(&e),
+        (Code::FailedPrecondition, ErrorKind::OwnedElsewhere)
+    );
     assert!(!a2.shared.alloc.is_serving(1));
     // Malformed.
     let e = p2.adopt(adopt(vec![])).await.unwrap_err();
@@ -715,7 +749,11 @@ async fn a_twin_waits_without_serving_and_the_replaced_process_stops() {
     let twin = tokio::spawn(AllocNode::start(cfg, l));
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert!(!twin.is_finished(), "a twin must not start serving");
-    assert_eq!(next(&mut c1, 7).await.unwrap(), 2, "the first one serves on");
+    assert_eq!(
+        next(&mut c1, 7).await.unwrap(),
+        2,
+        "the first one serves on"
+    );
     // The first one's lease is over (as the store sees it): the twin
     // registers and the first one, at its next renewal, is told it was
     // replaced.

@@ -1,0 +1,158 @@
+//! An AllocSvr's Prometheus metrics.
+//!
+//! The hot path adds one atomic add per call (numbers handed out); every
+//! other figure is either counted off the hot path (renewals, lapses,
+//! take-overs, raises and their latency) or read when scraped (sections
+//! served, lease left, allocator counters). Calls by method and status
+//! code, with latency, come from the planes' [`seqsvr_net::calls`] layers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::{
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+};
+
+/// The metrics of one AllocSvr process.
+pub struct AllocMetrics {
+    /// Where everything is registered (also the planes' call metrics).
+    pub registry: Registry,
+    /// Sequence numbers handed out (`next` and batches).
+    pub numbers: IntCounter,
+    /// Lease renewals, by result (granted, failed).
+    renewals: IntCounterVec,
+    /// Renewals that found the lease lapsed.
+    pub lapses: IntCounter,
+    /// Sections claimed by take-over, and adopted after handoffs.
+    sections: IntCounterVec,
+    /// Store latency of ceiling raises.
+    raise_seconds: Histogram,
+    /// Allocator counters, mirrored when scraped.
+    allocator: IntCounterVec,
+    /// State read when scraped.
+    state: IntGaugeVec,
+}
+
+impl std::fmt::Debug for AllocMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AllocMetrics")
+            .field("numbers", &self.numbers.get())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AllocMetrics {
+    /// A fresh registry with every AllocSvr metric, labelled with its id.
+    pub fn new(alloc: &str) -> prometheus::Result<Arc<Self>> {
+        let registry = Registry::new_custom(
+            None,
+            Some([("alloc".to_string(), alloc.to_string())].into()),
+        )?;
+        let numbers = IntCounter::new("seqsvr_alloc_numbers_total", "sequence numbers handed out")?;
+        let renewals = IntCounterVec::new(
+            Opts::new("seqsvr_alloc_renewals_total", "lease renewals, by result"),
+            &["result"],
+        )?;
+        let lapses = IntCounter::new(
+            "seqsvr_alloc_lease_lapses_total",
+            "renewals that found the lease had lapsed (every section was dropped)",
+        )?;
+        let sections = IntCounterVec::new(
+            Opts::new(
+                "seqsvr_alloc_sections_total",
+                "sections started: taken over or adopted",
+            ),
+            &["how"],
+        )?;
+        let raise_seconds = Histogram::with_opts(
+            HistogramOpts::new(
+                "seqsvr_alloc_raise_seconds",
+                "store latency of a ceiling raise",
+            )
+            .buckets(vec![
+                0.000_5, 0.001, 0.002, 0.003, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0,
+            ]),
+        )?;
+        let allocator = IntCounterVec::new(
+            Opts::new(
+                "seqsvr_alloc_allocator_total",
+                "allocator events: exhausted (a caller waited for a raise), raises_queued, raises_applied, sections_dropped",
+            ),
+            &["event"],
+        )?;
+        let state = IntGaugeVec::new(
+            Opts::new(
+                "seqsvr_alloc_state",
+                "AllocSvr state: sections_served, lease_left_ms, draining, fenced, route_version",
+            ),
+            &["field"],
+        )?;
+        for c in [
+            Box::new(numbers.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(renewals.clone()),
+            Box::new(lapses.clone()),
+            Box::new(sections.clone()),
+            Box::new(raise_seconds.clone()),
+            Box::new(allocator.clone()),
+            Box::new(state.clone()),
+        ] {
+            registry.register(c)?;
+        }
+        Ok(Arc::new(Self {
+            registry,
+            numbers,
+            renewals,
+            lapses,
+            sections,
+            raise_seconds,
+            allocator,
+            state,
+        }))
+    }
+
+    /// A renewal granted or failed.
+    pub fn renewal(&self, granted: bool) {
+        let r = if granted { "granted" } else { "failed" };
+        self.renewals.with_label_values(&[r]).inc();
+    }
+
+    /// Sections started by a take-over (`took_over`) or an adopt.
+    pub fn sections_started(&self, how: &str, n: usize) {
+        self.sections.with_label_values(&[how]).inc_by(n as u64);
+    }
+
+    /// A raise's store latency.
+    pub fn raised(&self, took: Duration) {
+        self.raise_seconds.observe(took.as_secs_f64());
+    }
+
+    /// Reads the AllocSvr's state into the gauges and renders everything.
+    pub fn render(&self, shared: &crate::service::Shared) -> String {
+        let st = shared.alloc.stats();
+        for (e, v) in [
+            ("exhausted", st.exhausted),
+            ("raises_queued", st.raises_queued),
+            ("raises_applied", st.raises_applied),
+            ("sections_dropped", st.sections_dropped),
+        ] {
+            let c = self.allocator.with_label_values(&[e]);
+            c.inc_by(v.saturating_sub(c.get()));
+        }
+        use std::sync::atomic::Ordering::Relaxed;
+        for (f, v) in [
+            (
+                "sections_served",
+                shared.alloc.served_sections().len() as i64,
+            ),
+            ("lease_left_ms", shared.lease_left_ms()),
+            ("draining", i64::from(shared.draining.load(Relaxed))),
+            ("fenced", i64::from(shared.fenced.load(Relaxed))),
+            ("route_version", shared.route_version.load(Relaxed) as i64),
+        ] {
+            self.state.with_label_values(&[f]).set(v);
+        }
+        prometheus::TextEncoder::new()
+            .encode_to_string(&self.registry.gather())
+            .unwrap_or_else(|e| format!("# metrics encoding failed: {e}\n"))
+    }
+}

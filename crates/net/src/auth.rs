@@ -173,6 +173,23 @@ fn role_of(certs: &Certs) -> Result<Role, Status> {
     Ok(role)
 }
 
+/// A caller-supplied name in an error message: at most 64 bytes of it.
+struct Shown<'a>(&'a str);
+
+impl std::fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const MAX: usize = 64;
+        if self.0.len() <= MAX {
+            return f.write_str(self.0);
+        }
+        let mut end = MAX;
+        while !self.0.is_char_boundary(end) {
+            end -= 1;
+        }
+        write!(f, "{}… ({} bytes)", &self.0[..end], self.0.len())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,22 +249,5 @@ mod tests {
             assert_eq!(role_of(&c).unwrap(), Role::Store(i));
         }
         ROLES.with(|t| assert!(t.borrow().len() <= CACHE_ENTRIES));
-    }
-}
-
-/// A caller-supplied name in an error message: at most 64 bytes of it.
-struct Shown<'a>(&'a str);
-
-impl std::fmt::Display for Shown<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        const MAX: usize = 64;
-        if self.0.len() <= MAX {
-            return f.write_str(self.0);
-        }
-        let mut end = MAX;
-        while !self.0.is_char_boundary(end) {
-            end -= 1;
-        }
-        write!(f, "{}… ({} bytes)", &self.0[..end], self.0.len())
     }
 }

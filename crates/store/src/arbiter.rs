@@ -260,7 +260,7 @@ fn runs(moves: Vec<(SectionId, Epoch, AllocId)>) -> Vec<Command> {
             expected,
         }) = out.last_mut()
         {
-            let full = expected.len() as u32 >= crate::service::MAX_SECTIONS_PER_CALL;
+            let full = expected.len() as u32 >= crate::types::MAX_SECTIONS_PER_CALL;
             if *alloc == to && *first + expected.len() as u32 == s && !full {
                 expected.push(epoch);
                 continue;

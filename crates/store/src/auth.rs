@@ -10,7 +10,9 @@ use tonic::{Request, Status};
 
 pub use seqsvr_net::auth::Auth;
 
-use crate::service::FORWARDED;
+/// Metadata key marking a call forwarded by another replica (which checked
+/// the caller itself).
+pub const FORWARDED: &str = "x-seqsvr-forwarded";
 
 /// Checks a peer-plane call made in the name of AllocSvr `id`: from alloc
 /// `id` itself, or forwarded by a store replica (which checked it).

@@ -14,7 +14,9 @@ use prometheus::{
     HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
 };
 
-use crate::types::Command;
+use crate::disk::Disk;
+use crate::state_machine::StateMachine;
+use crate::types::{Command, NodeId, Raft};
 
 /// The metrics of one replica.
 pub struct StoreMetrics {
@@ -137,15 +139,15 @@ impl StoreMetrics {
         self.moves.inc();
     }
 
-    /// Reads the replica's state into the gauges and renders everything.
-    pub fn render(&self, api: &crate::service::StoreApi) -> String {
-        let m = api.raft.metrics().borrow().clone();
+    /// Reads replica `id`'s state into the gauges and renders everything.
+    pub fn render(&self, id: NodeId, raft: &Raft, sm: &StateMachine, disk: &Disk) -> String {
+        let m = raft.metrics().borrow().clone();
         let last_log = m.last_log_index.unwrap_or(0);
         let applied = m.last_applied.map(|l| l.index).unwrap_or(0);
         let voters = m.membership_config.membership().voter_ids().count() as i64;
         for (f, v) in [
             ("term", m.current_term as i64),
-            ("is_leader", i64::from(m.current_leader == Some(api.id))),
+            ("is_leader", i64::from(m.current_leader == Some(id))),
             ("last_log_index", last_log as i64),
             ("last_applied", applied as i64),
             ("commit_lag", last_log.saturating_sub(applied) as i64),
@@ -154,7 +156,7 @@ impl StoreMetrics {
             self.raft.with_label_values(&[f]).set(v);
         }
         {
-            let a = api.sm.read();
+            let a = sm.read();
             let owned = a
                 .state
                 .sections
@@ -172,7 +174,7 @@ impl StoreMetrics {
                 self.state.with_label_values(&[f]).set(v);
             }
         }
-        let f = api.disk.fsyncs();
+        let f = disk.fsyncs();
         self.fsyncs.inc_by(f.saturating_sub(self.fsyncs.get()));
         prometheus::TextEncoder::new()
             .encode_to_string(&self.registry.gather())

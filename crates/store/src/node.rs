@@ -513,7 +513,8 @@ impl StoreNode {
         ];
         if let Some(tcp) = listeners.metrics {
             let a = api.clone();
-            let render: seqsvr_net::metrics::Render = Arc::new(move || a.metrics.render(&a));
+            let render: seqsvr_net::metrics::Render =
+                Arc::new(move || a.metrics.render(a.id, &a.raft, &a.sm, &a.disk));
             let insecure = cfg.insecure;
             servers.push(tokio::spawn(async move {
                 if let Err(e) = seqsvr_net::metrics::serve(tcp, render, insecure).await {

@@ -10,6 +10,9 @@ use seqsvr_core::{AllocId, Epoch, Grant, Incarnation, LeaseTerms, SectionId, Set
 pub use seqsvr_store_api::Rejection;
 use serde::{Deserialize, Serialize};
 
+/// Most sections one command may name: keeps every log entry storable.
+pub const MAX_SECTIONS_PER_CALL: u32 = 1024;
+
 /// A store replica's id within its Raft group.
 pub type NodeId = u64;
 

@@ -36,21 +36,18 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::arbiter::Arbiter;
-use crate::auth::Auth;
+use crate::auth::{Auth, FORWARDED};
 use crate::disk::Disk;
 use crate::proposer::Proposer;
 use crate::state::MAX_NAME_LEN;
 use crate::state_machine::StateMachine;
 use crate::types::{Command, NodeId, Raft, Reply};
 
-/// Metadata key marking a call forwarded by another replica.
-pub(crate) const FORWARDED: &str = "x-seqsvr-forwarded";
 /// How long a call waits for an election before giving up.
 const LEADER_WAIT: Duration = Duration::from_secs(3);
 /// How long a forwarded call may take at the leader.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(2);
-/// Most sections one request may name (keeps every log entry storable).
-pub const MAX_SECTIONS_PER_CALL: u32 = 1024;
+pub use crate::types::MAX_SECTIONS_PER_CALL;
 
 /// Everything the services of one replica share.
 #[derive(Clone)]

@@ -25,7 +25,7 @@
 //! store confirms is installed, so a forged or replayed adopt cannot make
 //! this process serve what it does not hold (promise 3).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use seqsvr_core::{Epoch, SectionId};
@@ -36,7 +36,8 @@ use tonic::transport::Channel;
 
 use crate::error::{CallError, MoveError};
 use crate::ownership::{decide_adopt, decide_after_handoff, Adoption, AfterHandoff};
-use crate::service::{Ownership, Shared};
+use crate::shared::{runs, Ownership, Shared};
+pub use crate::shared::{PeerChannels, Released};
 
 /// Most sections one adopt may name (a handoff sends one; a bound keeps a
 /// forged request from costing many store reads).
@@ -56,15 +57,6 @@ pub const ADOPT_TIMEOUT: Duration = Duration::from_secs(1);
 pub const ADOPT_READ_DEADLINE: Duration = Duration::from_millis(800);
 /// Peer channels kept for adopts (one per other AllocSvr; a handful).
 const MAX_PEER_CHANNELS: usize = 64;
-
-/// A section being released: what it was served under when it stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Released {
-    /// The epoch released.
-    pub epoch: Epoch,
-    /// Its ceiling here when it stopped (durable under `epoch`).
-    pub ceiling: u64,
-}
 
 /// The releasing mark of one move. Removed by [`finish`](Self::finish)
 /// under the ownership lock, or, if the move panics, when dropped: a
@@ -285,9 +277,6 @@ fn peer_channel(shared: &Shared, addr: &str) -> Result<Channel, String> {
     Ok(ch)
 }
 
-/// Peer channels by address.
-pub type PeerChannels = std::sync::Mutex<HashMap<String, Channel>>;
-
 /// Handles `AllocPeer.Adopt`: installs each named section the store
 /// confirms is this process's at the named epoch; refuses the whole
 /// request, installing nothing, if any is not. Returns how many grants
@@ -364,7 +353,7 @@ async fn read_sections(
         .clone()
         .with_deadline(ADOPT_READ_DEADLINE, ADOPT_READ_DEADLINE / 3);
     let mut infos = BTreeMap::new();
-    for (first, count) in crate::node::runs(&wanted) {
+    for (first, count) in runs(&wanted) {
         for info in store.read_sections(first, count).await? {
             infos.insert(info.section, info);
         }

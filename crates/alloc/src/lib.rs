@@ -35,6 +35,10 @@
 //! - [`service`]: the gRPC services, one per plane (client: `Next`,
 //!   `NextBatch`, `Current`, `Routes`, `Status`; peer: `Adopt`; admin:
 //!   `Handoff`, `Status`), and their one mapping of errors to statuses.
+//! - [`shared`]: what the services share with the node's background tasks:
+//!   [`Shared`](shared::Shared) (allocator, lease, route table, fence,
+//!   metrics), the [`Ownership`](shared::Ownership) lock, sections being
+//!   released and the channels to other AllocSvrs.
 //! - [`node`]: a running AllocSvr: config, start-up (a fresh incarnation,
 //!   register, claim the sections routed here with take-overs), lease
 //!   renewal, route sync, fencing, serving.
@@ -89,6 +93,7 @@ pub mod ownership;
 pub mod raiser;
 pub mod section;
 pub mod service;
+pub mod shared;
 pub mod store_link;
 
 pub use allocator::{AllocConfig, AllocStats, Allocator, RaiseRequest};

@@ -13,6 +13,8 @@ use prometheus::{
     Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
 };
 
+use crate::allocator::Allocator;
+
 /// The metrics of one AllocSvr process.
 pub struct AllocMetrics {
     /// Where everything is registered (also the planes' call metrics).
@@ -126,9 +128,19 @@ impl AllocMetrics {
         self.raise_seconds.observe(took.as_secs_f64());
     }
 
-    /// Reads the AllocSvr's state into the gauges and renders everything.
-    pub fn render(&self, shared: &crate::service::Shared) -> String {
-        let st = shared.alloc.stats();
+    /// Reads the AllocSvr's state into the gauges and renders everything:
+    /// the allocator's counters and sections served from `alloc`, and the
+    /// rest as the caller read it (lease left in ms, draining, fenced,
+    /// route version; see `Shared::render_metrics`).
+    pub fn render(
+        &self,
+        alloc: &Allocator,
+        lease_left_ms: i64,
+        draining: bool,
+        fenced: bool,
+        route_version: u64,
+    ) -> String {
+        let st = alloc.stats();
         for (e, v) in [
             ("exhausted", st.exhausted),
             ("raises_queued", st.raises_queued),
@@ -138,16 +150,12 @@ impl AllocMetrics {
             let c = self.allocator.with_label_values(&[e]);
             c.inc_by(v.saturating_sub(c.get()));
         }
-        use std::sync::atomic::Ordering::Relaxed;
         for (f, v) in [
-            (
-                "sections_served",
-                shared.alloc.served_sections().len() as i64,
-            ),
-            ("lease_left_ms", shared.lease_left_ms()),
-            ("draining", i64::from(shared.draining.load(Relaxed))),
-            ("fenced", i64::from(shared.fenced.load(Relaxed))),
-            ("route_version", shared.route_version.load(Relaxed) as i64),
+            ("sections_served", alloc.served_sections().len() as i64),
+            ("lease_left_ms", lease_left_ms),
+            ("draining", i64::from(draining)),
+            ("fenced", i64::from(fenced)),
+            ("route_version", route_version as i64),
         ] {
             self.state.with_label_values(&[f]).set(v);
         }

@@ -48,7 +48,8 @@ use crate::error::{AllocError, ConfigError, NodeError, StoreErr};
 use crate::lease::Lease;
 use crate::ownership::reconcile;
 use crate::raiser::{Raiser, RaiserConfig};
-use crate::service::{AdminService, ClientService, Ownership, PeerService, Shared};
+use crate::service::{AdminService, ClientService, PeerService};
+use crate::shared::{runs, Ownership, Shared};
 use crate::store_link::StoreCeilings;
 
 /// An AllocSvr's configuration (one TOML file).
@@ -819,18 +820,6 @@ async fn refresh_routes(ctx: &Ctx) {
     }
 }
 
-/// Consecutive runs `(first, count)` of sorted section ids.
-pub(crate) fn runs(sections: &[SectionId]) -> Vec<(SectionId, u32)> {
-    let mut out: Vec<(SectionId, u32)> = Vec::new();
-    for &s in sections {
-        match out.last_mut() {
-            Some((f, c)) if *f + *c == s => *c += 1,
-            _ => out.push((s, 1)),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -990,11 +979,5 @@ raise_ahead_fraction = 0.25
         let a = fresh_incarnation();
         let b = fresh_incarnation();
         assert!(a != 0 && b != 0 && a != b);
-    }
-
-    #[test]
-    fn runs_group_consecutive_sections() {
-        assert_eq!(runs(&[0, 1, 2, 5, 7, 8]), vec![(0, 3), (5, 1), (7, 2)]);
-        assert!(runs(&[]).is_empty());
     }
 }

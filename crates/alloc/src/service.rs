@@ -17,201 +17,22 @@
 //! out-of-range answer carries the current route table so the client can
 //! retry at once.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
-use std::time::Duration;
+use std::sync::Arc;
 
-use seqsvr_core::{AllocId, Incarnation, SectionId, MAX_BATCH};
-use seqsvr_net::{Auth, ClientTls, Role};
+use seqsvr_core::{SectionId, MAX_BATCH};
+use seqsvr_net::{Auth, Role};
 use seqsvr_proto::{self as pb, status_with, ErrorDetail, ErrorKind};
-use seqsvr_store_api::{AllocAddrs, PeerClient};
 use tokio::time::Instant;
 use tonic::{Code, Request, Response, Status};
 
-use crate::allocator::Allocator;
 use crate::error::{AllocError, CallError};
-use crate::handoff::{PeerChannels, Released};
-use crate::lease::Lease;
+use crate::handoff;
 use crate::ownership::AdoptRefusal;
+use crate::shared::Shared;
 
-/// Who may change which sections this process serves, outside the hot
-/// path: the renewal's reconciliation, handoffs resuming a section, adopts
-/// installing one, and fencing all take this lock, so none of them acts on
-/// a lease lapse it did not see (promise 3; see [`Shared::may_serve`]).
-#[derive(Debug, Default)]
-pub struct Ownership {
-    /// Sections being handed off: stopped here, store handoff (or its
-    /// check) in flight. Renewals neither claim nor drop them.
-    pub releasing: BTreeMap<SectionId, Released>,
-    /// How many granted renewals found the lease had lapsed. A decision
-    /// based on a store read may be acted on only if this did not change
-    /// since before the read: a lapse in between means the section may have
-    /// moved away (and back) after the read.
-    pub lapses: u64,
-}
-
-/// What the services share with the node's background tasks.
-#[derive(Debug)]
-pub struct Shared {
-    /// The sections served.
-    pub alloc: Arc<Allocator>,
-    /// The version of the route table below (read on every reply).
-    pub route_version: AtomicU64,
-    /// The route table as last read from the store (attached to not-owner
-    /// and out-of-range errors, served by `Routes`).
-    pub routes: RwLock<Arc<pb::RouteTable>>,
-    /// How long a call may wait for an exhausted section's raise.
-    pub wait: Duration,
-    /// This AllocSvr's lease.
-    pub lease: Lease,
-    /// Whether the store says this AllocSvr is being drained.
-    pub draining: AtomicBool,
-    /// Set once the store says this incarnation was replaced or fenced:
-    /// nothing is served again by this process (promise 3).
-    pub fenced: AtomicBool,
-    /// Our id.
-    pub id: AllocId,
-    /// Our advertised addresses, one per plane.
-    pub addrs: AllocAddrs,
-    /// The store's peer plane (handoffs, section reads); each use sets its
-    /// own deadline.
-    pub store: PeerClient,
-    /// TLS for dialing other AllocSvrs (adopt), if any.
-    pub client_tls: Option<ClientTls>,
-    /// Sections being released, and lease lapses seen.
-    pub ownership: Mutex<Ownership>,
-    /// Channels to other AllocSvrs' peer planes, by address (adopts).
-    pub peers: PeerChannels,
-    /// What this process counts.
-    pub metrics: Arc<crate::metrics::AllocMetrics>,
-}
-
+/// The one mapping of this crate's errors to statuses, beside the services
+/// that answer with it.
 impl Shared {
-    /// This process's incarnation.
-    pub fn incarnation(&self) -> Incarnation {
-        self.alloc.incarnation()
-    }
-
-    /// Whether the lease is valid right now (promise 3: an AllocSvr whose
-    /// lease ran out stops serving at once).
-    #[inline]
-    pub fn lease_ok(&self) -> bool {
-        self.lease.valid_at(std::time::Instant::now())
-    }
-
-    /// Whether this process was replaced or fenced.
-    #[inline]
-    pub fn is_fenced(&self) -> bool {
-        self.fenced.load(Ordering::Acquire)
-    }
-
-    /// Whether a call that reads or hands out numbers may be served: only
-    /// with a valid lease, and never once fenced (promise 3). The hot
-    /// path's whole check: a clock read and two atomic loads.
-    #[inline]
-    pub fn admitted(&self) -> bool {
-        self.lease_ok() && !self.is_fenced()
-    }
-
-    /// [`admitted`](Self::admitted), with the reason when not.
-    pub fn admit(&self) -> Result<(), CallError> {
-        if self.admitted() {
-            Ok(())
-        } else {
-            Err(self.not_admitted())
-        }
-    }
-
-    /// Why a call is not admitted (fenced, else lease expired).
-    #[cold]
-    pub fn not_admitted(&self) -> CallError {
-        if self.is_fenced() {
-            CallError::Fenced {
-                alloc: self.id.clone(),
-                incarnation: self.incarnation(),
-            }
-        } else {
-            CallError::LeaseExpired {
-                alloc: self.id.clone(),
-            }
-        }
-    }
-
-    /// Time left on the lease (negative once expired), in ms.
-    pub fn lease_left_ms(&self) -> i64 {
-        self.lease.left_ms(std::time::Instant::now())
-    }
-
-    /// The ownership lock (a panic elsewhere cannot leave it torn: every
-    /// change under it is a single map insert/remove or counter bump).
-    pub fn ownership(&self) -> MutexGuard<'_, Ownership> {
-        self.ownership.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Whether a decision taken from a store read made when the lapse
-    /// count was `lapses_before` may be acted on now, under the ownership
-    /// lock `own`: not fenced, the lease valid now, and no lapse seen since.
-    /// Then the lease was valid all along since the read, so the store
-    /// cannot have moved the section meanwhile (it moves sections only after
-    /// the owner's lease has certainly expired; failover.md, Timing), and
-    /// no renewal can drop it between this check and the action (promise 3).
-    pub fn may_serve(&self, own: &Ownership, lapses_before: u64) -> bool {
-        !self.is_fenced() && self.lease_ok() && own.lapses == lapses_before
-    }
-
-    /// Marks this process fenced and stops serving everything: the store
-    /// says another incarnation holds our id, or an operator fenced us. It
-    /// never serves again; a restart registers a new incarnation.
-    pub fn fence(&self, why: &dyn std::fmt::Display) {
-        let _own = self.ownership();
-        if self.fenced.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let dropped: Vec<SectionId> = self
-            .alloc
-            .served_sections()
-            .into_iter()
-            .filter(|&s| self.alloc.drop_section(s))
-            .collect();
-        tracing::error!(
-            alloc = %self.id,
-            incarnation = %format_args!("{:x}", self.incarnation()),
-            dropped = dropped.len(),
-            "this process was replaced or fenced in the store ({why}): every section dropped, \
-             renewals stopped; it answers every call UNAVAILABLE from now on and must be restarted"
-        );
-    }
-
-    /// Installs a newer route table.
-    pub fn set_routes(&self, t: pb::RouteTable) {
-        let v = t.version;
-        *self.routes.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(t);
-        self.route_version.store(v, Ordering::Release);
-    }
-
-    /// The route table as last read.
-    pub fn route_table(&self) -> pb::RouteTable {
-        (**self.routes.read().unwrap_or_else(|e| e.into_inner())).clone()
-    }
-
-    fn version(&self) -> u64 {
-        self.route_version.load(Ordering::Acquire)
-    }
-
-    /// This AllocSvr's own view, for `Status` on the client and admin planes.
-    pub fn alloc_status(&self) -> pb::AllocStatus {
-        pb::AllocStatus {
-            alloc_id: self.id.clone(),
-            addr: self.addrs.client.clone(),
-            lease_left_ms: self.lease_left_ms(),
-            sections: self.alloc.served_sections(),
-            route_version: self.version(),
-            draining: self.draining.load(Ordering::Relaxed),
-            incarnation: self.incarnation(),
-        }
-    }
-
     /// The status for an error: the one mapping of this crate's errors to
     /// gRPC (promise 5; table in `docs/architecture/alloc.md`, Errors).
     pub fn status(&self, e: &CallError) -> Status {
@@ -461,7 +282,7 @@ impl pb::alloc_peer_server::AllocPeer for PeerService {
     ) -> Result<Response<pb::AdoptReply>, Status> {
         let s = &self.shared;
         require_any_alloc(self.auth, &req).map_err(|e| s.status(&e))?;
-        let installed = crate::handoff::adopt(s, &req.get_ref().sections)
+        let installed = handoff::adopt(s, &req.get_ref().sections)
             .await
             .map_err(|e| s.status(&e))?;
         Ok(Response::new(pb::AdoptReply { installed }))
@@ -517,7 +338,7 @@ impl pb::alloc_admin_server::AllocAdmin for AdminService {
         let task = tokio::spawn(async move {
             let mut results = Vec::with_capacity(moves.len());
             for m in &moves {
-                results.push(crate::handoff::move_section(&shared, m).await);
+                results.push(handoff::move_section(&shared, m).await);
             }
             results
         });

@@ -57,6 +57,9 @@ struct Inner {
     sync_lock: Mutex<()>,
     /// fsyncs done since open (exported in status and metrics).
     fsyncs: AtomicU64,
+    /// Time spent in sled's flush plus the fsync, in ns, since open: where
+    /// a raise's latency goes (docs/benchmarks.md).
+    sync_nanos: AtomicU64,
     /// Where the database lives.
     path: PathBuf,
 }
@@ -80,6 +83,7 @@ impl Disk {
                 file,
                 sync_lock: Mutex::new(()),
                 fsyncs: AtomicU64::new(0),
+                sync_nanos: AtomicU64::new(0),
                 path: dir.to_path_buf(),
             }),
         })
@@ -108,8 +112,12 @@ impl Disk {
             .sync_lock
             .lock()
             .unwrap_or_else(|e| e.into_inner());
+        let start = std::time::Instant::now();
         self.inner.db.flush().map_err(io::Error::other)?;
         self.inner.file.sync_all()?;
+        self.inner
+            .sync_nanos
+            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
         self.inner.fsyncs.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -125,6 +133,11 @@ impl Disk {
     /// fsyncs done since open.
     pub fn fsyncs(&self) -> u64 {
         self.inner.fsyncs.load(Ordering::Relaxed)
+    }
+
+    /// Time spent making writes durable (flush + fsync) since open.
+    pub fn sync_time(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.inner.sync_nanos.load(Ordering::Relaxed))
     }
 
     /// The database directory.

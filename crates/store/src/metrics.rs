@@ -32,6 +32,8 @@ pub struct StoreMetrics {
     moves: IntCounter,
     /// fsyncs, mirrored from the disk's counter when scraped.
     fsyncs: IntCounter,
+    /// Seconds spent syncing and applying, mirrored when scraped.
+    seconds: prometheus::CounterVec,
     raft: IntGaugeVec,
     state: IntGaugeVec,
 }
@@ -87,6 +89,13 @@ impl StoreMetrics {
             "seqsvr_store_fsyncs_total",
             "fsyncs of the replica's database",
         )?;
+        let seconds = prometheus::CounterVec::new(
+            Opts::new(
+                "seqsvr_store_seconds_total",
+                "time this replica spent: sync (sled flush + fsync, log and state), apply (state machine)",
+            ),
+            &["in"],
+        )?;
         let raft = IntGaugeVec::new(
             Opts::new("seqsvr_raft", "Raft state of this replica: term, is_leader, last_log_index, last_applied, commit_lag, voters"),
             &["field"],
@@ -101,6 +110,7 @@ impl StoreMetrics {
             Box::new(renewals.clone()),
             Box::new(moves.clone()),
             Box::new(fsyncs.clone()),
+            Box::new(seconds.clone()),
             Box::new(raft.clone()),
             Box::new(state.clone()),
         ] {
@@ -113,6 +123,7 @@ impl StoreMetrics {
             renewals,
             moves,
             fsyncs,
+            seconds,
             raft,
             state,
         }))
@@ -176,6 +187,10 @@ impl StoreMetrics {
         }
         let f = disk.fsyncs();
         self.fsyncs.inc_by(f.saturating_sub(self.fsyncs.get()));
+        for (what, t) in [("sync", disk.sync_time()), ("apply", sm.apply_time())] {
+            let c = self.seconds.with_label_values(&[what]);
+            c.inc_by((t.as_secs_f64() - c.get()).max(0.0));
+        }
         prometheus::TextEncoder::new()
             .encode_to_string(&self.registry.gather())
             .unwrap_or_else(|e| format!("# metrics encoding failed: {e}\n"))

@@ -62,6 +62,8 @@ pub struct StateMachine {
     applied: Arc<RwLock<Applied>>,
     /// Commands applied since start (a metric).
     commands: Arc<AtomicU64>,
+    /// Time spent applying entries (state logic plus the sled batch), ns.
+    apply_nanos: Arc<AtomicU64>,
     /// Snapshots built since start (to make snapshot ids unique).
     builds: Arc<AtomicU64>,
 }
@@ -106,6 +108,7 @@ impl StateMachine {
             snap,
             applied: Arc::new(RwLock::new(applied)),
             commands: Arc::default(),
+            apply_nanos: Arc::default(),
             builds: Arc::default(),
         })
     }
@@ -118,6 +121,11 @@ impl StateMachine {
     /// Commands applied since start.
     pub fn commands_applied(&self) -> u64 {
         self.commands.load(Ordering::Relaxed)
+    }
+
+    /// Time spent applying entries since start.
+    pub fn apply_time(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.apply_nanos.load(Ordering::Relaxed))
     }
 
     fn write_all_records(batch: &mut sled::Batch, a: &Applied) -> Result<(), StorageError> {
@@ -234,6 +242,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
+        let start = std::time::Instant::now();
         let mut guard = self.applied.write().unwrap_or_else(|e| e.into_inner());
         let a = &mut *guard;
         let mut dirty = Vec::new();
@@ -263,6 +272,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         batch.insert(MEMBERSHIP, enc(&a.membership)?);
         self.sm.apply_batch(batch).map_err(sm_write_err)?;
         self.commands.fetch_add(n, Ordering::Relaxed);
+        self.apply_nanos
+            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
         Ok(responses)
     }
 

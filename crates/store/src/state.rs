@@ -101,6 +101,10 @@ pub struct LeaseState {
     /// waits for the longer of the two before moving anything, so a
     /// shorter lease cannot cut short one granted under the old terms.
     pub replaced_expiry_ms: u64,
+    /// Whether the group's first terms were set. Until then no renewal is
+    /// granted, so no lease runs under terms that were never chosen, and
+    /// the first terms replace nothing.
+    pub set: bool,
 }
 
 impl LeaseState {
@@ -199,10 +203,18 @@ impl SetState {
 
     fn set_lease(&mut self, terms: LeaseTerms, dirty: &mut Vec<Dirty>) -> Outcome {
         terms.validate().map_err(Rejection::Invalid)?;
-        if self.lease.terms != terms {
+        if !self.lease.set {
+            self.lease = LeaseState {
+                terms,
+                replaced_expiry_ms: 0,
+                set: true,
+            };
+            dirty.push(Dirty::Lease);
+        } else if self.lease.terms != terms {
             self.lease = LeaseState {
                 replaced_expiry_ms: self.lease.terms.expiry_ms(),
                 terms,
+                set: true,
             };
             dirty.push(Dirty::Lease);
         }

@@ -89,8 +89,12 @@ fn parse(line: &str) -> Option<Command> {
 
 fn dump(s: &SetState) -> String {
     let mut out = format!(
-        "version {} lease={}+{}\n",
-        s.route_version, s.lease.terms.lease_ms, s.lease.terms.margin_ms
+        "version {} lease={}+{} set={} replaced={}\n",
+        s.route_version,
+        s.lease.terms.lease_ms,
+        s.lease.terms.margin_ms,
+        s.lease.set,
+        s.lease.replaced_expiry_ms
     );
     for (id, a) in &s.allocs {
         let drain = if a.draining { " draining" } else { "" };

@@ -95,6 +95,11 @@ impl StoreApi {
         let _moves = self.arbiter.moves.lock().await;
         let now = std::time::Instant::now();
         let a = self.sm.read();
+        if !a.state.lease.set {
+            // No terms chosen yet (a group being created): no lease to grant.
+            self.metrics.renewal(false);
+            return Err(Rejection::NotConfigured.into());
+        }
         let rec = match a.state.check_incarnation(&alloc, incarnation) {
             Ok(rec) => rec,
             Err(e) => {

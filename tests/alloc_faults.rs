@@ -195,10 +195,7 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
     let uid = 7; // section 0: alloc-1's
     let foreign = 3999; // section 7: alloc-2's
     let n = a1
-        .next(seqsvr_proto::NextRequest {
-            uid,
-            route_version: 0,
-        })
+        .next(seqsvr_proto::NextRequest { uid })
         .await
         .unwrap()
         .into_inner();
@@ -211,10 +208,7 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
     let kind = |st: &tonic::Status| detail_of(st).map(|d| ErrorKind::try_from(d.kind).unwrap());
     // Outside the set's range.
     let st = a1
-        .next(seqsvr_proto::NextRequest {
-            uid: 4000,
-            route_version: 0,
-        })
+        .next(seqsvr_proto::NextRequest { uid: 4000 })
         .await
         .unwrap_err();
     assert_eq!(
@@ -223,10 +217,7 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
     );
     // Not the owner: retryable, with the current route attached.
     let st = a1
-        .next(seqsvr_proto::NextRequest {
-            uid: foreign,
-            route_version: 0,
-        })
+        .next(seqsvr_proto::NextRequest { uid: foreign })
         .await
         .unwrap_err();
     assert_eq!(
@@ -241,20 +232,14 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
         .iter()
         .any(|e| e.alloc_id == "alloc-2" && e.addr == cluster.alloc_addrs[1]));
     let st = a1
-        .current(seqsvr_proto::CurrentRequest {
-            uid: foreign,
-            route_version: 0,
-        })
+        .current(seqsvr_proto::CurrentRequest { uid: foreign })
         .await
         .unwrap_err();
     assert_eq!(kind(&st), Some(ErrorKind::NotOwner));
     // Empty and oversized batches; a batch with a foreign uid.
     for uids in [vec![], vec![uid; seqsvr_core::MAX_BATCH + 1]] {
         let st = a1
-            .next_batch(seqsvr_proto::NextBatchRequest {
-                uids,
-                route_version: 0,
-            })
+            .next_batch(seqsvr_proto::NextBatchRequest { uids })
             .await
             .unwrap_err();
         assert_eq!(

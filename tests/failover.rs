@@ -106,13 +106,7 @@ async fn numbers_from(addr: &str, sections: &[u32], until: Instant) -> Vec<Obser
         for s in sections {
             let uid = *s as u64 * 1000 + 3;
             let start = Instant::now();
-            if let Ok(r) = c
-                .next(seqsvr_proto::NextRequest {
-                    uid,
-                    route_version: 0,
-                })
-                .await
-            {
+            if let Ok(r) = c.next(seqsvr_proto::NextRequest { uid }).await {
                 let seq = r.into_inner().seq;
                 got.push(Observation {
                     uid,
@@ -179,7 +173,8 @@ async fn a_killed_allocs_sections_are_served_elsewhere_within_lease_margin_and_a
     let pid = cluster.allocs[0].pid().unwrap();
     let cfg = DrillConfig {
         allocs: cluster.alloc_addrs.clone(),
-        store: cluster.store.addrs.clone(),
+        store: cluster.store.client_addrs.clone(),
+        tls: None,
         uids: None,
         rate: 2000,
         concurrency: 16,
@@ -245,7 +240,7 @@ async fn a_deposed_store_leader_keeps_no_old_owner_alive() {
         stolen.is_empty(),
         "alloc-1 served lost sections: {stolen:?}"
     );
-    let routes = cluster.store.client().routes().await.unwrap();
+    let routes = cluster.store.read().routes().await.unwrap();
     assert!(
         routes.entries.iter().all(|e| e.alloc == "alloc-2"),
         "sections did not move: {routes:?}"
@@ -290,9 +285,9 @@ async fn a_drain_moves_every_section_with_near_zero_unavailability() {
     let (cluster, c) = ready().await;
     let w = start_workload(&c, 8);
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    let store = cluster.store.client();
+    let ctl = cluster.store.ctl();
     let started = Instant::now();
-    let results = seqsvr::ctl::drain(&store, "alloc-1").await.unwrap();
+    let results = seqsvr::ctl::drain(&ctl, "alloc-1").await.unwrap();
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let (obs, _) = w.finish().await;
     assert_monotonic(&obs, || cluster.store.logs());
@@ -309,7 +304,7 @@ async fn a_drain_moves_every_section_with_near_zero_unavailability() {
         seen < EXPIRY,
         "clients waited {seen:?}: the drain waited for a lease"
     );
-    let routes = store.routes().await.unwrap();
+    let routes = ctl.read.routes().await.unwrap();
     assert!(
         routes.entries.iter().all(|e| e.alloc == "alloc-2"),
         "{routes:?}"
@@ -322,11 +317,11 @@ async fn a_new_alloc_gets_its_share_by_rebalance() {
     let (mut cluster, c) = ready().await;
     let w = start_workload(&c, 8);
     let i = cluster.add_alloc();
-    let store = cluster.store.client();
+    let ctl = cluster.store.ctl();
     // Wait until the newcomer holds a lease (the leader has seen it renew).
     let start = Instant::now();
     loop {
-        let live = store.leader_status().await.is_some_and(|l| {
+        let live = ctl.leader_status().await.is_some_and(|l| {
             l.allocs
                 .iter()
                 .any(|a| a.alloc_id == "alloc-3" && a.since_grant_ms >= 0 && !a.expired)
@@ -341,11 +336,11 @@ async fn a_new_alloc_gets_its_share_by_rebalance() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    seqsvr::ctl::rebalance(&store).await.unwrap();
+    seqsvr::ctl::rebalance(&ctl).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let (obs, _) = w.finish().await;
     assert_monotonic(&obs, || cluster.store.logs());
-    let routes = store.routes().await.unwrap();
+    let routes = ctl.read.routes().await.unwrap();
     let per = |id: &str| {
         routes
             .entries
@@ -378,11 +373,5 @@ async fn a_new_alloc_gets_its_share_by_rebalance() {
         .await
         .unwrap();
     let uid = s as u64 * 1000 + 1;
-    assert!(a3
-        .next(seqsvr_proto::NextRequest {
-            uid,
-            route_version: 0
-        })
-        .await
-        .is_ok());
+    assert!(a3.next(seqsvr_proto::NextRequest { uid }).await.is_ok());
 }

@@ -12,10 +12,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use seqsvr_core::SetSpec;
-use seqsvr_store::client::StoreClient;
-use seqsvr_store::types::Rejection;
-use seqsvr_store::Error;
+use seqsvr_core::{Epoch, Grant, Incarnation, SectionId, SetSpec};
+use seqsvr_store_api::client::plaintext;
+use seqsvr_store_api::{AllocAddrs, Error, PeerClient, ReadClient, Rejection};
 use support::StoreCluster;
 
 const SECTIONS: u32 = 8;
@@ -31,13 +30,60 @@ fn small_set() -> SetSpec {
     }
 }
 
+/// One AllocSvr incarnation, played by the test on the store's peer plane
+/// (plaintext on loopback: the store takes the name it is given).
+#[derive(Clone)]
+struct Alloc {
+    peer: PeerClient,
+    id: &'static str,
+    incarnation: Incarnation,
+}
+
+impl Alloc {
+    fn new(cluster: &StoreCluster, id: &'static str, incarnation: Incarnation) -> Alloc {
+        Alloc {
+            peer: cluster.peer(),
+            id,
+            incarnation,
+        }
+    }
+
+    /// Registers with every plane at `addr` (the test never dials them).
+    async fn register(&self, addr: &str) -> Result<u64, Error> {
+        let addrs = AllocAddrs {
+            client: addr.into(),
+            peer: addr.into(),
+            admin: addr.into(),
+        };
+        self.peer
+            .register_alloc(self.id, self.incarnation, &addrs)
+            .await
+    }
+
+    /// Claims `count` sections from `first`, never having installed any.
+    async fn take_over(&self, first: SectionId, count: u32) -> Result<Vec<Grant>, Error> {
+        let known = vec![0; count as usize];
+        let (grants, _) = self
+            .peer
+            .take_over(self.id, self.incarnation, first, known)
+            .await?;
+        Ok(grants)
+    }
+
+    async fn raise(&self, section: SectionId, epoch: Epoch, to: u64) -> Result<u64, Error> {
+        self.peer
+            .raise(self.id, self.incarnation, section, epoch, to)
+            .await
+    }
+}
+
 /// Acknowledged ceilings: per section, every (time, ceiling) the store acked.
 type Acks = Arc<Mutex<BTreeMap<u32, Vec<(Instant, u64)>>>>;
 
 /// Raises `sections` one after another until `stop`, recording every ack.
 /// Errors are expected while replicas die; they are counted, not fatal.
 async fn raiser(
-    c: StoreClient,
+    c: Alloc,
     sections: Vec<(u32, u64, u64)>,
     acks: Acks,
     stop: Arc<std::sync::atomic::AtomicBool>,
@@ -72,11 +118,11 @@ async fn raiser(
     errors
 }
 
-async fn setup(cluster: &StoreCluster) -> (StoreClient, Vec<(u32, u64, u64)>) {
+async fn setup(cluster: &StoreCluster) -> (Alloc, Vec<(u32, u64, u64)>) {
     cluster.wait_ready(Duration::from_secs(30)).await;
-    let c = cluster.client();
-    c.register_alloc("alloc-t", "127.0.0.1:1").await.unwrap();
-    let (grants, _) = c.take_over("alloc-t", 0, SECTIONS).await.unwrap();
+    let c = Alloc::new(cluster, "alloc-t", 0x7e57);
+    c.register("127.0.0.1:1").await.unwrap();
+    let grants = c.take_over(0, SECTIONS).await.unwrap();
     let secs = grants
         .iter()
         .map(|g| (g.section, g.epoch, g.max_seq))
@@ -85,7 +131,7 @@ async fn setup(cluster: &StoreCluster) -> (StoreClient, Vec<(u32, u64, u64)>) {
 }
 
 fn start_raisers(
-    c: &StoreClient,
+    c: &Alloc,
     secs: &[(u32, u64, u64)],
     acks: &Acks,
     stop: &Arc<std::sync::atomic::AtomicBool>,
@@ -104,7 +150,7 @@ fn start_raisers(
 }
 
 /// Every acked ceiling is present, and acks per section only went up.
-async fn check_acks(c: &StoreClient, acks: &Acks, logs: impl Fn() -> String) {
+async fn check_acks(c: &ReadClient, acks: &Acks, logs: impl Fn() -> String) {
     let now = c.read_sections(0, SECTIONS).await.unwrap();
     let acks = acks.lock().unwrap();
     for s in &now {
@@ -162,11 +208,12 @@ async fn kill_leader_during_raises_keeps_every_acked_ceiling() {
         first_after < Duration::from_secs(10),
         "store unavailable for {first_after:?}"
     );
-    check_acks(&c, &acks, || cluster.logs()).await;
+    let read = cluster.read();
+    check_acks(&read, &acks, || cluster.logs()).await;
 
     // The killed replica rejoins and catches up.
     cluster.procs[leader].restart();
-    let target = c
+    let target = read
         .status_all()
         .await
         .into_iter()
@@ -176,7 +223,7 @@ async fn kill_leader_during_raises_keeps_every_acked_ceiling() {
         .unwrap();
     let start = Instant::now();
     loop {
-        let st = StoreClient::new(&[cluster.addrs[leader].clone()])
+        let st = ReadClient::new(&[cluster.client_addrs[leader].clone()], &plaintext())
             .unwrap()
             .status_all()
             .await;
@@ -224,15 +271,16 @@ async fn kill_all_replicas_at_once_keeps_every_acked_ceiling() {
         p.restart();
     }
     cluster.wait_ready(Duration::from_secs(30)).await;
-    check_acks(&c, &acks, || cluster.logs()).await;
+    let read = cluster.read();
+    check_acks(&read, &acks, || cluster.logs()).await;
 
     // The owner's epochs survived too: it can keep raising.
-    let now = c.read_sections(0, SECTIONS).await.unwrap();
+    let now = read.read_sections(0, SECTIONS).await.unwrap();
     for (s, epoch, _) in secs {
         let cur = now[s as usize].max_seq;
         assert_eq!(now[s as usize].epoch, epoch);
         let r = c.raise(s, epoch, cur + 1).await;
-        let again = c.read_sections(0, SECTIONS).await.unwrap();
+        let again = read.read_sections(0, SECTIONS).await.unwrap();
         assert_eq!(
             r,
             Ok(cur + 1),
@@ -246,95 +294,105 @@ async fn kill_all_replicas_at_once_keeps_every_acked_ceiling() {
 async fn take_over_fencing_and_bad_input() {
     let cluster = StoreCluster::start(3, small_set());
     let (c, secs) = setup(&cluster).await;
+    let (read, admin) = (cluster.read(), cluster.admin());
     let (s0, e0, m0) = secs[0];
     assert_eq!(c.raise(s0, e0, m0 + 10).await.unwrap(), m0 + 10);
 
     // Take-over bumps the epoch and returns the previous ceiling.
-    c.register_alloc("alloc-u", "127.0.0.1:2").await.unwrap();
+    let u = Alloc::new(&cluster, "alloc-u", 0x7e58);
+    u.register("127.0.0.1:2").await.unwrap();
     // Claiming a section routed elsewhere is refused, and so is routing it
     // away from an owner whose lease has not expired; the owner can hand it
     // off (one write: new owner, new epoch, ceiling + step).
     assert!(matches!(
-        c.take_over("alloc-u", s0, 1).await,
+        u.take_over(s0, 1).await,
         Err(Error::Rejected(Rejection::OwnedElsewhere { .. }))
     ));
+    let epochs = read.read_sections(s0, 1).await.unwrap();
     assert!(matches!(
-        c.assign("alloc-u", s0, 1).await,
+        admin
+            .assign("alloc-u", s0, epochs.iter().map(|s| s.epoch).collect())
+            .await,
         Err(Error::Rejected(Rejection::OwnedElsewhere { .. }))
     ));
-    let g = c.handoff("alloc-t", "alloc-u", s0, 1).await.unwrap();
+    let (g, _) = c
+        .peer
+        .handoff(c.id, c.incarnation, u.id, s0, e0)
+        .await
+        .unwrap();
     assert_eq!(
-        (g[0].epoch, g[0].prev_ceiling, g[0].max_seq),
-        (e0 + 2, m0 + 10, m0 + 10 + STEP)
+        (g.epoch, g.prev_ceiling, g.max_seq),
+        (e0 + 1, m0 + 10, m0 + 10 + STEP)
     );
-    let routes = c.routes().await.unwrap();
+    let routes = read.routes().await.unwrap();
     assert_eq!(routes.entry_for_section(s0).unwrap().alloc, "alloc-u");
 
-    let before = c.read_sections(0, SECTIONS).await.unwrap();
+    let before = read.read_sections(0, SECTIONS).await.unwrap();
     let version = routes.version;
-    let cur = g[0].max_seq;
-    let e1 = g[0].epoch;
+    let cur = g.max_seq;
+    let e1 = g.epoch;
     let rejected = |r: Result<u64, Error>| match r {
         Err(Error::Rejected(r)) => r,
         other => panic!("expected a rejection, got {other:?}"),
     };
     // The old owner's epoch is stale.
     assert!(
-        matches!(rejected(c.raise(s0, e0, cur + 1).await), Rejection::StaleEpoch { current, .. } if current == e1)
+        matches!(rejected(u.raise(s0, e0, cur + 1).await), Rejection::StaleEpoch { current, .. } if current == e1)
     );
     // A lower or equal ceiling ("zero step").
     assert!(
-        matches!(rejected(c.raise(s0, e1, cur).await), Rejection::NotAbove { current, .. } if current == cur)
+        matches!(rejected(u.raise(s0, e1, cur).await), Rejection::NotAbove { current, .. } if current == cur)
     );
     assert!(matches!(
-        rejected(c.raise(s0, e1, cur - 1).await),
+        rejected(u.raise(s0, e1, cur - 1).await),
         Rejection::NotAbove { .. }
     ));
     // An absurd step.
     assert!(matches!(
-        rejected(c.raise(s0, e1, cur + 17 * STEP).await),
+        rejected(u.raise(s0, e1, cur + 17 * STEP).await),
         Rejection::TooLarge { .. }
     ));
     assert!(matches!(
-        rejected(c.raise(s0, e1, u64::MAX).await),
+        rejected(u.raise(s0, e1, u64::MAX).await),
         Rejection::TooLarge { .. }
     ));
     // Unknown sections.
     assert!(matches!(
-        rejected(c.raise(SECTIONS, 1, 1).await),
+        rejected(u.raise(SECTIONS, 1, 1).await),
         Rejection::UnknownSection { .. }
     ));
     assert!(matches!(
-        c.take_over("alloc-u", SECTIONS - 1, 2).await,
+        u.take_over(SECTIONS - 1, 2).await,
         Err(Error::Rejected(Rejection::UnknownSection { .. }))
     ));
     assert!(matches!(
-        c.read_sections(SECTIONS, 1).await,
+        read.read_sections(SECTIONS, 1).await,
         Err(Error::Rejected(Rejection::UnknownSection { .. }))
     ));
-    // Malformed requests.
+    // Malformed requests, and an AllocSvr the store does not know.
+    assert!(matches!(u.take_over(0, 0).await, Err(Error::Invalid(_))));
+    let nameless = Alloc::new(&cluster, "", 1);
     assert!(matches!(
-        c.take_over("alloc-u", 0, 0).await,
+        nameless.take_over(0, 1).await,
+        Err(Error::Invalid(_))
+    ));
+    let nobody = Alloc::new(&cluster, "nobody", 1);
+    assert!(matches!(
+        nobody.take_over(0, 1).await,
+        Err(Error::Rejected(Rejection::NotRegistered { .. }))
+    ));
+    let x = Alloc::new(&cluster, "x", 1);
+    assert!(matches!(
+        x.register("no-port").await,
         Err(Error::Invalid(_))
     ));
     assert!(matches!(
-        c.take_over("", 0, 1).await,
-        Err(Error::Invalid(_))
-    ));
-    assert!(matches!(
-        c.take_over("nobody", 0, 1).await,
-        Err(Error::Invalid(_))
-    ));
-    assert!(matches!(
-        c.register_alloc("x", "no-port").await,
-        Err(Error::Invalid(_))
-    ));
-    assert!(matches!(
-        c.register_alloc("", "h:1").await,
+        nameless.register("h:1").await,
         Err(Error::Invalid(_))
     ));
     // Garbage on the Raft transport.
-    let ch = seqsvr_store::network::channel(&cluster.addrs[0], Duration::from_secs(1)).unwrap();
+    let ch =
+        seqsvr_store_api::client::channel(&cluster.peer_addrs[0], Duration::from_secs(1)).unwrap();
     let mut raft = seqsvr_proto::raft_client::RaftClient::new(ch);
     for data in [vec![], vec![1, 2, 3], vec![9; 40]] {
         let st = raft
@@ -345,6 +403,6 @@ async fn take_over_fencing_and_bad_input() {
     }
 
     // None of it changed anything.
-    assert_eq!(c.read_sections(0, SECTIONS).await.unwrap(), before);
-    assert_eq!(c.routes().await.unwrap().version, version);
+    assert_eq!(read.read_sections(0, SECTIONS).await.unwrap(), before);
+    assert_eq!(read.routes().await.unwrap().version, version);
 }

@@ -10,13 +10,15 @@ use std::time::{Duration, Instant};
 
 use seqsvr_alloc::node::AllocNodeConfig;
 use seqsvr_core::SetSpec;
-use seqsvr_store::arbiter::LeaseConfig;
-use seqsvr_store::client::StoreClient;
-use seqsvr_store::node::{InitialAlloc, Member, RaftTiming};
+use seqsvr_net::PlaneLimits;
+use seqsvr_store::node::{InitialAlloc, LeaseSection, Member, RaftTiming};
+use seqsvr_store::StoreConfig;
+use seqsvr_store_api::client::plaintext;
+use seqsvr_store_api::{AdminClient, PeerClient, ReadClient};
 
 /// Short leases so that failover tests run quickly: 2 s lease, 0.5 s margin.
-pub fn test_lease() -> LeaseConfig {
-    LeaseConfig {
+pub fn test_lease() -> LeaseSection {
+    LeaseSection {
         lease_ms: 2000,
         margin_ms: 500,
         tick_ms: 50,
@@ -25,7 +27,6 @@ pub fn test_lease() -> LeaseConfig {
 
 /// How often test AllocSvrs renew their lease, in ms.
 pub const TEST_RENEW_MS: u64 = 300;
-use seqsvr_store::StoreConfig;
 
 /// The `seqsvr` binary under test.
 pub fn seqsvr_bin() -> &'static str {
@@ -119,16 +120,29 @@ impl Drop for Proc {
     }
 }
 
-/// A store group of real processes.
+/// A store group of real processes, each serving three planes on its own
+/// loopback ports.
 pub struct StoreCluster {
     /// The working directory (data, configs, logs).
     pub dir: tempfile::TempDir,
-    /// Replica addresses, by index (id = index + 1).
-    pub addrs: Vec<String>,
+    /// Replicas' peer-plane addresses (Raft, AllocSvrs), by index
+    /// (id = index + 1).
+    pub peer_addrs: Vec<String>,
+    /// Replicas' client-plane addresses (routes, sections, status).
+    pub client_addrs: Vec<String>,
+    /// Replicas' admin-plane addresses (operator commands).
+    pub admin_addrs: Vec<String>,
     /// The replica processes, by index.
     pub procs: Vec<Proc>,
     /// The set served.
     pub set: SetSpec,
+}
+
+/// `n` free loopback `host:port`s.
+fn free_addrs(n: u64) -> Vec<String> {
+    (0..n)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect()
 }
 
 impl StoreCluster {
@@ -140,10 +154,8 @@ impl StoreCluster {
     /// Starts `n` replicas serving `set`, with initial routes to `allocs`.
     pub fn start_with(n: u64, set: SetSpec, allocs: Vec<InitialAlloc>) -> StoreCluster {
         let dir = tempfile::tempdir().unwrap();
-        let addrs: Vec<String> = (0..n)
-            .map(|_| format!("127.0.0.1:{}", free_port()))
-            .collect();
-        let members: Vec<Member> = addrs
+        let (peer_addrs, client_addrs, admin_addrs) = (free_addrs(n), free_addrs(n), free_addrs(n));
+        let members: Vec<Member> = peer_addrs
             .iter()
             .enumerate()
             .map(|(i, a)| Member {
@@ -153,10 +165,19 @@ impl StoreCluster {
             .collect();
         let procs = (1..=n)
             .map(|id| {
+                let i = id as usize - 1;
                 let cfg = StoreConfig {
                     id,
                     data_dir: dir.path().join(format!("store-{id}")),
                     listen: None,
+                    client_addr: client_addrs[i].clone(),
+                    admin_addr: admin_addrs[i].clone(),
+                    client_listen: None,
+                    admin_listen: None,
+                    tls: None,
+                    insecure: false,
+                    limits: PlaneLimits::default(),
+                    metrics_addr: None,
                     members: members.clone(),
                     set: set.clone(),
                     raft: RaftTiming::default(),
@@ -179,27 +200,45 @@ impl StoreCluster {
             .collect();
         StoreCluster {
             dir,
-            addrs,
+            peer_addrs,
+            client_addrs,
+            admin_addrs,
             procs,
             set,
         }
     }
 
-    /// A client over all replicas.
-    pub fn client(&self) -> StoreClient {
-        StoreClient::new(&self.addrs).unwrap()
+    /// A client-plane client over all replicas.
+    pub fn read(&self) -> ReadClient {
+        ReadClient::new(&self.client_addrs, &plaintext()).unwrap()
+    }
+
+    /// A peer-plane client over all replicas, as an AllocSvr uses it
+    /// (plaintext on loopback: the store trusts every caller's name).
+    pub fn peer(&self) -> PeerClient {
+        PeerClient::new(&self.peer_addrs, &plaintext()).unwrap()
+    }
+
+    /// An admin-plane client over all replicas.
+    pub fn admin(&self) -> AdminClient {
+        AdminClient::new(&self.admin_addrs, &plaintext()).unwrap()
+    }
+
+    /// What `seqctl` uses: the client and admin planes of all replicas.
+    pub fn ctl(&self) -> seqsvr::ctl::Ctl {
+        seqsvr::ctl::Ctl::new(&self.client_addrs, &self.admin_addrs, None).unwrap()
     }
 
     /// Waits until some replica reports a leader and the set is configured;
     /// returns the leader's index.
     pub async fn wait_ready(&self, within: Duration) -> usize {
-        let c = self.client();
+        let c = self.read();
         let start = Instant::now();
         loop {
             for (addr, st) in c.status_all().await {
                 if let Ok(s) = st {
                     if s.has_leader && s.set.is_some() && s.state == "Leader" {
-                        return self.addrs.iter().position(|a| *a == addr).unwrap();
+                        return self.client_addrs.iter().position(|a| *a == addr).unwrap();
                     }
                 }
             }
@@ -242,13 +281,21 @@ pub fn logs_in(dir: &Path) -> String {
     out
 }
 
-/// Starts AllocSvr `id` at `addr` against `store`, with test timing.
+/// Starts AllocSvr `id` with its client plane at `addr` (peer and admin
+/// planes on free ports) against `store`, with test timing.
 fn start_alloc(store: &StoreCluster, id: &str, addr: &str) -> Proc {
     let cfg = AllocNodeConfig {
         id: id.to_string(),
         addr: addr.to_string(),
+        peer_addr: format!("127.0.0.1:{}", free_port()),
+        admin_addr: format!("127.0.0.1:{}", free_port()),
         listen: None,
-        store: store.addrs.clone(),
+        peer_listen: None,
+        admin_listen: None,
+        store: store.peer_addrs.clone(),
+        tls: None,
+        insecure: false,
+        limits: None,
         route_poll_ms: 200,
         renew_ms: TEST_RENEW_MS,
         wait_ms: 500,
@@ -269,7 +316,7 @@ fn start_alloc(store: &StoreCluster, id: &str, addr: &str) -> Proc {
 pub struct SetCluster {
     /// The store group (its `dir` also holds the allocs' files).
     pub store: StoreCluster,
-    /// AllocSvr addresses, by index.
+    /// AllocSvr client-plane addresses, by index.
     pub alloc_addrs: Vec<String>,
     /// AllocSvr processes, by index (`alloc-1` is index 0).
     pub allocs: Vec<Proc>,
@@ -283,12 +330,9 @@ impl SetCluster {
         let alloc_addrs: Vec<String> = (0..n_allocs)
             .map(|_| format!("127.0.0.1:{}", free_port()))
             .collect();
-        let initial = alloc_addrs
-            .iter()
-            .enumerate()
-            .map(|(i, a)| InitialAlloc {
+        let initial = (0..n_allocs)
+            .map(|i| InitialAlloc {
                 id: format!("alloc-{}", i + 1),
-                addr: a.clone(),
                 first: i as u32 * share,
                 count: if i + 1 == n_allocs {
                     sections - i as u32 * share

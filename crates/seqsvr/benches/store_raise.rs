@@ -11,14 +11,18 @@ mod support;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use seqsvr_core::SetSpec;
-use seqsvr_store::client::StoreClient;
+use seqsvr_core::{Incarnation, SetSpec};
+use seqsvr_store_api::client::plaintext;
+use seqsvr_store_api::{AllocAddrs, PeerClient, ReadClient};
 use support::StoreCluster;
 
 const SECTIONS: u32 = 64;
 const STEP: u64 = 10_000;
+/// The AllocSvr the bench plays, on the store's peer plane.
+const ALLOC: &str = "bench";
+const INCARNATION: Incarnation = 0xbe4c;
 
-async fn fsyncs(c: &StoreClient) -> u64 {
+async fn fsyncs(c: &ReadClient) -> u64 {
     c.status_all()
         .await
         .into_iter()
@@ -35,12 +39,14 @@ async fn phase(
     secs: u64,
 ) -> Vec<(u32, u64, u64)> {
     // Callers talk to the leader first (any replica would forward).
-    let mut addrs = cluster.addrs.clone();
+    let mut addrs = cluster.peer_addrs.clone();
     addrs.swap(0, leader);
-    let client = StoreClient::new(&addrs).unwrap();
-    let before = fsyncs(&client).await;
-    let leader_client = StoreClient::new(&[cluster.addrs[leader].clone()]).unwrap();
-    let leader_before = fsyncs(&leader_client).await;
+    let client = PeerClient::new(&addrs, &plaintext()).unwrap();
+    let read = cluster.read();
+    let before = fsyncs(&read).await;
+    let leader_read =
+        ReadClient::new(&[cluster.client_addrs[leader].clone()], &plaintext()).unwrap();
+    let leader_before = fsyncs(&leader_read).await;
     let deadline = Instant::now() + Duration::from_secs(secs);
     let tasks: Vec<_> = (0..callers)
         .map(|k| {
@@ -58,7 +64,10 @@ async fn phase(
                     let len = mine.len();
                     let (s, e, m) = &mut mine[i % len];
                     let t = Instant::now();
-                    *m = c.raise(*s, *e, *m + STEP).await.expect("raise");
+                    *m = c
+                        .raise(ALLOC, INCARNATION, *s, *e, *m + STEP)
+                        .await
+                        .expect("raise");
                     h.record(t.elapsed().as_micros() as u64).unwrap();
                     i += 1;
                 }
@@ -74,8 +83,8 @@ async fn phase(
         out.extend(mine);
     }
     let n = h.len();
-    let total = fsyncs(&client).await - before;
-    let on_leader = fsyncs(&leader_client).await - leader_before;
+    let total = fsyncs(&read).await - before;
+    let on_leader = fsyncs(&leader_read).await - leader_before;
     println!(
         "callers {callers:>3}: {:>8.0} raises/s  p50 {:>6} µs  p99 {:>6} µs  p999 {:>6} µs  max {:>7} µs  fsyncs/raise {:.3} (leader {:.3})",
         n as f64 / secs as f64,
@@ -108,9 +117,15 @@ fn main() {
         let set = SetSpec { step: STEP, ..set };
         let cluster = StoreCluster::start(3, set);
         let leader = cluster.wait_ready(Duration::from_secs(30)).await;
-        let c = cluster.client();
-        c.register_alloc("bench", "127.0.0.1:1").await.unwrap();
-        let (grants, _) = c.take_over("bench", 0, SECTIONS).await.unwrap();
+        let c = cluster.peer();
+        let addrs = AllocAddrs {
+            client: "127.0.0.1:1".into(),
+            peer: "127.0.0.1:2".into(),
+            admin: "127.0.0.1:3".into(),
+        };
+        c.register_alloc(ALLOC, INCARNATION, &addrs).await.unwrap();
+        let known = vec![0; SECTIONS as usize];
+        let (grants, _) = c.take_over(ALLOC, INCARNATION, 0, known).await.unwrap();
         let mut g: Vec<_> = grants.iter().map(|g| (g.section, g.epoch, g.max_seq)).collect();
         println!("store raise benchmark: 3 replicas (processes) on loopback, fsync on, {secs} s per phase");
         for callers in [1, 32] {

@@ -1,22 +1,124 @@
-//! `seqctl`'s operator commands: status, sections, and planned moves
-//! (drain, undrain, rebalance).
+//! `seqctl`'s operator commands: status, sections, planned moves (drain,
+//! undrain, rebalance), fencing an AllocSvr incarnation, and lease terms.
+//!
+//! What each talks to:
+//!
+//! - the store's **client plane** ([`ReadClient`]): routes, sections,
+//!   each replica's status;
+//! - the store's **admin plane** ([`AdminClient`], operator certificate
+//!   under TLS): draining marks, `Assign` (conditional on the epochs just
+//!   read, so a section that moved meanwhile is not moved again), lease
+//!   terms, fencing, and the leader's lease view of the AllocSvrs;
+//! - an AllocSvr's **admin plane** (its address from that lease view):
+//!   `Handoff`.
 //!
 //! Planned moves never route a section away from a live AllocSvr behind its
 //! back: the current owner is asked to hand each section off (it stops
 //! serving, the store hands the section over in one write, the new owner
 //! starts at once), so no lease has to expire and no two AllocSvrs ever
-//! serve a section at the same time (promise 3).
+//! serve a section at the same time (promise 3, see
+//! `docs/architecture/failover.md`). Only sections with no owner, or whose
+//! owner's lease has certainly expired, are routed with `Assign` — and the
+//! store refuses anything else.
+
+use std::time::Duration;
 
 use anyhow::{bail, Context};
-use seqsvr_proto::alloc_client::AllocClient;
+use seqsvr_core::{Incarnation, LeaseTerms, RouteTable, SectionId};
+use seqsvr_net::ClientTls;
+use seqsvr_proto::alloc_admin_client::AllocAdminClient;
+use seqsvr_proto::store_admin_client::StoreAdminClient;
 use seqsvr_proto::{self as pb};
-use seqsvr_store::client::StoreClient;
+use seqsvr_store_api::client::connector;
+use seqsvr_store_api::{AdminClient, ReadClient};
+use tonic::transport::Channel;
+
+/// How long one replica's status may take.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long dialing an AllocSvr's admin plane may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// A cluster as `seqctl` reaches it.
+#[derive(Clone)]
+pub struct Ctl {
+    /// The store replicas' client planes.
+    pub read: ReadClient,
+    /// The store replicas' admin planes.
+    pub admin: AdminClient,
+    /// Each admin plane on its own, for per-replica status (status is not
+    /// forwarded: only the leader knows the leases).
+    admin_replicas: Vec<(String, StoreAdminClient<Channel>)>,
+    /// How AllocSvrs' admin planes are dialed.
+    tls: Option<ClientTls>,
+}
+
+impl std::fmt::Debug for Ctl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ctl")
+            .field("read", &self.read)
+            .field("admin", &self.admin)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+impl Ctl {
+    /// A cluster whose store replicas serve their client planes at `read`
+    /// and their admin planes at `admin`, dialed with `tls` (the CA and,
+    /// for the admin planes, an operator certificate) or in plaintext.
+    pub fn new(read: &[String], admin: &[String], tls: Option<ClientTls>) -> anyhow::Result<Ctl> {
+        let connect = connector(tls.clone());
+        let admin_replicas = admin
+            .iter()
+            .map(|a| {
+                let ch = connect(a).map_err(anyhow::Error::msg)?;
+                Ok((a.clone(), StoreAdminClient::new(ch)))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Ctl {
+            read: ReadClient::new(read, &connect).context("store client plane")?,
+            admin: AdminClient::new(admin, &connect).context("store admin plane")?,
+            admin_replicas,
+            tls,
+        })
+    }
+
+    /// The store leader's status, with its lease view of every AllocSvr:
+    /// from the admin plane, or, if no admin plane answers (no operator
+    /// certificate, say), from the client plane.
+    pub async fn leader_status(&self) -> Option<pb::StoreStatus> {
+        let calls = self.admin_replicas.iter().map(|(_, c)| {
+            let mut c = c.clone();
+            async move {
+                let call = tokio::time::timeout(STATUS_TIMEOUT, c.status(pb::StatusRequest {}));
+                match call.await {
+                    Ok(Ok(s)) => Some(s.into_inner()),
+                    _ => None,
+                }
+            }
+        });
+        let from_admin = futures::future::join_all(calls)
+            .await
+            .into_iter()
+            .flatten()
+            .find(|s| s.state == "Leader");
+        match from_admin {
+            Some(s) => Some(s),
+            None => self.read.leader_status().await,
+        }
+    }
+
+    /// A client of the AllocSvr admin plane at `addr`.
+    fn alloc_admin(&self, addr: &str) -> anyhow::Result<AllocAdminClient<Channel>> {
+        let ch = seqsvr_net::client::channel(addr, self.tls.as_ref(), CONNECT_TIMEOUT)?;
+        Ok(AllocAdminClient::new(ch))
+    }
+}
 
 /// Prints the store group, the set, routes and AllocSvr leases.
-pub async fn status(store: &StoreClient) -> anyhow::Result<()> {
+pub async fn status(ctl: &Ctl) -> anyhow::Result<()> {
     println!("store replicas:");
-    let all = store.status_all().await;
-    for (addr, st) in &all {
+    for (addr, st) in &ctl.read.status_all().await {
         match st {
             Ok(s) => println!(
                 "  {:<3} {addr:<22} {:<10} term {:<4} leader {:<3} applied {:<8} fsyncs {}",
@@ -34,7 +136,7 @@ pub async fn status(store: &StoreClient) -> anyhow::Result<()> {
             Err(e) => println!("  ?   {addr:<22} unreachable: {e}"),
         }
     }
-    let routes = store.routes().await?;
+    let routes = ctl.read.routes().await?;
     let s = &routes.set;
     println!(
         "set {}: uids [{}, {}), {} sections of {}, step {}",
@@ -46,28 +148,15 @@ pub async fn status(store: &StoreClient) -> anyhow::Result<()> {
         s.step
     );
     println!("route version {}", routes.version);
-    let leader = all
-        .iter()
-        .filter_map(|(_, s)| s.as_ref().ok())
-        .find(|s| s.state == "Leader");
     let owned: u32 = routes.entries.iter().map(|e| e.count).sum();
-    match leader {
+    match ctl.leader_status().await {
         Some(l) => {
             println!(
                 "allocs (lease {} ms + margin {} ms, as the leader sees them):",
                 l.lease_ms, l.margin_ms
             );
             for a in &l.allocs {
-                let lease = match (a.since_grant_ms, a.expired) {
-                    (_, true) => "EXPIRED".to_string(),
-                    (-1, false) => "no renewal yet (new leader)".to_string(),
-                    (ms, false) => format!("renewed {ms} ms ago"),
-                };
-                let drain = if a.draining { " draining" } else { "" };
-                println!(
-                    "  {:<12} {:<22} {:>4} sections  {lease}{drain}",
-                    a.alloc_id, a.addr, a.sections
-                );
+                print_lease(a);
             }
         }
         None => println!("allocs: (no leader to ask)"),
@@ -76,14 +165,39 @@ pub async fn status(store: &StoreClient) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One AllocSvr's line in `status`.
+fn print_lease(a: &pb::AllocLease) {
+    let lease = match (a.since_grant_ms, a.expired) {
+        (_, true) => "EXPIRED".to_string(),
+        (-1, false) => "no renewal yet (new leader)".to_string(),
+        (ms, false) => format!("renewed {ms} ms ago"),
+    };
+    let drain = if a.draining { " draining" } else { "" };
+    let fenced = if a.fenced { " FENCED" } else { "" };
+    println!(
+        "  {:<12} {:<22} {:>4} sections  {lease}{drain}{fenced}",
+        a.alloc_id, a.addr, a.sections
+    );
+    println!(
+        "  {:<12} incarnation {:x}  peer {}  admin {}",
+        "", a.incarnation, a.peer_addr, a.admin_addr
+    );
+}
+
 /// Prints sections' ceilings, epochs and owners.
-pub async fn sections(store: &StoreClient, first: u32, count: Option<u32>) -> anyhow::Result<()> {
-    let total = store.routes().await?.set.section_count();
+pub async fn sections(ctl: &Ctl, first: u32, count: Option<u32>) -> anyhow::Result<()> {
+    let total = ctl.read.routes().await?.set.section_count();
     let count = count.unwrap_or(total.saturating_sub(first));
-    println!("{:>8} {:>20} {:>8}  owner", "section", "max_seq", "epoch");
-    for s in store.read_sections(first, count).await? {
+    println!(
+        "{:>8} {:>20} {:>8}  {:<12} incarnation",
+        "section", "max_seq", "epoch", "owner"
+    );
+    for s in ctl.read.read_sections(first, count).await? {
         let owner = s.owner.as_deref().unwrap_or("-");
-        println!("{:>8} {:>20} {:>8}  {owner}", s.section, s.max_seq, s.epoch);
+        println!(
+            "{:>8} {:>20} {:>8}  {owner:<12} {:x}",
+            s.section, s.max_seq, s.epoch, s.incarnation
+        );
     }
     Ok(())
 }
@@ -92,49 +206,55 @@ pub async fn sections(store: &StoreClient, first: u32, count: Option<u32>) -> an
 #[derive(Debug, Clone)]
 struct Target {
     id: String,
-    addr: String,
     sections: u32,
 }
 
-/// Live, non-draining AllocSvrs (per the leader's lease view).
-async fn live_targets(store: &StoreClient) -> anyhow::Result<Vec<Target>> {
-    let l = store
+/// The leader's lease view: every AllocSvr it knows, and the lease length.
+async fn leases(ctl: &Ctl) -> anyhow::Result<(Vec<pb::AllocLease>, u64)> {
+    let l = ctl
         .leader_status()
         .await
         .context("no store leader answered")?;
-    Ok(l.allocs
+    Ok((l.allocs, l.lease_ms))
+}
+
+/// Live, non-draining AllocSvrs among `allocs` (renewed within `lease_ms`).
+fn live_targets(allocs: &[pb::AllocLease], lease_ms: u64) -> Vec<Target> {
+    allocs
         .iter()
         .filter(|a| {
             !a.draining
                 && !a.expired
+                && !a.fenced
                 && a.since_grant_ms >= 0
-                && (a.since_grant_ms as u64) < l.lease_ms
+                && (a.since_grant_ms as u64) < lease_ms
         })
         .map(|a| Target {
             id: a.alloc_id.clone(),
-            addr: a.addr.clone(),
             sections: a.sections,
         })
-        .collect())
+        .collect()
 }
 
-/// Asks `from` (at `addr`) to hand `moves` off; prints and returns results.
+/// Asks `from` (admin plane at `admin_addr`) to hand `moves` off; prints
+/// and returns the results.
 async fn hand_off(
+    ctl: &Ctl,
     from: &str,
-    addr: &str,
+    admin_addr: &str,
     moves: Vec<pb::Move>,
 ) -> anyhow::Result<Vec<pb::MoveResult>> {
     if moves.is_empty() {
         return Ok(Vec::new());
     }
-    let mut c = AllocClient::connect(format!("http://{addr}"))
-        .await
-        .with_context(|| {
-            format!("{from} at {addr} is unreachable; its sections move when its lease expires")
-        })?;
+    let unreachable = || {
+        format!("{from} at {admin_addr} is unreachable; its sections move when its lease expires")
+    };
+    let mut c = ctl.alloc_admin(admin_addr).with_context(unreachable)?;
     let results = c
         .handoff(pb::AllocHandoffRequest { moves })
-        .await?
+        .await
+        .with_context(unreachable)?
         .into_inner()
         .results;
     let mut us: Vec<u64> = results
@@ -160,8 +280,67 @@ async fn hand_off(
     Ok(results)
 }
 
+/// Routes each of `moves` with `Assign`, conditional on the epoch each
+/// section has now: for sections with no owner, or whose owner's lease has
+/// certainly expired (the store refuses any other). Consecutive sections
+/// bound for one AllocSvr go in one call.
+async fn assign(ctl: &Ctl, moves: &[pb::Move]) -> anyhow::Result<Vec<pb::MoveResult>> {
+    let mut results = Vec::with_capacity(moves.len());
+    for run in runs(moves) {
+        let (first, to) = (run[0].section, &run[0].to_alloc);
+        let epochs = ctl
+            .read
+            .read_sections(first, run.len() as u32)
+            .await?
+            .iter()
+            .map(|s| s.epoch)
+            .collect();
+        let outcome = ctl.admin.assign(to, first, epochs).await;
+        if let Err(e) = &outcome {
+            println!(
+                "  sections {first}..{} -> {to:<12} FAILED: {e}",
+                first + run.len() as u32
+            );
+        }
+        results.extend(run.iter().map(|m| {
+            pb::MoveResult {
+                section: m.section,
+                to_alloc: m.to_alloc.clone(),
+                ok: outcome.is_ok(),
+                error: outcome
+                    .as_ref()
+                    .err()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
+                unavailable_us: 0,
+            }
+        }));
+    }
+    let ok = results.iter().filter(|r| r.ok).count();
+    if ok > 0 {
+        println!("assigned {ok} sections");
+    }
+    Ok(results)
+}
+
+/// `moves` cut into runs of consecutive sections bound for one AllocSvr.
+fn runs(moves: &[pb::Move]) -> Vec<&[pb::Move]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for i in 1..=moves.len() {
+        let split = i == moves.len()
+            || moves[i].to_alloc != moves[i - 1].to_alloc
+            || moves[i].section != moves[i - 1].section + 1;
+        if split {
+            out.push(&moves[start..i]);
+            start = i;
+        }
+    }
+    out
+}
+
 /// Plans moves of `sections` onto `targets`, least loaded first.
-fn plan(sections: &[u32], targets: &mut [Target]) -> Vec<pb::Move> {
+fn plan(sections: &[SectionId], targets: &mut [Target]) -> Vec<pb::Move> {
     sections
         .iter()
         .map(|&s| {
@@ -173,38 +352,50 @@ fn plan(sections: &[u32], targets: &mut [Target]) -> Vec<pb::Move> {
             pb::Move {
                 section: s,
                 to_alloc: t.id.clone(),
-                to_addr: t.addr.clone(),
             }
         })
         .collect()
 }
 
-fn sections_of(routes: &seqsvr_core::RouteTable, alloc: &str) -> (Vec<u32>, Option<String>) {
-    let mut out = Vec::new();
-    let mut addr = None;
-    for e in routes.entries.iter().filter(|e| e.alloc == alloc) {
-        out.extend(e.first..e.first + e.count);
-        addr = Some(e.addr.clone());
-    }
-    (out, addr)
+/// The sections routed to `alloc`.
+fn sections_of(routes: &RouteTable, alloc: &str) -> Vec<SectionId> {
+    routes
+        .entries
+        .iter()
+        .filter(|e| e.alloc == alloc)
+        .flat_map(|e| e.first..e.first + e.count)
+        .collect()
 }
 
-/// Drains `alloc`: marks it draining and hands every section it serves to
-/// the live AllocSvrs.
-pub async fn drain(store: &StoreClient, alloc: &str) -> anyhow::Result<Vec<pb::MoveResult>> {
-    store.set_draining(alloc, true).await?;
-    let routes = store.routes().await?;
-    let (sections, addr) = sections_of(&routes, alloc);
-    let Some(addr) = addr else {
+/// The sections routed to nobody.
+fn unowned(routes: &RouteTable) -> Vec<SectionId> {
+    (0..routes.set.section_count())
+        .filter(|&s| routes.entry_for_section(s).is_none())
+        .collect()
+}
+
+/// Drains `alloc`: marks it draining and moves every section it serves to
+/// the live AllocSvrs — handed off by `alloc` itself while it holds a
+/// lease, assigned by the store once its lease has certainly expired.
+pub async fn drain(ctl: &Ctl, alloc: &str) -> anyhow::Result<Vec<pb::MoveResult>> {
+    ctl.admin.set_draining(alloc, true).await?;
+    let routes = ctl.read.routes().await?;
+    let sections = sections_of(&routes, alloc);
+    if sections.is_empty() {
         println!("{alloc} is draining and serves no sections");
         return Ok(Vec::new());
-    };
-    let mut targets = live_targets(store).await?;
+    }
+    let (allocs, lease_ms) = leases(ctl).await?;
+    let mut targets = live_targets(&allocs, lease_ms);
     targets.retain(|t| t.id != alloc);
     if targets.is_empty() {
         bail!("no live AllocSvr to take {alloc}'s sections");
     }
-    let results = hand_off(alloc, &addr, plan(&sections, &mut targets)).await?;
+    let moves = plan(&sections, &mut targets);
+    let results = match allocs.iter().find(|a| a.alloc_id == alloc) {
+        Some(a) if !a.expired => hand_off(ctl, alloc, &a.admin_addr, moves).await?,
+        _ => assign(ctl, &moves).await?,
+    };
     if results.iter().any(|r| !r.ok) {
         bail!("some sections did not move; run the drain again");
     }
@@ -213,38 +404,47 @@ pub async fn drain(store: &StoreClient, alloc: &str) -> anyhow::Result<Vec<pb::M
 
 /// Clears `alloc`'s draining mark (it then gets sections again from
 /// `rebalance` or from the arbiter).
-pub async fn undrain(store: &StoreClient, alloc: &str) -> anyhow::Result<()> {
-    store.set_draining(alloc, false).await?;
+pub async fn undrain(ctl: &Ctl, alloc: &str) -> anyhow::Result<()> {
+    ctl.admin.set_draining(alloc, false).await?;
     println!("{alloc} takes sections again; run `seqctl alloc rebalance` to give it its share");
     Ok(())
 }
 
-/// Evens out sections over the live AllocSvrs by planned handoffs (how a
-/// new AllocSvr gets its share).
-pub async fn rebalance(store: &StoreClient) -> anyhow::Result<()> {
-    let mut targets = live_targets(store).await?;
+/// Evens out sections over the live AllocSvrs (how a new AllocSvr gets its
+/// share): sections with no owner are assigned, then the most loaded hand
+/// sections off to the least loaded.
+pub async fn rebalance(ctl: &Ctl) -> anyhow::Result<()> {
+    let (allocs, lease_ms) = leases(ctl).await?;
+    let mut targets = live_targets(&allocs, lease_ms);
     if targets.is_empty() {
         bail!("no live AllocSvr");
     }
     targets.sort_by(|a, b| a.id.cmp(&b.id));
-    let routes = store.routes().await?;
+    let routes = ctl.read.routes().await?;
+    let free = unowned(&routes);
+    if !free.is_empty() {
+        let results = assign(ctl, &plan(&free, &mut targets)).await?;
+        if results.iter().any(|r| !r.ok) {
+            bail!("some unowned sections could not be assigned; run the rebalance again");
+        }
+    }
     let total: u32 = targets.iter().map(|t| t.sections).sum();
     let n = targets.len() as u32;
     let share = |i: usize| total / n + u32::from((i as u32) < total % n);
     // Who gives which sections, and who needs how many.
-    let mut donors: Vec<(Target, Vec<u32>)> = Vec::new();
+    let mut donors: Vec<(Target, Vec<SectionId>)> = Vec::new();
     let mut needs: Vec<(Target, u32)> = Vec::new();
     for (i, t) in targets.iter().enumerate() {
         let want = share(i);
         if t.sections > want {
-            let (secs, _) = sections_of(&routes, &t.id);
+            let secs = sections_of(&routes, &t.id);
             let k = (t.sections - want) as usize;
             donors.push((t.clone(), secs[secs.len().saturating_sub(k)..].to_vec()));
         } else if t.sections < want {
             needs.push((t.clone(), want - t.sections));
         }
     }
-    let mut moved = 0;
+    let mut moved = free.len();
     for (from, secs) in donors {
         let mut moves = Vec::new();
         for s in secs {
@@ -255,12 +455,94 @@ pub async fn rebalance(store: &StoreClient) -> anyhow::Result<()> {
             moves.push(pb::Move {
                 section: s,
                 to_alloc: to.id.clone(),
-                to_addr: to.addr.clone(),
             });
         }
+        let admin_addr = allocs
+            .iter()
+            .find(|a| a.alloc_id == from.id)
+            .map(|a| a.admin_addr.clone())
+            .unwrap_or_default();
         moved += moves.len();
-        hand_off(&from.id, &from.addr, moves).await?;
+        hand_off(ctl, &from.id, &admin_addr, moves).await?;
     }
     println!("rebalanced: moved {moved} of {total} sections over {n} allocs");
     Ok(())
+}
+
+/// Refuses `alloc`'s `incarnation` from now on: its renewals fail, and its
+/// sections move once its lease has certainly expired (or a new process
+/// with the same id registers then).
+pub async fn fence(ctl: &Ctl, alloc: &str, incarnation: Incarnation) -> anyhow::Result<()> {
+    ctl.admin.fence_alloc(alloc, incarnation).await?;
+    println!("{alloc} incarnation {incarnation:x} is fenced");
+    Ok(())
+}
+
+/// Changes the lease terms (replicated, so every leader judges leases by
+/// the terms they were granted under); prints the terms in force.
+pub async fn set_lease(ctl: &Ctl, terms: LeaseTerms) -> anyhow::Result<()> {
+    terms.validate().map_err(anyhow::Error::msg)?;
+    let now = ctl.admin.set_lease(terms).await?;
+    println!(
+        "lease {} ms + margin {} ms (clock drift tolerated: {:.1} %)",
+        now.lease_ms,
+        now.margin_ms,
+        100.0 * now.margin_ms as f64 / now.lease_ms as f64
+    );
+    Ok(())
+}
+
+/// Parses an incarnation as seqsvr prints it: hexadecimal, `0x` optional.
+pub fn parse_incarnation(s: &str) -> Result<Incarnation, String> {
+    let digits = s.strip_prefix("0x").unwrap_or(s);
+    match u64::from_str_radix(digits, 16) {
+        Ok(0) => Err("incarnation 0 is never registered".into()),
+        Ok(v) => Ok(v),
+        Err(e) => Err(format!("{s:?} is not a hexadecimal incarnation: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mv(section: u32, to: &str) -> pb::Move {
+        pb::Move {
+            section,
+            to_alloc: to.into(),
+        }
+    }
+
+    #[test]
+    fn plans_onto_the_least_loaded_and_cuts_runs() {
+        let mut targets = vec![
+            Target {
+                id: "a".into(),
+                sections: 2,
+            },
+            Target {
+                id: "b".into(),
+                sections: 0,
+            },
+        ];
+        let moves = plan(&[4, 5, 6, 9], &mut targets);
+        let to: Vec<&str> = moves.iter().map(|m| m.to_alloc.as_str()).collect();
+        assert_eq!(to, ["b", "b", "a", "b"]);
+        let runs: Vec<Vec<u32>> = runs(&moves)
+            .iter()
+            .map(|r| r.iter().map(|m| m.section).collect())
+            .collect();
+        assert_eq!(runs, [vec![4, 5], vec![6], vec![9]]);
+        let split_by_target = [mv(1, "a"), mv(2, "a"), mv(3, "b")];
+        assert_eq!(super::runs(&split_by_target).len(), 2);
+        assert!(super::runs(&[]).is_empty());
+    }
+
+    #[test]
+    fn incarnations_are_hex_as_printed() {
+        assert_eq!(parse_incarnation("ff"), Ok(255));
+        assert_eq!(parse_incarnation("0xFF"), Ok(255));
+        assert!(parse_incarnation("0").is_err());
+        assert!(parse_incarnation("xyz").is_err());
+    }
 }

@@ -1,11 +1,17 @@
 //! `seqsvr dev`: a whole local cluster on one machine, nothing to configure:
-//! 3 store replicas and 2 AllocSvrs.
+//! 3 store replicas and 2 AllocSvrs, each serving its three planes on its
+//! own loopback ports (see [`crate::defaults`]).
 //!
 //! Each server is its own child process (so a drill can kill or pause one),
-//! its config generated under the data directory on first start and reused
-//! afterwards, its log in `<dir>/logs/`, its pid in `<dir>/<name>.pid`.
-//! Ctrl-C (or SIGTERM) stops every child; running again resumes from the
-//! same data.
+//! its config written to `<dir>/<name>.toml` on every start (so `--tls` on
+//! or off takes effect; the data directories are what a run resumes), its
+//! log in `<dir>/logs/`, its pid in `<dir>/<name>.pid`. Ctrl-C (or SIGTERM)
+//! stops every child; running again resumes from the same data.
+//!
+//! With `--tls` every plane of every process runs TLS (mutual on the peer
+//! and admin planes), with a development PKI in `<dir>/pki/`: a CA made on
+//! the first such run and kept, a certificate per process, and one for
+//! `seqctl` as an operator.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -13,12 +19,16 @@ use std::process::Stdio;
 use anyhow::Context;
 use seqsvr_alloc::node::AllocNodeConfig;
 use seqsvr_core::SetSpec;
-use seqsvr_store::arbiter::LeaseConfig;
-use seqsvr_store::node::{InitialAlloc, Member, RaftTiming};
+use seqsvr_net::{DevPki, PlaneLimits, TlsConfig};
+use seqsvr_store::node::{InitialAlloc, LeaseSection, Member, RaftTiming};
 use seqsvr_store::StoreConfig;
 use tokio::process::{Child, Command};
 
-use crate::defaults::{dev_store_addrs, DEV_ALLOCS, DEV_STORES, DEV_UID_END};
+use crate::certs::{issue, Identities};
+use crate::defaults::{
+    dev_config_path, dev_pki, dev_store_peer_addrs, DevAlloc, DevStore, DEV_ALLOCS, DEV_OPERATOR,
+    DEV_STORES, DEV_UID_END,
+};
 
 /// Resolves on Ctrl-C or SIGTERM.
 pub async fn shutdown_signal() {
@@ -30,23 +40,32 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// The dev cluster's config for store replica `id`, data under `dir`.
-pub fn dev_store_config(dir: &Path, id: u64) -> StoreConfig {
+/// The dev cluster's config for store replica `s`, data under `dir`, with
+/// TLS files from `pki` if given.
+pub fn dev_store_config(dir: &Path, s: &DevStore, pki: Option<&DevPki>) -> StoreConfig {
     StoreConfig {
-        id,
-        data_dir: dir.join(format!("store-{id}")),
+        id: s.id,
+        data_dir: dir.join(s.name()),
         listen: None,
+        client_addr: s.client.to_string(),
+        admin_addr: s.admin.to_string(),
+        client_listen: None,
+        admin_listen: None,
+        tls: pki.map(|p| p.tls_config(&s.name())),
+        insecure: false,
+        limits: PlaneLimits::default(),
+        metrics_addr: None,
         members: DEV_STORES
             .iter()
-            .map(|(id, addr)| Member {
-                id: *id,
-                addr: addr.to_string(),
+            .map(|m| Member {
+                id: m.id,
+                addr: m.peer.to_string(),
             })
             .collect(),
         set: SetSpec::new(0, 0..DEV_UID_END),
         raft: RaftTiming::default(),
-        lease: LeaseConfig::default(),
         allocs: dev_initial_allocs(),
+        lease: LeaseSection::default(),
     }
 }
 
@@ -57,9 +76,8 @@ fn dev_initial_allocs() -> Vec<InitialAlloc> {
     DEV_ALLOCS
         .iter()
         .enumerate()
-        .map(|(i, (id, addr))| InitialAlloc {
-            id: id.to_string(),
-            addr: addr.to_string(),
+        .map(|(i, a)| InitialAlloc {
+            id: a.id.to_string(),
             first: i as u32 * share,
             count: if i + 1 == DEV_ALLOCS.len() {
                 sections - i as u32 * share
@@ -70,13 +88,21 @@ fn dev_initial_allocs() -> Vec<InitialAlloc> {
         .collect()
 }
 
-/// The dev cluster's config for AllocSvr `id` at `addr`.
-pub fn dev_alloc_config(id: &str, addr: &str) -> AllocNodeConfig {
+/// The dev cluster's config for AllocSvr `a`, with TLS files from `pki` if
+/// given.
+pub fn dev_alloc_config(a: &DevAlloc, pki: Option<&DevPki>) -> AllocNodeConfig {
     AllocNodeConfig {
-        id: id.to_string(),
-        addr: addr.to_string(),
+        id: a.id.to_string(),
+        addr: a.client.to_string(),
+        peer_addr: a.peer.to_string(),
+        admin_addr: a.admin.to_string(),
         listen: None,
-        store: dev_store_addrs(),
+        peer_listen: None,
+        admin_listen: None,
+        store: dev_store_peer_addrs(),
+        tls: pki.map(|p| p.tls_config(a.id)),
+        insecure: false,
+        limits: None,
         route_poll_ms: 250,
         renew_ms: 1000,
         wait_ms: 1000,
@@ -84,13 +110,15 @@ pub fn dev_alloc_config(id: &str, addr: &str) -> AllocNodeConfig {
     }
 }
 
-/// Writes `cfg` to `path` unless a config is already there (a resumed
-/// cluster keeps its config); returns the path.
-fn ensure_config(path: PathBuf, cfg: &impl serde::Serialize) -> anyhow::Result<PathBuf> {
-    if !path.exists() {
-        let text = toml::to_string_pretty(cfg)?;
-        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+/// Writes `cfg` to `path` as TOML, leaving out the `limits` table (the
+/// dev cluster runs with every plane's default limits); returns the path.
+fn write_config(path: PathBuf, cfg: &impl serde::Serialize) -> anyhow::Result<PathBuf> {
+    let mut value = toml::Value::try_from(cfg)?;
+    if let Some(t) = value.as_table_mut() {
+        t.remove("limits");
     }
+    let text = toml::to_string_pretty(&value)?;
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     Ok(path)
 }
 
@@ -129,14 +157,39 @@ struct Supervised {
     died: Option<tokio::time::Instant>,
 }
 
+/// How to run the dev cluster.
+#[derive(Debug, Clone)]
+pub struct DevOptions {
+    /// Where it keeps its data, configs, logs, pid files and PKI.
+    pub dir: PathBuf,
+    /// Restart a child this long after it died (`None`: leave it dead).
+    pub restart_after: Option<std::time::Duration>,
+    /// TLS on every plane of every process.
+    pub tls: bool,
+}
+
 /// Runs the dev cluster until Ctrl-C. A child that dies (a drill's kill -9,
 /// a crash) is started again after `restart_after`, like a supervisor would
 /// (`None`: left dead); a paused child (SIGSTOP) is left alone.
-pub async fn run(dir: PathBuf, restart_after: Option<std::time::Duration>) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&dir)?;
-    let dir = dir.canonicalize()?;
+pub async fn run(opts: DevOptions) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&opts.dir)
+        .with_context(|| format!("creating {}", opts.dir.display()))?;
+    let dir = opts.dir.canonicalize()?;
+    let pki = if opts.tls {
+        let pki = dev_pki(&dir);
+        issue(pki.dir(), &Identities::dev(), false)
+            .with_context(|| format!("issuing the dev PKI in {}", pki.dir().display()))?;
+        Some(pki)
+    } else {
+        None
+    };
     let mut children = Vec::new();
-    let mut start = |name: String, args: Vec<String>| -> anyhow::Result<()> {
+    let mut start = |name: String, cmd: &str, cfg: PathBuf| -> anyhow::Result<()> {
+        let args = vec![
+            cmd.to_string(),
+            "--config".into(),
+            cfg.to_string_lossy().into_owned(),
+        ];
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         let child = spawn(&dir, &name, &refs)?;
         children.push(Supervised {
@@ -147,44 +200,46 @@ pub async fn run(dir: PathBuf, restart_after: Option<std::time::Duration>) -> an
         });
         Ok(())
     };
-    for (id, addr) in DEV_STORES {
-        let name = format!("store-{id}");
-        let cfg = ensure_config(
-            dir.join(format!("{name}.toml")),
-            &dev_store_config(&dir, id),
-        )?;
+    for s in &DEV_STORES {
+        let name = s.name();
+        let cfg = dev_store_config(&dir, s, pki.as_ref());
         start(
-            name,
-            vec![
-                "store".into(),
-                "--config".into(),
-                cfg.to_string_lossy().into_owned(),
-            ],
+            name.clone(),
+            "store",
+            write_config(dev_config_path(&dir, &name), &cfg)?,
         )?;
-        println!("store {id}      {addr}");
+        println!(
+            "{name:<13}peer {}  client {}  admin {}",
+            s.peer, s.client, s.admin
+        );
     }
-    for (id, addr) in DEV_ALLOCS {
-        let cfg = ensure_config(dir.join(format!("{id}.toml")), &dev_alloc_config(id, addr))?;
+    for a in &DEV_ALLOCS {
+        let cfg = dev_alloc_config(a, pki.as_ref());
         start(
-            id.to_string(),
-            vec![
-                "alloc".into(),
-                "--config".into(),
-                cfg.to_string_lossy().into_owned(),
-            ],
+            a.id.to_string(),
+            "alloc",
+            write_config(dev_config_path(&dir, a.id), &cfg)?,
         )?;
-        println!("{id:<13}{addr}");
+        println!(
+            "{:<13}client {}  peer {}  admin {}",
+            a.id, a.client, a.peer, a.admin
+        );
     }
     println!("data and logs  {}", dir.display());
-    println!("try:           seqctl next 42        (prints a sequence number)");
-    println!("               seqctl status");
+    match &pki {
+        Some(pki) => print_tls_usage(&opts.dir, pki),
+        None => {
+            println!("try:           seqctl next 42        (prints a sequence number)");
+            println!("               seqctl status");
+        }
+    }
     println!("stop:          Ctrl-C");
     let mut shutdown = std::pin::pin!(shutdown_signal());
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
-            _ = tick.tick() => supervise(&dir, &mut children, restart_after)?,
+            _ = tick.tick() => supervise(&dir, &mut children, opts.restart_after)?,
         }
     }
     println!("stopping…");
@@ -202,6 +257,30 @@ pub async fn run(dir: PathBuf, restart_after: Option<std::time::Duration>) -> an
         let _ = std::fs::remove_file(dir.join(format!("{}.pid", c.name)));
     }
     Ok(())
+}
+
+/// Prints where the PKI is and the exact `seqctl` flags to use it.
+fn print_tls_usage(dir_as_given: &Path, pki: &DevPki) {
+    let op = pki.tls_config(DEV_OPERATOR);
+    let TlsConfig { ca, cert, key } = &op;
+    println!(
+        "TLS            on every plane; CA and certificates in {}",
+        pki.dir().display()
+    );
+    println!(
+        "seqctl:        seqctl --ca {} --cert {} --key {} status",
+        ca.display(),
+        cert.display(),
+        key.display()
+    );
+    println!(
+        "               or: seqctl --dev-dir {} status   (finds the dev PKI itself)",
+        dir_as_given.display()
+    );
+    println!(
+        "clients:       trust {} (the client plane asks for no certificate)",
+        ca.display()
+    );
 }
 
 /// Notices dead children and restarts them once their delay has passed.

@@ -1,17 +1,24 @@
 //! The seqsvr binaries' shared code: thin wiring of the component crates.
 //!
 //! # Layout
-//! - `bin/seqsvr.rs`: `seqsvr store | dev` — runs a store replica, or a
-//!   whole local cluster as child processes.
-//! - `bin/seqctl.rs`: `seqctl status | sections | …` — the operator's tool.
+//! - `bin/seqsvr.rs`: `seqsvr store | alloc | dev | certs` — runs a store
+//!   replica or an AllocSvr (three listeners each: client, peer and admin
+//!   planes), a whole local cluster as child processes, or writes a PKI.
+//! - `bin/seqctl.rs`: `seqctl status | sections | alloc … | store lease | …`
+//!   — the operator's tool.
 //! - [`dev`]: the local cluster launcher behind `seqsvr dev`.
-//! - [`ctl`]: seqctl's operator commands (status, drain, rebalance).
+//! - [`certs`]: which certificates a cluster needs (`seqsvr certs`, and
+//!   `seqsvr dev --tls`).
+//! - [`ctl`]: seqctl's operator commands (status, drain, rebalance, fence,
+//!   lease terms) over the store's client and admin planes and the
+//!   AllocSvrs' admin planes.
 //! - [`defaults`]: the local cluster's fixed endpoints, shared by both
 //!   binaries so `seqctl` with no flags talks to `seqsvr dev`.
 //! - [`drill`]: `seqctl drill`: workload + faults + report.
 //! - [`logging`]: tracing setup.
 
 pub use seqsvr_core::checker;
+pub mod certs;
 pub mod ctl;
 pub mod defaults;
 pub mod dev;

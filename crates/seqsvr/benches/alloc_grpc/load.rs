@@ -62,14 +62,11 @@ impl Caller {
             match self {
                 Caller::Lib(c) => c.next(uid).await.map_err(|e| e.to_string())?,
                 Caller::Raw(c) => {
-                    c.next(NextRequest {
-                        uid,
-                        route_version: 0,
-                    })
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .get_ref()
-                    .seq
+                    c.next(NextRequest { uid })
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .get_ref()
+                        .seq
                 }
             };
             return Ok(1);
@@ -78,10 +75,7 @@ impl Caller {
         let n = match self {
             Caller::Lib(c) => c.next_batch(&uids).await.map_err(|e| e.to_string())?.len(),
             Caller::Raw(c) => c
-                .next_batch(NextBatchRequest {
-                    uids,
-                    route_version: 0,
-                })
+                .next_batch(NextBatchRequest { uids })
                 .await
                 .map_err(|e| e.to_string())?
                 .get_ref()

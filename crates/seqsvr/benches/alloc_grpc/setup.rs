@@ -17,19 +17,18 @@ pub fn start_cluster(threads: usize) -> SetCluster {
         ..SetSpec::new(0, 0..UIDS)
     };
     let id = "alloc-1".to_string();
-    let addr = format!("127.0.0.1:{}", free_port());
+    let [addr, peer_addr, admin_addr] = [(); 3].map(|()| format!("127.0.0.1:{}", free_port()));
     let initial = vec![InitialAlloc {
         id: id.clone(),
-        addr: addr.clone(),
         first: 0,
         count: set.section_count(),
     }];
     let store = StoreCluster::start_with(3, set, initial);
     // Only the required fields: everything else takes `AllocNodeConfig`'s
     // defaults, as an operator's minimal file would.
-    let store_list: Vec<String> = store.addrs.iter().map(|a| format!("{a:?}")).collect();
+    let store_list: Vec<String> = store.peer_addrs.iter().map(|a| format!("{a:?}")).collect();
     let text = format!(
-        "id = {id:?}\naddr = {addr:?}\nstore = [{}]\n",
+        "id = {id:?}\naddr = {addr:?}\npeer_addr = {peer_addr:?}\nadmin_addr = {admin_addr:?}\nstore = [{}]\n",
         store_list.join(", ")
     );
     AllocNodeConfig::from_toml(&text).expect("a valid AllocSvr config");

@@ -1,20 +1,45 @@
 //! `seqctl`: the operator's tool. With no address flags it talks to the
 //! `seqsvr dev` cluster. See `seqctl --help`.
 
+use std::path::PathBuf;
+
+use anyhow::bail;
 use clap::{Parser, Subcommand};
-use seqsvr::{ctl, drill};
-use seqsvr_client::{ClientOptions, SeqClient};
-use seqsvr_store::client::StoreClient;
+use seqsvr::ctl::{self, Ctl};
+use seqsvr::{defaults, drill};
+use seqsvr_client::{ClientOptions, ClientTls, SeqClient};
+use seqsvr_core::LeaseTerms;
+use seqsvr_net::TlsConfig;
 
 #[derive(Parser)]
 #[command(name = "seqctl", version, about = "Operate a seqsvr cluster")]
 struct Cli {
-    /// Store replica addresses, comma-separated (default: the dev cluster's).
+    /// Store replicas' client-plane addresses, comma-separated (default:
+    /// the dev cluster's).
     #[arg(long, value_delimiter = ',', global = true)]
     store: Vec<String>,
-    /// AllocSvr addresses (seeds), comma-separated (default: the dev cluster's).
+    /// Store replicas' admin-plane addresses, comma-separated (default: the
+    /// dev cluster's).
+    #[arg(long, value_delimiter = ',', global = true)]
+    store_admin: Vec<String>,
+    /// AllocSvr client-plane addresses (seeds), comma-separated (default:
+    /// the dev cluster's).
     #[arg(long, value_delimiter = ',', global = true)]
     alloc: Vec<String>,
+    /// The cluster's CA certificate (PEM): dial every plane with TLS.
+    #[arg(long, global = true)]
+    ca: Option<PathBuf>,
+    /// The operator certificate (PEM) presented on admin planes; with --key.
+    #[arg(long, global = true, requires = "key")]
+    cert: Option<PathBuf>,
+    /// The operator certificate's private key (PEM); with --cert.
+    #[arg(long, global = true, requires = "cert")]
+    key: Option<PathBuf>,
+    /// Where `seqsvr dev` keeps its pid files (for drill faults) and, with
+    /// `--tls`, its PKI: without --ca and address flags, seqctl uses that
+    /// PKI's operator certificate if the dev cluster runs with TLS.
+    #[arg(long, global = true, default_value = defaults::DEV_DIR)]
+    dev_dir: PathBuf,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -37,7 +62,8 @@ enum Cmd {
         /// The uid.
         uid: u64,
     },
-    /// Shows the store group (members, leader, term), the set and routes.
+    /// Shows the store group (members, leader, term), the set, routes and
+    /// the AllocSvrs' leases.
     Status,
     /// Shows sections' ceilings, epochs and owners.
     Sections {
@@ -47,10 +73,16 @@ enum Cmd {
         /// How many (default: all).
         count: Option<u32>,
     },
-    /// AllocSvr maintenance: planned moves with an explicit lease release.
+    /// AllocSvr maintenance: planned moves with an explicit lease release,
+    /// fencing.
     Alloc {
         #[command(subcommand)]
         op: AllocOp,
+    },
+    /// Store group settings.
+    Store {
+        #[command(subcommand)]
+        op: StoreOp,
     },
     /// Failover drill: drive a workload, inject faults, report regressions,
     /// unavailability and skipped numbers. Exits non-zero on any regression.
@@ -71,6 +103,30 @@ enum AllocOp {
     },
     /// Evens out sections over the live AllocSvrs (after one joins).
     Rebalance,
+    /// Refuses one incarnation of an AllocSvr from now on (as `seqctl
+    /// status` shows it, in hex): its renewals fail, its sections move once
+    /// its lease has certainly expired.
+    Fence {
+        /// The AllocSvr's id.
+        id: String,
+        /// The incarnation to refuse (hexadecimal).
+        #[arg(value_parser = ctl::parse_incarnation)]
+        incarnation: u64,
+    },
+}
+
+#[derive(Subcommand)]
+enum StoreOp {
+    /// Changes the lease terms (replicated store state; the store config's
+    /// `[lease]` only gives a new group its first terms).
+    Lease {
+        /// How long a granted renewal lets an AllocSvr serve, in ms.
+        #[arg(long)]
+        lease_ms: u64,
+        /// Extra wait before a section moves, for clock-rate drift, in ms.
+        #[arg(long)]
+        margin_ms: u64,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -83,23 +139,94 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// How seqctl dials: TLS (and whether it holds an operator certificate),
+/// or plaintext.
+struct Dial {
+    /// TLS settings, if any.
+    tls: Option<ClientTls>,
+    /// Whether admin planes will take these credentials (an operator
+    /// certificate under TLS; anything in plaintext on loopback).
+    operator: bool,
+}
+
+impl Dial {
+    /// From the flags: `--ca` (and `--cert`/`--key`), or else the dev
+    /// cluster's PKI when seqctl talks to the dev cluster, or else
+    /// plaintext.
+    fn from_cli(cli: &Cli) -> anyhow::Result<Dial> {
+        match (&cli.ca, &cli.cert, &cli.key) {
+            (Some(ca), Some(cert), Some(key)) => {
+                let cfg = TlsConfig {
+                    ca: ca.clone(),
+                    cert: cert.clone(),
+                    key: key.clone(),
+                };
+                Ok(Dial::operator(&cfg)?)
+            }
+            (Some(ca), _, _) => Ok(Dial {
+                tls: Some(ClientTls::server_only(ca)?),
+                operator: false,
+            }),
+            (None, Some(_), _) | (None, _, Some(_)) => bail!("--cert and --key need --ca"),
+            (None, None, None) => {
+                let dev =
+                    cli.store.is_empty() && cli.store_admin.is_empty() && cli.alloc.is_empty();
+                match dev
+                    .then(|| defaults::dev_operator_tls(&cli.dev_dir))
+                    .flatten()
+                {
+                    Some(cfg) => Dial::operator(&cfg),
+                    None => Ok(Dial {
+                        tls: None,
+                        operator: true,
+                    }),
+                }
+            }
+        }
+    }
+
+    fn operator(cfg: &TlsConfig) -> anyhow::Result<Dial> {
+        Ok(Dial {
+            tls: Some(cfg.client()?),
+            operator: true,
+        })
+    }
+
+    /// Fails unless admin planes will take these credentials.
+    fn need_operator(&self) -> anyhow::Result<()> {
+        if !self.operator {
+            bail!("this command uses admin planes, which need an operator certificate: give --cert and --key");
+        }
+        Ok(())
+    }
+}
+
+fn or_dev(given: &[String], dev: fn() -> Vec<String>) -> Vec<String> {
+    if given.is_empty() {
+        dev()
+    } else {
+        given.to_vec()
+    }
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let dial = Dial::from_cli(&cli)?;
+    let store = or_dev(&cli.store, defaults::dev_store_addrs);
+    let store_admin = or_dev(&cli.store_admin, defaults::dev_store_admin_addrs);
+    let seeds = or_dev(&cli.alloc, defaults::dev_alloc_addrs);
+    let dev_dir = cli.dev_dir.clone();
     rt.block_on(async move {
-        let addrs = if cli.store.is_empty() {
-            seqsvr::defaults::dev_store_addrs()
-        } else {
-            cli.store.clone()
+        let seq = || {
+            let options = ClientOptions {
+                tls: dial.tls.clone(),
+                ..Default::default()
+            };
+            SeqClient::connect(&seeds, options)
         };
-        let seeds = if cli.alloc.is_empty() {
-            seqsvr::defaults::dev_alloc_addrs()
-        } else {
-            cli.alloc.clone()
-        };
-        let seq = || SeqClient::connect(&seeds, ClientOptions::default());
-        let store = StoreClient::new(&addrs)?;
+        let ctl = || Ctl::new(&store, &store_admin, dial.tls.clone());
         match cli.cmd {
             Cmd::Next { uid } => {
                 println!("{}", seq().await?.next(uid).await?);
@@ -115,18 +242,38 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("{}", seq().await?.current(uid).await?);
                 Ok(())
             }
-            Cmd::Status => ctl::status(&store).await,
-            Cmd::Sections { first, count } => ctl::sections(&store, first, count).await,
-            Cmd::Alloc { op } => match op {
-                AllocOp::Drain { id } => ctl::drain(&store, &id).await.map(drop),
-                AllocOp::Undrain { id } => ctl::undrain(&store, &id).await,
-                AllocOp::Rebalance => ctl::rebalance(&store).await,
-            },
+            Cmd::Status => ctl::status(&ctl()?).await,
+            Cmd::Sections { first, count } => ctl::sections(&ctl()?, first, count).await,
+            Cmd::Alloc { op } => {
+                dial.need_operator()?;
+                let ctl = ctl()?;
+                match op {
+                    AllocOp::Drain { id } => ctl::drain(&ctl, &id).await.map(drop),
+                    AllocOp::Undrain { id } => ctl::undrain(&ctl, &id).await,
+                    AllocOp::Rebalance => ctl::rebalance(&ctl).await,
+                    AllocOp::Fence { id, incarnation } => ctl::fence(&ctl, &id, incarnation).await,
+                }
+            }
+            Cmd::Store {
+                op:
+                    StoreOp::Lease {
+                        lease_ms,
+                        margin_ms,
+                    },
+            } => {
+                dial.need_operator()?;
+                let terms = LeaseTerms {
+                    lease_ms,
+                    margin_ms,
+                };
+                ctl::set_lease(&ctl()?, terms).await
+            }
             Cmd::Drill(args) => {
-                let report = drill::run(args.into_config(&addrs, &seeds)).await?;
+                let cfg = args.into_config(&store, &seeds, &dev_dir, dial.tls.clone());
+                let report = drill::run(cfg).await?;
                 report.print(args.json);
                 if !report.ok() {
-                    anyhow::bail!(
+                    bail!(
                         "promise 1 broken: {} regressions, {} repeats",
                         report.regressions,
                         report.repeats

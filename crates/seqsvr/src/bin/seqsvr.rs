@@ -4,8 +4,10 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use seqsvr_alloc::node::{AllocNode, AllocNodeConfig};
-use seqsvr_store::{StoreConfig, StoreNode};
+use seqsvr::certs::Identities;
+use seqsvr::dev::DevOptions;
+use seqsvr_alloc::node::{AllocListeners, AllocNode, AllocNodeConfig};
+use seqsvr_store::{StoreConfig, StoreListeners, StoreNode};
 
 #[derive(Parser)]
 #[command(
@@ -49,6 +51,34 @@ enum Cmd {
         /// as a process supervisor would.
         #[arg(long, default_value_t = 3)]
         restart_after: u64,
+        /// TLS on every plane of every process, with a development PKI
+        /// under the dev dir (`pki/`); prints the seqctl flags to use.
+        #[arg(long)]
+        tls: bool,
+    },
+    /// Writes a PKI for a cluster: a CA (made once, then reused) and one
+    /// certificate per store replica, AllocSvr and operator, each carrying
+    /// its role. Existing certificates are kept unless --overwrite.
+    Certs {
+        /// Where to write them (`ca.pem`, `<name>.pem`, `<name>-key.pem`).
+        #[arg(long)]
+        dir: PathBuf,
+        /// Store replica ids (certificates `store-<id>`), comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        store: Vec<u64>,
+        /// AllocSvr ids, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        alloc: Vec<String>,
+        /// Operator names (what seqctl presents), comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        operator: Vec<String>,
+        /// A host name or IP address every certificate is valid for, besides
+        /// localhost and 127.0.0.1 (repeat, or comma-separate).
+        #[arg(long, value_delimiter = ',')]
+        host: Vec<String>,
+        /// Re-issue certificates that already exist.
+        #[arg(long)]
+        overwrite: bool,
     },
 }
 
@@ -76,10 +106,35 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         match cli.cmd {
             Cmd::Store { config } => run_store(config).await,
             Cmd::Alloc { config, .. } => run_alloc(config).await,
-            Cmd::Dev { dir, restart_after } => {
-                let delay =
+            Cmd::Dev {
+                dir,
+                restart_after,
+                tls,
+            } => {
+                let restart_after =
                     (restart_after > 0).then(|| std::time::Duration::from_secs(restart_after));
-                seqsvr::dev::run(dir, delay).await
+                seqsvr::dev::run(DevOptions {
+                    dir,
+                    restart_after,
+                    tls,
+                })
+                .await
+            }
+            Cmd::Certs {
+                dir,
+                store,
+                alloc,
+                operator,
+                host,
+                overwrite,
+            } => {
+                let who = Identities {
+                    stores: store,
+                    allocs: alloc,
+                    operators: operator,
+                    hosts: host,
+                };
+                certs(&dir, &who, overwrite)
             }
         }
     })
@@ -88,12 +143,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 async fn run_alloc(path: PathBuf) -> anyhow::Result<()> {
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let cfg = AllocNodeConfig::from_toml(&text).map_err(anyhow::Error::msg)?;
-    let listen = cfg.listen.clone().unwrap_or_else(|| cfg.addr.clone());
-    let listener = tokio::net::TcpListener::bind(&listen)
+    let cfg = AllocNodeConfig::from_toml(&text).with_context(|| path.display().to_string())?;
+    let listeners = AllocListeners::bind(&cfg)
         .await
-        .with_context(|| format!("binding {listen}"))?;
-    let node = AllocNode::start(cfg, listener).await?;
+        .with_context(|| path.display().to_string())?;
+    let node = AllocNode::start(cfg, listeners)
+        .await
+        .with_context(|| path.display().to_string())?;
     seqsvr::dev::shutdown_signal().await;
     tracing::info!("shutting down");
     node.shutdown();
@@ -101,16 +157,46 @@ async fn run_alloc(path: PathBuf) -> anyhow::Result<()> {
 }
 
 async fn run_store(path: PathBuf) -> anyhow::Result<()> {
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let cfg = StoreConfig::from_toml(&text)?;
-    let listen = cfg.listen.clone().unwrap_or_else(|| cfg.addr().to_string());
-    let listener = tokio::net::TcpListener::bind(&listen)
+    // Errors name the file and the key (`StoreConfig::from_file`).
+    let cfg = StoreConfig::from_file(&path)?;
+    let listeners = StoreListeners::bind(&cfg)
         .await
-        .with_context(|| format!("binding {listen}"))?;
-    let node = StoreNode::start(cfg, listener).await?;
+        .with_context(|| path.display().to_string())?;
+    let node = StoreNode::start(cfg, listeners)
+        .await
+        .with_context(|| path.display().to_string())?;
     seqsvr::dev::shutdown_signal().await;
     tracing::info!("shutting down");
     node.shutdown().await;
+    Ok(())
+}
+
+fn certs(dir: &std::path::Path, who: &Identities, overwrite: bool) -> anyhow::Result<()> {
+    if who.stores.is_empty() && who.allocs.is_empty() && who.operators.is_empty() {
+        anyhow::bail!("nothing to issue: give --store, --alloc and/or --operator");
+    }
+    let issued = seqsvr::certs::issue(dir, who, overwrite)?;
+    let pki = seqsvr_net::DevPki::open(dir);
+    println!("CA             {}", pki.ca_path().display());
+    for leaf in who.leaves() {
+        let kept = if issued.contains(&leaf.name) {
+            ""
+        } else {
+            "  (kept)"
+        };
+        println!(
+            "{:<14} {}  {}{kept}",
+            leaf.name,
+            pki.cert_path(&leaf.name).display(),
+            pki.key_path(&leaf.name).display()
+        );
+    }
+    println!(
+        "each process's config: [tls] ca = \"<CA>\", cert = \"<name>.pem\", key = \"<name>-key.pem\""
+    );
+    println!(
+        "{} signs new certificates: keep it off the servers",
+        pki.ca_key_path().display()
+    );
     Ok(())
 }

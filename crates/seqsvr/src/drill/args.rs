@@ -3,11 +3,12 @@
 //! it with the parser's message before anything runs.
 
 use std::ops::Range;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::builder::RangedU64ValueParser;
 use clap::ValueEnum;
+use seqsvr_client::ClientTls;
 
 use super::faults::{Action, ActionKind, Fault};
 
@@ -34,13 +35,10 @@ pub struct DrillArgs {
     /// A fault: `AT:ACTION:TARGET`, e.g. `5s:kill:alloc-1`, `5s:stop:alloc-2`,
     /// `12s:cont:alloc-2`, `5s:kill:store-leader`, `5s:isolate:store-leader`,
     /// `9s:heal:store-1`, `5s:exec:docker kill alloc-2`. kill/stop/cont act on
-    /// `seqsvr dev` processes (pid files in --dev-dir); isolate/heal cut a dev
-    /// store replica off from its peers and back.
+    /// `seqsvr dev` processes (pid files in seqctl's --dev-dir); isolate/heal
+    /// cut a dev store replica off from its peers and back.
     #[arg(long = "fault", value_name = "AT:ACTION:TARGET", value_parser = parse_fault)]
     pub faults: Vec<Fault>,
-    /// Where `seqsvr dev` keeps its pid files.
-    #[arg(long, default_value = crate::defaults::DEV_DIR)]
-    pub dev_dir: PathBuf,
     /// Per-call deadline of the drill's client, in ms.
     #[arg(long, default_value_t = 1000)]
     pub deadline_ms: u64,
@@ -52,10 +50,12 @@ pub struct DrillArgs {
 /// Everything a drill needs.
 #[derive(Debug, Clone)]
 pub struct DrillConfig {
-    /// AllocSvr seeds.
+    /// AllocSvr seeds (client plane).
     pub allocs: Vec<String>,
-    /// Store replicas (for the set spec and `store-leader`).
+    /// Store replicas' client planes (for the set spec and `store-leader`).
     pub store: Vec<String>,
+    /// TLS for both (the CA; no certificate is needed on client planes).
+    pub tls: Option<ClientTls>,
     /// Uids driven (`None`: 10,000 uids spread evenly over the set).
     pub uids: Option<Range<u64>>,
     /// Calls per second overall (0: closed loop).
@@ -73,17 +73,26 @@ pub struct DrillConfig {
 }
 
 impl DrillArgs {
-    /// The config for these flags (clap has already checked each of them).
-    pub fn into_config(&self, store: &[String], allocs: &[String]) -> DrillConfig {
+    /// The config for these flags (clap has already checked each of them),
+    /// against the cluster at `store` (client planes) and `allocs` (seeds),
+    /// dialed with `tls`; dev pid files in `dev_dir`.
+    pub fn into_config(
+        &self,
+        store: &[String],
+        allocs: &[String],
+        dev_dir: &Path,
+        tls: Option<ClientTls>,
+    ) -> DrillConfig {
         DrillConfig {
             allocs: allocs.to_vec(),
             store: store.to_vec(),
+            tls,
             uids: self.uids.clone(),
             rate: self.rate,
             concurrency: self.concurrency,
             duration: self.duration,
             faults: self.faults.clone(),
-            dev_dir: self.dev_dir.clone(),
+            dev_dir: dev_dir.to_path_buf(),
             deadline: Duration::from_millis(self.deadline_ms.max(1)),
         }
     }
@@ -347,7 +356,7 @@ mod tests {
                 &Action::Exec("docker kill alloc-2".into())
             ]
         );
-        let cfg = a.into_config(&["s".into()], &["a".into()]);
+        let cfg = a.into_config(&["s".into()], &["a".into()], Path::new("d"), None);
         assert_eq!((cfg.uids, cfg.faults.len()), (Some(10..20), 2));
     }
 

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use seqsvr_store::client::StoreClient;
+use seqsvr_store_api::ReadClient;
 use serde::Serialize;
 
 /// The fault actions, as named in `AT:ACTION:TARGET`.
@@ -85,7 +85,7 @@ pub(super) struct Targets<'a> {
     /// Where `seqsvr dev` keeps its pid files and replica directories.
     pub dev_dir: &'a Path,
     /// The store group (to find `store-leader`).
-    pub store: &'a StoreClient,
+    pub store: &'a ReadClient,
 }
 
 /// Runs the faults at their times after `t0`, then waits until `end`;
@@ -158,7 +158,7 @@ async fn partition(name: &str, isolate: bool, targets: &Targets<'_>) -> anyhow::
 }
 
 /// `store-leader` → `store-<id>`; other names as they are.
-async fn resolve(name: &str, store: &StoreClient) -> anyhow::Result<String> {
+async fn resolve(name: &str, store: &ReadClient) -> anyhow::Result<String> {
     if name != "store-leader" {
         return Ok(name.to_string());
     }

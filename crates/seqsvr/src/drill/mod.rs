@@ -37,7 +37,8 @@ use std::time::Instant;
 
 use anyhow::Context;
 use seqsvr_client::{ClientOptions, SeqClient};
-use seqsvr_store::client::StoreClient;
+use seqsvr_store_api::client::connector;
+use seqsvr_store_api::ReadClient;
 
 pub use args::{parse_duration, parse_fault, parse_uids, DrillArgs, DrillConfig};
 pub use faults::{Action, ActionKind, Fault};
@@ -45,7 +46,7 @@ pub use report::{FaultReport, Report};
 
 /// Runs a drill.
 pub async fn run(cfg: DrillConfig) -> anyhow::Result<Report> {
-    let store = StoreClient::new(&cfg.store)?;
+    let store = ReadClient::new(&cfg.store, &connector(cfg.tls.clone()))?;
     let set = store.routes().await.context("reading the route table")?.set;
     let load = workload::Load {
         uids: workload::Uids::new(&set, cfg.uids.as_ref()),
@@ -55,6 +56,7 @@ pub async fn run(cfg: DrillConfig) -> anyhow::Result<Report> {
     };
     let opts = ClientOptions {
         deadline: cfg.deadline,
+        tls: cfg.tls.clone(),
         ..Default::default()
     };
     let client = SeqClient::connect(&cfg.allocs, opts).await?;

@@ -296,6 +296,7 @@ fn start_alloc(store: &StoreCluster, id: &str, addr: &str) -> Proc {
         tls: None,
         insecure: false,
         limits: None,
+        metrics_addr: None,
         route_poll_ms: 200,
         renew_ms: TEST_RENEW_MS,
         wait_ms: 500,

@@ -86,6 +86,10 @@ pub struct AllocNodeConfig {
     /// Per-plane listener limits (defaults per plane where missing).
     #[serde(default)]
     pub limits: Option<PlaneLimits>,
+    /// Where to serve Prometheus metrics (`GET /metrics`, plain HTTP), if
+    /// anywhere. A non-loopback address needs `insecure = true`.
+    #[serde(default)]
+    pub metrics_addr: Option<String>,
     /// How often the route table is re-read from the store, in ms.
     #[serde(default = "default_route_poll_ms")]
     pub route_poll_ms: u64,
@@ -173,6 +177,9 @@ impl AllocNodeConfig {
             if let Some(l) = l {
                 check_addr(l, true).or_else(|r| bad(key, r))?;
             }
+        }
+        if let Some(m) = &self.metrics_addr {
+            check_addr(m, true).or_else(|r| bad("metrics_addr", r))?;
         }
         let binds: Vec<(&str, &str)> = listens
             .iter()
@@ -300,6 +307,8 @@ pub struct AllocListeners {
     pub peer: TcpListener,
     /// Admin plane (`AllocAdmin`).
     pub admin: TcpListener,
+    /// Prometheus metrics, if served.
+    pub metrics: Option<TcpListener>,
 }
 
 impl AllocListeners {
@@ -320,6 +329,12 @@ impl AllocListeners {
             client: bind(Plane::Client).await?,
             peer: bind(Plane::Peer).await?,
             admin: bind(Plane::Admin).await?,
+            metrics: match &cfg.metrics_addr {
+                Some(a) => Some(TcpListener::bind(a).await.map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("binding metrics on {a}: {e}"))
+                })?),
+                None => None,
+            },
         })
     }
 }
@@ -519,7 +534,7 @@ impl AllocNode {
             }));
         let raiser = Raiser::new(alloc.clone(), ceilings, RaiserConfig::default());
         let poll = Duration::from_millis(cfg.route_poll_ms);
-        let tasks = vec![
+        let mut tasks = vec![
             tokio::spawn(serve(
                 Plane::Client,
                 client_l.serve(client_router, stopped(&stop)),
@@ -536,6 +551,16 @@ impl AllocNode {
             tokio::spawn(route_loop(ctx, poll)),
             tokio::spawn(raiser.run(stopped(&stop))),
         ];
+        if let Some(tcp) = listeners.metrics {
+            let s = shared.clone();
+            let render: seqsvr_net::metrics::Render = Arc::new(move || s.render_metrics());
+            let insecure = cfg.insecure;
+            tasks.push(tokio::spawn(async move {
+                if let Err(e) = seqsvr_net::metrics::serve(tcp, render, insecure).await {
+                    tracing::error!("metrics listener: {e}");
+                }
+            }));
+        }
         tracing::info!(
             id = %cfg.id,
             incarnation = %format_args!("{incarnation:x}"),

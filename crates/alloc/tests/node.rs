@@ -398,6 +398,7 @@ async fn node_config(id: &str, store: &str, renew_ms: u64) -> (AllocNodeConfig, 
         client: bind().await,
         peer: bind().await,
         admin: bind().await,
+        metrics: None,
     };
     let at = |t: &TcpListener| t.local_addr().unwrap().to_string();
     let cfg = AllocNodeConfig {
@@ -412,6 +413,7 @@ async fn node_config(id: &str, store: &str, renew_ms: u64) -> (AllocNodeConfig, 
         tls: None,
         insecure: false,
         limits: None,
+        metrics_addr: None,
         route_poll_ms: 50,
         renew_ms,
         wait_ms: 200,

@@ -21,6 +21,8 @@ pub struct DevStore {
     pub client: &'static str,
     /// Admin plane (operator commands).
     pub admin: &'static str,
+    /// Prometheus metrics (`GET /metrics`).
+    pub metrics: &'static str,
 }
 
 impl DevStore {
@@ -41,6 +43,8 @@ pub struct DevAlloc {
     pub peer: &'static str,
     /// Admin plane (handoffs).
     pub admin: &'static str,
+    /// Prometheus metrics (`GET /metrics`).
+    pub metrics: &'static str,
 }
 
 /// The dev cluster's store replicas.
@@ -50,18 +54,21 @@ pub const DEV_STORES: [DevStore; 3] = [
         peer: "127.0.0.1:7101",
         client: "127.0.0.1:7111",
         admin: "127.0.0.1:7121",
+        metrics: "127.0.0.1:7131",
     },
     DevStore {
         id: 2,
         peer: "127.0.0.1:7102",
         client: "127.0.0.1:7112",
         admin: "127.0.0.1:7122",
+        metrics: "127.0.0.1:7132",
     },
     DevStore {
         id: 3,
         peer: "127.0.0.1:7103",
         client: "127.0.0.1:7113",
         admin: "127.0.0.1:7123",
+        metrics: "127.0.0.1:7133",
     },
 ];
 
@@ -72,12 +79,14 @@ pub const DEV_ALLOCS: [DevAlloc; 2] = [
         client: "127.0.0.1:7201",
         peer: "127.0.0.1:7211",
         admin: "127.0.0.1:7221",
+        metrics: "127.0.0.1:7231",
     },
     DevAlloc {
         id: "alloc-2",
         client: "127.0.0.1:7202",
         peer: "127.0.0.1:7212",
         admin: "127.0.0.1:7222",
+        metrics: "127.0.0.1:7232",
     },
 ];
 

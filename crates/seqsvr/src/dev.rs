@@ -54,7 +54,7 @@ pub fn dev_store_config(dir: &Path, s: &DevStore, pki: Option<&DevPki>) -> Store
         tls: pki.map(|p| p.tls_config(&s.name())),
         insecure: false,
         limits: PlaneLimits::default(),
-        metrics_addr: None,
+        metrics_addr: Some(s.metrics.to_string()),
         members: DEV_STORES
             .iter()
             .map(|m| Member {
@@ -103,6 +103,7 @@ pub fn dev_alloc_config(a: &DevAlloc, pki: Option<&DevPki>) -> AllocNodeConfig {
         tls: pki.map(|p| p.tls_config(a.id)),
         insecure: false,
         limits: None,
+        metrics_addr: Some(a.metrics.to_string()),
         route_poll_ms: 250,
         renew_ms: 1000,
         wait_ms: 1000,

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use seqsvr_core::{AllocId, Incarnation, SectionId};
+use seqsvr_core::{AllocId, Incarnation, SectionId, MAX_SECTIONS_PER_CALL};
 use seqsvr_net::calls::{CallMetrics, CallMetricsLayer};
 use seqsvr_net::{Plane, PlaneLimits, TlsConfig};
 use seqsvr_proto::alloc_admin_server::AllocAdminServer;
@@ -763,8 +763,22 @@ async fn renew_once(ctx: &Ctx) {
         r.claim
     };
     shared.draining.store(reply.draining, Ordering::Relaxed);
-    for (first, count) in runs(&claim) {
-        match ctx.raiser.take_over(first, count).await {
+    // Claims go out at once, in pieces the store accepts: a restart with
+    // 10^4 sections is a handful of take-overs that the store commits
+    // together, not one write per section.
+    let pieces =
+        runs(&claim)
+            .into_iter()
+            .flat_map(|(first, count)| {
+                (0..count)
+                    .step_by(MAX_SECTIONS_PER_CALL as usize)
+                    .map(move |o| (first + o, (count - o).min(MAX_SECTIONS_PER_CALL)))
+            })
+            .map(|(first, count)| async move {
+                (first, count, ctx.raiser.take_over(first, count).await)
+            });
+    for (first, count, result) in futures::future::join_all(pieces).await {
+        match result {
             Ok(g) => {
                 shared.metrics.sections_started("took_over", g.len());
                 tracing::info!(

@@ -29,6 +29,11 @@ pub use grant::{Grant, Incarnation, LeaseTerms};
 pub use route::{AllocId, Epoch, RouteEntry, RouteTable};
 pub use section::{SectionId, SetSpec, Uid};
 
+/// Most sections one store command may name (a take-over, an assign): keeps
+/// every log entry below what the store's log accepts as one value. Callers
+/// with more split them (the store group-commits the pieces together).
+pub const MAX_SECTIONS_PER_CALL: u32 = 1024;
+
 /// Most uids in one batch request; larger batches are refused with a typed
 /// error (clients split them).
 pub const MAX_BATCH: usize = 4096;

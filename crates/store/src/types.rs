@@ -10,8 +10,7 @@ use seqsvr_core::{AllocId, Epoch, Grant, Incarnation, LeaseTerms, SectionId, Set
 pub use seqsvr_store_api::Rejection;
 use serde::{Deserialize, Serialize};
 
-/// Most sections one command may name: keeps every log entry storable.
-pub const MAX_SECTIONS_PER_CALL: u32 = 1024;
+pub use seqsvr_core::MAX_SECTIONS_PER_CALL;
 
 /// A store replica's id within its Raft group.
 pub type NodeId = u64;

@@ -813,7 +813,11 @@ fn initial_commands(api: &StoreApi, cfg: &StoreConfig) -> (Vec<Command>, bool) {
                 continue;
             }
             let start = s;
-            while s < al.first + al.count && unowned(s) {
+            // In pieces a command may hold (MAX_SECTIONS_PER_CALL).
+            while s < al.first + al.count
+                && unowned(s)
+                && s - start < crate::types::MAX_SECTIONS_PER_CALL
+            {
                 s += 1;
             }
             let expected = (start..s)

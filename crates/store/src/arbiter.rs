@@ -138,11 +138,19 @@ impl Arbiter {
         if g.office.map(|o| o.term) != Some(term) {
             return false;
         }
-        let granted = Granted {
+        let mut granted = Granted {
             at: now,
             lease: Duration::from_millis(terms.lease_ms),
             expiry: Duration::from_millis(terms.expiry_ms()),
         };
+        // An AllocSvr never shortens its lease: one granted earlier under
+        // longer terms may still run after this one would end, so the
+        // record keeps the later of the two ends (found by the seeded
+        // simulation after a change to shorter terms).
+        if let Some(old) = g.grants.get(alloc) {
+            granted.lease = (old.at + old.lease).max(now + granted.lease) - now;
+            granted.expiry = (old.at + old.expiry).max(now + granted.expiry) - now;
+        }
         g.grants.insert(alloc.to_string(), granted);
         true
     }
@@ -405,5 +413,28 @@ mod tests {
         assert_eq!(a.plan(&st, at(13_000)), vec![assign("b", 0, 1)]);
         let v = a.view(&st, at(13_000));
         assert!(v["a"].expired && !v["b"].expired);
+    }
+
+    #[test]
+    fn a_shorter_grant_does_not_cut_a_longer_one_short() {
+        let t0 = Instant::now();
+        let a = arbiter();
+        let st = state(&[Some("a")], &[("a", false), ("b", false)]);
+        let at = |ms| t0 + Duration::from_millis(ms);
+        a.observe(Some(1), t0);
+        let long = LeaseTerms {
+            lease_ms: 10_000,
+            margin_ms: 1000,
+        };
+        a.granted("a", 1, at(7000), long);
+        // Terms shortened to 5 s + 1 s; a renews once more, then stops.
+        a.granted("a", 1, at(8000), T);
+        for ms in (7000..=30_000).step_by(500) {
+            a.granted("b", 1, at(ms), T);
+        }
+        // Its lease from 7 s runs to 17 s on its clock: nothing moves
+        // before 18 s (17 s + margin), though the last grant + 6 s is 14 s.
+        assert!(a.plan(&st, at(17_999)).is_empty());
+        assert_eq!(a.plan(&st, at(18_000)), vec![assign("b", 0, 1)]);
     }
 }

@@ -355,25 +355,6 @@ impl Allocator {
         dropped
     }
 
-    /// Serves `section` again from memory after a handoff that did not
-    /// happen, if it is still retired at `epoch` (see
-    /// [`crate::ownership::decide_after_handoff`] for when that is safe).
-    /// `ceiling` must be durable under `epoch` (promise 2). Returns whether
-    /// it serves again.
-    pub fn resume(&self, section: SectionId, epoch: Epoch, ceiling: u64) -> bool {
-        let Some(slot) = self.slot(section) else {
-            return false;
-        };
-        if !slot.resume(epoch, ceiling) {
-            return false;
-        }
-        tracing::info!(section, epoch, ceiling, "serving section again");
-        if slot.claim_if_low() {
-            self.queue_raise(section);
-        }
-        true
-    }
-
     fn slot(&self, section: SectionId) -> Option<&SectionSlot> {
         self.slots.get(section as usize)?.get()
     }
@@ -618,7 +599,7 @@ mod tests {
     }
 
     #[test]
-    fn known_epochs_survive_retire_and_resume_is_guarded() {
+    fn known_epochs_survive_retire() {
         let a = alloc(0.0);
         assert_eq!(a.known_epoch(1), 0, "never installed");
         assert_eq!(a.known_epoch(99), 0, "not in the set");
@@ -627,33 +608,7 @@ mod tests {
         assert!(a.drop_section(1));
         assert_eq!(a.known_epoch(1), 4, "kept after retire");
         assert!(!a.is_serving(1));
-        assert!(!a.resume(0, 4, 10), "no slot");
-        assert!(!a.resume(1, 3, 10), "other epoch");
-        assert!(a.resume(1, 4, 10));
-        assert!(a.is_serving(1));
-        assert_eq!(a.next(104), Ok(2), "from memory");
-        assert_eq!(a.served_sections(), vec![1]);
-    }
-
-    #[test]
-    fn resume_queues_a_raise_that_is_due() {
-        let a = alloc(0.0);
-        a.install(&[grant(0, 1, 0)]).unwrap();
-        for _ in 0..10 {
-            a.next(100).unwrap();
-        }
-        assert_eq!(a.take_raise_requests().len(), 1, "claimed and taken");
-        assert!(a.drop_section(0));
-        assert!(!a.apply_raise(0, 1, 20), "its answer found it retired");
-        assert!(a.resume(0, 1, 10));
-        assert_eq!(
-            a.take_raise_requests(),
-            vec![RaiseRequest {
-                section: 0,
-                epoch: 1,
-                to: 20
-            }]
-        );
+        assert_eq!(a.served_sections(), Vec::<SectionId>::new());
     }
 
     #[test]

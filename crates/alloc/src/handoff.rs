@@ -16,9 +16,17 @@
 //!    that fails, its next renewal claims the prepared grant, no step
 //!    skipped (promise 4);
 //! 5. on failure or an unknown outcome, read the section back from the
-//!    store and serve it again from memory only if the store still has it
-//!    for this incarnation at the released epoch
-//!    ([`decide_after_handoff`]).
+//!    store ([`decide_after_handoff`]), leave it dropped either way, unmark
+//!    it, and, if it is still ours at the released epoch, ask for an early
+//!    renewal: its take-over claims the section at a *new* epoch, which
+//!    fences every late copy of the handoff. Serving it again from memory
+//!    at the released epoch is unsafe: a late copy of the `Handoff`
+//!    (hedged to another replica, parked at a paused one, delayed on a
+//!    lossy link) is conditional only on that epoch and could still land,
+//!    moving the section while this process serves it (two owners, promise
+//!    3; the seeded simulation's bug 5). A failed handoff therefore costs
+//!    one step (promise 4's allowance for a take-over) and keeps the
+//!    section unavailable until the renewal, at most one renewal interval.
 //!
 //! Receiving side ([`adopt`]): the message names sections and epochs only;
 //! each is checked with the store ([`decide_adopt`]) and only what the
@@ -194,10 +202,12 @@ pub async fn move_section(shared: &Shared, m: &pb::Move) -> pb::MoveResult {
 }
 
 /// Step 5: the handoff failed or its outcome is unknown. Reads the section
-/// back (linearizable) and serves it again if the store says nobody else
-/// can have served it; unmarks it either way. Says what was done.
+/// back (linearizable) to say what happened; never serves it again at the
+/// released epoch (see the module docs: a late copy of the handoff could
+/// still move it). Leaves it dropped and unmarks it; if it is still ours,
+/// wakes the renewal loop so its take-over claims it at a new epoch soon.
+/// Says what was done.
 async fn settle(shared: &Shared, mark: Mark<'_>, section: SectionId, released: Released) -> String {
-    let lapses_before = shared.ownership().lapses;
     let store = shared
         .store
         .clone()
@@ -207,18 +217,11 @@ async fn settle(shared: &Shared, mark: Mark<'_>, section: SectionId, released: R
     let after = match read.map(|v| v.into_iter().find(|i| i.section == section)) {
         Ok(Some(info)) => {
             match decide_after_handoff(&info, &shared.id, shared.incarnation(), released.epoch) {
-                AfterHandoff::Resume { max_seq } => {
-                    let ceiling = released.ceiling.max(max_seq);
-                    if !shared.may_serve(&own, lapses_before) {
-                        "still ours in the store, but the lease lapsed or this process was \
-                         fenced meanwhile: left dropped (a renewal claims it again)"
-                            .to_string()
-                    } else if shared.alloc.resume(section, released.epoch, ceiling) {
-                        "still ours at the released epoch: serving it again".to_string()
-                    } else {
-                        "still ours, but it changed here meanwhile: left as it is".to_string()
-                    }
-                }
+                AfterHandoff::Reclaim => format!(
+                    "still ours at the released epoch {}: left dropped; the next renewal \
+                     takes it over at a new epoch, fencing any late copy of the handoff",
+                    released.epoch
+                ),
                 AfterHandoff::LeaveDropped { owner, epoch } => {
                     format!("the store has it at epoch {epoch} for {owner:?}: left dropped")
                 }
@@ -233,6 +236,9 @@ async fn settle(shared: &Shared, mark: Mark<'_>, section: SectionId, released: R
         ),
     };
     mark.finish(&mut own);
+    // Unmarked: the next renewal claims it if it is listed. Ask for that
+    // renewal now rather than at the next interval (a no-op if fenced).
+    shared.renew_now.notify_one();
     after
 }
 

@@ -22,7 +22,7 @@
 //!   high-water mark; the lock-free hot path and the epoch guard.
 //! - [`allocator`]: [`Allocator`], a set's sections indexed by section id:
 //!   `next`, `next_batch`, `current`, waiting variants, take-over install,
-//!   drop, resume, and the raise queue.
+//!   drop, and the raise queue.
 //! - [`raiser`]: [`Raiser`], the background task that performs raises and
 //!   take-overs against a [`CeilingStore`], with retry and back-off.
 //! - [`ceiling`]: the [`CeilingStore`] trait: what the allocator needs from

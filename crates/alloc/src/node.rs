@@ -379,8 +379,6 @@ struct Ctx {
     /// `sections_version`: renewals send the version and get the list only
     /// when it changed.
     listed: Mutex<(u64, Vec<SectionId>)>,
-    /// Wakes the renewal loop early.
-    renew_now: Notify,
     renew_every: Duration,
 }
 
@@ -480,6 +478,7 @@ impl AllocNode {
             ownership: Mutex::new(Ownership::default()),
             peers: Default::default(),
             metrics: crate::metrics::AllocMetrics::new(&cfg.id)?,
+            renew_now: Notify::new(),
         });
         let ceilings = Arc::new(StoreCeilings {
             store: reader.clone(),
@@ -492,7 +491,6 @@ impl AllocNode {
             renewer,
             reader,
             listed: Mutex::new((0, Vec::new())),
-            renew_now: Notify::new(),
             renew_every,
         });
         // A first lease and our sections before serving anything.
@@ -677,7 +675,7 @@ async fn renew_loop(ctx: Arc<Ctx>) {
         if ctx.shared.is_fenced() {
             return;
         }
-        let _ = tokio::time::timeout_at(next.into(), ctx.renew_now.notified()).await;
+        let _ = tokio::time::timeout_at(next.into(), ctx.shared.renew_now.notified()).await;
     }
 }
 
@@ -734,9 +732,9 @@ async fn renew_once(ctx: &Ctx) {
         cache.1.clone()
     };
     let claim = {
-        // Under the ownership lock: a handoff resuming a section or an
-        // adopt installing one either sees the lapse counted here or is
-        // seen by the drops below (promise 3).
+        // Under the ownership lock: an adopt installing a section either
+        // sees the lapse counted here or is seen by the drops below
+        // (promise 3); a handoff settling one unmarks it under it too.
         let mut own = shared.ownership();
         if shared.is_fenced() {
             return;
@@ -852,7 +850,7 @@ async fn refresh_routes(ctx: &Ctx) {
     }
     let gained = (0..t.set.section_count()).any(|s| mine(s) && !alloc.is_serving(s));
     if gained && !shared.is_fenced() {
-        ctx.renew_now.notify_one();
+        ctx.shared.renew_now.notify_one();
     }
     if t.version >= shared.route_version.load(Ordering::Acquire) {
         shared.set_routes(pb::RouteTable::from(&t));

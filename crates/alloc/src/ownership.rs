@@ -13,7 +13,9 @@
 //! - [`decide_adopt`]: another AllocSvr says "this section was handed to
 //!   you"; the store's record decides whether to install it.
 //! - [`decide_after_handoff`]: a handoff failed or its outcome is unknown;
-//!   the store's record decides whether to serve the section again.
+//!   the store's record says whether the section is still ours (a renewal's
+//!   take-over claims it again at a new epoch) or moved on. It is never
+//!   served again at the released epoch.
 //!
 //! Every decision takes the store's word (a linearizable read or a renewal
 //! granted by a confirmed leader), never another AllocSvr's, and never
@@ -42,7 +44,7 @@ pub struct Reconciliation {
 ///   handoff or its check in flight). They are neither dropped nor claimed:
 ///   the handoff decides their fate, and a renewal read before the store's
 ///   handoff write must not take back a section just released (promise 3),
-///   nor one read after it drop a section the handoff may resume.
+///   nor one claimed while the handoff's outcome is still unknown.
 /// - `lapsed`: whether this AllocSvr's lease had run out before this
 ///   renewal was granted.
 ///
@@ -205,12 +207,15 @@ pub fn decide_adopt(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AfterHandoff {
     /// The store still has the section at the released epoch for this
-    /// process: nobody else served it, so serve it again from memory,
-    /// under a ceiling of at least `max_seq` (the store's, durable).
-    Resume {
-        /// The section's ceiling in the store.
-        max_seq: u64,
-    },
+    /// process (the handoff was refused, or has not landed *yet*). Leave it
+    /// dropped: a take-over at a new epoch (the next renewal lists it and
+    /// claims it, known epoch = the released one) fences any late copy of
+    /// the handoff. Serving it again at the released epoch is unsafe: a
+    /// late copy (hedged to another replica, parked at a paused one,
+    /// delayed on a lossy link) is conditional only on that epoch, and
+    /// would move the section while this process serves it (promise 3;
+    /// the seeded simulation's bug 5).
+    Reclaim,
     /// The section moved on (the handoff landed, or it changed hands
     /// since): leave it dropped. If it is ours again at a newer epoch, a
     /// renewal claims it with a take-over (skip ahead, promise 1).
@@ -226,11 +231,13 @@ pub enum AfterHandoff {
 /// as `incarnation` does with a section it released at epoch `released`
 /// after the store handoff failed or its outcome is unknown.
 ///
-/// Serving again from memory is safe only if no one else can have served
-/// the section since it was released: the store still has it for this
-/// very incarnation at exactly the released epoch (any move or take-over
-/// would have made a new epoch, promise 3). Anything else leaves it
-/// dropped (promise 1: memory is never trusted across an epoch change).
+/// Either way the section stays dropped; nothing is ever served again at
+/// the released epoch. The record only tells whether it is still ours at
+/// that epoch ([`AfterHandoff::Reclaim`]: the store has it for this very
+/// incarnation at exactly the released epoch, so a renewal's take-over
+/// claims it again, at a new epoch, with no one else having served it) or
+/// moved on ([`AfterHandoff::LeaveDropped`]: promise 1, memory is never
+/// trusted across an epoch change).
 pub fn decide_after_handoff(
     info: &SectionInfo,
     me: &str,
@@ -241,9 +248,7 @@ pub fn decide_after_handoff(
         && info.incarnation == incarnation
         && info.epoch == released;
     if ours {
-        AfterHandoff::Resume {
-            max_seq: info.max_seq,
-        }
+        AfterHandoff::Reclaim
     } else {
         AfterHandoff::LeaveDropped {
             owner: info.owner.clone(),
@@ -503,14 +508,14 @@ mod tests {
     }
 
     #[test]
-    fn after_a_failed_handoff_resume_only_if_untouched() {
-        let resume = AfterHandoff::Resume { max_seq: 250 };
+    fn after_a_failed_handoff_reclaim_only_if_untouched() {
+        let reclaim = AfterHandoff::Reclaim;
         let cases = [
             (
-                "handoff refused, nothing changed",
+                "handoff refused, or not landed yet: still ours at the released epoch",
                 info(Some(ME), INC, 7),
                 7,
-                resume,
+                reclaim,
             ),
             (
                 "handoff landed, reply lost",

@@ -260,32 +260,6 @@ impl SectionSlot {
         true
     }
 
-    /// Serves again, from memory, a slot retired at `epoch` (a handoff
-    /// that did not happen). Refused (false) unless the slot is not serving
-    /// and its latest grant is still `epoch`: a newer take-over or adopt
-    /// installed since must not be overwritten (promise 1), and a slot
-    /// serving already needs nothing.
-    ///
-    /// `ceiling` must be durable under `epoch` (promise 2): the caller
-    /// passes the larger of the ceiling the slot had and the store's. The
-    /// cells are untouched: they hold what was handed out under this very
-    /// epoch, by this process only. A raise queued or in flight when the
-    /// slot retired was dropped on the floor (its answer found the slot
-    /// retired), so the pending flag is cleared; the caller re-checks
-    /// whether a raise is due ([`claim_if_low`](Self::claim_if_low)).
-    pub(crate) fn resume(&self, epoch: Epoch, ceiling: u64) -> bool {
-        let mut meta = self.meta();
-        if meta.serving || meta.epoch != epoch || ceiling == NOT_SERVING {
-            return false;
-        }
-        meta.serving = true;
-        self.ctl.raise_pending.store(false, Relaxed);
-        self.ctl.ceiling.store(ceiling, Release);
-        drop(meta);
-        self.ctl.changed.notify_waiters();
-        true
-    }
-
     /// The epoch of the latest grant installed, serving or not: the newest
     /// epoch this process ever installed for the section.
     pub(crate) fn epoch(&self) -> Epoch {
@@ -449,40 +423,6 @@ mod tests {
         assert!(!s.install(&grant(5, 10, 20)), "replayed grant");
         assert!(s.install(&grant(6, 10, 20)));
         assert_eq!(take(&s, 0), Take::Got(11));
-    }
-
-    #[test]
-    fn resume_only_the_epoch_released_and_only_once() {
-        let s = SectionSlot::new(1, 0, &grant(5, 0, 10));
-        assert_eq!(take(&s, 0), Take::Got(1));
-        assert!(!s.resume(5, 10), "serving already");
-        assert!(s.retire(Some(5)));
-        assert_eq!(take(&s, 0), Take::NotServing);
-        assert!(!s.resume(4, 10), "older epoch");
-        assert!(!s.resume(6, 10), "newer epoch");
-        assert!(!s.resume(5, NOT_SERVING), "no ceiling");
-        assert!(s.resume(5, 12));
-        assert_eq!(take(&s, 0), Take::Got(2), "memory kept: no number again");
-        assert_eq!(s.state().unwrap().ceiling, 12);
-        assert!(!s.resume(5, 12), "serving again");
-        // Retired again, then a newer grant: resume of the old epoch refused.
-        assert!(s.retire(None));
-        assert!(s.install(&grant(6, 20, 30)));
-        assert!(!s.resume(5, 40));
-        assert_eq!(s.epoch(), 6);
-        assert_eq!(take(&s, 0), Take::Got(21));
-    }
-
-    #[test]
-    fn resume_clears_a_raise_lost_while_retired() {
-        let s = SectionSlot::new(1, 0, &grant(1, 0, 2));
-        let _ = take(&s, 0);
-        assert_eq!(take(&s, 0), Take::GotWantsRaise(2));
-        assert!(s.retire(Some(1)));
-        assert!(!s.apply_raise(1, 4), "the answer finds the slot retired");
-        assert!(s.resume(1, 2));
-        assert!(!s.state().unwrap().raise_pending);
-        assert!(s.claim_if_low(), "a raise is due again");
     }
 
     #[test]

@@ -18,6 +18,7 @@ use seqsvr_core::{AllocId, Epoch, Incarnation, SectionId};
 use seqsvr_net::ClientTls;
 use seqsvr_proto::{self as pb};
 use seqsvr_store_api::{AllocAddrs, PeerClient};
+use tokio::sync::Notify;
 use tonic::transport::Channel;
 
 use crate::allocator::Allocator;
@@ -38,7 +39,7 @@ pub struct Released {
 pub type PeerChannels = std::sync::Mutex<HashMap<String, Channel>>;
 
 /// Who may change which sections this process serves, outside the hot
-/// path: the renewal's reconciliation, handoffs resuming a section, adopts
+/// path: the renewal's reconciliation, handoffs settling a section, adopts
 /// installing one, and fencing all take this lock, so none of them acts on
 /// a lease lapse it did not see (promise 3; see [`Shared::may_serve`]).
 #[derive(Debug, Default)]
@@ -87,6 +88,9 @@ pub struct Shared {
     pub peers: PeerChannels,
     /// What this process counts.
     pub metrics: Arc<AllocMetrics>,
+    /// Wakes the renewal loop early: routes newly ours, or a section left
+    /// dropped after a failed handoff that a take-over must claim again.
+    pub renew_now: Notify,
 }
 
 impl Shared {

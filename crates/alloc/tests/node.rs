@@ -592,25 +592,46 @@ async fn invalid_moves_change_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refused_handoff_serves_the_section_again_from_memory() {
+async fn a_refused_handoff_serves_the_section_again_at_a_new_epoch() {
     let store = FakeStore::new("a1", 3000);
     let addr = store.clone().serve().await;
     let a1 = start("a1", &addr, 50).await;
     let a2 = start("a2", &addr, 50).await;
     let mut c1 = client(&a1).await;
-    assert_eq!(next(&mut c1, 12).await.unwrap(), 1);
-    let epoch = store.section(1).epoch;
+    let mut last = 0;
+    for _ in 0..3 {
+        let v = next(&mut c1, 12).await.unwrap();
+        assert!(v > last, "{v} after {last}");
+        last = v;
+    }
+    let released = store.section(1);
     store.st().handoff_fault = HandoffFault::Refuse;
     let results = handoff(&a1, &[(1, "a2")]).await;
     assert!(!results[0].ok, "{results:?}");
     assert!(
-        results[0].error.contains("serving it again"),
+        results[0].error.contains("left dropped") && results[0].error.contains("new epoch"),
         "{}",
         results[0].error
     );
-    // No skip ahead, no new epoch: the same memory under the same epoch.
-    assert_eq!(next(&mut c1, 12).await.unwrap(), 2);
-    assert_eq!(store.section(1).epoch, epoch);
+    // Never served again at the released epoch (a late copy of the handoff
+    // could still move it): the (early) renewal's take-over claims it at a
+    // new epoch, which fences every late copy.
+    let s = store.clone();
+    eventually("a1 serves section 1 at a new epoch", || {
+        a1.shared.alloc.is_serving(1) && s.section(1).epoch > released.epoch
+    })
+    .await;
+    let now = store.section(1);
+    assert_eq!(now.owner.as_deref(), Some("a1"));
+    assert_eq!(a1.shared.alloc.known_epoch(1), now.epoch);
+    // Skip ahead: strictly above every number handed out before, nothing
+    // lost (each call still gets a number).
+    let v = next(&mut c1, 12).await.unwrap();
+    assert!(v > last, "{v} after {last}");
+    assert!(now.start >= released.max_seq, "{now:?} after {released:?}");
+    assert_eq!(v, now.start + 1);
+    let w = next(&mut c1, 12).await.unwrap();
+    assert!(w > v, "{w} after {v}");
     a1.shutdown();
     a2.shutdown();
 }

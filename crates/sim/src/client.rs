@@ -1,110 +1,45 @@
-//! Clients: each issues one call at a time (`next` of one uid, or a batch
-//! of uids of one section), to the AllocSvr its cached route table names,
-//! and records every number it receives as an [`Observation`] with the
-//! virtual times the successful attempt was sent and answered.
+//! Clients: each issues one call at a time (`next` of one uid, a batch of
+//! uids of one section, or `Current` of one uid), to the AllocSvr process
+//! its cached route table names, and records every number it receives as
+//! an [`Observation`] with the virtual times the successful attempt was
+//! sent and answered (`Current` answers separately, for their own check).
 //!
 //! Like the real client it retries: `NOT_OWNER` with the table the error
-//! carries (or elsewhere), `LEASE_EXPIRED` at another AllocSvr, an
-//! exhausted section at the same one, a timeout elsewhere; and it refreshes
-//! its routes (a linearizable read: the committed table) when a reply
-//! carries a newer route version, after a timeout, and every few seconds.
-//! Caches therefore disagree, and some calls reach AllocSvrs that no longer
-//! own their section, which is what the lease has to make harmless.
+//! carries (or elsewhere), `LEASE_EXPIRED` and `STALE_INCARNATION` at
+//! another AllocSvr, an exhausted section at the same one, a timeout
+//! elsewhere; and it refreshes its routes (a linearizable read: the
+//! committed table) when a reply carries a newer route version, after a
+//! timeout, and every few seconds. Caches therefore disagree, and some
+//! calls reach AllocSvrs that no longer own their section, which is what
+//! the lease has to make harmless.
 
 use seqsvr_core::checker::Observation;
-use seqsvr_core::{AllocId, SectionId};
-use seqsvr_store::state::SetState;
+use seqsvr_core::SectionId;
 
-use crate::net::{Node, Time, MS, SEC};
-use crate::world::{trace, Ev, Msg, World};
-
-/// Which attempt of which call a message belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct OpRef {
-    /// The client.
-    pub client: usize,
-    /// The call.
-    pub op: u64,
-    /// The attempt.
-    pub attempt: u32,
-}
-
-/// Why an AllocSvr handed out nothing (the retryable errors of the API).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refusal {
-    /// `NOT_OWNER`.
-    NotOwner(SectionId),
-    /// `LEASE_EXPIRED`.
-    LeaseExpired,
-    /// `CEILING_EXHAUSTED` after waiting.
-    Exhausted(SectionId),
-    /// Not serving yet (connection refused).
-    Unavailable,
-}
-
-/// Client ↔ AllocSvr traffic.
-#[derive(Debug)]
-pub(crate) enum ClientMsg {
-    /// `Next` (one uid) or `NextBatch`.
-    Req {
-        /// The attempt.
-        op: OpRef,
-        /// The uids.
-        uids: Vec<u64>,
-    },
-    /// The answer.
-    Resp {
-        /// The attempt.
-        op: OpRef,
-        /// One number per uid, or why not.
-        result: Result<Vec<u64>, Refusal>,
-        /// The AllocSvr's route table, with `NOT_OWNER`/`LEASE_EXPIRED`.
-        routes: Option<(Vec<Option<AllocId>>, u64)>,
-        /// The AllocSvr's route version (every reply carries it).
-        version: u64,
-    },
-}
-
-/// A client's timers.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum CTimer {
-    /// Start the next call.
-    Issue,
-    /// An attempt got no answer in time.
-    Timeout {
-        /// The call.
-        op: u64,
-        /// The attempt.
-        attempt: u32,
-    },
-    /// Retry the current call (after a short back-off).
-    Retry(u64),
-    /// Re-read the route table.
-    Refresh,
-}
+use crate::env::{trace, Env};
+use crate::model::{Ask, CTimer, ClientMsg, Ev, Msg, OpRef, Refusal, RouteView, Slot};
+use crate::net::{fmt_time, Node, Time, MS, SEC};
 
 /// One call in progress.
 #[derive(Debug, Clone)]
 struct Op {
     /// Its id.
     id: u64,
-    /// Its uids (all in one section).
-    uids: Vec<u64>,
+    /// What it asks (all uids in one section).
+    ask: Ask,
     /// Attempts made, minus one.
     attempt: u32,
     /// Where the current attempt went.
-    target: usize,
+    target: Slot,
     /// When the current attempt was sent.
     sent: Time,
 }
 
 /// One client.
 #[derive(Debug)]
-pub(crate) struct Client {
-    /// Cached route table: owner per section.
-    routes: Vec<Option<AllocId>>,
-    /// Its version.
-    version: u64,
+struct Client {
+    /// Cached route table.
+    routes: RouteView,
     /// The call in progress.
     op: Option<Op>,
 }
@@ -114,54 +49,66 @@ const ATTEMPTS: u32 = 6;
 /// How long an attempt may take.
 const ATTEMPT_TIMEOUT: Time = 1500 * MS;
 
-impl Client {
-    /// A client that read the routes of `state`.
-    pub(crate) fn new(state: &SetState) -> Self {
-        let mut c = Client {
-            routes: Vec::new(),
-            version: 0,
-            op: None,
-        };
-        c.read_routes(state);
-        c
-    }
-
-    fn read_routes(&mut self, state: &SetState) {
-        self.routes = state.sections.iter().map(|s| s.owner.clone()).collect();
-        self.version = state.route_version;
-    }
-
-    fn owner(&self, s: SectionId) -> Option<usize> {
-        World::owner_in(&self.routes, s)
-    }
+/// Every client.
+#[derive(Debug)]
+pub(crate) struct Clients {
+    list: Vec<Client>,
 }
 
-impl World {
-    pub(crate) fn client_timer(&mut self, c: usize, t: CTimer) {
+impl Clients {
+    /// The clients of `env.cfg`, having read the committed routes, their
+    /// first calls and route refreshes scheduled.
+    pub(crate) fn new(env: &mut Env) -> Self {
+        let mut list = Vec::new();
+        for c in 0..env.cfg.clients {
+            list.push(Client {
+                routes: RouteView::of(&env.truth),
+                op: None,
+            });
+            let t = env.rng.range(500 * MS, 1500 * MS);
+            env.schedule(
+                t,
+                Ev::Client {
+                    c,
+                    t: CTimer::Issue,
+                },
+            );
+            let t = env.rng.range(1000 * MS, 3000 * MS);
+            env.schedule(
+                t,
+                Ev::Client {
+                    c,
+                    t: CTimer::Refresh,
+                },
+            );
+        }
+        Self { list }
+    }
+
+    /// A client's timer.
+    pub(crate) fn timer(&mut self, env: &mut Env, c: usize, t: CTimer) {
         match t {
-            CTimer::Issue => self.issue(c),
+            CTimer::Issue => self.issue(env, c),
             CTimer::Timeout { op, attempt } => {
-                let current = self.clients[c]
+                let current = self.list[c]
                     .op
                     .as_ref()
                     .is_some_and(|o| o.id == op && o.attempt == attempt);
                 if current {
-                    let state = &self.truth;
-                    self.clients[c].read_routes(state);
-                    let other = self.other_alloc(c);
-                    self.retry(c, Some(other), 0);
+                    self.list[c].routes = RouteView::of(&env.truth);
+                    let other = self.other_alloc(env, c);
+                    self.retry(env, c, Some(other), 0);
                 }
             }
             CTimer::Retry(op) => {
-                if self.clients[c].op.as_ref().is_some_and(|o| o.id == op) {
-                    self.attempt(c);
+                if self.list[c].op.as_ref().is_some_and(|o| o.id == op) {
+                    self.attempt(env, c);
                 }
             }
             CTimer::Refresh => {
-                let state = &self.truth;
-                self.clients[c].read_routes(state);
-                let d = self.rng.range(SEC, 4 * SEC);
-                self.after(
+                self.list[c].routes = RouteView::of(&env.truth);
+                let d = env.rng.range(SEC, 4 * SEC);
+                env.after(
                     d,
                     Ev::Client {
                         c,
@@ -172,9 +119,9 @@ impl World {
         }
     }
 
-    fn issue(&mut self, c: usize) {
-        let spec = &self.cfg.spec;
-        let s = self.rng.below(spec.section_count() as u64) as SectionId;
+    fn issue(&mut self, env: &mut Env, c: usize) {
+        let spec = &env.cfg.spec;
+        let s = env.rng.below(spec.section_count() as u64) as SectionId;
         let uids = spec.uids_of(s);
         let n = uids.end - uids.start;
         let pick = |rng: &mut crate::rng::Rng| {
@@ -185,30 +132,34 @@ impl World {
                 uids.start + rng.below(n)
             }
         };
-        let count = if self.rng.chance(0.75) {
-            1
+        let ask = if env.rng.chance(0.1) {
+            Ask::Current(pick(&mut env.rng))
         } else {
-            self.rng.range(2, 6)
+            let count = if env.rng.chance(0.75) {
+                1
+            } else {
+                env.rng.range(2, 6)
+            };
+            Ask::Next((0..count).map(|_| pick(&mut env.rng)).collect())
         };
-        let uids: Vec<u64> = (0..count).map(|_| pick(&mut self.rng)).collect();
-        let target = match self.clients[c].owner(s) {
+        let target = match self.list[c].routes.slot(s) {
             Some(a) => a,
-            None => self.rng.pick(self.allocs.len()),
+            None => env.rng.pick(env.cfg.allocs),
         };
-        let id = self.fresh_id();
-        self.clients[c].op = Some(Op {
+        let id = env.fresh_id();
+        self.list[c].op = Some(Op {
             id,
-            uids,
+            ask,
             attempt: 0,
             target,
             sent: 0,
         });
-        self.attempt(c);
+        self.attempt(env, c);
     }
 
-    fn attempt(&mut self, c: usize) {
-        let now = self.now;
-        let op = self.clients[c].op.as_mut().expect("a call");
+    fn attempt(&mut self, env: &mut Env, c: usize) {
+        let now = env.now;
+        let op = self.list[c].op.as_mut().expect("a call");
         op.sent = now;
         let m = ClientMsg::Req {
             op: OpRef {
@@ -216,11 +167,11 @@ impl World {
                 op: op.id,
                 attempt: op.attempt,
             },
-            uids: op.uids.clone(),
+            ask: op.ask.clone(),
         };
         let (target, id, attempt) = (op.target, op.id, op.attempt);
-        self.send(Node::Client(c), Node::Alloc(target), Msg::Client(m));
-        self.after(
+        env.send(Node::Client(c), Node::Alloc(target), Msg::Client(m));
+        env.after(
             ATTEMPT_TIMEOUT,
             Ev::Client {
                 c,
@@ -230,18 +181,18 @@ impl World {
     }
 
     /// Another attempt at `target` (or the same) after `delay`, or give up.
-    fn retry(&mut self, c: usize, target: Option<usize>, delay: Time) {
-        let op = self.clients[c].op.as_mut().expect("a call");
+    fn retry(&mut self, env: &mut Env, c: usize, target: Option<Slot>, delay: Time) {
+        let op = self.list[c].op.as_mut().expect("a call");
         if op.attempt + 1 >= ATTEMPTS {
-            self.stats.calls_failed += 1;
-            return self.next_call(c);
+            env.stats.calls_failed += 1;
+            return self.next_call(env, c);
         }
         op.attempt += 1;
         if let Some(t) = target {
             op.target = t;
         }
         let id = op.id;
-        self.after(
+        env.after(
             delay,
             Ev::Client {
                 c,
@@ -250,10 +201,10 @@ impl World {
         );
     }
 
-    fn next_call(&mut self, c: usize) {
-        self.clients[c].op = None;
-        let d = self.rng.range(5 * MS, 30 * MS);
-        self.after(
+    fn next_call(&mut self, env: &mut Env, c: usize) {
+        self.list[c].op = None;
+        let d = env.rng.range(5 * MS, 30 * MS);
+        env.after(
             d,
             Ev::Client {
                 c,
@@ -262,14 +213,31 @@ impl World {
         );
     }
 
-    /// Some AllocSvr other than the current attempt's target.
-    fn other_alloc(&mut self, c: usize) -> usize {
-        let n = self.allocs.len();
-        let cur = self.clients[c].op.as_ref().map_or(0, |o| o.target);
-        (cur + 1 + self.rng.pick(n - 1)) % n
+    /// Some AllocSvr process other than the current attempt's target: one
+    /// of the registered addresses, or a first process.
+    fn other_alloc(&mut self, env: &mut Env, c: usize) -> Slot {
+        let cur = self.list[c].op.as_ref().map_or(0, |o| o.target);
+        let mut known: Vec<Slot> = (env.truth.allocs.values())
+            .filter_map(|a| crate::model::slot_of_addr(&a.addr))
+            .chain(0..env.cfg.allocs)
+            .filter(|&s| s != cur)
+            .collect();
+        known.sort_unstable();
+        known.dedup();
+        if known.is_empty() {
+            return cur;
+        }
+        known[env.rng.pick(known.len())]
     }
 
-    pub(crate) fn client_msg(&mut self, c: usize, m: ClientMsg) {
+    /// The section the current call is about.
+    fn section(env: &Env, op: &Op) -> SectionId {
+        let uid = op.ask.uids()[0];
+        env.cfg.spec.section_of(uid).expect("in set")
+    }
+
+    /// An answer arrives.
+    pub(crate) fn msg(&mut self, env: &mut Env, c: usize, m: ClientMsg) {
         let ClientMsg::Resp {
             op,
             result,
@@ -279,62 +247,74 @@ impl World {
         else {
             panic!("model bug: request delivered to a client");
         };
-        let Some(cur) = self.clients[c].op.clone() else {
+        let Some(cur) = self.list[c].op.clone() else {
             return;
         };
         if cur.id != op.op || cur.attempt != op.attempt {
             return;
         }
-        if let Some((owners, version)) = routes {
-            let cl = &mut self.clients[c];
-            if version > cl.version {
-                cl.routes = owners;
-                cl.version = version;
+        if let Some(view) = routes {
+            let cl = &mut self.list[c];
+            if view.version > cl.routes.version {
+                cl.routes = view;
             }
         }
+        let s = Self::section(env, &cur);
         match result {
             Ok(seqs) => {
-                for (uid, seq) in cur.uids.iter().zip(&seqs) {
-                    self.monitor.observations.push(Observation {
-                        uid: *uid,
-                        seq: *seq,
-                        start: cur.sent,
-                        end: self.now,
-                    });
+                let now = env.now;
+                match &cur.ask {
+                    Ask::Next(uids) => {
+                        for (uid, seq) in uids.iter().zip(&seqs) {
+                            env.monitor.observations.push(Observation {
+                                uid: *uid,
+                                seq: *seq,
+                                start: cur.sent,
+                                end: now,
+                            });
+                        }
+                        env.stats.calls_ok += 1;
+                    }
+                    Ask::Current(uid) => {
+                        env.monitor.current_reads.push(Observation {
+                            uid: *uid,
+                            seq: seqs[0],
+                            start: cur.sent,
+                            end: now,
+                        });
+                        env.stats.current_reads += 1;
+                    }
                 }
                 trace!(
-                    self,
-                    "c{c} got {seqs:?} for {:?} from a{} (sent {})",
-                    cur.uids,
+                    env,
+                    "c{c} got {seqs:?} for {:?} from p{} (sent {})",
+                    cur.ask,
                     cur.target,
-                    crate::net::fmt_time(cur.sent)
+                    fmt_time(cur.sent)
                 );
-                self.stats.calls_ok += 1;
-                if version > self.clients[c].version {
-                    let state = &self.truth;
-                    self.clients[c].read_routes(state);
+                if version > self.list[c].routes.version {
+                    self.list[c].routes = RouteView::of(&env.truth);
                 }
-                self.next_call(c);
+                self.next_call(env, c);
             }
             Err(Refusal::NotOwner(s)) => {
-                let to = match self.clients[c].owner(s) {
+                let to = match self.list[c].routes.slot(s) {
                     Some(o) if o != cur.target => o,
-                    _ => self.other_alloc(c),
+                    _ => self.other_alloc(env, c),
                 };
-                self.retry(c, Some(to), 0);
+                self.retry(env, c, Some(to), 0);
             }
-            Err(Refusal::LeaseExpired) => {
-                let s = self.cfg.spec.section_of(cur.uids[0]).expect("in set");
-                let to = match self.clients[c].owner(s) {
+            Err(Refusal::LeaseExpired | Refusal::Fenced) => {
+                let to = match self.list[c].routes.slot(s) {
                     Some(o) if o != cur.target => o,
-                    _ => self.other_alloc(c),
+                    _ => self.other_alloc(env, c),
                 };
-                self.retry(c, Some(to), 5 * MS);
+                self.retry(env, c, Some(to), 5 * MS);
             }
-            Err(Refusal::Exhausted(_)) => self.retry(c, None, 10 * MS),
+            Err(Refusal::Exhausted(_)) => self.retry(env, c, None, 10 * MS),
             Err(Refusal::Unavailable) => {
-                let to = self.other_alloc(c);
-                self.retry(c, Some(to), 10 * MS);
+                let to = self.other_alloc(env, c);
+                self.retry(env, c, Some(to), 10 * MS);
             }
         }
     }

@@ -1,98 +1,13 @@
 //! The parameters of one run, all derived from its seed (and the knobs
 //! a test sets), so that a seed alone replays the run.
 
-use seqsvr_core::SetSpec;
-use seqsvr_store::arbiter::LeaseConfig;
+use seqsvr_core::{LeaseTerms, SetSpec};
+use seqsvr_store::arbiter::ArbiterConfig;
 
-use crate::faults::{self, Fault};
+use crate::faults::{self, Fault, Shape};
+use crate::knobs::Knobs;
 use crate::net::{fmt_time, Delays, Time, MS, SEC};
 use crate::rng::Rng;
-
-/// Deliberate weakenings of the protocol, to show the checks can fail.
-/// All off in the safe configuration.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Knobs {
-    /// A store leader grants lease renewals without first confirming its
-    /// leadership with a quorum (DESIGN §3 forbids this): a deposed leader
-    /// that has not noticed keeps an old owner's lease alive.
-    pub unsafe_renewals: bool,
-    /// AllocSvrs serve without checking their lease.
-    pub skip_lease_check: bool,
-    /// If set, every AllocSvr's clock runs slow by this multiple of the
-    /// documented drift bound (`margin / lease`); above 1.0 is unsafe.
-    pub drift_times_bound: Option<f64>,
-    /// Adds [`Fault::PauseInRenewal`] to the faults drawn: a pause right
-    /// after a renewal extended the lease, before its take-overs (and, with
-    /// `lease_before_drop`, before its drops).
-    pub pause_in_renewal: bool,
-    /// The order `renew_once` (`crates/alloc/src/node.rs`) had before it
-    /// was fixed: extend the lease first, drop the sections the renewal no
-    /// longer lists a moment later (a window with a valid lease and moved
-    /// sections).
-    pub lease_before_drop: bool,
-    /// The behaviour `renew_once` (`crates/alloc/src/node.rs`) had before
-    /// it was fixed: a renewal that comes back after the lease lapsed keeps
-    /// the installed sections it lists, so a section that moved away and
-    /// back meanwhile is served from stale memory under its old epoch.
-    /// (Fixed: after a lapse every section is dropped and the listed ones
-    /// are taken over again.)
-    pub keep_sections_after_lapse: bool,
-    /// The behaviour of the store before it was fixed (`service.rs`
-    /// `renew`, `node.rs` `arbitrate`): a renewal may record its grant and
-    /// read its sections between the arbiter's `plan` and the commit of its
-    /// `Assign`, leasing the owner the sections being moved away. (Fixed:
-    /// `Arbiter::moves` serialises the two.)
-    pub renew_during_moves: bool,
-}
-
-impl Knobs {
-    /// Parses a comma-separated list of knob names (the format of
-    /// `SEQSVR_SIM_KNOBS`): `unsafe_renewals`, `skip_lease_check`,
-    /// `drift=<multiple of the bound>`, `pause_in_renewal`,
-    /// `lease_before_drop`, `keep_sections_after_lapse`, `renew_during_moves`.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        let mut k = Knobs::default();
-        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-            match item.split_once('=') {
-                Some(("drift", x)) => {
-                    let x = x.parse().map_err(|e| format!("drift={x}: {e}"))?;
-                    k.drift_times_bound = Some(x);
-                }
-                None if item == "unsafe_renewals" => k.unsafe_renewals = true,
-                None if item == "skip_lease_check" => k.skip_lease_check = true,
-                None if item == "pause_in_renewal" => k.pause_in_renewal = true,
-                None if item == "lease_before_drop" => k.lease_before_drop = true,
-                None if item == "keep_sections_after_lapse" => k.keep_sections_after_lapse = true,
-                None if item == "renew_during_moves" => k.renew_during_moves = true,
-                _ => return Err(format!("unknown knob {item:?}")),
-            }
-        }
-        Ok(k)
-    }
-
-    /// The knobs in [`parse`](Self::parse)'s format (empty when none).
-    pub fn to_arg(&self) -> String {
-        let mut out: Vec<String> = Vec::new();
-        let flags = [
-            (self.unsafe_renewals, "unsafe_renewals"),
-            (self.skip_lease_check, "skip_lease_check"),
-            (self.pause_in_renewal, "pause_in_renewal"),
-            (self.lease_before_drop, "lease_before_drop"),
-            (self.keep_sections_after_lapse, "keep_sections_after_lapse"),
-            (self.renew_during_moves, "renew_during_moves"),
-        ];
-        out.extend(
-            flags
-                .iter()
-                .filter(|(on, _)| *on)
-                .map(|(_, n)| n.to_string()),
-        );
-        if let Some(x) = self.drift_times_bound {
-            out.push(format!("drift={x}"));
-        }
-        out.join(",")
-    }
-}
 
 /// Everything that shapes one run.
 #[derive(Debug, Clone)]
@@ -103,14 +18,18 @@ pub struct SimConfig {
     pub duration: Time,
     /// Store replicas.
     pub replicas: usize,
-    /// AllocSvrs.
+    /// AllocSvr ids; each has a first process (slot `i`) and a twin slot
+    /// (`allocs + i`) that only a fault starts.
     pub allocs: usize,
     /// Clients.
     pub clients: usize,
     /// The set served.
     pub spec: SetSpec,
-    /// Lease timing (the store's arbiter and the AllocSvrs').
-    pub lease: LeaseConfig,
+    /// The lease terms the store starts with (replicated state; the
+    /// operator may change them).
+    pub lease: LeaseTerms,
+    /// The arbiter's timing.
+    pub arbiter: ArbiterConfig,
     /// How often AllocSvrs renew (their local clock).
     pub renew_every: Time,
     /// How often AllocSvrs re-read the route table (their local clock).
@@ -144,7 +63,7 @@ impl SimConfig {
     pub fn for_seed(seed: u64, knobs: Knobs) -> Self {
         let mut rng = Rng::new(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x00C0_FFEE);
         let allocs = 2 + rng.pick(2);
-        let lease = LeaseConfig::default();
+        let lease = LeaseTerms::default();
         let bound = lease.margin_ms as f64 / lease.lease_ms as f64;
         // Most seeds drift up to 10 % either way; one in four sits just
         // inside the documented bound, slow (the direction that matters).
@@ -179,6 +98,7 @@ impl SimConfig {
                 step,
             },
             lease,
+            arbiter: ArbiterConfig::default(),
             renew_every: 1000 * MS,
             route_poll: 250 * MS,
             wait: 1000 * MS,
@@ -192,8 +112,21 @@ impl SimConfig {
             quiet_tail,
             liveness_window: 6 * SEC,
         };
-        cfg.faults = faults::generate(&mut rng, &cfg);
+        let shape = Shape {
+            allocs,
+            replicas: cfg.replicas,
+            sections: cfg.spec.section_count(),
+            quiet: duration - quiet_tail,
+            terms: lease,
+            pause_in_renewal: cfg.knobs.pause_in_renewal,
+        };
+        cfg.faults = faults::generate(&mut rng, &shape);
         cfg
+    }
+
+    /// AllocSvr process slots (first processes and twins).
+    pub fn slots(&self) -> usize {
+        2 * self.allocs
     }
 
     /// The documented drift bound, `margin / lease`.
@@ -207,15 +140,17 @@ impl SimConfig {
         worst / self.drift_bound()
     }
 
-    /// AllocSvr `a`'s clock rate relative to real (= store) time.
-    pub fn alloc_rate(&self, a: usize) -> f64 {
-        1.0 / (1.0 + self.drift[a])
+    /// The clock rate of AllocSvr process slot `p` relative to real (=
+    /// store) time (a twin runs on its own machine: the same drift draw is
+    /// used for it, so the bound holds).
+    pub fn alloc_rate(&self, p: usize) -> f64 {
+        1.0 / (1.0 + self.drift[p % self.allocs])
     }
 
     /// The configuration and schedule, for failure reports.
     pub fn describe(&self) -> String {
         let mut s = format!(
-            "seed {}: {} replicas, {} allocs, {} clients, {} simulated; step {}; lease {} ms, margin {} ms; knobs {:?}\n",
+            "seed {}: {} replicas, {} allocs, {} clients, {} simulated; step {}; lease {} ms, margin {} ms; knobs [{}]\n",
             self.seed,
             self.replicas,
             self.allocs,
@@ -224,7 +159,7 @@ impl SimConfig {
             self.spec.step,
             self.lease.lease_ms,
             self.lease.margin_ms,
-            self.knobs
+            self.knobs.to_arg()
         );
         for (a, d) in self.drift.iter().enumerate() {
             s += &format!(
@@ -246,13 +181,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn knobs_round_trip_and_configs_replay() {
-        let k = Knobs::parse("unsafe_renewals, drift=1.5,keep_sections_after_lapse").unwrap();
-        assert!(k.unsafe_renewals && k.keep_sections_after_lapse && !k.skip_lease_check);
-        assert_eq!(k.drift_times_bound, Some(1.5));
-        assert_eq!(Knobs::parse(&k.to_arg()).unwrap(), k);
-        assert_eq!(Knobs::parse("").unwrap(), Knobs::default());
-        assert!(Knobs::parse("nope").is_err());
+    fn configs_replay() {
+        let k = Knobs::parse("unsafe_renewals,drift=1.5").unwrap();
         let (a, b) = (SimConfig::for_seed(9, k.clone()), SimConfig::for_seed(9, k));
         assert_eq!(a.describe(), b.describe());
         let d = SimConfig::for_seed(3, Knobs::default());

@@ -1,70 +1,80 @@
-//! A seeded, deterministic simulation of seqsvr's failover protocol.
+//! A seeded, deterministic simulation of seqsvr's ownership protocol.
 //!
 //! It drives the project's *real* pure components — the store's state
 //! machine ([`seqsvr_store::state::SetState`]) and arbiter
-//! ([`seqsvr_store::arbiter::Arbiter`]), the AllocSvr's [`Allocator`] and
-//! [`Lease`], and the per-uid checker ([`seqsvr_core::checker`]) — inside a
-//! discrete-event model of everything around them: Raft (terms, votes,
-//! majority commit, deposed leaders), the store API (forwarding, barriers,
-//! renewals), the AllocSvr's loops (renewal, take-over, route refresh,
-//! raiser), clients with stale route caches, and the network. Time is
-//! virtual (nanoseconds), everything runs on one thread, and every random
-//! choice comes from one seed, so a seed replays exactly.
+//! ([`seqsvr_store::arbiter::Arbiter`]), the AllocSvr's [`Allocator`],
+//! [`Lease`] and ownership decisions ([`seqsvr_alloc::ownership`]:
+//! renewal reconciliation, adopt, after a failed handoff), and the per-uid
+//! checker ([`seqsvr_core::checker`]) — inside a discrete-event model of
+//! everything around them: Raft (terms, votes, majority commit, deposed
+//! leaders), the store API (forwarding, barriers, the arbiter's lock,
+//! renewals, registrations, operator calls), the AllocSvr's loops
+//! (registration, renewal, claims, route refresh, raiser, handoffs,
+//! adopts), twin processes, clients with stale route caches, and the
+//! network. Time is virtual (nanoseconds), everything runs on one thread,
+//! and every random choice comes from one seed, so a seed replays exactly.
 //!
-//! Faults per seed: partitions (AllocSvr↔replica, replica↔replica, the
-//! leader cut off while AllocSvrs still reach it), AllocSvr crashes and
-//! restarts, AllocSvr pauses (SIGSTOP, also between a request's lease check
-//! and its number), store leader and replica crashes, slow messages, and
-//! clock-rate drift within the documented bound. Checks: promise 1 over
-//! every number clients received, plus promises 2, 3 and 4 while running
-//! (see [`check`]). `docs/architecture/simulation.md` says more.
-//!
-//! The real openraft/tonic stack is covered by the multi-process tests;
-//! this crate covers the protocol's interleavings, thousands of runs a
-//! minute.
+//! Faults per seed ([`faults`]): partitions, crashes and pauses of store
+//! replicas and AllocSvrs, slow messages, planned handoffs with their
+//! adopts lost, delayed or duplicated, forged adopts, operator assigns,
+//! twins, lease-terms changes, and clock-rate drift within the documented
+//! bound. Checks ([`check`]): promise 1 over every number and every
+//! `Current` answer clients received, promises 2, 3 and 4 while running.
+//! `docs/architecture/simulation.md` says more.
 //!
 //! Replay a seed with `SEQSVR_SIM_SEED=<seed> cargo test -p seqsvr-sim --
-//! --nocapture` (every event is printed). [`Knobs`] also model the fixes
-//! of bugs the simulation found in the AllocSvr's renewal and in the
-//! store's arbiter (see the doc chapter).
+//! --nocapture` (every event is printed). [`Knobs`] restore old behaviours
+//! (bugs the simulation found) and weaken the protocol (to show the checks
+//! fail when a rule is broken).
 //!
 //! [`Allocator`]: seqsvr_alloc::Allocator
 //! [`Lease`]: seqsvr_alloc::lease::Lease
 //!
 //! # Layout
-//! - [`rng`]: the seeded PRNG (SplitMix64).
-//! - [`net`]: virtual time, nodes, cut links, message delays.
-//! - [`config`]: a run's parameters, all drawn from its seed; [`Knobs`]
-//!   that weaken the protocol (to show the checks can fail) or fix it.
-//! - [`faults`]: the fault schedule and how each fault is applied.
-//! - `world`: the event loop and the deployment ([`World`]).
-//! - `raft`: the Raft model (terms, votes, replication, commit) around the
-//!   real state machine.
-//! - `store`: store replicas — the store API (forwarding, barriers,
-//!   renewals) and the real arbiter's loop.
-//! - `alloc`: AllocSvrs — start-up, renewal, route refresh, serving, with
-//!   the real allocator and lease; `link`: their store client and raiser.
-//! - `client`: clients with route caches and retries.
-//! - [`check`]: the invariants checked while running.
+//! The components depend on the shared types (`model`: messages and
+//! events; `env`: the environment) and not on each other; the world loop
+//! ties them together.
+//! - [`rng`], [`net`]: the seeded PRNG; virtual time, nodes, cut links,
+//!   message delays.
+//! - [`knobs`], [`faults`], [`config`]: protocol variants; the fault
+//!   schedule; a run's parameters, all drawn from its seed.
+//! - [`check`]: the invariants checked while running and at the end.
+//! - `model`: messages, events, timers, AllocSvr names and addresses.
+//! - `env`: time and the event queue, the random stream, the network, the
+//!   monitor, the counters, the committed state.
+//! - `raft`: the Raft model around the real state machine; `store`: the
+//!   store API and the real arbiter's loop on top of it.
+//! - `link`: the store client (hedged attempts, back-off, deadline).
+//! - `alloc`: AllocSvr processes with the real allocator, lease and
+//!   ownership decisions.
+//! - `client`: clients with route caches and retries; `operator`: admin
+//!   calls.
+//! - `world`: the event loop, the fault schedule applied, the report.
 
 #![warn(missing_docs)]
 
 pub mod check;
 pub mod config;
 pub mod faults;
+pub mod knobs;
 pub mod net;
 pub mod rng;
 
 mod alloc;
 mod client;
+mod env;
 mod link;
+mod model;
+mod operator;
 mod raft;
 mod store;
 mod world;
 
 pub use check::Violation;
-pub use config::{Knobs, SimConfig};
-pub use world::{RunReport, Stats, World};
+pub use config::SimConfig;
+pub use env::Stats;
+pub use knobs::Knobs;
+pub use world::{RunReport, World};
 
 /// Runs the simulation of `seed` with `knobs`; `verbose` prints every
 /// event as it happens.

@@ -1,318 +1,231 @@
-//! An AllocSvr's link to the store: the store client's call loop
-//! (`crates/store/src/client.rs`) and the raiser's rounds
-//! (`crates/alloc/src/raiser.rs`), as state machines on virtual time.
+//! The store client (`crates/store-api/src/client.rs`, `Replicas::call`)
+//! as a state machine on virtual time, used by AllocSvr processes and the
+//! operator.
 //!
-//! A call tries one replica at a time, starting with the one that last
-//! answered, each attempt bounded by `min(time left, 5 s)`; a retryable
-//! failure (no leader, timeout) moves on to the next replica, with a
-//! back-off (20 ms doubling to 500 ms) after every full round of replicas,
-//! until the call's deadline (10 s, or 1 s for renewals and route reads).
-//! An answer to an abandoned attempt is ignored.
-//!
-//! The raiser takes every queued raise request, sends them all, waits for
-//! every answer, then settles them exactly as `Raiser::settle` does
-//! (`NotAbove` at or above the target counts as landed; `StaleEpoch` drops
-//! the section if still served under that epoch; anything else is retried
-//! after a back-off of 10 ms doubling to 1 s).
+//! A call goes to one replica, starting with the one that last answered.
+//! A replica silent for the *attempt* time is not waited for: the call is
+//! also sent to the next one (hedged: the first answer wins), or, without
+//! hedging (the admin client), abandoned for the next one. A retryable
+//! refusal moves on at once, with a back-off (20 ms doubling to 500 ms)
+//! once every replica has been asked; a definite answer ends the call;
+//! at the deadline it fails with the last error. An answer to an abandoned
+//! attempt is ignored. Every duration is measured on the caller's clock
+//! (`rate`).
 
-use std::time::Instant;
+use std::collections::BTreeMap;
 
-use seqsvr_alloc::{Grant, RaiseRequest};
-use seqsvr_store::types::{Rejection, Reply};
+use crate::env::Env;
+use crate::model::{
+    CallRef, Ev, LinkTimer, Msg, Pending, StoreFail, StoreMsg, StoreReq, StoreResp,
+};
+use crate::net::{Node, Time, MS};
 
-use crate::alloc::ATimer;
-use crate::net::{Node, Time, MS, SEC};
-use crate::store::{CallRef, Pending, StoreFail, StoreMsg, StoreOk, StoreReq, StoreResp};
-use crate::world::{trace, Msg, World};
-
-/// What a store call is for (what to do with its answer).
-#[derive(Debug, Clone)]
-pub(crate) enum Purpose {
-    /// Start-up registration.
-    Register,
-    /// A route read (start-up's, or the route loop's).
-    Routes,
-    /// A renewal sent at this instant of the AllocSvr's clock.
-    Renew {
-        /// The send time (the lease counts from it).
-        sent: Instant,
-    },
-    /// A take-over.
-    TakeOver,
-    /// A raise.
-    Raise(RaiseRequest),
+/// The timing of a call, on the caller's clock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timing {
+    /// Time the whole call may take.
+    pub deadline: Time,
+    /// Time one replica gets before the next is asked.
+    pub attempt: Time,
+    /// Keep a slow attempt running while the next replica is asked.
+    pub hedge: bool,
 }
 
-/// A store call in progress.
+/// Who calls: the node, its life (answers to an earlier life are
+/// ignored), its clock rate, and how its timers reach it.
+pub(crate) struct Caller<'a> {
+    /// The node.
+    pub node: Node,
+    /// Its life.
+    pub life: u32,
+    /// Its clock's rate relative to real time.
+    pub rate: f64,
+    /// Wraps a call's timer into an event for the caller.
+    pub wrap: &'a dyn Fn(LinkTimer) -> Ev,
+}
+
+impl Caller<'_> {
+    /// The real time a duration on the caller's clock takes.
+    fn real(&self, d: Time) -> Time {
+        (d as f64 / self.rate).ceil() as Time
+    }
+}
+
+/// A call in progress.
 #[derive(Debug)]
-pub(crate) struct Call {
-    /// The request.
+struct Call<P> {
     req: StoreReq,
-    /// What it is for.
-    purpose: Purpose,
+    purpose: P,
+    timing: Timing,
     /// Gives up at this (real) time.
     deadline: Time,
-    /// Attempts made so far, minus one.
-    attempt: u32,
-    /// The replica of the current attempt.
-    replica: usize,
-    /// Back-off before the next round of replicas (local clock).
+    /// The replica asked first.
+    first: usize,
+    /// Attempts started.
+    started: usize,
+    /// Attempts in flight (attempt number → replica).
+    inflight: BTreeMap<u32, usize>,
+    /// Back-off before the next round (caller's clock).
     backoff: Time,
+    /// No attempt starts before this (real time).
+    wait_until: Option<Time>,
+    /// The last retryable error.
+    last: StoreFail,
+    /// Timer generation (only the latest timer counts).
+    gen: u64,
 }
 
-/// A raiser round: raises sent together, settled together.
+/// One caller's store client.
 #[derive(Debug)]
-pub(crate) struct Round {
-    /// Answers still to come.
-    outstanding: usize,
-    /// Answers so far.
-    answers: Vec<(RaiseRequest, StoreResp)>,
+pub(crate) struct StoreClient<P> {
+    calls: BTreeMap<u64, Call<P>>,
+    /// Replica tried first (the last that answered).
+    preferred: usize,
 }
 
-/// Default deadline of a store call.
-const DEADLINE: Time = 10 * SEC;
-/// Longest single attempt.
-const ATTEMPT: Time = 5 * SEC;
+impl<P> Default for StoreClient<P> {
+    fn default() -> Self {
+        Self {
+            calls: BTreeMap::new(),
+            preferred: 0,
+        }
+    }
+}
 
-impl World {
-    /// Starts a store call (deadline on the AllocSvr's clock; default 10 s).
-    pub(crate) fn start_call(
+/// A finished call: what it was for, and its answer.
+pub(crate) type Done<P> = Option<(P, StoreResp)>;
+
+impl<P: std::fmt::Debug> StoreClient<P> {
+    /// Starts a call; its answer comes out of [`on_resp`](Self::on_resp)
+    /// or [`on_timer`](Self::on_timer).
+    pub(crate) fn start(
         &mut self,
-        a: usize,
+        env: &mut Env,
+        who: &Caller<'_>,
         req: StoreReq,
-        purpose: Purpose,
-        deadline: Option<Time>,
-    ) {
-        let id = self.fresh_id();
-        let node = &mut self.allocs[a];
-        let deadline = self.now + node.real(deadline.unwrap_or(DEADLINE));
+        purpose: P,
+        timing: Timing,
+    ) -> Done<P> {
+        let id = env.fresh_id();
         let call = Call {
             req,
             purpose,
-            deadline,
-            attempt: 0,
-            replica: node.preferred,
+            timing,
+            deadline: env.now + who.real(timing.deadline),
+            first: self.preferred,
+            started: 0,
+            inflight: BTreeMap::new(),
             backoff: 20 * MS,
+            wait_until: None,
+            last: StoreFail::Timeout,
+            gen: 0,
         };
-        node.calls.insert(id, call);
-        self.call_attempt(a, id);
+        self.calls.insert(id, call);
+        self.pump(env, who, id)
     }
 
-    /// Sends the current attempt of a call.
-    pub(crate) fn call_attempt(&mut self, a: usize, id: u64) {
-        let n = self.replicas.len();
-        let node = &mut self.allocs[a];
-        let inc = node.inc;
-        let preferred = node.preferred;
-        let max_attempt = node.real(ATTEMPT);
-        let Some(call) = node.calls.get_mut(&id) else {
-            return;
-        };
-        call.replica = (preferred + call.attempt as usize) % n;
-        let left = call.deadline.saturating_sub(self.now);
-        let timeout = left.min(max_attempt);
-        let p = Pending {
-            call: CallRef {
-                alloc: a,
-                inc,
-                call: id,
-                attempt: call.attempt,
-            },
-            req: call.req.clone(),
-            forwarded: false,
-            via: None,
-        };
-        let (to, attempt) = (call.replica, call.attempt);
-        self.send(
-            Node::Alloc(a),
-            Node::Replica(to),
-            Msg::Store(StoreMsg::Req(p)),
-        );
-        self.alloc_after(a, timeout, ATimer::CallTimeout { call: id, attempt });
-    }
-
-    pub(crate) fn call_timeout(&mut self, a: usize, id: u64, attempt: u32) {
-        let current = self.allocs[a]
-            .calls
-            .get(&id)
-            .is_some_and(|c| c.attempt == attempt);
-        if current {
-            self.call_failed(a, id, StoreFail::Timeout);
-        }
-    }
-
-    pub(crate) fn on_store_resp(&mut self, a: usize, call: CallRef, resp: StoreResp) {
-        let node = &mut self.allocs[a];
-        let current = call.inc == node.inc
-            && node
-                .calls
-                .get(&call.call)
-                .is_some_and(|c| c.attempt == call.attempt);
-        if !current {
-            return;
-        }
-        match resp {
-            Ok(ok) => {
-                let c = node.calls.get(&call.call).expect("current");
-                node.preferred = c.replica;
-                self.call_done(a, call.call, Ok(ok));
-            }
-            Err(e) if e.retryable() => self.call_failed(a, call.call, e),
-            Err(e) => self.call_done(a, call.call, Err(e)),
-        }
-    }
-
-    /// A retryable failure: next replica (after a back-off every round),
-    /// unless the deadline passed.
-    fn call_failed(&mut self, a: usize, id: u64, e: StoreFail) {
-        let n = self.replicas.len() as u32;
-        let now = self.now;
-        let node = &mut self.allocs[a];
-        let rate = node.rate;
-        let call = node.calls.get_mut(&id).expect("current");
+    /// Starts what is due and sets the next timer; fails the call at its
+    /// deadline.
+    fn pump(&mut self, env: &mut Env, who: &Caller<'_>, id: u64) -> Done<P> {
+        let n = env.cfg.replicas;
+        let now = env.now;
+        let call = self.calls.get_mut(&id)?;
         if now >= call.deadline {
-            return self.call_done(a, id, Err(e));
+            let call = self.calls.remove(&id)?;
+            return Some((call.purpose, Err(call.last)));
         }
-        call.attempt += 1;
-        if call.attempt.is_multiple_of(n) {
-            let sleep = ((call.backoff as f64 / rate).ceil() as Time).min(call.deadline - now);
-            call.backoff = (call.backoff * 2).min(500 * MS);
-            // The sleep must not let the old attempt's timer count.
-            self.alloc_after(a, sleep, ATimer::CallResend(id));
+        let may_start = call.wait_until.is_none_or(|t| now >= t);
+        if call.inflight.is_empty() && may_start {
+            call.wait_until = None;
+            launch(env, who, id, call, n);
+        }
+        call.gen += 1;
+        let at = if call.inflight.is_empty() {
+            call.wait_until.unwrap_or(call.deadline)
         } else {
-            self.call_attempt(a, id);
-        }
-    }
-
-    fn call_done(&mut self, a: usize, id: u64, resp: StoreResp) {
-        let call = self.allocs[a].calls.remove(&id).expect("current");
-        match call.purpose {
-            Purpose::Register => match resp {
-                Ok(_) => self.start_call(a, StoreReq::Routes, Purpose::Routes, None),
-                Err(e) => self.register_failed(a, e),
-            },
-            Purpose::Routes if self.allocs[a].alloc.is_none() => match resp {
-                Ok(StoreOk::Routes { owners, version }) => self.alloc_started(a, owners, version),
-                Ok(other) => panic!("model bug: {other:?} for a route read"),
-                Err(e) => self.register_failed(a, e),
-            },
-            Purpose::Routes => self.routes_read(a, resp),
-            Purpose::Renew { sent } => self.renewed(a, sent, resp),
-            Purpose::TakeOver => {
-                match resp {
-                    Ok(StoreOk::Written(Reply::TakenOver { grants, .. })) => {
-                        let grants: Vec<Grant> = grants
-                            .iter()
-                            .map(|g| Grant {
-                                section: g.section,
-                                epoch: g.epoch,
-                                prev_ceiling: g.prev_ceiling,
-                                max_seq: g.max_seq,
-                            })
-                            .collect();
-                        let alloc = self.allocs[a].alloc.as_ref().expect("started");
-                        let n = alloc.install(&grants).expect("grants of this set");
-                        trace!(self, "a{a} took over {grants:?} (installed {n})");
-                        for g in grants {
-                            self.wake(a, g.section);
-                        }
-                    }
-                    other => trace!(self, "a{a} take-over failed: {other:?}"),
-                }
-                self.next_takeover(a);
-            }
-            Purpose::Raise(r) => self.raise_answered(a, r, resp),
-        }
-    }
-
-    fn register_failed(&mut self, a: usize, e: StoreFail) {
-        trace!(self, "a{a} store not ready ({e:?}), retrying");
-        let d = self.allocs[a].real(500 * MS);
-        self.alloc_after(a, d, ATimer::RegisterRetry);
-    }
-
-    /// Starts a round if none is running and raises are queued.
-    pub(crate) fn raiser_kick(&mut self, a: usize) {
-        let node = &mut self.allocs[a];
-        if node.round.is_some() {
-            return;
-        }
-        let Some(alloc) = node.alloc.as_ref() else {
-            return;
+            now + who.real(call.timing.attempt)
         };
-        let reqs = alloc.take_raise_requests();
-        if reqs.is_empty() {
-            return;
-        }
-        node.round = Some(Round {
-            outstanding: reqs.len(),
-            answers: Vec::new(),
-        });
-        for r in reqs {
-            let req = StoreReq::Raise {
-                section: r.section,
-                epoch: r.epoch,
-                to: r.to,
-            };
-            self.start_call(a, req, Purpose::Raise(r), None);
-        }
-    }
-
-    fn raise_answered(&mut self, a: usize, r: RaiseRequest, resp: StoreResp) {
-        let node = &mut self.allocs[a];
-        let round = node.round.as_mut().expect("a round is running");
-        round.answers.push((r, resp));
-        round.outstanding -= 1;
-        if round.outstanding > 0 {
-            return;
-        }
-        // Settle the whole round before another may start (the raiser's
-        // loop only takes new requests after `run_once` returns).
-        let answers = std::mem::take(&mut round.answers);
-        let mut retry = Vec::new();
-        for (r, resp) in answers {
-            self.settle(a, r, resp, &mut retry);
-        }
-        let node = &mut self.allocs[a];
-        node.round = None;
-        if !retry.is_empty() {
-            node.retry.extend(retry);
-            let d = node.real(node.backoff);
-            node.backoff = (node.backoff * 2).min(SEC);
-            self.alloc_after(a, d, ATimer::RaiseRetry);
-        } else if node.retry.is_empty() {
-            node.backoff = 10 * MS;
-        }
-        self.raiser_kick(a);
-    }
-
-    /// `Raiser::settle`.
-    fn settle(&mut self, a: usize, r: RaiseRequest, resp: StoreResp, retry: &mut Vec<u32>) {
-        let landed = match resp {
-            Ok(StoreOk::Written(Reply::Raised { max_seq })) => max_seq,
-            Err(StoreFail::Rejected(Rejection::NotAbove { current, .. })) if current >= r.to => {
-                current
-            }
-            Err(StoreFail::Rejected(
-                Rejection::StaleEpoch { .. } | Rejection::OwnedElsewhere { .. },
-            )) => {
-                let alloc = self.allocs[a].alloc.as_ref().expect("started");
-                if alloc.drop_section_if_epoch(r.section, r.epoch) {
-                    trace!(self, "a{a} raise {r:?}: stale epoch, section dropped");
-                    self.wake(a, r.section);
-                }
-                return;
-            }
-            Err(e) if e.retryable() => return retry.push(r.section),
-            other => {
-                let what = format!("a{a}: raise {r:?} refused: {other:?}");
-                self.monitor.violate(self.now, 0, what);
-                return retry.push(r.section);
-            }
+        let t = LinkTimer {
+            call: id,
+            gen: call.gen,
         };
-        let alloc = self.allocs[a].alloc.as_ref().expect("started");
-        if alloc.apply_raise(r.section, r.epoch, landed) {
-            self.wake(a, r.section);
+        env.schedule(at.min(call.deadline), (who.wrap)(t));
+        None
+    }
+
+    /// A timer of this client fired.
+    pub(crate) fn on_timer(&mut self, env: &mut Env, who: &Caller<'_>, t: LinkTimer) -> Done<P> {
+        let n = env.cfg.replicas;
+        let call = self.calls.get_mut(&t.call)?;
+        if call.gen != t.gen {
+            return None;
+        }
+        if env.now < call.deadline && !call.inflight.is_empty() {
+            // The attempt time passed with no answer: ask the next replica.
+            if !call.timing.hedge {
+                call.inflight.clear();
+            }
+            if call.inflight.len() < n {
+                launch(env, who, t.call, call, n);
+            }
+        }
+        self.pump(env, who, t.call)
+    }
+
+    /// An answer arrived.
+    pub(crate) fn on_resp(
+        &mut self,
+        env: &mut Env,
+        who: &Caller<'_>,
+        r: CallRef,
+        resp: StoreResp,
+    ) -> Done<P> {
+        let n = env.cfg.replicas;
+        if r.life != who.life {
+            return None;
+        }
+        let call = self.calls.get_mut(&r.call)?;
+        let replica = call.inflight.remove(&r.attempt)?;
+        match resp {
+            Err(e) if e.retryable() => {
+                call.last = e;
+                if call.inflight.is_empty() && call.started.is_multiple_of(n) {
+                    call.wait_until = Some(env.now + who.real(call.backoff));
+                    call.backoff = (call.backoff * 2).min(500 * MS);
+                }
+                self.pump(env, who, r.call)
+            }
+            resp => {
+                if resp.is_ok() {
+                    self.preferred = replica;
+                }
+                let call = self.calls.remove(&r.call)?;
+                Some((call.purpose, resp))
+            }
         }
     }
+}
+
+/// Sends the call's next attempt.
+fn launch<P>(env: &mut Env, who: &Caller<'_>, id: u64, call: &mut Call<P>, n: usize) {
+    let replica = (call.first + call.started) % n;
+    let attempt = call.started as u32;
+    call.started += 1;
+    call.inflight.insert(attempt, replica);
+    let p = Pending {
+        call: CallRef {
+            node: who.node,
+            life: who.life,
+            call: id,
+            attempt,
+        },
+        req: call.req.clone(),
+        forwarded: false,
+        via: None,
+    };
+    env.send(
+        who.node,
+        Node::Replica(replica),
+        Msg::Store(StoreMsg::Req(p)),
+    );
 }

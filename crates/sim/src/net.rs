@@ -32,10 +32,14 @@ pub fn fmt_time(t: Time) -> String {
 pub enum Node {
     /// A store replica, by index.
     Replica(usize),
-    /// An AllocSvr, by index.
+    /// An AllocSvr process, by slot (two slots may share an AllocSvr id:
+    /// twins).
     Alloc(usize),
     /// A client, by index.
     Client(usize),
+    /// The operator (`seqctl`): admin calls to the store and AllocSvrs,
+    /// and forged messages.
+    Operator,
 }
 
 impl std::fmt::Display for Node {
@@ -44,6 +48,7 @@ impl std::fmt::Display for Node {
             Node::Replica(i) => write!(f, "r{i}"),
             Node::Alloc(i) => write!(f, "a{i}"),
             Node::Client(i) => write!(f, "c{i}"),
+            Node::Operator => write!(f, "op"),
         }
     }
 }
@@ -81,6 +86,9 @@ pub struct Net {
     pub delays: Delays,
     /// Until when every message is slow (a fault), if ever.
     pub slow_until: Time,
+    /// Stalled senders: messages `node` sends to store replicas before
+    /// `until` arrive `extra` late (a lossy link's retransmissions).
+    pub stalls: Vec<(Node, Time, Time)>,
 }
 
 impl Net {
@@ -128,14 +136,20 @@ impl Net {
         !self.cut.is_empty()
     }
 
-    /// A one-way delay for a message sent at `now`.
-    pub fn delay(&self, rng: &mut Rng, now: Time) -> Time {
+    /// A one-way delay for a message from `from` to `to` sent at `now`.
+    pub fn delay(&self, rng: &mut Rng, now: Time, from: Node, to: Node) -> Time {
         let d = &self.delays;
-        if now < self.slow_until || rng.chance(d.slow_chance) {
-            rng.range(d.max, d.slow_max + 1)
-        } else {
-            rng.range(d.min, d.max + 1)
-        }
+        let stall = (self.stalls.iter())
+            .filter(|(n, until, _)| *n == from && now < *until && matches!(to, Node::Replica(_)))
+            .map(|(_, _, extra)| *extra)
+            .max()
+            .unwrap_or(0);
+        stall
+            + if now < self.slow_until || rng.chance(d.slow_chance) {
+                rng.range(d.max, d.slow_max + 1)
+            } else {
+                rng.range(d.min, d.max + 1)
+            }
     }
 }
 

@@ -1,5 +1,8 @@
 //! The Raft model of the store: terms, votes, log replication and
-//! commit, as messages on the simulated network.
+//! commit, as messages on the simulated network. It knows nothing of the
+//! store API: what the API layer must act on (a commit a caller waits for,
+//! a leader stepping down, a barrier's probe acknowledged) comes out as
+//! [`RaftOut`]s.
 //!
 //! What the model keeps from Raft, because safety depends on it:
 //! - terms and votes, one leader per term, the up-to-date check on votes;
@@ -9,82 +12,191 @@
 //! - a new leader appends a blank entry (as openraft does); entries a
 //!   deposed leader had replicated to the new leader commit with it ("a
 //!   timed-out write may still land");
-//! - a leader that is cut off keeps believing it leads until it hears of a
-//!   higher term.
+//! - a leader that is cut off or paused keeps believing it leads until it
+//!   hears of a higher term.
 //!
 //! Simplified: elections are instantaneous (vote requests are not
-//! messages, a vote needs both directions of the link up); a replica's log
-//! is the prefix of the committed log it holds plus a short uncommitted
-//! tail, and AppendEntries carries the leader's whole tail (so it never
-//! needs a retry on a log mismatch). Each committed entry is applied with
-//! the real `SetState::apply` on every replica and on the committed state
-//! the checks read; at the end, every caught-up replica must equal it.
+//! messages, a vote needs both directions of the link up and the voter
+//! running); a replica's log is the prefix of the committed log it holds
+//! plus a short uncommitted tail, and AppendEntries carries the leader's
+//! whole tail (so it never needs a retry on a log mismatch). Each
+//! committed entry is applied with the real `SetState::apply` on every
+//! replica and on the committed state the checks read; at the end, every
+//! caught-up replica must equal it.
 
 use std::rc::Rc;
 
+use seqsvr_store::state::SetState;
 use seqsvr_store::types::{Command, Outcome, Reply};
 
+use crate::env::{trace, Env};
+use crate::model::{Ack, Append, Entry, EntryRef, Msg, StoreMsg};
 use crate::net::{Node, Time, MS};
-use crate::store::{StoreFail, StoreMsg, StoreOk, Waiter};
-use crate::world::{trace, Msg, World};
 
 /// Leader heartbeat interval (the store's default).
 pub(crate) const HEARTBEAT: Time = 100 * MS;
 
-/// One Raft log entry.
+/// What the API layer must act on.
 #[derive(Debug)]
-pub(crate) struct Entry {
-    /// Unique id (identity across replicas).
-    pub id: u64,
-    /// The term of the leader that appended it.
-    pub term: u64,
-    /// The command; `None` for a new leader's blank entry.
-    pub cmd: Option<Command>,
+pub(crate) enum RaftOut {
+    /// An entry the leader `leader` appended is committed (and applied
+    /// there); `outcome` is its command's.
+    Committed {
+        /// The leader.
+        leader: usize,
+        /// The entry.
+        id: u64,
+        /// Its command's outcome (`None`: a blank entry).
+        outcome: Option<Outcome>,
+    },
+    /// A replica stopped leading.
+    SteppedDown(usize),
+    /// A replica learned who leads (it may have been waiting to forward).
+    KnowsLeader(usize),
+    /// A follower acknowledged a barrier's probe in `term`.
+    Probe {
+        /// The leader.
+        leader: usize,
+        /// The barrier.
+        id: u64,
+        /// The follower.
+        from: usize,
+        /// The term acknowledged.
+        term: u64,
+    },
+    /// A replica applied more entries.
+    Applied(usize),
 }
 
-/// Entries are shared between the logs that hold them.
-pub(crate) type EntryRef = Rc<Entry>;
-
-/// AppendEntries: the leader's log (its committed prefix length and its
-/// tail), its commit index; also the heartbeat and a barrier's probe.
+/// One replica's consensus state.
 #[derive(Debug)]
-pub(crate) struct Append {
-    /// Leader's term.
+pub(crate) struct RaftNode {
+    /// Running (not crashed).
+    pub up: bool,
+    /// Stopped (SIGSTOP): takes no part in anything until resumed.
+    pub paused: bool,
+    /// Life (bumped by a crash; timers of earlier lives are ignored).
+    pub life: u32,
+    /// Current term (durable).
     pub term: u64,
-    /// Leader.
-    pub leader: usize,
-    /// The committed prefix length the leader's log starts with.
+    /// Vote in the current term (durable).
+    pub voted: Option<usize>,
+    /// Believes it is the leader of `term`.
+    pub leading: bool,
+    /// The leader of `term` it knows of.
+    pub leader: Option<usize>,
+    /// Its log starts with the committed log's first `base` entries...
     pub base: usize,
-    /// The rest of the leader's log.
+    /// ...followed by these (durable).
     pub tail: Vec<EntryRef>,
-    /// Leader's commit index.
+    /// The (term, leader) whose AppendEntries last set the tail.
+    pub tail_from: (u64, usize),
+    /// Known commit index.
     pub commit: usize,
-    /// The barrier this probe is for, if any.
-    pub probe: Option<u64>,
+    /// Its copy of the state machine (the real one).
+    pub state: SetState,
+    /// Entries applied to `state`.
+    pub applied: usize,
+    /// Start an election if no leader was heard from by then.
+    pub election_at: Time,
+    /// Next heartbeat (leader).
+    pub next_heartbeat: Time,
+    /// Leader: each follower's log length as acknowledged in this term.
+    pub matched: Vec<usize>,
 }
 
-/// The answer to an [`Append`].
+impl RaftNode {
+    fn new() -> Self {
+        Self {
+            up: true,
+            paused: false,
+            life: 0,
+            term: 0,
+            voted: None,
+            leading: false,
+            leader: None,
+            base: 0,
+            tail: Vec::new(),
+            tail_from: (0, 0),
+            commit: 0,
+            state: SetState::default(),
+            applied: 0,
+            election_at: 0,
+            next_heartbeat: 0,
+            matched: Vec::new(),
+        }
+    }
+
+    /// Length of its Raft log.
+    pub(crate) fn len(&self) -> usize {
+        self.base + self.tail.len()
+    }
+
+    /// Running and not paused: takes part in elections and replication.
+    pub(crate) fn active(&self) -> bool {
+        self.up && !self.paused
+    }
+}
+
+/// Applies `cmd` to `state` as the real state machine does; with
+/// `handoff_unconditional`, a `Handoff` is first rewritten to name the
+/// section's current epoch (the check the knob removes). The rewrite
+/// depends only on the state, so every replica applies it alike.
+pub(crate) fn apply(state: &mut SetState, cmd: &Command, handoff_unconditional: bool) -> Outcome {
+    if let (true, Command::Handoff { section, epoch, .. }) = (handoff_unconditional, cmd) {
+        if let Some(r) = state.sections.get(*section as usize) {
+            if r.epoch != *epoch {
+                let mut cmd = cmd.clone();
+                if let Command::Handoff { epoch, .. } = &mut cmd {
+                    *epoch = r.epoch;
+                }
+                return state.apply(&cmd, &mut Vec::new());
+            }
+        }
+    }
+    state.apply(cmd, &mut Vec::new())
+}
+
+/// The store's replicas and the committed log.
 #[derive(Debug)]
-pub(crate) struct Ack {
-    /// The follower's term.
-    pub term: u64,
-    /// The follower.
-    pub from: usize,
-    /// Accepted (same term).
-    pub ok: bool,
-    /// The follower's log length.
-    pub len: usize,
-    /// The barrier probed, if any.
-    pub probe: Option<u64>,
+pub(crate) struct Raft {
+    /// The replicas.
+    pub nodes: Vec<RaftNode>,
+    /// The committed Raft log: every replica's log agrees with a prefix.
+    pub log: Vec<EntryRef>,
+    /// The `handoff_unconditional` knob.
+    handoff_unconditional: bool,
 }
 
-impl World {
+impl Raft {
+    /// `n` replicas whose logs and states hold `log` (committed, applied
+    /// to `env.truth` already), replica 0 leading term 1.
+    pub(crate) fn new(env: &mut Env, n: usize, log: Vec<EntryRef>) -> Self {
+        let mut raft = Raft {
+            nodes: Vec::new(),
+            log,
+            handoff_unconditional: env.cfg.knobs.handoff_unconditional,
+        };
+        for _ in 0..n {
+            let mut node = RaftNode::new();
+            node.term = 1;
+            node.base = raft.log.len();
+            node.commit = raft.log.len();
+            node.applied = raft.log.len();
+            node.state = env.truth.clone();
+            node.leader = Some(0);
+            node.election_at = env.election_timeout();
+            raft.nodes.push(node);
+        }
+        raft
+    }
+
     pub(crate) fn majority(&self) -> usize {
-        self.replicas.len() / 2 + 1
+        self.nodes.len() / 2 + 1
     }
 
     pub(crate) fn entry_of(&self, r: usize, i: usize) -> &EntryRef {
-        let rep = &self.replicas[r];
+        let rep = &self.nodes[r];
         if i < rep.base {
             &self.log[i]
         } else {
@@ -93,15 +205,15 @@ impl World {
     }
 
     pub(crate) fn last_term(&self, r: usize) -> u64 {
-        match self.replicas[r].len() {
+        match self.nodes[r].len() {
             0 => 0,
             n => self.entry_of(r, n - 1).term,
         }
     }
 
     /// Moves tail entries that are now committed into the shared prefix.
-    pub(crate) fn normalize(&mut self, r: usize) {
-        let rep = &mut self.replicas[r];
+    fn normalize(&mut self, r: usize) {
+        let rep = &mut self.nodes[r];
         let k = rep
             .tail
             .iter()
@@ -112,95 +224,94 @@ impl World {
         rep.base += k;
     }
 
-    pub(crate) fn start_election(&mut self, c: usize) {
-        let term = self.replicas[c].term + 1;
-        self.adopt_term(c, term);
-        self.replicas[c].voted = Some(c);
-        self.replicas[c].election_at = self.election_timeout();
-        let (my_term, my_len) = (self.last_term(c), self.replicas[c].len());
-        let mut votes = 1;
-        for v in 0..self.replicas.len() {
-            if v == c
-                || !self.replicas[v].up
-                || !self.net.connected(Node::Replica(c), Node::Replica(v))
-            {
-                continue;
+    /// A replica's timer: heartbeats (leader) or an election (follower).
+    pub(crate) fn tick(&mut self, env: &mut Env, r: usize, out: &mut Vec<RaftOut>) {
+        let now = env.now;
+        if self.nodes[r].leading {
+            if now >= self.nodes[r].next_heartbeat {
+                self.nodes[r].next_heartbeat = now + HEARTBEAT;
+                self.replicate(env, r, None);
             }
-            if self.replicas[v].term < term {
-                self.adopt_term(v, term);
-            }
-            let up_to_date = (my_term, my_len) >= (self.last_term(v), self.replicas[v].len());
-            if self.replicas[v].term == term && self.replicas[v].voted.is_none() && up_to_date {
-                self.replicas[v].voted = Some(c);
-                self.replicas[v].election_at = self.election_timeout();
-                votes += 1;
-            }
-        }
-        trace!(self, "r{c} runs for term {term}: {votes} votes");
-        if votes >= self.majority() {
-            self.become_leader(c);
+        } else if now >= self.nodes[r].election_at {
+            self.start_election(env, r, out);
         }
     }
 
-    pub(crate) fn become_leader(&mut self, c: usize) {
-        self.stats.leaders_elected += 1;
-        let n = self.replicas.len();
-        let rep = &mut self.replicas[c];
+    fn start_election(&mut self, env: &mut Env, c: usize, out: &mut Vec<RaftOut>) {
+        let term = self.nodes[c].term + 1;
+        self.adopt_term(env, c, term, out);
+        self.nodes[c].voted = Some(c);
+        self.nodes[c].election_at = env.election_timeout();
+        let (my_term, my_len) = (self.last_term(c), self.nodes[c].len());
+        let mut votes = 1;
+        for v in 0..self.nodes.len() {
+            if v == c
+                || !self.nodes[v].active()
+                || !env.net.connected(Node::Replica(c), Node::Replica(v))
+            {
+                continue;
+            }
+            if self.nodes[v].term < term {
+                self.adopt_term(env, v, term, out);
+            }
+            let up_to_date = (my_term, my_len) >= (self.last_term(v), self.nodes[v].len());
+            if self.nodes[v].term == term && self.nodes[v].voted.is_none() && up_to_date {
+                self.nodes[v].voted = Some(c);
+                self.nodes[v].election_at = env.election_timeout();
+                votes += 1;
+            }
+        }
+        trace!(env, "r{c} runs for term {term}: {votes} votes");
+        if votes >= self.majority() {
+            self.become_leader(env, c, out);
+        }
+    }
+
+    pub(crate) fn become_leader(&mut self, env: &mut Env, c: usize, out: &mut Vec<RaftOut>) {
+        env.stats.leaders_elected += 1;
+        let n = self.nodes.len();
+        let rep = &mut self.nodes[c];
         rep.leading = true;
         rep.leader = Some(c);
         rep.tail_from = (rep.term, c);
         rep.matched = vec![0; n];
-        rep.next_heartbeat = self.now + HEARTBEAT;
-        trace!(self, "r{c} leads term {}", self.replicas[c].term);
-        self.append(c, None);
-        self.replicate(c, None);
-        self.unpark(c);
+        rep.next_heartbeat = env.now + HEARTBEAT;
+        trace!(env, "r{c} leads term {}", self.nodes[c].term);
+        self.append(env, c, None);
+        self.replicate(env, c, None);
+        out.push(RaftOut::KnowsLeader(c));
     }
 
     /// Moves `r` to a higher `term`, stepping down if it led.
-    pub(crate) fn adopt_term(&mut self, r: usize, term: u64) {
-        let rep = &mut self.replicas[r];
+    fn adopt_term(&mut self, env: &mut Env, r: usize, term: u64, out: &mut Vec<RaftOut>) {
+        let rep = &mut self.nodes[r];
         debug_assert!(term > rep.term);
         rep.term = term;
         rep.voted = None;
         rep.leader = None;
         if rep.leading {
             rep.leading = false;
-            rep.arbiter_busy.clear();
-            let waiters = std::mem::take(&mut rep.waiters);
-            let barriers = std::mem::take(&mut rep.barriers);
-            let held = std::mem::take(&mut rep.renew_wait);
-            trace!(self, "r{r} steps down (term {term})");
-            for (_, p) in held {
-                self.not_leader(r, p);
-            }
-            for w in waiters.into_values() {
-                if let Waiter::Call(p) = w {
-                    self.not_leader(r, p);
-                }
-            }
-            for b in barriers.into_values() {
-                self.not_leader(r, b.pending);
-            }
+            trace!(env, "r{r} steps down (term {term})");
+            out.push(RaftOut::SteppedDown(r));
         }
     }
 
     /// Appends to the leader's log; returns the entry id.
-    pub(crate) fn append(&mut self, r: usize, cmd: Option<Command>) -> u64 {
-        let id = self.fresh_id();
-        let term = self.replicas[r].term;
-        self.replicas[r].tail.push(Rc::new(Entry { id, term, cmd }));
+    pub(crate) fn append(&mut self, env: &mut Env, r: usize, cmd: Option<Command>) -> u64 {
+        let id = env.fresh_id();
+        let term = self.nodes[r].term;
+        self.nodes[r].tail.push(Rc::new(Entry { id, term, cmd }));
         id
     }
 
     /// Sends AppendEntries (the leader's whole uncommitted tail) to every
     /// follower; `probe` marks a barrier's quorum check.
-    pub(crate) fn replicate(&mut self, l: usize, probe: Option<u64>) {
-        for f in 0..self.replicas.len() {
-            if f == l || !self.net.reaches(Node::Replica(l), Node::Replica(f)) {
+    pub(crate) fn replicate(&mut self, env: &mut Env, l: usize, probe: Option<u64>) {
+        for f in 0..self.nodes.len() {
+            if f == l || !env.net.reaches(Node::Replica(l), Node::Replica(f)) {
                 continue;
             }
-            let rep = &self.replicas[l];
+            let rep = &self.nodes[l];
             let msg = StoreMsg::Append(Append {
                 term: rep.term,
                 leader: l,
@@ -209,12 +320,12 @@ impl World {
                 commit: rep.commit,
                 probe,
             });
-            self.send(Node::Replica(l), Node::Replica(f), Msg::Store(msg));
+            env.send(Node::Replica(l), Node::Replica(f), Msg::Store(msg));
         }
     }
 
     /// A follower receives AppendEntries.
-    pub(crate) fn on_append(&mut self, f: usize, m: Append) {
+    pub(crate) fn on_append(&mut self, env: &mut Env, f: usize, m: Append, out: &mut Vec<RaftOut>) {
         let Append {
             term,
             leader,
@@ -224,25 +335,26 @@ impl World {
             probe,
         } = m;
         let me = Node::Replica(f);
-        if term < self.replicas[f].term {
+        if term < self.nodes[f].term {
             let ack = StoreMsg::Ack(Ack {
-                term: self.replicas[f].term,
+                term: self.nodes[f].term,
                 from: f,
                 ok: false,
                 len: 0,
                 probe,
             });
-            return self.send(me, Node::Replica(leader), Msg::Store(ack));
+            return env.send(me, Node::Replica(leader), Msg::Store(ack));
         }
-        if term > self.replicas[f].term {
-            self.adopt_term(f, term);
+        if term > self.nodes[f].term {
+            self.adopt_term(env, f, term, out);
         }
         assert!(
-            !self.replicas[f].leading,
+            !self.nodes[f].leading,
             "model bug: two leaders in term {term}"
         );
-        let timeout = self.election_timeout();
-        let rep = &mut self.replicas[f];
+        let timeout = env.election_timeout();
+        let rep = &mut self.nodes[f];
+        let learned = rep.leader != Some(leader);
         rep.leader = Some(leader);
         rep.election_at = timeout;
         let stale = rep.tail_from == (term, leader) && rep.len() >= base + tail.len();
@@ -252,45 +364,52 @@ impl World {
             rep.tail_from = (term, leader);
             self.normalize(f);
         }
-        let rep = &mut self.replicas[f];
+        let rep = &mut self.nodes[f];
         assert!(
             rep.commit <= rep.len(),
             "model bug: log shorter than commit"
         );
         rep.commit = rep.commit.max(commit.min(rep.len()));
-        self.apply_committed(f);
-        self.unpark(f);
+        self.apply_committed(f, out);
+        if learned {
+            out.push(RaftOut::KnowsLeader(f));
+        }
         let ack = StoreMsg::Ack(Ack {
             term,
             from: f,
             ok: true,
-            len: self.replicas[f].len(),
+            len: self.nodes[f].len(),
             probe,
         });
-        self.send(me, Node::Replica(leader), Msg::Store(ack));
+        env.send(me, Node::Replica(leader), Msg::Store(ack));
     }
 
-    pub(crate) fn apply_committed(&mut self, r: usize) {
-        while self.replicas[r].applied < self.replicas[r].commit {
-            let i = self.replicas[r].applied;
+    /// Applies what replica `r` knows to be committed.
+    fn apply_committed(&mut self, r: usize, out: &mut Vec<RaftOut>) {
+        let before = self.nodes[r].applied;
+        while self.nodes[r].applied < self.nodes[r].commit {
+            let i = self.nodes[r].applied;
             let e = self.log[i].clone();
             assert_eq!(
                 self.entry_of(r, i).id,
                 e.id,
                 "model bug: r{r} diverges at {i}"
             );
-            let rep = &mut self.replicas[r];
+            let rep = &mut self.nodes[r];
             if let Some(cmd) = &e.cmd {
                 // Outcomes only matter on the leader that answers the
                 // caller; replicas apply the same commands alike.
-                let _ = rep.state.apply(cmd, &mut Vec::new());
+                let _ = apply(&mut rep.state, cmd, self.handoff_unconditional);
             }
             rep.applied += 1;
+        }
+        if self.nodes[r].applied > before {
+            out.push(RaftOut::Applied(r));
         }
     }
 
     /// The leader receives an acknowledgement.
-    pub(crate) fn on_ack(&mut self, l: usize, m: Ack) {
+    pub(crate) fn on_ack(&mut self, env: &mut Env, l: usize, m: Ack, out: &mut Vec<RaftOut>) {
         let Ack {
             term,
             from: f,
@@ -298,36 +417,36 @@ impl World {
             len,
             probe,
         } = m;
-        if term > self.replicas[l].term {
-            return self.adopt_term(l, term);
+        if term > self.nodes[l].term {
+            return self.adopt_term(env, l, term, out);
         }
-        let majority = self.majority();
-        let rep = &mut self.replicas[l];
+        let rep = &mut self.nodes[l];
         if !rep.leading || term != rep.term || !ok {
             return;
         }
         rep.matched[f] = rep.matched[f].max(len);
-        if let Some(b) = probe.and_then(|id| rep.barriers.get_mut(&id)) {
-            if b.term == term {
-                b.acks.insert(f);
-                b.confirmed |= b.acks.len() + 1 >= majority;
-            }
+        if let Some(id) = probe {
+            out.push(RaftOut::Probe {
+                leader: l,
+                id,
+                from: f,
+                term,
+            });
         }
-        self.advance_commit(l);
-        self.finish_barriers(l);
+        self.advance_commit(env, l, out);
     }
 
-    pub(crate) fn advance_commit(&mut self, l: usize) {
-        let rep = &self.replicas[l];
-        let mut lens: Vec<usize> = (0..self.replicas.len())
+    fn advance_commit(&mut self, env: &mut Env, l: usize, out: &mut Vec<RaftOut>) {
+        let rep = &self.nodes[l];
+        let mut lens: Vec<usize> = (0..self.nodes.len())
             .map(|i| if i == l { rep.len() } else { rep.matched[i] })
             .collect();
         lens.sort_unstable_by(|a, b| b.cmp(a));
         let idx = lens[self.majority() - 1];
         if idx <= self.log.len() || self.entry_of(l, idx - 1).term != rep.term {
             if idx > rep.commit && idx <= self.log.len() {
-                self.replicas[l].commit = idx;
-                self.apply_committed(l);
+                self.nodes[l].commit = idx;
+                self.apply_committed(l, out);
             }
             return;
         }
@@ -339,82 +458,96 @@ impl World {
                 "model bug: leader lacks a commit"
             );
         }
-        let mut replies = Vec::new();
+        let mut done = Vec::new();
         for i in self.log.len()..idx {
             let e = self.entry_of(l, i).clone();
-            let outcome = self.commit_effect(&e);
+            let outcome = self.commit_effect(env, &e);
             self.log.push(e.clone());
-            if let Some(w) = self.replicas[l].waiters.remove(&e.id) {
-                replies.push((w, outcome));
-            }
+            done.push((e.id, outcome));
         }
-        self.replicas[l].commit = idx;
-        for r in 0..self.replicas.len() {
+        self.nodes[l].commit = idx;
+        for r in 0..self.nodes.len() {
             self.normalize(r);
         }
-        self.apply_committed(l);
-        for (w, outcome) in replies {
-            match w {
-                Waiter::Call(p) => {
-                    let resp = match outcome {
-                        Some(Ok(reply)) => Ok(StoreOk::Written(reply)),
-                        Some(Err(rej)) => Err(StoreFail::Rejected(rej)),
-                        None => unreachable!("a caller's entry has a command"),
-                    };
-                    self.store_reply(l, &p, resp);
-                }
-                Waiter::Arbiter => {
-                    if !self.replicas[l].arbiter_busy.is_empty() {
-                        self.replicas[l].arbiter_busy.remove(0);
-                    }
-                    self.arbiter_propose(l);
-                }
-            }
+        self.apply_committed(l, out);
+        for (id, outcome) in done {
+            out.push(RaftOut::Committed {
+                leader: l,
+                id,
+                outcome,
+            });
         }
     }
 
     /// Applies a newly committed entry to the committed state and tells the
     /// monitor; returns the command's outcome.
-    pub(crate) fn commit_effect(&mut self, e: &Entry) -> Option<Outcome> {
-        self.stats.committed += 1;
+    fn commit_effect(&mut self, env: &mut Env, e: &Entry) -> Option<Outcome> {
+        env.stats.committed += 1;
         let cmd = e.cmd.as_ref()?;
-        let out = self.truth.apply(cmd, &mut Vec::new());
-        trace!(self, "commit #{} {cmd:?} -> {out:?}", self.log.len());
-        match (cmd, &out) {
-            (
-                Command::TakeOver { .. } | Command::Handoff { .. },
-                Ok(Reply::TakenOver { grants, .. }),
-            ) => {
-                for g in grants {
-                    self.stats.takeovers += 1;
-                    self.monitor.on_takeover(self.now, g);
-                }
-            }
-            (Command::Raise { section, .. }, Ok(Reply::Raised { max_seq })) => {
-                self.stats.raises += 1;
-                self.monitor.on_raise(self.now, *section, *max_seq);
-            }
-            (Command::Assign { .. }, Ok(_)) => self.stats.assigns += 1,
-            _ => {}
-        }
+        let out = apply(&mut env.truth, cmd, self.handoff_unconditional);
+        trace!(env, "commit #{} {cmd:?} -> {out:?}", self.log.len());
+        record(env, cmd, &out);
         Some(out)
     }
 
     /// The replica that currently leads with a reachable majority, if any.
-    pub(crate) fn effective_leader(&self) -> Option<usize> {
-        (0..self.replicas.len()).find(|&r| {
-            let rep = &self.replicas[r];
-            rep.up
+    pub(crate) fn effective_leader(&self, env: &Env) -> Option<usize> {
+        (0..self.nodes.len()).find(|&r| {
+            let rep = &self.nodes[r];
+            rep.active()
                 && rep.leading
-                && (0..self.replicas.len())
+                && (0..self.nodes.len())
                     .filter(|&f| {
                         f == r
-                            || (self.replicas[f].up
-                                && self.replicas[f].term == rep.term
-                                && self.net.connected(Node::Replica(r), Node::Replica(f)))
+                            || (self.nodes[f].active()
+                                && self.nodes[f].term == rep.term
+                                && env.net.connected(Node::Replica(r), Node::Replica(f)))
                     })
                     .count()
                     >= self.majority()
         })
+    }
+
+    /// kill -9: volatile state is lost; term, vote, log and applied state
+    /// machine are durable (fsynced).
+    pub(crate) fn crash(&mut self, r: usize, out: &mut Vec<RaftOut>) {
+        let rep = &mut self.nodes[r];
+        rep.up = false;
+        rep.paused = false;
+        rep.life += 1;
+        if rep.leading {
+            out.push(RaftOut::SteppedDown(r));
+        }
+        rep.leading = false;
+        rep.leader = None;
+        rep.commit = rep.applied;
+        rep.matched.clear();
+    }
+}
+
+/// Tells the monitor and the counters what a committed command did.
+pub(crate) fn record(env: &mut Env, cmd: &Command, out: &Outcome) {
+    match (cmd, out) {
+        (Command::TakeOver { .. }, Ok(Reply::TakenOver { grants, .. })) => {
+            for g in grants {
+                if env.monitor.on_takeover(env.now, g) {
+                    env.stats.takeovers += 1;
+                }
+            }
+        }
+        (Command::Handoff { .. }, Ok(Reply::HandedOff { grant, .. })) => {
+            env.stats.handoffs += 1;
+            env.monitor.on_takeover(env.now, grant);
+        }
+        (Command::Raise { section, .. }, Ok(Reply::Raised { max_seq })) => {
+            env.stats.raises += 1;
+            env.monitor.on_raise(env.now, *section, *max_seq);
+        }
+        (Command::Assign { .. }, Ok(_)) => env.stats.assigns += 1,
+        (Command::SetLease(_), Ok(_)) => env.stats.lease_changes += 1,
+        (Command::RegisterAlloc { replaces, .. }, Ok(_)) if *replaces != 0 => {
+            env.stats.replaced += 1
+        }
+        _ => {}
     }
 }

@@ -1,147 +1,32 @@
 //! The simulated deployment and its event loop: one priority queue of
-//! timestamped events, processed in order, single-threaded. Every random
-//! choice comes from one seeded [`Rng`], so a seed replays exactly.
+//! timestamped events ([`Env`]), processed in order, single-threaded. Every
+//! random choice comes from one seeded stream, so a seed replays exactly.
 //!
-//! The behaviour of each kind of node lives in its own module as further
-//! `impl World` blocks: [`crate::store`] (replicas), [`crate::alloc`]
-//! (AllocSvrs), [`crate::client`] (clients), [`crate::faults`] (faults).
-
-use std::cmp::Ordering;
-use std::collections::BinaryHeap;
-use std::time::{Duration, Instant};
+//! The world owns the components — the store ([`Store`]), the AllocSvr
+//! processes ([`Allocs`]), the clients ([`Clients`]), the operator
+//! ([`Operator`]) — hands each event to the one it is for, applies the
+//! fault schedule, and at the end runs the final checks.
 
 use seqsvr_core::checker::check;
-use seqsvr_store::arbiter::Arbiter;
-use seqsvr_store::state::SetState;
-use seqsvr_store::types::Command;
+use seqsvr_core::{Grant, Incarnation, SectionId};
 
-use crate::alloc::{ATimer, AllocNode};
-use crate::check::{Monitor, Violation};
-use crate::client::{CTimer, Client, ClientMsg};
+use crate::alloc::Allocs;
+use crate::check::Violation;
+use crate::client::Clients;
 use crate::config::SimConfig;
-use crate::faults::FaultState;
-use crate::net::{fmt_time, Net, Node, Time, MS};
-use crate::raft::{Entry, EntryRef};
-use crate::rng::Rng;
-use crate::store::{RTimer, Replica, StoreMsg};
-
-/// A message in flight.
-#[derive(Debug)]
-pub(crate) enum Msg {
-    /// Store API and Raft traffic.
-    Store(StoreMsg),
-    /// Client ↔ AllocSvr traffic.
-    Client(ClientMsg),
-}
-
-/// Something that happens at a virtual time.
-#[derive(Debug)]
-pub(crate) enum Ev {
-    /// A message arrives (if its link is still up and its target alive).
-    Deliver {
-        /// Sender.
-        from: Node,
-        /// Receiver.
-        to: Node,
-        /// The message.
-        msg: Msg,
-    },
-    /// A store replica's timer (ignored if the replica restarted since).
-    Replica {
-        /// Which replica.
-        r: usize,
-        /// The incarnation that set it.
-        inc: u32,
-        /// What it is for.
-        t: RTimer,
-    },
-    /// An input an AllocSvr queued while paused, handled after it resumed.
-    Resumed {
-        /// Which AllocSvr.
-        a: usize,
-        /// The incarnation that queued it.
-        inc: u32,
-        /// The input.
-        input: AllocInput,
-    },
-    /// An AllocSvr's timer or deferred work (ignored after a crash).
-    Alloc {
-        /// Which AllocSvr.
-        a: usize,
-        /// The incarnation that set it.
-        inc: u32,
-        /// What it is for.
-        t: ATimer,
-    },
-    /// A client's timer.
-    Client {
-        /// Which client.
-        c: usize,
-        /// What it is for.
-        t: CTimer,
-    },
-    /// The `i`-th fault of the schedule.
-    Fault(usize),
-}
-
-/// An event with its time; ordered so the heap pops the earliest first,
-/// ties broken by scheduling order (deterministic).
-struct Scheduled {
-    at: Time,
-    seq: u64,
-    ev: Ev,
-}
-
-impl PartialEq for Scheduled {
-    fn eq(&self, o: &Self) -> bool {
-        (self.at, self.seq) == (o.at, o.seq)
-    }
-}
-impl Eq for Scheduled {}
-impl PartialOrd for Scheduled {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Scheduled {
-    fn cmp(&self, o: &Self) -> Ordering {
-        (o.at, o.seq).cmp(&(self.at, self.seq))
-    }
-}
-
-/// Counters of one run, for the report.
-#[derive(Debug, Clone, Default)]
-pub struct Stats {
-    /// Events processed.
-    pub events: u64,
-    /// Client calls that returned numbers.
-    pub calls_ok: u64,
-    /// Client calls that failed or timed out (after retries).
-    pub calls_failed: u64,
-    /// Numbers handed out by allocators (seen by clients or not).
-    pub handed_out: u64,
-    /// `LEASE_EXPIRED` answers.
-    pub lease_expired: u64,
-    /// Elections won.
-    pub leaders_elected: u64,
-    /// Committed log entries.
-    pub committed: u64,
-    /// Committed take-overs (sections).
-    pub takeovers: u64,
-    /// Committed raises.
-    pub raises: u64,
-    /// Committed section moves by an arbiter (`Assign`).
-    pub assigns: u64,
-    /// Renewals granted.
-    pub renewals: u64,
-}
+use crate::env::{trace, Env, Stats};
+use crate::faults::{AdoptFate, Fault, Forgery};
+use crate::model::{alloc_name, AdminMsg, AllocInput, Ev, Msg, PeerMsg, StoreReq};
+use crate::net::{fmt_time, Node};
+use crate::operator::Operator;
+use crate::store::{bootstrap_log, Store};
 
 /// What a run found.
 #[derive(Debug, Clone)]
 pub struct RunReport {
     /// The seed.
     pub seed: u64,
-    /// Every broken invariant, in the order found (the checker's last).
+    /// Every broken invariant, in the order found (the checkers' last).
     pub violations: Vec<Violation>,
     /// Counters.
     pub stats: Stats,
@@ -184,217 +69,62 @@ impl RunReport {
     }
 }
 
-/// The whole simulated deployment.
-pub struct World {
-    /// Parameters of the run.
-    pub(crate) cfg: SimConfig,
-    /// Current virtual time.
-    pub(crate) now: Time,
-    /// The real `Instant` that virtual time 0 maps to (for the real
-    /// components' clock arguments; only differences matter to them).
-    pub(crate) base: Instant,
-    /// Events to come.
-    queue: BinaryHeap<Scheduled>,
-    /// Tie-breaker and id source for events.
-    seq: u64,
-    /// Source of fresh ids (entries, calls, barriers).
-    next_id: u64,
-    /// The one random stream.
-    pub(crate) rng: Rng,
-    /// Links and delays.
-    pub(crate) net: Net,
-    /// The committed Raft log: every replica's log agrees with a prefix.
-    pub(crate) log: Vec<EntryRef>,
-    /// The committed state: `log` applied in order (for the checks).
-    pub(crate) truth: SetState,
-    /// Store replicas.
-    pub(crate) replicas: Vec<Replica>,
-    /// AllocSvrs.
-    pub(crate) allocs: Vec<AllocNode>,
-    /// Clients.
-    pub(crate) clients: Vec<Client>,
-    /// Invariant checks.
-    pub(crate) monitor: Monitor,
-    /// Faults applied so far (what to heal or restart).
-    pub(crate) faults: FaultState,
-    /// Counters.
-    pub(crate) stats: Stats,
+/// Links cut and replicas crashed by applied faults, so they can be undone.
+#[derive(Debug, Default)]
+struct FaultState {
+    /// Links cut, by fault index.
+    cuts: std::collections::BTreeMap<usize, Vec<(Node, Node)>>,
+    /// Replica crashed, by fault index.
+    crashed: std::collections::BTreeMap<usize, usize>,
+    /// The section a round trip handed off, from whom, by fault index.
+    round_trips: std::collections::BTreeMap<usize, (SectionId, usize)>,
 }
 
-/// Prints a trace line when the run is verbose (formats nothing otherwise).
-macro_rules! trace {
-    ($w:expr, $($arg:tt)*) => {
-        if $w.cfg.verbose {
-            $w.trace_line(format_args!($($arg)*));
-        }
-    };
+/// The whole simulated deployment.
+pub struct World {
+    env: Env,
+    store: Store,
+    allocs: Allocs,
+    clients: Clients,
+    operator: Operator,
+    faults: FaultState,
 }
-pub(crate) use trace;
 
 impl World {
     /// Builds the deployment of `cfg` at time 0: the store bootstrapped
-    /// with the set, the AllocSvrs registered and the sections spread over
-    /// them (as a fresh cluster's config does), replica 0 leading term 1.
+    /// with the set, the lease terms, every AllocSvr's first process
+    /// registered and the sections spread over them (as a fresh cluster's
+    /// config does), replica 0 leading term 1; the processes start.
     pub fn new(cfg: SimConfig) -> Self {
-        let mut rng = Rng::new(cfg.seed);
-        let mut net = Net::default();
-        net.delays = cfg.delays.clone();
-        let base = Instant::now();
-        let mut w = World {
-            now: 0,
-            base,
-            queue: BinaryHeap::new(),
-            seq: 0,
-            next_id: 1,
-            rng: rng.fork(),
-            net,
-            log: Vec::new(),
-            truth: SetState::default(),
-            replicas: Vec::new(),
-            allocs: Vec::new(),
-            clients: Vec::new(),
-            monitor: Monitor::new(&cfg.spec),
-            faults: FaultState::default(),
-            stats: Stats::default(),
-            cfg,
-        };
-        w.bootstrap();
-        w
-    }
-
-    fn bootstrap(&mut self) {
-        let spec = self.cfg.spec.clone();
-        let mut cmds = vec![Command::ConfigureSet(spec.clone())];
-        for a in 0..self.cfg.allocs {
-            cmds.push(Command::RegisterAlloc {
-                alloc: alloc_name(a),
-                addr: format!("{}:1", alloc_name(a)),
-            });
-        }
-        for s in 0..spec.section_count() {
-            cmds.push(Command::Assign {
-                alloc: alloc_name(s as usize % self.cfg.allocs),
-                first: s,
-                count: 1,
-            });
-        }
-        for cmd in cmds {
-            let e = std::rc::Rc::new(Entry {
-                id: self.fresh_id(),
-                term: 1,
-                cmd: Some(cmd),
-            });
-            self.commit_effect(&e);
-            self.log.push(e);
-        }
-        for r in 0..self.cfg.replicas {
-            let mut rep = Replica::new(Arbiter::new(self.cfg.lease.clone()));
-            rep.term = 1;
-            rep.base = self.log.len();
-            rep.commit = self.log.len();
-            rep.state = self.truth.clone();
-            rep.applied = self.log.len();
-            rep.leader = Some(0);
-            rep.election_at = self.election_timeout();
-            self.replicas.push(rep);
-            let phase = self.rng.range(0, 20 * MS);
-            self.schedule(
-                phase,
-                Ev::Replica {
-                    r,
-                    inc: 0,
-                    t: RTimer::Tick,
-                },
-            );
-        }
-        self.become_leader(0);
-        for a in 0..self.cfg.allocs {
-            let node = AllocNode::new(alloc_name(a), self.cfg.alloc_rate(a), self.base);
-            self.allocs.push(node);
-            self.alloc_start(a);
-        }
-        for c in 0..self.cfg.clients {
-            self.clients.push(Client::new(&self.truth));
-            let t = self.rng.range(500 * MS, 1500 * MS);
-            self.schedule(
-                t,
-                Ev::Client {
-                    c,
-                    t: CTimer::Issue,
-                },
-            );
-            let t = self.rng.range(1000 * MS, 3000 * MS);
-            self.schedule(
-                t,
-                Ev::Client {
-                    c,
-                    t: CTimer::Refresh,
-                },
-            );
-        }
-        let times: Vec<Time> = self.cfg.faults.iter().map(|(t, _)| *t).collect();
+        let mut env = Env::new(cfg);
+        let incarnations: Vec<Incarnation> = (0..env.cfg.allocs)
+            .map(|_| env.rng.next_u64() | 1)
+            .collect();
+        let log = bootstrap_log(&mut env, &incarnations);
+        let store = Store::new(&mut env, log);
+        let allocs = Allocs::new(&mut env, &incarnations);
+        let clients = Clients::new(&mut env);
+        let times: Vec<_> = env.cfg.faults.iter().map(|(t, _)| *t).collect();
         for (i, t) in times.into_iter().enumerate() {
-            self.schedule(t, Ev::Fault(i));
+            env.schedule(t, Ev::Fault(i));
         }
-    }
-
-    /// A fresh id (entries, calls, barriers, operations).
-    pub(crate) fn fresh_id(&mut self) -> u64 {
-        self.next_id += 1;
-        self.next_id
-    }
-
-    /// Schedules `ev` at absolute time `at` (never in the past).
-    pub(crate) fn schedule(&mut self, at: Time, ev: Ev) {
-        self.seq += 1;
-        let at = at.max(self.now);
-        self.queue.push(Scheduled {
-            at,
-            seq: self.seq,
-            ev,
-        });
-    }
-
-    /// Schedules `ev` after `d`.
-    pub(crate) fn after(&mut self, d: Time, ev: Ev) {
-        self.schedule(self.now + d, ev);
-    }
-
-    /// Sends `msg` from `from` to `to`: dropped if the link is cut now,
-    /// else delivered after a random delay (and dropped then if cut).
-    pub(crate) fn send(&mut self, from: Node, to: Node, msg: Msg) {
-        if !self.net.reaches(from, to) {
-            return;
+        World {
+            env,
+            store,
+            allocs,
+            clients,
+            operator: Operator::default(),
+            faults: FaultState::default(),
         }
-        let d = self.net.delay(&mut self.rng, self.now);
-        self.after(d, Ev::Deliver { from, to, msg });
-    }
-
-    /// The real-component clock reading of the store replicas (exact).
-    pub(crate) fn store_instant(&self) -> Instant {
-        self.base + Duration::from_nanos(self.now)
-    }
-
-    /// A Raft election timeout (400–800 ms, as the store's defaults).
-    pub(crate) fn election_timeout(&mut self) -> Time {
-        self.now + self.rng.range(400 * MS, 800 * MS)
-    }
-
-    pub(crate) fn trace_line(&self, args: std::fmt::Arguments<'_>) {
-        println!("{:>12} {}", fmt_time(self.now), args);
     }
 
     /// Runs to the configured end and checks everything.
     pub fn run(mut self) -> RunReport {
-        let end = self.cfg.duration;
-        while let Some(s) = self.queue.pop() {
-            if s.at > end {
-                break;
-            }
-            self.now = s.at;
-            self.stats.events += 1;
-            self.dispatch(s.ev);
-            if self.cfg.stop_at_first && !self.monitor.violations.is_empty() {
+        let end = self.env.cfg.duration;
+        while let Some(ev) = self.env.pop(end) {
+            self.env.stats.events += 1;
+            self.dispatch(ev);
+            if self.env.cfg.stop_at_first && !self.env.monitor.violations.is_empty() {
                 break;
             }
         }
@@ -402,34 +132,256 @@ impl World {
     }
 
     fn dispatch(&mut self, ev: Ev) {
+        let env = &mut self.env;
         match ev {
             Ev::Deliver { from, to, msg } => {
-                if !self.net.reaches(from, to) {
+                if !env.net.reaches(from, to) {
                     return;
                 }
                 match (to, msg) {
-                    (Node::Replica(r), Msg::Store(m)) => self.replica_msg(r, from, m),
-                    (Node::Alloc(a), msg) => self.alloc_event(a, None, AllocInput::Msg(msg)),
-                    (Node::Client(c), Msg::Client(m)) => self.client_msg(c, m),
+                    (Node::Replica(r), Msg::Store(m)) => self.store.deliver(env, r, from, m),
+                    (Node::Alloc(p), msg) => {
+                        self.allocs.event(env, p, None, AllocInput::Msg(from, msg))
+                    }
+                    (Node::Client(c), Msg::Client(m)) => self.clients.msg(env, c, m),
+                    (Node::Operator, m) => self.operator.msg(env, m),
                     (to, msg) => panic!("model bug: {msg:?} delivered to {to}"),
                 }
             }
-            Ev::Replica { r, inc, t } => {
-                if self.replicas[r].up && self.replicas[r].inc == inc {
-                    self.replica_timer(r, t);
-                }
-            }
-            Ev::Alloc { a, inc, t } => self.alloc_event(a, Some(inc), AllocInput::Timer(t)),
-            Ev::Resumed { a, inc, input } => self.alloc_event(a, Some(inc), input),
-            Ev::Client { c, t } => self.client_timer(c, t),
+            Ev::Replica { r, life, t } => self.store.timer(env, r, life, t),
+            Ev::ReplicaResumed { r, life, input } => self.store.resumed(env, r, life, input),
+            Ev::Alloc { p, life, t } => self.allocs.event(env, p, Some(life), AllocInput::Timer(t)),
+            Ev::Resumed { p, life, input } => self.allocs.event(env, p, Some(life), input),
+            Ev::Client { c, t } => self.clients.timer(env, c, t),
+            Ev::Operator(t) => self.operator.timer(env, t),
             Ev::Fault(i) => self.apply_fault(i),
         }
     }
 
+    /// Applies the `i`-th fault of the schedule.
+    fn apply_fault(&mut self, i: usize) {
+        let fault = self.env.cfg.faults[i].1.clone();
+        trace!(self.env, "FAULT #{i}: {fault}");
+        let env = &mut self.env;
+        let replicas: Vec<usize> = (0..self.store.len()).collect();
+        let firsts: Vec<usize> = (0..env.cfg.allocs).collect();
+        match fault {
+            Fault::IsolateReplica { r, allocs_too } => {
+                let mut cuts: Vec<(Node, Node)> = (replicas.iter())
+                    .filter(|&&o| o != r)
+                    .map(|&o| (Node::Replica(r), Node::Replica(o)))
+                    .collect();
+                if allocs_too {
+                    let slots = 0..env.cfg.slots();
+                    cuts.extend(slots.map(|a| (Node::Replica(r), Node::Alloc(a))));
+                }
+                self.cut(i, cuts);
+            }
+            Fault::DeposeLeader { alloc } => {
+                let Some(l) = self.store.effective_leader(env) else {
+                    return;
+                };
+                let mut cuts: Vec<(Node, Node)> = (replicas.iter())
+                    .filter(|&&o| o != l)
+                    .map(|&o| (Node::Replica(l), Node::Replica(o)))
+                    .collect();
+                if let Some(a) = alloc {
+                    cuts.extend(
+                        (replicas.iter())
+                            .filter(|&&o| o != l)
+                            .map(|&o| (Node::Alloc(a), Node::Replica(o))),
+                    );
+                }
+                self.cut(i, cuts);
+            }
+            Fault::CutAlloc {
+                a,
+                replicas,
+                answers_only,
+            } => {
+                let links = replicas.iter().map(|&r| (Node::Replica(r), Node::Alloc(a)));
+                if answers_only {
+                    self.cut_directions(i, links.collect());
+                } else {
+                    self.cut(i, links.collect());
+                }
+            }
+            Fault::Heal { of } => {
+                for (x, y) in self.faults.cuts.remove(&of).unwrap_or_default() {
+                    env.net.heal_one_way(x, y);
+                }
+            }
+            Fault::CrashAlloc { a } => self.allocs.crash(a),
+            Fault::RestartAlloc { a } => self.allocs.restart(env, a),
+            Fault::PauseAlloc { a, dur } => self.allocs.pause(env, a, dur),
+            Fault::PauseAfterAdmit { a, dur } => {
+                let p = &mut self.allocs.procs[a];
+                if p.up && !p.paused {
+                    p.pause_on_admit = Some(dur);
+                }
+            }
+            Fault::PauseInRenewal { a, dur } => {
+                let p = &mut self.allocs.procs[a];
+                if p.up && !p.paused {
+                    p.pause_on_renewal = Some(dur);
+                }
+            }
+            Fault::CrashLeader => {
+                if let Some(l) = self.store.believed_leader() {
+                    self.store.crash(env, l);
+                    self.faults.crashed.insert(i, l);
+                }
+            }
+            Fault::CrashReplica { r } => {
+                self.store.crash(env, r);
+                self.faults.crashed.insert(i, r);
+            }
+            Fault::RestartReplica { of } => {
+                if let Some(r) = self.faults.crashed.remove(&of) {
+                    self.store.restart(env, r);
+                }
+            }
+            Fault::PauseReplica { leader, r, dur } => {
+                let l = self.store.believed_leader();
+                let target = if leader {
+                    l
+                } else {
+                    replicas.iter().copied().filter(|&o| Some(o) != l).nth(r)
+                };
+                if let Some(t) = target {
+                    self.store.pause(env, t, dur);
+                }
+            }
+            Fault::SlowNetwork { dur } => env.net.slow_until = env.now + dur,
+            Fault::Handoff {
+                from,
+                to,
+                count,
+                adopt,
+            } => {
+                let p = &self.allocs.procs[from];
+                let Some(alloc) = p.alloc.as_ref().filter(|_| p.up && p.started) else {
+                    return;
+                };
+                let mut served = alloc.served_sections();
+                let mut moves = Vec::new();
+                while moves.len() < count && !served.is_empty() {
+                    let s = served.remove(env.rng.pick(served.len()));
+                    moves.push((s, alloc_name(to)));
+                }
+                if moves.is_empty() {
+                    return;
+                }
+                let m = Msg::Admin(AdminMsg::Handoff { moves, fate: adopt });
+                env.send(Node::Operator, Node::Alloc(from), m);
+            }
+            Fault::HandoffRoundTrip {
+                from,
+                to,
+                stall,
+                window,
+            } => {
+                let p = &self.allocs.procs[from];
+                let Some(alloc) = p.alloc.as_ref().filter(|_| p.up && p.started) else {
+                    return;
+                };
+                let served = alloc.served_sections();
+                if served.is_empty() {
+                    return;
+                }
+                let s = served[env.rng.pick(served.len())];
+                env.net.stalls.retain(|(_, until, _)| *until > env.now);
+                (env.net.stalls).push((Node::Alloc(from), env.now + window, stall));
+                self.faults.round_trips.insert(i, (s, from));
+                let moves = vec![(s, alloc_name(to))];
+                let m = Msg::Admin(AdminMsg::Handoff {
+                    moves,
+                    fate: AdoptFate::Normal,
+                });
+                env.send(Node::Operator, Node::Alloc(from), m);
+            }
+            Fault::HandBack { of } => {
+                let Some((s, from)) = self.faults.round_trips.remove(&of) else {
+                    return;
+                };
+                // The operator asks whichever process serves it now.
+                let holder =
+                    (0..env.cfg.slots()).find(|&q| self.allocs.procs[q].serves(s, env.now));
+                let Some(q) = holder.filter(|&q| q != from) else {
+                    return;
+                };
+                let moves = vec![(s, self.allocs.procs[from].id.clone())];
+                let m = Msg::Admin(AdminMsg::Handoff {
+                    moves,
+                    fate: AdoptFate::Normal,
+                });
+                env.send(Node::Operator, Node::Alloc(q), m);
+            }
+            Fault::ForgeAdopt { to, kind } => {
+                let grant = forge(env, &self.allocs.procs[to].id, kind);
+                let id = env.fresh_id();
+                trace!(env, "forged adopt to p{to}: {grant:?}");
+                let m = Msg::Peer(PeerMsg::Adopt { id, grant });
+                env.send(Node::Operator, Node::Alloc(to), m);
+            }
+            Fault::OperatorAssign {
+                to,
+                first,
+                count,
+                stale,
+            } => {
+                let range = first as usize..(first + count) as usize;
+                let mut expected: Vec<u64> =
+                    env.truth.sections[range].iter().map(|r| r.epoch).collect();
+                if stale {
+                    expected[0] = expected[0].checked_sub(1).unwrap_or(1);
+                }
+                let req = StoreReq::Assign {
+                    alloc: alloc_name(to),
+                    first,
+                    expected,
+                };
+                self.operator.call(env, req);
+            }
+            Fault::StartTwin { a } => self.allocs.restart(env, env.cfg.allocs + a),
+            Fault::SetLease { terms } => self.operator.call(env, StoreReq::SetLease(terms)),
+            Fault::HealEverything => {
+                env.net.heal_all();
+                self.faults.cuts.clear();
+                for r in replicas {
+                    self.store.restart(env, r);
+                }
+                for a in firsts {
+                    if self.allocs.procs[a].fenced {
+                        self.allocs.crash(a);
+                    }
+                    self.allocs.restart(env, a);
+                    self.allocs.procs[a].pause_on_admit = None;
+                    self.allocs.procs[a].pause_on_renewal = None;
+                    self.allocs.crash(env.cfg.allocs + a);
+                }
+            }
+        }
+    }
+
+    /// Cuts `links` both ways, remembering them under fault `i`.
+    fn cut(&mut self, i: usize, links: Vec<(Node, Node)>) {
+        let both = links.iter().flat_map(|&(x, y)| [(x, y), (y, x)]).collect();
+        self.cut_directions(i, both);
+    }
+
+    fn cut_directions(&mut self, i: usize, cuts: Vec<(Node, Node)>) {
+        for &(x, y) in &cuts {
+            self.env.net.cut_one_way(x, y);
+        }
+        self.faults.cuts.entry(i).or_default().extend(cuts);
+    }
+
     fn finish(mut self) -> RunReport {
         self.final_checks();
-        let report = check(&self.monitor.observations);
-        let mut violations = std::mem::take(&mut self.monitor.violations);
+        let env = &mut self.env;
+        let report = check(&env.monitor.observations);
+        let mut violations = std::mem::take(&mut env.monitor.violations);
         let mut found: Vec<_> = report
             .regressions
             .iter()
@@ -453,15 +405,19 @@ impl World {
                 ),
             });
         }
+        let mut reads = env.monitor.check_current_reads();
+        reads.sort_by_key(|v| v.at);
+        violations.extend(reads);
+        let (single, all) = env.monitor.max_skip_steps();
         RunReport {
-            seed: self.cfg.seed,
+            seed: env.cfg.seed,
             violations,
-            stats: self.stats.clone(),
-            max_single_skip_steps: self.monitor.max_skip_steps().0,
-            max_skip_steps: self.monitor.max_skip_steps().1,
-            observations: self.monitor.observations.len(),
-            drift_of_bound: self.cfg.drift_of_bound(),
-            describe: self.cfg.describe(),
+            stats: env.stats.clone(),
+            max_single_skip_steps: single,
+            max_skip_steps: all,
+            observations: env.monitor.observations.len(),
+            drift_of_bound: env.cfg.drift_of_bound(),
+            describe: env.cfg.describe(),
         }
     }
 
@@ -469,24 +425,23 @@ impl World {
     /// state (the real state machine is deterministic), and after the final
     /// heal every section served again (the model did not wedge).
     fn final_checks(&mut self) {
-        for (i, r) in self.replicas.iter().enumerate() {
-            if r.applied == self.log.len() && r.state != self.truth {
-                self.monitor.violations.push(Violation {
-                    at: self.now,
-                    promise: 0,
-                    what: format!("replica r{i} applied the whole log but its state differs"),
-                });
-            }
+        let env = &mut self.env;
+        for r in self.store.diverged(&env.truth) {
+            env.monitor.violations.push(Violation {
+                at: env.now,
+                promise: 0,
+                what: format!("replica r{r} applied the whole log but its state differs"),
+            });
         }
-        let since = self.cfg.duration.saturating_sub(self.cfg.liveness_window);
-        for s in 0..self.cfg.spec.section_count() {
-            if self.monitor.last_served(s) < since {
+        let since = env.cfg.duration.saturating_sub(env.cfg.liveness_window);
+        for s in 0..env.cfg.spec.section_count() {
+            if env.monitor.last_served(s) < since {
                 let what = format!(
                     "section {s} served nothing in the last {} after every fault healed",
-                    fmt_time(self.cfg.liveness_window)
+                    fmt_time(env.cfg.liveness_window)
                 );
-                self.monitor.violations.push(Violation {
-                    at: self.now,
+                env.monitor.violations.push(Violation {
+                    at: env.now,
                     promise: 0,
                     what,
                 });
@@ -495,21 +450,63 @@ impl World {
     }
 }
 
-/// What reaches an AllocSvr: a message or one of its own timers.
-#[derive(Debug)]
-pub(crate) enum AllocInput {
-    /// A message.
-    Msg(Msg),
-    /// A timer or deferred piece of work.
-    Timer(ATimer),
-}
-
-/// The id of AllocSvr `a` in the store.
-pub(crate) fn alloc_name(a: usize) -> String {
-    format!("a{a}")
-}
-
-/// The index of the AllocSvr called `name`.
-pub(crate) fn alloc_index(name: &str) -> Option<usize> {
-    name.strip_prefix('a')?.parse().ok()
+/// A forged adopt's grant for AllocSvr `me`, from the committed state.
+fn forge(env: &mut Env, me: &str, kind: Forgery) -> Grant {
+    let step = env.cfg.spec.step;
+    let n = env.truth.sections.len();
+    let mine: Vec<bool> = (env.truth.sections.iter())
+        .map(|r| r.owner.as_deref() == Some(me))
+        .collect();
+    let owned: Vec<bool> = env
+        .truth
+        .sections
+        .iter()
+        .map(|r| r.owner.is_some())
+        .collect();
+    let fits: Vec<usize> = (0..n)
+        .filter(|&s| match kind {
+            Forgery::HugeEpoch | Forgery::Replay => mine[s],
+            Forgery::OtherOwners => !mine[s] && owned[s],
+            Forgery::WrongSection => true,
+        })
+        .collect();
+    let s = if fits.is_empty() {
+        env.rng.pick(n)
+    } else {
+        fits[env.rng.pick(fits.len())]
+    } as SectionId;
+    let recs = &env.truth.sections;
+    let r = &recs[s as usize];
+    match kind {
+        Forgery::HugeEpoch => Grant {
+            section: s,
+            epoch: 1 << 63,
+            prev_ceiling: r.start,
+            max_seq: r.max_seq + step,
+        },
+        Forgery::OtherOwners => Grant {
+            section: s,
+            epoch: r.epoch,
+            prev_ceiling: r.start,
+            max_seq: r.max_seq.max(r.start + 1),
+        },
+        Forgery::WrongSection => {
+            let o = &recs[(s as usize + 1) % n];
+            Grant {
+                section: s,
+                epoch: r.epoch + 1,
+                prev_ceiling: o.start,
+                max_seq: o.max_seq.max(o.start + 1),
+            }
+        }
+        Forgery::Replay => {
+            let prev = r.start.saturating_sub(step);
+            Grant {
+                section: s,
+                epoch: r.epoch.saturating_sub(1),
+                prev_ceiling: prev,
+                max_seq: prev + step,
+            }
+        }
+    }
 }

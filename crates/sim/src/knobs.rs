@@ -1,0 +1,138 @@
+//! Knobs: deliberate changes to the protocol, to show that the checks
+//! fail when a rule is broken, and old behaviours kept so that each bug the
+//! simulation found has a test showing it (`docs/architecture/simulation.md`).
+//! All off: the protocol as built.
+
+/// Protocol variants. `Knobs::default()` is the protocol as built.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Knobs {
+    /// A store leader grants lease renewals without first confirming its
+    /// leadership with a quorum (`docs/architecture/failover.md` forbids
+    /// this): a deposed leader that has not noticed keeps an old owner's
+    /// lease alive.
+    pub unsafe_renewals: bool,
+    /// AllocSvrs serve without checking their lease.
+    pub skip_lease_check: bool,
+    /// If set, every AllocSvr's clock runs slow by this multiple of the
+    /// documented drift bound (`margin / lease`); above 1.0 is unsafe.
+    pub drift_times_bound: Option<f64>,
+    /// Adds `Fault::PauseInRenewal` to the faults drawn: a pause right
+    /// after a renewal extended the lease, before its take-overs (and, with
+    /// `lease_before_drop`, before its drops).
+    pub pause_in_renewal: bool,
+    /// The order the renewal had before bug 1 was fixed: extend the lease
+    /// first, drop the sections the renewal no longer lists a moment later
+    /// (a window with a valid lease and moved sections).
+    pub lease_before_drop: bool,
+    /// The renewal before bug 2 was fixed: a renewal that comes back after
+    /// the lease lapsed keeps the installed sections it lists (the lapse is
+    /// not passed to `ownership::reconcile`), so a section that moved away
+    /// and back meanwhile is served from stale memory under its old epoch.
+    pub keep_sections_after_lapse: bool,
+    /// The store before bug 3 was fixed: a renewal may record its grant and
+    /// read its sections between the arbiter's `plan` and the commit of its
+    /// `Assign`, leasing the owner the sections being moved away (no
+    /// `Arbiter::moves` lock around renewals).
+    pub renew_during_moves: bool,
+    /// An adopt installs the grant it is sent, without reading the section
+    /// back from the store (`ownership::decide_adopt` is not consulted): a
+    /// forged, late or replayed adopt is served.
+    pub adopt_unchecked: bool,
+    /// The store's `Handoff` checks owner and incarnation but not the
+    /// epoch the releasing owner names: a late or repeated handoff moves a
+    /// section its owner took back under a newer epoch.
+    pub handoff_unconditional: bool,
+    /// The store admits twins: a registration replaces whatever incarnation
+    /// is registered without waiting for its lease to expire, and renewals
+    /// are granted to any incarnation (no `SetState::check_incarnation`).
+    pub admit_twins: bool,
+    /// The arbiter judges every grant by the lease terms in force *now*
+    /// (not those it was granted under), and a new office waits only the
+    /// current terms' `lease + margin` (not the longer replaced ones).
+    pub lease_by_current_terms: bool,
+}
+
+/// The knob names of [`Knobs::parse`], with their flags.
+const FLAGS: [&str; 10] = [
+    "unsafe_renewals",
+    "skip_lease_check",
+    "pause_in_renewal",
+    "lease_before_drop",
+    "keep_sections_after_lapse",
+    "renew_during_moves",
+    "adopt_unchecked",
+    "handoff_unconditional",
+    "admit_twins",
+    "lease_by_current_terms",
+];
+
+impl Knobs {
+    fn flag(&mut self, name: &str) -> Option<&mut bool> {
+        Some(match name {
+            "unsafe_renewals" => &mut self.unsafe_renewals,
+            "skip_lease_check" => &mut self.skip_lease_check,
+            "pause_in_renewal" => &mut self.pause_in_renewal,
+            "lease_before_drop" => &mut self.lease_before_drop,
+            "keep_sections_after_lapse" => &mut self.keep_sections_after_lapse,
+            "renew_during_moves" => &mut self.renew_during_moves,
+            "adopt_unchecked" => &mut self.adopt_unchecked,
+            "handoff_unconditional" => &mut self.handoff_unconditional,
+            "admit_twins" => &mut self.admit_twins,
+            "lease_by_current_terms" => &mut self.lease_by_current_terms,
+            _ => return None,
+        })
+    }
+
+    /// Parses a comma-separated list of knob names (the format of
+    /// `SEQSVR_SIM_KNOBS`): the flags of this struct by name, and
+    /// `drift=<multiple of the bound>`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let mut k = Knobs::default();
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            match item.split_once('=') {
+                Some(("drift", x)) => {
+                    let x = x.parse().map_err(|e| format!("drift={x}: {e}"))?;
+                    k.drift_times_bound = Some(x);
+                }
+                None => *k.flag(item).ok_or(format!("unknown knob {item:?}"))? = true,
+                Some(_) => return Err(format!("unknown knob {item:?}")),
+            }
+        }
+        Ok(k)
+    }
+
+    /// The knobs in [`parse`](Self::parse)'s format (empty when none).
+    pub fn to_arg(&self) -> String {
+        let mut me = self.clone();
+        let mut out: Vec<String> = FLAGS
+            .iter()
+            .filter(|n| *me.flag(n).expect("a flag"))
+            .map(|n| n.to_string())
+            .collect();
+        if let Some(x) = self.drift_times_bound {
+            out.push(format!("drift={x}"));
+        }
+        out.join(",")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn knobs_round_trip() {
+        let k = Knobs::parse("unsafe_renewals, drift=1.5,keep_sections_after_lapse").unwrap();
+        assert!(k.unsafe_renewals && k.keep_sections_after_lapse && !k.skip_lease_check);
+        assert_eq!(k.drift_times_bound, Some(1.5));
+        assert_eq!(Knobs::parse(&k.to_arg()).unwrap(), k);
+        assert_eq!(Knobs::parse("").unwrap(), Knobs::default());
+        assert!(Knobs::parse("nope").is_err());
+        assert!(Knobs::parse("nope=1").is_err());
+        for name in FLAGS {
+            let k = Knobs::parse(name).unwrap();
+            assert_ne!(k, Knobs::default(), "{name}");
+            assert_eq!(k.to_arg(), name);
+        }
+    }
+}

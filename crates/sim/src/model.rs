@@ -1,0 +1,608 @@
+//! The types every part of the simulated deployment shares: the messages
+//! on the network (store API and Raft, client, AllocSvr peer and admin
+//! planes), the events on the queue (each component's timers), and the
+//! names and addresses of AllocSvr processes.
+//!
+//! The components (`raft`, `store`, `link`, `alloc`, `client`,
+//! `operator`) depend on these types and on the environment (`env`), never
+//! on each other (except `alloc` and `operator` on `link`, the store client
+//! they both use, and `store` on `raft`); the world loop ties them
+//! together. This module depends only on `net` and `faults` (the adopt
+//! fates a fault chooses).
+
+use std::rc::Rc;
+
+use seqsvr_core::{AllocId, Epoch, Grant, Incarnation, LeaseTerms, SectionId};
+use seqsvr_store::state::SetState;
+use seqsvr_store::types::{Command, Rejection, Reply};
+use seqsvr_store_api::SectionInfo;
+
+use crate::faults::AdoptFate;
+use crate::net::{Node, Time};
+
+/// An AllocSvr process slot (`Node::Alloc(slot)`).
+pub(crate) type Slot = usize;
+
+/// The id of AllocSvr `i` in the store.
+pub(crate) fn alloc_name(i: usize) -> AllocId {
+    format!("a{i}")
+}
+
+/// The client-plane address of process slot `p` (what the route table
+/// carries; a twin has its own).
+pub(crate) fn client_addr(p: Slot) -> String {
+    format!("p{p}:7201")
+}
+
+/// The peer-plane address of process slot `p` (where adopts go).
+pub(crate) fn peer_addr(p: Slot) -> String {
+    format!("p{p}:7211")
+}
+
+/// The admin-plane address of process slot `p`.
+pub(crate) fn admin_addr(p: Slot) -> String {
+    format!("p{p}:7221")
+}
+
+/// The process slot an address belongs to.
+pub(crate) fn slot_of_addr(addr: &str) -> Option<Slot> {
+    addr.strip_prefix('p')?.split(':').next()?.parse().ok()
+}
+
+/// A route table as a reader sees it: owner per section, and the process
+/// each owner's registered address leads to.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct RouteView {
+    /// Route version.
+    pub version: u64,
+    /// Owner per section.
+    pub owners: Vec<Option<AllocId>>,
+    /// The process at the owner's registered address, per section.
+    pub slots: Vec<Option<Slot>>,
+}
+
+impl RouteView {
+    /// The route table of `state`.
+    pub(crate) fn of(state: &SetState) -> Self {
+        let owners: Vec<Option<AllocId>> = state.sections.iter().map(|s| s.owner.clone()).collect();
+        let slots = (owners.iter())
+            .map(|o| {
+                let rec = state.allocs.get(o.as_ref()?)?;
+                slot_of_addr(&rec.addr)
+            })
+            .collect();
+        Self {
+            version: state.route_version,
+            owners,
+            slots,
+        }
+    }
+
+    /// The process serving `s`, as this table says.
+    pub(crate) fn slot(&self, s: SectionId) -> Option<Slot> {
+        *self.slots.get(s as usize)?
+    }
+
+    /// Whether this table routes `s` to `me`.
+    pub(crate) fn routes_to(&self, s: SectionId, me: &str) -> bool {
+        self.owners
+            .get(s as usize)
+            .is_some_and(|o| o.as_deref() == Some(me))
+    }
+}
+
+/// A store API request (peer plane, and the admin plane's `admin()` ones).
+#[derive(Debug, Clone)]
+pub(crate) enum StoreReq {
+    /// `RegisterAlloc`: the leader decides `replaces`, then writes.
+    Register {
+        /// The AllocSvr.
+        alloc: AllocId,
+        /// Its process slot (its addresses).
+        slot: Slot,
+        /// The process's incarnation.
+        incarnation: Incarnation,
+    },
+    /// A lease renewal (barrier, then grant).
+    Renew {
+        /// The AllocSvr.
+        alloc: AllocId,
+        /// The process's incarnation.
+        incarnation: Incarnation,
+        /// The `sections_version` of the list it holds (0: none).
+        known_version: u64,
+    },
+    /// A linearizable read of the route table.
+    Routes,
+    /// A linearizable read of one section's record.
+    Read {
+        /// The section.
+        section: SectionId,
+    },
+    /// `TakeOver` (a write).
+    TakeOver {
+        /// The claimant.
+        alloc: AllocId,
+        /// Its incarnation.
+        incarnation: Incarnation,
+        /// First section.
+        first: SectionId,
+        /// Newest epoch installed, per section.
+        known: Vec<Epoch>,
+    },
+    /// `Raise` (a write).
+    Raise {
+        /// The owner.
+        alloc: AllocId,
+        /// Its incarnation.
+        incarnation: Incarnation,
+        /// The section.
+        section: SectionId,
+        /// The caller's epoch.
+        epoch: Epoch,
+        /// The new ceiling.
+        to: u64,
+    },
+    /// `Handoff` (a write).
+    Handoff {
+        /// The releasing owner.
+        from: AllocId,
+        /// Its incarnation.
+        incarnation: Incarnation,
+        /// The new owner.
+        to: AllocId,
+        /// The section.
+        section: SectionId,
+        /// The epoch released.
+        epoch: Epoch,
+    },
+    /// Admin: `Assign` with expected epochs (checked, then written).
+    Assign {
+        /// The new owner.
+        alloc: AllocId,
+        /// First section.
+        first: SectionId,
+        /// Expected epochs.
+        expected: Vec<Epoch>,
+    },
+    /// Admin: `SetLease` (checked, then written).
+    SetLease(LeaseTerms),
+}
+
+impl StoreReq {
+    /// Admin-plane calls are not forwarded: a follower answers NO_LEADER.
+    pub(crate) fn admin(&self) -> bool {
+        matches!(self, StoreReq::Assign { .. } | StoreReq::SetLease(_))
+    }
+}
+
+/// A granted renewal.
+#[derive(Debug, Clone)]
+pub(crate) struct Renewal {
+    /// Lease length.
+    pub lease_ms: u64,
+    /// The sections routed to the caller (empty when `unchanged`).
+    pub sections: Vec<SectionId>,
+    /// The list is the one of the `known_version` the caller sent.
+    pub unchanged: bool,
+    /// The version of the list.
+    pub sections_version: u64,
+    /// Route version.
+    pub route_version: u64,
+}
+
+/// A successful store answer.
+#[derive(Debug, Clone)]
+pub(crate) enum StoreOk {
+    /// A committed write's reply.
+    Written(Reply),
+    /// A granted renewal.
+    Renewed(Renewal),
+    /// The route table.
+    Routes(RouteView),
+    /// A section's record.
+    Section(SectionInfo),
+    /// A committed handoff: the new owner's grant and peer address.
+    HandedOff {
+        /// The grant.
+        grant: Grant,
+        /// The new owner's peer address.
+        to_addr: String,
+    },
+}
+
+/// A failed store answer (the store client's view).
+#[derive(Debug, Clone)]
+pub(crate) enum StoreFail {
+    /// No leader (forwarded call, lost leadership, no quorum, refused
+    /// lease change).
+    NoLeader,
+    /// The state machine (or the leader's check) refused.
+    Rejected(Rejection),
+    /// No answer in time.
+    Timeout,
+}
+
+impl StoreFail {
+    /// As `seqsvr_store_api::Error::is_retryable`.
+    pub(crate) fn retryable(&self) -> bool {
+        matches!(
+            self,
+            StoreFail::NoLeader
+                | StoreFail::Timeout
+                | StoreFail::Rejected(Rejection::NotConfigured)
+        )
+    }
+}
+
+/// A store answer.
+pub(crate) type StoreResp = Result<StoreOk, StoreFail>;
+
+/// Which attempt of which call of which process life a store message
+/// belongs to (late answers to abandoned attempts are ignored).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CallRef {
+    /// The caller.
+    pub node: Node,
+    /// The caller's life (bumped by a crash).
+    pub life: u32,
+    /// The call.
+    pub call: u64,
+    /// The attempt within the call.
+    pub attempt: u32,
+}
+
+/// A store request being handled: who asked and how to answer.
+#[derive(Debug, Clone)]
+pub(crate) struct Pending {
+    /// The caller.
+    pub call: CallRef,
+    /// The request.
+    pub req: StoreReq,
+    /// Forwarded by another replica (never forwarded again).
+    pub forwarded: bool,
+    /// The replica that forwarded it and its forward id (answers go back
+    /// through it).
+    pub via: Option<(usize, u64)>,
+}
+
+/// One Raft log entry.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    /// Unique id (identity across replicas).
+    pub id: u64,
+    /// The term of the leader that appended it.
+    pub term: u64,
+    /// The command; `None` for a new leader's blank entry.
+    pub cmd: Option<Command>,
+}
+
+/// Entries are shared between the logs that hold them.
+pub(crate) type EntryRef = Rc<Entry>;
+
+/// AppendEntries: the leader's log (its committed prefix length and its
+/// tail), its commit index; also the heartbeat and a barrier's probe.
+#[derive(Debug)]
+pub(crate) struct Append {
+    /// Leader's term.
+    pub term: u64,
+    /// Leader.
+    pub leader: usize,
+    /// The committed prefix length the leader's log starts with.
+    pub base: usize,
+    /// The rest of the leader's log.
+    pub tail: Vec<EntryRef>,
+    /// Leader's commit index.
+    pub commit: usize,
+    /// The barrier this probe is for, if any.
+    pub probe: Option<u64>,
+}
+
+/// The answer to an [`Append`].
+#[derive(Debug)]
+pub(crate) struct Ack {
+    /// The follower's term.
+    pub term: u64,
+    /// The follower.
+    pub from: usize,
+    /// Accepted (same term).
+    pub ok: bool,
+    /// The follower's log length.
+    pub len: usize,
+    /// The barrier probed, if any.
+    pub probe: Option<u64>,
+}
+
+/// Store traffic.
+#[derive(Debug)]
+pub(crate) enum StoreMsg {
+    /// A request (from an AllocSvr or the operator, or forwarded).
+    Req(Pending),
+    /// An answer; `relay`: the receiver is the forwarding replica (with
+    /// its forward id), not the caller.
+    Resp {
+        /// The call answered.
+        call: CallRef,
+        /// The answer.
+        resp: StoreResp,
+        /// Forward id at the receiving replica, if it is one.
+        relay: Option<u64>,
+    },
+    /// Raft AppendEntries (also the heartbeat and the barrier's probe).
+    Append(Append),
+    /// Its answer.
+    Ack(Ack),
+}
+
+/// Which attempt of which client call a message belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OpRef {
+    /// The client.
+    pub client: usize,
+    /// The call.
+    pub op: u64,
+    /// The attempt.
+    pub attempt: u32,
+}
+
+/// Why an AllocSvr handed out nothing (the retryable errors of the API).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// `NOT_OWNER`.
+    NotOwner(SectionId),
+    /// `LEASE_EXPIRED`.
+    LeaseExpired,
+    /// This process was replaced or fenced (`STALE_INCARNATION`).
+    Fenced,
+    /// `CEILING_EXHAUSTED` after waiting.
+    Exhausted(SectionId),
+    /// Not serving yet (connection refused).
+    Unavailable,
+}
+
+/// What a client asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Ask {
+    /// `Next` (one uid) or `NextBatch` (uids of one section).
+    Next(Vec<u64>),
+    /// `Current` of one uid.
+    Current(u64),
+}
+
+impl Ask {
+    /// The uids asked about.
+    pub(crate) fn uids(&self) -> Vec<u64> {
+        match self {
+            Ask::Next(u) => u.clone(),
+            Ask::Current(u) => vec![*u],
+        }
+    }
+}
+
+/// Client ↔ AllocSvr traffic.
+#[derive(Debug)]
+pub(crate) enum ClientMsg {
+    /// A request.
+    Req {
+        /// The attempt.
+        op: OpRef,
+        /// What it asks.
+        ask: Ask,
+    },
+    /// The answer.
+    Resp {
+        /// The attempt.
+        op: OpRef,
+        /// One number per uid (the current value for `Current`), or why not.
+        result: Result<Vec<u64>, Refusal>,
+        /// The AllocSvr's route table, with `NOT_OWNER`/`LEASE_EXPIRED`.
+        routes: Option<RouteView>,
+        /// The AllocSvr's route version (every reply carries it).
+        version: u64,
+    },
+}
+
+/// AllocSvr peer-plane traffic: adopts (genuine or forged).
+#[derive(Debug)]
+pub(crate) enum PeerMsg {
+    /// `AllocPeer.Adopt`: "`section` was handed to you at `epoch`". The
+    /// grant travels too: only the `adopt_unchecked` knob installs it.
+    Adopt {
+        /// The adopt's id (its answer names it).
+        id: u64,
+        /// The grant as the sender knows it.
+        grant: Grant,
+    },
+    /// The answer: sections installed, or why not.
+    AdoptResp {
+        /// The adopt answered.
+        id: u64,
+        /// Installed count, or the refusal.
+        result: Result<u32, String>,
+    },
+}
+
+/// AllocSvr admin-plane traffic.
+#[derive(Debug)]
+pub(crate) enum AdminMsg {
+    /// `AllocAdmin.Handoff`: hand each section to the AllocSvr named.
+    Handoff {
+        /// The moves, in order.
+        moves: Vec<(SectionId, AllocId)>,
+        /// What the network does to their adopts (a fault's choice).
+        fate: AdoptFate,
+    },
+}
+
+/// A message in flight.
+#[derive(Debug)]
+pub(crate) enum Msg {
+    /// Store API and Raft traffic.
+    Store(StoreMsg),
+    /// Client ↔ AllocSvr traffic.
+    Client(ClientMsg),
+    /// AllocSvr ↔ AllocSvr traffic.
+    Peer(PeerMsg),
+    /// Operator → AllocSvr traffic.
+    Admin(AdminMsg),
+}
+
+/// A store client's timer (hedge, back-off, deadline) for call `call`;
+/// `gen` guards against stale ones.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LinkTimer {
+    /// The call.
+    pub call: u64,
+    /// The call's timer generation when set.
+    pub gen: u64,
+}
+
+/// A replica's timers.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum RTimer {
+    /// Heartbeats, election timeout, arbiter tick, expiries (the
+    /// generation guards against a second chain of ticks).
+    Tick(u64),
+    /// The pause (SIGSTOP) ends.
+    Resume,
+}
+
+/// What reaches a replica while it is paused (handled on resume).
+#[derive(Debug)]
+pub(crate) enum ReplicaInput {
+    /// A message and its sender.
+    Msg(Node, StoreMsg),
+}
+
+/// An admitted client request: what it asks, and the numbers handed out
+/// so far.
+#[derive(Debug)]
+pub(crate) struct Work {
+    /// The client's call.
+    pub op: OpRef,
+    /// What it asks.
+    pub ask: Ask,
+    /// Numbers handed out so far (a batch stopped by an exhausted section).
+    pub out: Vec<u64>,
+    /// Give up waiting at this time (set when it first has to wait).
+    pub deadline: Option<Time>,
+}
+
+/// An AllocSvr process's timers and deferred work.
+#[derive(Debug)]
+pub(crate) enum ATimer {
+    /// Time to renew (the generation guards against stale timers).
+    Renew(u64),
+    /// A store call's timer.
+    Link(LinkTimer),
+    /// Failed raises go back in the queue.
+    RaiseRetry,
+    /// The compare-and-swap (or read) of an admitted request.
+    Serve(Work),
+    /// A request waiting on an exhausted section gives up.
+    WaitDeadline(u64),
+    /// Time to re-read the route table (the generation guards against
+    /// stale timers).
+    RoutePoll(u64),
+    /// Start-up retries registration.
+    RegisterRetry,
+    /// Start-up retries its route read.
+    RoutesRetry,
+    /// The pause (SIGSTOP) ends.
+    Resume,
+    /// The drops of a renewal, a moment after its lease extension (the
+    /// `lease_before_drop` knob).
+    DropLater(Vec<SectionId>),
+    /// A renewal's claims start (after its lease extension).
+    Claims,
+    /// A handoff's adopt got no answer in time.
+    AdoptTimeout(u64),
+}
+
+/// What reaches an AllocSvr process: a message or one of its own timers.
+#[derive(Debug)]
+pub(crate) enum AllocInput {
+    /// A message and its sender.
+    Msg(Node, Msg),
+    /// A timer or deferred piece of work.
+    Timer(ATimer),
+}
+
+/// A client's timers.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum CTimer {
+    /// Start the next call.
+    Issue,
+    /// An attempt got no answer in time.
+    Timeout {
+        /// The call.
+        op: u64,
+        /// The attempt.
+        attempt: u32,
+    },
+    /// Retry the current call (after a short back-off).
+    Retry(u64),
+    /// Re-read the route table.
+    Refresh,
+}
+
+/// Something that happens at a virtual time.
+#[derive(Debug)]
+pub(crate) enum Ev {
+    /// A message arrives (if its link is still up and its target alive).
+    Deliver {
+        /// Sender.
+        from: Node,
+        /// Receiver.
+        to: Node,
+        /// The message.
+        msg: Msg,
+    },
+    /// A store replica's timer (ignored if the replica restarted since).
+    Replica {
+        /// Which replica.
+        r: usize,
+        /// The life that set it.
+        life: u32,
+        /// What it is for.
+        t: RTimer,
+    },
+    /// An input a replica queued while paused, handled after it resumed.
+    ReplicaResumed {
+        /// Which replica.
+        r: usize,
+        /// The life that queued it.
+        life: u32,
+        /// The input.
+        input: ReplicaInput,
+    },
+    /// An AllocSvr process's timer or deferred work (ignored after a crash).
+    Alloc {
+        /// Which process slot.
+        p: Slot,
+        /// The life that set it.
+        life: u32,
+        /// What it is for.
+        t: ATimer,
+    },
+    /// An input a process queued while paused, handled after it resumed.
+    Resumed {
+        /// Which process slot.
+        p: Slot,
+        /// The life that queued it.
+        life: u32,
+        /// The input.
+        input: AllocInput,
+    },
+    /// A client's timer.
+    Client {
+        /// Which client.
+        c: usize,
+        /// What it is for.
+        t: CTimer,
+    },
+    /// The operator's store client's timer.
+    Operator(LinkTimer),
+    /// The `i`-th fault of the schedule.
+    Fault(usize),
+}

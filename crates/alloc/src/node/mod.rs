@@ -1,0 +1,372 @@
+//! A running AllocSvr: configuration, start-up, lease renewal, serving.
+//!
+//! Memory is never trusted (promise 1). Every process start draws a fresh
+//! [`Incarnation`] and registers it with the store together with its three
+//! addresses; the store admits one incarnation per AllocSvr id, so a second
+//! process with the same id (a copied config, a replacement started while
+//! the old one is only partitioned) is refused as a *twin* and waits,
+//! serving nothing, until the first one's lease has certainly ended
+//! (promise 3). Then the node renews its lease; each granted renewal lists
+//! the sections routed to it, and the node claims the ones it does not
+//! serve with a take-over, which returns where every uid starts (skip
+//! ahead). Sections no longer listed are dropped before the lease is
+//! extended ([`reconcile`]).
+//!
+//! The lease is counted from when the renewal was *sent*, on this process's
+//! monotonic clock, so it always ends before the store's view of it; when
+//! it runs out the services answer `LEASE_EXPIRED` until a renewal is
+//! granted again (promise 3). If the store says this incarnation was
+//! replaced or fenced, the node drops everything, stops renewing and
+//! answers every call `UNAVAILABLE` until it is restarted. A route loop
+//! publishes the route table for clients and asks for an early renewal
+//! when it sees a section newly routed here.
+//!
+//! See `docs/architecture/alloc.md` and `docs/architecture/failover.md`.
+//!
+//! # Layout
+//! - `config`: [`AllocNodeConfig`], its defaults and validation;
+//! - `registration`: the incarnation drawn at start, its registration,
+//!   the first route read;
+//! - this file: the listeners, start-up, shutdown, serving the planes;
+//! - `renewal`: the renewal loop (reconcile, extend the lease, claim);
+//! - `routes`: the route loop.
+//!
+//! [`reconcile`]: crate::ownership::reconcile
+
+mod config;
+mod registration;
+mod renewal;
+mod routes;
+
+pub use config::*;
+pub use registration::fresh_incarnation;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use seqsvr_core::{Incarnation, SectionId};
+use seqsvr_net::calls::{CallMetrics, CallMetricsLayer};
+use seqsvr_net::Plane;
+use seqsvr_proto::alloc_admin_server::AllocAdminServer;
+use seqsvr_proto::alloc_peer_server::AllocPeerServer;
+use seqsvr_proto::alloc_server::AllocServer;
+use seqsvr_proto::{self as pb};
+use seqsvr_store_api::client::Connector;
+use seqsvr_store_api::{AllocAddrs, PeerClient};
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+
+use crate::allocator::{AllocConfig, Allocator};
+use crate::error::NodeError;
+use crate::lease::Lease;
+use crate::raiser::{Raiser, RaiserConfig};
+use crate::service::{AdminService, ClientService, PeerService};
+use crate::shared::{Ownership, Shared};
+use crate::store_link::StoreCeilings;
+
+use registration::{read_routes, register};
+use renewal::{renew_loop, renew_once};
+use routes::route_loop;
+
+/// The three listeners of an AllocSvr, bound by the caller (so tests can
+/// bind port 0 and learn the ports first).
+#[derive(Debug)]
+pub struct AllocListeners {
+    /// Client plane (`Alloc`).
+    pub client: TcpListener,
+    /// Peer plane (`AllocPeer`).
+    pub peer: TcpListener,
+    /// Admin plane (`AllocAdmin`).
+    pub admin: TcpListener,
+    /// Prometheus metrics, if served.
+    pub metrics: Option<TcpListener>,
+}
+
+impl AllocListeners {
+    /// Binds each plane's listen address (or its advertised address).
+    pub async fn bind(cfg: &AllocNodeConfig) -> std::io::Result<AllocListeners> {
+        let bind = |plane| {
+            let addr = cfg.listen_addr(plane).to_string();
+            async move {
+                TcpListener::bind(&addr).await.map_err(|e| {
+                    std::io::Error::new(
+                        e.kind(),
+                        format!("binding the {plane} plane on {addr}: {e}"),
+                    )
+                })
+            }
+        };
+        Ok(AllocListeners {
+            client: bind(Plane::Client).await?,
+            peer: bind(Plane::Peer).await?,
+            admin: bind(Plane::Admin).await?,
+            metrics: match &cfg.metrics_addr {
+                Some(a) => Some(TcpListener::bind(a).await.map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("binding metrics on {a}: {e}"))
+                })?),
+                None => None,
+            },
+        })
+    }
+}
+
+/// A running AllocSvr.
+pub struct AllocNode {
+    /// State shared with the gRPC services.
+    pub shared: Arc<Shared>,
+    /// The client-plane address actually bound.
+    pub local_addr: SocketAddr,
+    /// The peer-plane address actually bound.
+    pub peer_local_addr: SocketAddr,
+    /// The admin-plane address actually bound.
+    pub admin_local_addr: SocketAddr,
+    /// Tells the servers to stop.
+    stop: watch::Sender<bool>,
+    /// Servers, raiser, renewal and route tasks.
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for AllocNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AllocNode")
+            .field("id", &self.shared.id)
+            .field("incarnation", &self.shared.incarnation())
+            .field("local_addr", &self.local_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the background tasks share.
+struct Ctx {
+    shared: Arc<Shared>,
+    /// Claims sections (take-over) for this node.
+    raiser: Raiser<StoreCeilings>,
+    /// Renewals: deadline `renew_ms`, a replica silent for a quarter of it
+    /// is not waited for (a gray failure must not cost the lease).
+    renewer: PeerClient,
+    /// Route reads.
+    reader: PeerClient,
+    /// The section list of the last renewal that carried one, and its
+    /// `sections_version`: renewals send the version and get the list only
+    /// when it changed.
+    listed: Mutex<(u64, Vec<SectionId>)>,
+    renew_every: Duration,
+}
+
+/// How other seqsvr processes are dialed: through the project's one client
+/// transport, with TLS if configured.
+fn connector(tls: Option<seqsvr_net::ClientTls>) -> Connector {
+    Arc::new(move |addr: &str| {
+        seqsvr_net::client::channel(addr, tls.as_ref(), Duration::from_millis(500))
+            .map_err(|e| e.to_string())
+    })
+}
+
+impl AllocNode {
+    /// Sets up the three planes on `listeners`, registers a fresh
+    /// incarnation with the store (waiting, without serving, while a twin
+    /// holds the id or the store is unreachable), renews its lease, claims
+    /// its sections and serves.
+    ///
+    /// Fails at once on a configuration, TLS or listener mistake, and on a
+    /// registration the store refuses for good (other than a twin).
+    pub async fn start(
+        cfg: AllocNodeConfig,
+        listeners: AllocListeners,
+    ) -> Result<AllocNode, NodeError> {
+        cfg.validate()?;
+        let limits = cfg.limits.clone().unwrap_or_default();
+        let (server_tls, client_tls) = match &cfg.tls {
+            Some(t) => {
+                let per_plane = [
+                    t.server(Plane::Client)?,
+                    t.server(Plane::Peer)?,
+                    t.server(Plane::Admin)?,
+                ];
+                (Some(per_plane), Some(t.client()?))
+            }
+            None => (None, None),
+        };
+        let tls_for = |i: usize| server_tls.as_ref().map(|t| &t[i]);
+        let listen = |tcp, plane, i| {
+            seqsvr_net::server::listener(tcp, plane, limits.get(plane), tls_for(i), cfg.insecure)
+        };
+        let client_l = listen(listeners.client, Plane::Client, 0)?;
+        let peer_l = listen(listeners.peer, Plane::Peer, 1)?;
+        let admin_l = listen(listeners.admin, Plane::Admin, 2)?;
+
+        let store = PeerClient::new(&cfg.store, &connector(client_tls.clone()))?;
+        let renew_every = Duration::from_millis(cfg.renew_ms);
+        let renewer = store.clone().with_deadline(renew_every, renew_every / 4);
+        let slow = renew_every.max(Duration::from_millis(1000));
+        let reader = store.clone().with_deadline(slow, slow / 4);
+        let incarnation = fresh_incarnation();
+        let addrs = AllocAddrs {
+            client: cfg.addr.clone(),
+            peer: cfg.peer_addr.clone(),
+            admin: cfg.admin_addr.clone(),
+        };
+        register(&reader, &cfg.id, incarnation, &addrs, renew_every).await?;
+        let routes = read_routes(&reader).await;
+        let alloc_cfg = AllocConfig {
+            raise_ahead_fraction: cfg.raise_ahead_fraction,
+        };
+        let alloc = Arc::new(Allocator::with_incarnation(
+            routes.set.clone(),
+            &alloc_cfg,
+            incarnation,
+        )?);
+        let shared = Arc::new(Shared {
+            alloc: alloc.clone(),
+            route_version: AtomicU64::new(routes.version),
+            routes: RwLock::new(Arc::new(pb::RouteTable::from(&routes))),
+            wait: Duration::from_millis(cfg.wait_ms),
+            lease: Lease::new(Instant::now()),
+            draining: AtomicBool::new(false),
+            fenced: AtomicBool::new(false),
+            id: cfg.id.clone(),
+            addrs,
+            store: store.clone(),
+            client_tls,
+            ownership: Mutex::new(Ownership::default()),
+            peers: Default::default(),
+            metrics: crate::metrics::AllocMetrics::new(&cfg.id)?,
+            renew_now: Notify::new(),
+        });
+        let ceilings = Arc::new(StoreCeilings {
+            store: reader.clone(),
+            alloc: cfg.id.clone(),
+            metrics: shared.metrics.clone(),
+        });
+        let ctx = Arc::new(Ctx {
+            shared: shared.clone(),
+            raiser: Raiser::new(alloc.clone(), ceilings.clone(), RaiserConfig::default()),
+            renewer,
+            reader,
+            listed: Mutex::new((0, Vec::new())),
+            renew_every,
+        });
+        // A first lease and our sections before serving anything.
+        renew_once(&ctx).await;
+
+        let local_addr = client_l.local_addr();
+        let peer_local_addr = peer_l.local_addr();
+        let admin_local_addr = admin_l.local_addr();
+        let (stop, _) = watch::channel(false);
+        let stopped = |stop: &watch::Sender<bool>| {
+            let mut rx = stop.subscribe();
+            async move {
+                let _ = rx.wait_for(|s| *s).await;
+            }
+        };
+        let calls = |plane: Plane, paths: &[&str]| {
+            CallMetrics::register(&shared.metrics.registry, plane.name(), paths)
+                .map(CallMetricsLayer)
+        };
+        let client_router = client_l
+            .server()
+            .layer(calls(Plane::Client, CLIENT_PATHS)?)
+            .add_service(AllocServer::new(ClientService {
+                shared: shared.clone(),
+            }));
+        let peer_router = peer_l
+            .server()
+            .layer(calls(Plane::Peer, PEER_PATHS)?)
+            .add_service(AllocPeerServer::new(PeerService {
+                shared: shared.clone(),
+                auth: peer_l.auth(),
+            }));
+        let admin_router = admin_l
+            .server()
+            .layer(calls(Plane::Admin, ADMIN_PATHS)?)
+            .add_service(AllocAdminServer::new(AdminService {
+                shared: shared.clone(),
+                auth: admin_l.auth(),
+            }));
+        let raiser = Raiser::new(alloc.clone(), ceilings, RaiserConfig::default());
+        let poll = Duration::from_millis(cfg.route_poll_ms);
+        let mut tasks = vec![
+            tokio::spawn(serve(
+                Plane::Client,
+                client_l.serve(client_router, stopped(&stop)),
+            )),
+            tokio::spawn(serve(
+                Plane::Peer,
+                peer_l.serve(peer_router, stopped(&stop)),
+            )),
+            tokio::spawn(serve(
+                Plane::Admin,
+                admin_l.serve(admin_router, stopped(&stop)),
+            )),
+            tokio::spawn(renew_loop(ctx.clone())),
+            tokio::spawn(route_loop(ctx, poll)),
+            tokio::spawn(raiser.run(stopped(&stop))),
+        ];
+        if let Some(tcp) = listeners.metrics {
+            let s = shared.clone();
+            let render: seqsvr_net::metrics::Render = Arc::new(move || s.render_metrics());
+            let insecure = cfg.insecure;
+            tasks.push(tokio::spawn(async move {
+                if let Err(e) = seqsvr_net::metrics::serve(tcp, render, insecure).await {
+                    tracing::error!("metrics listener: {e}");
+                }
+            }));
+        }
+        tracing::info!(
+            id = %cfg.id,
+            incarnation = %format_args!("{incarnation:x}"),
+            %local_addr,
+            %peer_local_addr,
+            %admin_local_addr,
+            sections = alloc.served_sections().len(),
+            "alloc started"
+        );
+        Ok(AllocNode {
+            shared,
+            local_addr,
+            peer_local_addr,
+            admin_local_addr,
+            stop,
+            tasks,
+        })
+    }
+
+    /// This process's incarnation.
+    pub fn incarnation(&self) -> Incarnation {
+        self.shared.incarnation()
+    }
+
+    /// Stops serving: the servers stop accepting, background tasks end.
+    pub fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// The methods each plane serves, for per-call metrics.
+const CLIENT_PATHS: &[&str] = &[
+    "/seqsvr.v1.Alloc/Next",
+    "/seqsvr.v1.Alloc/NextBatch",
+    "/seqsvr.v1.Alloc/Current",
+    "/seqsvr.v1.Alloc/Routes",
+    "/seqsvr.v1.Alloc/Status",
+];
+
+const PEER_PATHS: &[&str] = &["/seqsvr.v1.AllocPeer/Adopt"];
+
+const ADMIN_PATHS: &[&str] = &[
+    "/seqsvr.v1.AllocAdmin/Handoff",
+    "/seqsvr.v1.AllocAdmin/Status",
+];
+
+/// Serves one plane until stopped; logs why it stopped otherwise.
+async fn serve(plane: Plane, serving: impl std::future::Future<Output = seqsvr_net::Result<()>>) {
+    if let Err(e) = serving.await {
+        tracing::error!(%plane, "alloc server stopped: {e}");
+    }
+}

@@ -1,0 +1,377 @@
+//! A fake store speaking the store's peer plane with its semantics:
+//! registered incarnations and twins, fenced renewals, take-overs with
+//! known epochs and prepared grants, one-step raises fenced by owner,
+//! incarnation and epoch, conditional handoffs, linearizable reads; with
+//! faults a test can switch on (refused or lost handoff replies, renewals
+//! that fail, twins replaced).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use seqsvr_core::{Grant, RouteTable, SectionId, SetSpec};
+use seqsvr_proto::store_peer_server::{StorePeer, StorePeerServer};
+use seqsvr_proto::{self as pb};
+use seqsvr_store_api::{Error, Rejection};
+use tokio::net::TcpListener;
+use tonic::{Request, Response, Status};
+
+pub const SECTIONS: u32 = 4;
+pub const SECTION_SIZE: u64 = 10;
+pub const STEP: u64 = 100;
+
+pub fn spec() -> SetSpec {
+    SetSpec {
+        set_id: 0,
+        uid_begin: 0,
+        uid_end: SECTION_SIZE * SECTIONS as u64,
+        section_size: SECTION_SIZE,
+        step: STEP,
+    }
+}
+
+/// A section as the fake store keeps it.
+#[derive(Debug, Clone, Default)]
+pub struct Rec {
+    pub owner: Option<String>,
+    pub incarnation: u64,
+    pub epoch: u64,
+    pub start: u64,
+    pub max_seq: u64,
+}
+
+/// A registered AllocSvr.
+#[derive(Debug, Clone)]
+pub struct AllocRec {
+    pub incarnation: u64,
+    pub addr: String,
+    pub peer_addr: String,
+    pub fenced: bool,
+}
+
+/// How the fake store answers a handoff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandoffFault {
+    None,
+    /// Refused, nothing changed.
+    Refuse,
+    /// Applied, but the reply is lost (retryable error).
+    LoseReply,
+}
+
+#[derive(Debug)]
+pub struct State {
+    pub sections: Vec<Rec>,
+    pub allocs: BTreeMap<String, AllocRec>,
+    pub route_version: u64,
+    pub lease_ms: u64,
+    pub handoff_fault: HandoffFault,
+    /// Renewals fail (no leader) while set.
+    pub renew_down: bool,
+    /// A registration may replace a live incarnation (its lease ended).
+    pub replace_twins: bool,
+}
+
+#[derive(Clone)]
+pub struct FakeStore(pub Arc<Mutex<State>>);
+
+pub type Answer<T> = Result<Response<T>, Status>;
+
+pub fn refuse<T>(r: Rejection) -> Answer<T> {
+    Err(Error::Rejected(r).to_status())
+}
+
+impl FakeStore {
+    pub fn new(owner: &str, lease_ms: u64) -> Self {
+        let sections = (0..SECTIONS)
+            .map(|_| Rec {
+                owner: Some(owner.to_string()),
+                ..Rec::default()
+            })
+            .collect();
+        FakeStore(Arc::new(Mutex::new(State {
+            sections,
+            allocs: BTreeMap::new(),
+            route_version: 1,
+            lease_ms,
+            handoff_fault: HandoffFault::None,
+            renew_down: false,
+            replace_twins: false,
+        })))
+    }
+
+    pub fn st(&self) -> std::sync::MutexGuard<'_, State> {
+        self.0.lock().unwrap()
+    }
+
+    pub fn section(&self, s: SectionId) -> Rec {
+        self.st().sections[s as usize].clone()
+    }
+
+    pub fn check_incarnation(st: &State, alloc: &str, inc: u64) -> Result<(), Rejection> {
+        let rec = st
+            .allocs
+            .get(alloc)
+            .ok_or_else(|| Rejection::NotRegistered {
+                alloc: alloc.into(),
+            })?;
+        if rec.incarnation != inc || rec.fenced {
+            return Err(Rejection::StaleIncarnation {
+                alloc: alloc.into(),
+                given: inc,
+                current: if rec.fenced { 0 } else { rec.incarnation },
+            });
+        }
+        Ok(())
+    }
+
+    pub fn routes(st: &State) -> RouteTable {
+        RouteTable::from_owners(
+            st.route_version,
+            spec(),
+            st.sections.iter().map(|r| r.owner.as_ref()),
+            |id| {
+                st.allocs
+                    .get(id)
+                    .map(|a| a.addr.clone())
+                    .unwrap_or_default()
+            },
+        )
+    }
+
+    pub async fn serve(self) -> String {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let incoming = tonic::transport::server::TcpIncoming::from(l);
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(StorePeerServer::new(self))
+                .serve_with_incoming(incoming),
+        );
+        addr
+    }
+}
+
+/// A new epoch for `owner`'s `inc`, starting at the ceiling, one step up.
+pub fn begin(r: &mut Rec, owner: &str, inc: u64) {
+    r.epoch += 1;
+    r.owner = Some(owner.into());
+    r.incarnation = inc;
+    r.start = r.max_seq;
+    r.max_seq += STEP;
+}
+
+pub fn grant(r: &Rec, section: SectionId) -> Grant {
+    Grant {
+        section,
+        epoch: r.epoch,
+        prev_ceiling: r.start,
+        max_seq: r.max_seq,
+    }
+}
+
+#[tonic::async_trait]
+impl StorePeer for FakeStore {
+    async fn register_alloc(
+        &self,
+        req: Request<pb::RegisterAllocRequest>,
+    ) -> Answer<pb::RegisterAllocReply> {
+        let r = req.into_inner();
+        let mut st = self.st();
+        if let Some(live) = st.allocs.get(&r.alloc_id) {
+            if live.incarnation != r.incarnation && !live.fenced && !st.replace_twins {
+                return refuse(Rejection::Twin {
+                    alloc: r.alloc_id,
+                    live: live.incarnation,
+                    addr: live.addr.clone(),
+                });
+            }
+        }
+        st.allocs.insert(
+            r.alloc_id,
+            AllocRec {
+                incarnation: r.incarnation,
+                addr: r.addr,
+                peer_addr: r.peer_addr,
+                fenced: false,
+            },
+        );
+        Ok(Response::new(pb::RegisterAllocReply {
+            route_version: st.route_version,
+        }))
+    }
+
+    async fn renew(&self, req: Request<pb::RenewRequest>) -> Answer<pb::RenewReply> {
+        let r = req.into_inner();
+        let st = self.st();
+        if st.renew_down {
+            return Err(Error::NoLeader("injected".into()).to_status());
+        }
+        if let Err(e) = Self::check_incarnation(&st, &r.alloc_id, r.incarnation) {
+            return refuse(e);
+        }
+        let mut sections: Vec<pb::SectionRun> = Vec::new();
+        for (s, rec) in st.sections.iter().enumerate() {
+            if rec.owner.as_deref() != Some(r.alloc_id.as_str()) {
+                continue;
+            }
+            match sections.last_mut() {
+                Some(run) if run.first_section + run.count == s as u32 => run.count += 1,
+                _ => sections.push(pb::SectionRun {
+                    first_section: s as u32,
+                    count: 1,
+                }),
+            }
+        }
+        Ok(Response::new(pb::RenewReply {
+            lease_ms: st.lease_ms,
+            sections,
+            route_version: st.route_version,
+            draining: false,
+            sections_version: 0,
+            sections_unchanged: false,
+        }))
+    }
+
+    async fn take_over(&self, req: Request<pb::TakeOverRequest>) -> Answer<pb::TakeOverReply> {
+        let r = req.into_inner();
+        let mut st = self.st();
+        if let Err(e) = Self::check_incarnation(&st, &r.alloc_id, r.incarnation) {
+            return refuse(e);
+        }
+        let range = r.first_section..r.first_section + r.count;
+        if r.count == 0 || range.end > SECTIONS || r.known_epochs.len() != r.count as usize {
+            return refuse(Rejection::Invalid("bad range".into()));
+        }
+        for s in range.clone() {
+            let rec = &st.sections[s as usize];
+            if rec.owner.as_ref().is_some_and(|o| *o != r.alloc_id) {
+                return refuse(Rejection::OwnedElsewhere {
+                    section: s,
+                    owner: rec.owner.clone().unwrap_or_default(),
+                });
+            }
+        }
+        let mut grants = Vec::new();
+        for (s, k) in range.zip(r.known_epochs) {
+            let rec = &mut st.sections[s as usize];
+            let prepared = rec.owner.as_deref() == Some(r.alloc_id.as_str())
+                && rec.incarnation == r.incarnation
+                && rec.epoch > k;
+            if !prepared {
+                begin(rec, &r.alloc_id, r.incarnation);
+            }
+            grants.push(pb::SectionGrant::from(&grant(rec, s)));
+        }
+        Ok(Response::new(pb::TakeOverReply {
+            grants,
+            route_version: st.route_version,
+        }))
+    }
+
+    async fn raise(&self, req: Request<pb::RaiseRequest>) -> Answer<pb::RaiseReply> {
+        let r = req.into_inner();
+        let mut st = self.st();
+        if let Err(e) = Self::check_incarnation(&st, &r.alloc_id, r.incarnation) {
+            return refuse(e);
+        }
+        let rec = &mut st.sections[r.section as usize];
+        if rec.epoch != r.epoch
+            || rec.owner.as_deref() != Some(r.alloc_id.as_str())
+            || rec.incarnation != r.incarnation
+        {
+            return refuse(Rejection::StaleEpoch {
+                section: r.section,
+                given: r.epoch,
+                current: rec.epoch,
+            });
+        }
+        if r.to <= rec.max_seq {
+            return refuse(Rejection::NotAbove {
+                section: r.section,
+                to: r.to,
+                current: rec.max_seq,
+            });
+        }
+        if r.to - rec.max_seq > STEP {
+            return refuse(Rejection::TooLarge {
+                section: r.section,
+                to: r.to,
+                current: rec.max_seq,
+            });
+        }
+        rec.max_seq = r.to;
+        Ok(Response::new(pb::RaiseReply { max_seq: r.to }))
+    }
+
+    async fn handoff(&self, req: Request<pb::HandoffRequest>) -> Answer<pb::HandoffReply> {
+        let r = req.into_inner();
+        let mut st = self.st();
+        if let Err(e) = Self::check_incarnation(&st, &r.from_alloc, r.incarnation) {
+            return refuse(e);
+        }
+        if st.handoff_fault == HandoffFault::Refuse {
+            return refuse(Rejection::Invalid("injected refusal".into()));
+        }
+        let rec = &st.sections[r.section as usize];
+        if rec.owner.as_deref() != Some(r.from_alloc.as_str()) || rec.incarnation != r.incarnation {
+            return refuse(Rejection::OwnedElsewhere {
+                section: r.section,
+                owner: rec.owner.clone().unwrap_or_default(),
+            });
+        }
+        if rec.epoch != r.epoch {
+            return refuse(Rejection::StaleEpoch {
+                section: r.section,
+                given: r.epoch,
+                current: rec.epoch,
+            });
+        }
+        let Some(to) = st.allocs.get(&r.to_alloc).cloned() else {
+            return refuse(Rejection::NotRegistered { alloc: r.to_alloc });
+        };
+        let rec = &mut st.sections[r.section as usize];
+        begin(rec, &r.to_alloc, to.incarnation);
+        let g = grant(rec, r.section);
+        st.route_version += 1;
+        if st.handoff_fault == HandoffFault::LoseReply {
+            return Err(Error::NoLeader("reply lost".into()).to_status());
+        }
+        Ok(Response::new(pb::HandoffReply {
+            grant: Some(pb::SectionGrant::from(&g)),
+            route_version: st.route_version,
+            to_peer_addr: to.peer_addr,
+        }))
+    }
+
+    async fn read_sections(
+        &self,
+        req: Request<pb::ReadSectionsRequest>,
+    ) -> Answer<pb::ReadSectionsReply> {
+        let r = req.into_inner();
+        let st = self.st();
+        let sections = (r.first_section..r.first_section + r.count)
+            .filter_map(|s| {
+                let rec = st.sections.get(s as usize)?;
+                Some(pb::SectionState {
+                    section: s,
+                    max_seq: rec.max_seq,
+                    epoch: rec.epoch,
+                    owner: rec.owner.clone().unwrap_or_default(),
+                    incarnation: rec.incarnation,
+                    start: rec.start,
+                })
+            })
+            .collect();
+        Ok(Response::new(pb::ReadSectionsReply { sections }))
+    }
+
+    async fn get_routes(&self, _req: Request<pb::GetRoutesRequest>) -> Answer<pb::RouteTable> {
+        Ok(Response::new(pb::RouteTable::from(&Self::routes(
+            &self.st(),
+        ))))
+    }
+
+    async fn status(&self, _req: Request<pb::StatusRequest>) -> Answer<pb::StoreStatus> {
+        Err(Status::unimplemented("not in the fake"))
+    }
+}

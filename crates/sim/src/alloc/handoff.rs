@@ -1,0 +1,327 @@
+//! Handoffs (`handoff.rs`): the releasing side's moves (mark releasing,
+//! the store's conditional `Handoff`, the adopt, the read-back after a
+//! failure) and the receiving side's adopts (read, decide, install).
+
+use seqsvr_alloc::handoff::{
+    Released, ADOPT_CONNECT, ADOPT_READ_DEADLINE, ADOPT_TIMEOUT, CHECK_DEADLINE, HANDOFF_DEADLINE,
+    STORE_ATTEMPT,
+};
+use seqsvr_alloc::ownership::{
+    decide_adopt, decide_after_handoff, AdoptRefusal, Adoption, AfterHandoff,
+};
+
+use crate::env::{trace, Env};
+use crate::faults::AdoptFate;
+use crate::link::Timing;
+use crate::model::{slot_of_addr, ATimer, Msg, PeerMsg, Slot, StoreOk, StoreReq, StoreResp};
+use crate::net::Node;
+
+use super::{nanos, AdoptJob, Allocs, Move, Purpose};
+
+impl Allocs {
+    /// Starts job `job`'s next move (`handoff::move_section`), releasing
+    /// its section first; ends the job when none is left.
+    pub(super) fn next_move(&mut self, env: &mut Env, p: Slot, job: u64) {
+        loop {
+            let proc_ = &mut self.procs[p];
+            let Some(j) = proc_.jobs.get_mut(&job) else {
+                return;
+            };
+            let Some((section, to)) = j.moves.pop_front() else {
+                proc_.jobs.remove(&job);
+                return;
+            };
+            let Some(alloc) = proc_.alloc.as_ref() else {
+                continue;
+            };
+            // `release`: checks, then the releasing mark and the drop.
+            if to == proc_.id || proc_.releasing.contains_key(&section) {
+                trace!(env, "p{p} handoff of section {section} to {to} refused");
+                continue;
+            }
+            let Some(state) = alloc.section_state(section) else {
+                trace!(env, "p{p} handoff of section {section}: not served here");
+                continue;
+            };
+            if !alloc.drop_section_if_epoch(section, state.epoch) {
+                continue;
+            }
+            let released = Released {
+                epoch: state.epoch,
+                ceiling: state.ceiling,
+            };
+            proc_.releasing.insert(section, released);
+            let j = proc_.jobs.get_mut(&job).expect("the job");
+            j.moving = Some(Move {
+                section,
+                to: to.clone(),
+                released,
+                adopt: None,
+            });
+            trace!(
+                env,
+                "p{p} releases section {section} at epoch {} for {to}",
+                released.epoch
+            );
+            let req = StoreReq::Handoff {
+                from: proc_.id.clone(),
+                incarnation: proc_.incarnation,
+                to,
+                section,
+                epoch: released.epoch,
+            };
+            self.wake(env, p, section);
+            let t = Timing {
+                deadline: nanos(HANDOFF_DEADLINE),
+                attempt: nanos(STORE_ATTEMPT),
+                hedge: true,
+            };
+            return self.call(env, p, req, Purpose::Handoff { job }, t);
+        }
+    }
+
+    /// The store answered a move's handoff.
+    pub(super) fn handed_off(&mut self, env: &mut Env, p: Slot, job: u64, resp: StoreResp) {
+        let proc_ = &mut self.procs[p];
+        let Some(j) = proc_.jobs.get_mut(&job) else {
+            return;
+        };
+        let fate = j.fate;
+        let m = j.moving.as_mut().expect("a move");
+        match resp {
+            Ok(StoreOk::HandedOff { grant, to_addr }) => {
+                proc_.releasing.remove(&m.section);
+                trace!(
+                    env,
+                    "p{p} handed section {} to {} ({grant:?})",
+                    m.section,
+                    m.to
+                );
+                let id = env.fresh_id();
+                m.adopt = Some(id);
+                let msg = || Msg::Peer(PeerMsg::Adopt { id, grant });
+                if let Some(to) = slot_of_addr(&to_addr) {
+                    let (me, them) = (Node::Alloc(p), Node::Alloc(to));
+                    match fate {
+                        AdoptFate::Normal => env.send(me, them, msg()),
+                        AdoptFate::Lost => {}
+                        AdoptFate::Delayed(d) => env.send_later(d, me, them, msg()),
+                        AdoptFate::Duplicated(d) => {
+                            env.send(me, them, msg());
+                            env.send_later(d, me, them, msg());
+                        }
+                    }
+                }
+                let d = proc_.real(nanos(ADOPT_CONNECT + ADOPT_TIMEOUT));
+                self.after(env, p, d, ATimer::AdoptTimeout(id));
+            }
+            other => {
+                // Failed or unknown: read it back (`settle`).
+                trace!(
+                    env,
+                    "p{p} handoff of section {} failed: {other:?}",
+                    m.section
+                );
+                let req = StoreReq::Read { section: m.section };
+                let purpose = Purpose::Check { job };
+                let t = Timing {
+                    deadline: nanos(CHECK_DEADLINE),
+                    attempt: nanos(STORE_ATTEMPT),
+                    hedge: true,
+                };
+                self.call(env, p, req, purpose, t);
+            }
+        }
+    }
+
+    /// The read-back after a failed handoff: [`decide_after_handoff`]
+    /// (`settle`). Never serves the section again at the released epoch:
+    /// leaves it dropped, unmarks it, and asks for an early renewal
+    /// (`renew_now.notify_one()`), whose take-over claims it at a new epoch
+    /// if it is still ours, fencing any late copy of the handoff.
+    pub(super) fn checked(&mut self, env: &mut Env, p: Slot, job: u64, resp: StoreResp) {
+        let proc_ = &mut self.procs[p];
+        let Some(m) = proc_.jobs.get_mut(&job).and_then(|j| j.moving.take()) else {
+            return;
+        };
+        let what = match resp {
+            Ok(StoreOk::Section(info)) => {
+                match decide_after_handoff(&info, &proc_.id, proc_.incarnation, m.released.epoch) {
+                    AfterHandoff::Reclaim => {
+                        env.stats.reclaimed += 1;
+                        "still ours at the released epoch: left dropped for a take-over"
+                    }
+                    AfterHandoff::LeaveDropped { .. } => "moved on: left dropped",
+                }
+            }
+            _ => "not checked: left dropped",
+        };
+        trace!(env, "p{p} section {}: {what}", m.section);
+        proc_.releasing.remove(&m.section);
+        if !proc_.fenced {
+            if proc_.renewing {
+                proc_.renew_early = true;
+            } else {
+                self.renew_start(env, p);
+            }
+        }
+        self.wake(env, p, m.section);
+        self.raiser_kick(env, p);
+        self.next_move(env, p, job);
+    }
+
+    /// The new owner answered the adopt `id` (or did not in time): its
+    /// move is over.
+    pub(super) fn adopt_answered(
+        &mut self,
+        env: &mut Env,
+        p: Slot,
+        id: u64,
+        result: Result<u32, String>,
+    ) {
+        let proc_ = &mut self.procs[p];
+        let job = (proc_.jobs.iter())
+            .find(|(_, j)| j.moving.as_ref().is_some_and(|m| m.adopt == Some(id)))
+            .map(|(job, _)| *job);
+        let Some(job) = job else {
+            return;
+        };
+        let m = (proc_.jobs.get_mut(&job))
+            .and_then(|j| j.moving.take())
+            .expect("a move");
+        trace!(
+            env,
+            "p{p} adopt of section {} by {}: {result:?}",
+            m.section,
+            m.to
+        );
+        self.next_move(env, p, job);
+    }
+
+    /// An adopt arrives (`handoff::adopt`).
+    pub(super) fn adopt(
+        &mut self,
+        env: &mut Env,
+        p: Slot,
+        from: Node,
+        id: u64,
+        grant: seqsvr_core::Grant,
+    ) {
+        let now = env.now;
+        let proc_ = &mut self.procs[p];
+        let s = grant.section;
+        let refused = if !proc_.started {
+            Some("unavailable".to_string())
+        } else if !env.cfg.spec.has_section(s) {
+            Some(format!("section {s} is not in this set"))
+        } else if proc_.fenced || !proc_.lease_valid(now) {
+            Some("not admitted".to_string())
+        } else {
+            None
+        };
+        if let Some(why) = refused {
+            return self.adopt_reply(env, p, from, id, Err(why));
+        }
+        let alloc = proc_.allocator();
+        if alloc.known_epoch(s) >= grant.epoch {
+            return self.adopt_reply(env, p, from, id, Ok(0));
+        }
+        if env.cfg.knobs.adopt_unchecked {
+            let result = alloc
+                .install(&[grant])
+                .map(|n| n as u32)
+                .map_err(|e| e.to_string());
+            trace!(
+                env,
+                "p{p} installs an adopt unchecked: {grant:?} -> {result:?}"
+            );
+            self.wake(env, p, s);
+            return self.adopt_reply(env, p, from, id, result);
+        }
+        let job = env.fresh_id();
+        proc_.adopts.insert(
+            job,
+            AdoptJob {
+                id,
+                from,
+                section: s,
+                epoch: grant.epoch,
+                lapses_before: proc_.lapses,
+            },
+        );
+        let t = Timing {
+            deadline: nanos(ADOPT_READ_DEADLINE),
+            attempt: nanos(ADOPT_READ_DEADLINE / 3),
+            hedge: true,
+        };
+        self.call(
+            env,
+            p,
+            StoreReq::Read { section: s },
+            Purpose::AdoptRead { job },
+            t,
+        );
+    }
+
+    /// An adopt's store read came back: [`decide_adopt`], then install only
+    /// if the lease held all along.
+    pub(super) fn adopt_read(&mut self, env: &mut Env, p: Slot, job: u64, resp: StoreResp) {
+        let now = env.now;
+        let proc_ = &mut self.procs[p];
+        let Some(j) = proc_.adopts.remove(&job) else {
+            return;
+        };
+        let result = match resp {
+            Ok(StoreOk::Section(info)) => {
+                let alloc = proc_.allocator();
+                let installed = alloc.known_epoch(j.section);
+                match decide_adopt(&info, &proc_.id, proc_.incarnation, j.epoch, installed) {
+                    Err(e @ AdoptRefusal::NoRoom { .. }) => {
+                        let what = format!("p{p}: the store has no room for an adopt: {e}");
+                        env.monitor.violate(now, 0, what);
+                        Err(e.to_string())
+                    }
+                    Err(e) => Err(e.to_string()),
+                    // The store's answer may be stale if the lease lapsed
+                    // since before the read (promise 3).
+                    Ok(_) if !proc_.may_serve(now, j.lapses_before) => {
+                        Err("not admitted: the lease lapsed meanwhile".into())
+                    }
+                    Ok(Adoption::Install(g)) => alloc
+                        .install(&[g])
+                        .map(|n| n as u32)
+                        .map_err(|e| e.to_string()),
+                    Ok(Adoption::AlreadyInstalled { .. }) => Ok(0),
+                }
+            }
+            other => Err(format!("store read failed: {other:?}")),
+        };
+        trace!(
+            env,
+            "p{p} adopt of section {} at epoch {}: {result:?}",
+            j.section,
+            j.epoch
+        );
+        if matches!(result, Ok(n) if n > 0) {
+            self.wake(env, p, j.section);
+        }
+        self.adopt_reply(env, p, j.from, j.id, result);
+    }
+
+    pub(super) fn adopt_reply(
+        &mut self,
+        env: &mut Env,
+        p: Slot,
+        to: Node,
+        id: u64,
+        result: Result<u32, String>,
+    ) {
+        match &result {
+            Ok(n) if *n > 0 => env.stats.adopted += 1,
+            Ok(_) => {}
+            Err(_) => env.stats.adopts_refused += 1,
+        }
+        let m = Msg::Peer(PeerMsg::AdoptResp { id, result });
+        env.send(Node::Alloc(p), to, m);
+    }
+}

@@ -1,0 +1,292 @@
+//! Serving (`service.rs`): admitting a request (lease and fence checked
+//! when it starts), the allocation a few microseconds later, waits on
+//! exhausted sections, answers and refusals; and the raiser's rounds
+//! (`raiser.rs`), settled together.
+
+use seqsvr_alloc::{AllocError, RaiseRequest};
+use seqsvr_core::SectionId;
+use seqsvr_store::types::{Rejection, Reply};
+
+use crate::env::{trace, Env};
+use crate::model::{
+    ATimer, Ask, ClientMsg, Msg, OpRef, Refusal, Slot, StoreFail, StoreOk, StoreReq, StoreResp,
+    Work,
+};
+use crate::net::{Node, MS, SEC, US};
+
+use super::{reader, Allocs, Purpose, Round};
+
+impl Allocs {
+    /// A client request arrives: the lease is checked now, the numbers are
+    /// taken a little later (`service.rs`).
+    pub(super) fn admit(&mut self, env: &mut Env, p: Slot, op: OpRef, ask: Ask) {
+        let proc_ = &self.procs[p];
+        if !proc_.started {
+            return self.refuse(env, p, op, Refusal::Unavailable);
+        }
+        if proc_.fenced {
+            return self.refuse(env, p, op, Refusal::Fenced);
+        }
+        if !env.cfg.knobs.skip_lease_check && !proc_.lease_valid(env.now) {
+            env.stats.lease_expired += 1;
+            return self.refuse(env, p, op, Refusal::LeaseExpired);
+        }
+        let spec = &env.cfg.spec;
+        let mut sections: Vec<SectionId> = ask
+            .uids()
+            .iter()
+            .filter_map(|u| spec.section_of(*u))
+            .collect();
+        sections.dedup();
+        for s in sections {
+            self.check_exclusive(env, p, s);
+        }
+        if let Some(d) = self.procs[p].pause_on_admit.take() {
+            self.pause(env, p, d);
+        }
+        let d = env.rng.range(2 * US, 40 * US);
+        let work = Work {
+            op,
+            ask,
+            out: Vec::new(),
+            deadline: None,
+        };
+        self.after(env, p, d, ATimer::Serve(work));
+    }
+
+    /// Promise 3: when `p` admits a request for `s` that it serves, no
+    /// other process may serve `s` at this instant.
+    pub(super) fn check_exclusive(&self, env: &mut Env, p: Slot, s: SectionId) {
+        if !self.procs[p]
+            .alloc
+            .as_ref()
+            .is_some_and(|x| x.is_serving(s))
+        {
+            return;
+        }
+        for (q, other) in self.procs.iter().enumerate() {
+            if q != p && other.serves(s, env.now) {
+                let what = format!(
+                    "p{p} ({}) admits a request for section {s} while p{q} ({}) also serves it (lease valid, section installed)",
+                    self.procs[p].id, other.id
+                );
+                env.monitor.violate(env.now, 3, what);
+            }
+        }
+    }
+
+    /// The compare-and-swap part of a request (and its retries after a
+    /// raise landed), or the read of `Current`.
+    pub(super) fn serve(&mut self, env: &mut Env, p: Slot, mut work: Work) {
+        let Some(alloc) = self.procs[p].alloc.as_ref() else {
+            return;
+        };
+        let uids = match &work.ask {
+            Ask::Current(uid) => {
+                let result = match alloc.current(*uid) {
+                    Ok(v) => Ok(vec![v]),
+                    Err(AllocError::NotOwner { section }) => Err(Refusal::NotOwner(section)),
+                    Err(e) => panic!("model bug: unexpected allocator error {e}"),
+                };
+                return match result {
+                    Ok(v) => self.answer(env, p, work.op, v),
+                    Err(why) => self.refuse(env, p, work.op, why),
+                };
+            }
+            Ask::Next(uids) => uids.clone(),
+        };
+        let done = work.out.len();
+        let res = alloc.next_batch(&uids[done..], &mut work.out);
+        let new: Vec<(u64, u64)> = uids[done..]
+            .iter()
+            .zip(&work.out[done..])
+            .map(|(u, v)| (*u, *v))
+            .collect();
+        for (uid, v) in new {
+            self.handed_out(env, p, uid, v);
+        }
+        match res {
+            Ok(()) => {
+                let out = std::mem::take(&mut work.out);
+                self.answer(env, p, work.op, out);
+            }
+            Err(AllocError::Exhausted { section }) => {
+                let id = env.fresh_id();
+                let left = match work.deadline {
+                    None => {
+                        let d = self.procs[p].real(env.cfg.wait);
+                        work.deadline = Some(env.now + d);
+                        d
+                    }
+                    Some(t) => t.saturating_sub(env.now),
+                };
+                self.after(env, p, left, ATimer::WaitDeadline(id));
+                self.procs[p].waiting.insert(id, (section, work));
+            }
+            Err(AllocError::NotOwner { section }) => {
+                self.refuse(env, p, work.op, Refusal::NotOwner(section))
+            }
+            Err(e) => panic!("model bug: unexpected allocator error {e}"),
+        }
+        self.raiser_kick(env, p);
+    }
+
+    pub(super) fn answer(&mut self, env: &mut Env, p: Slot, op: OpRef, out: Vec<u64>) {
+        let m = ClientMsg::Resp {
+            op,
+            result: Ok(out),
+            routes: None,
+            version: self.procs[p].routes.version,
+        };
+        env.send(Node::Alloc(p), Node::Client(op.client), Msg::Client(m));
+    }
+
+    /// Wakes requests waiting on `s` (its ceiling or ownership changed).
+    pub(super) fn wake(&mut self, env: &mut Env, p: Slot, s: SectionId) {
+        let ids: Vec<u64> = (self.procs[p].waiting.iter())
+            .filter(|(_, (ws, _))| *ws == s)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            if let Some((_, work)) = self.procs[p].waiting.remove(&id) {
+                self.serve(env, p, work);
+            }
+        }
+    }
+
+    pub(super) fn handed_out(&mut self, env: &mut Env, p: Slot, uid: u64, v: u64) {
+        env.stats.handed_out += 1;
+        let s = env.cfg.spec.section_of(uid).expect("uid in set");
+        let epoch = (self.procs[p].alloc.as_ref())
+            .and_then(|x| x.section_state(s))
+            .map_or(0, |st| st.epoch);
+        let ceiling = env.truth.sections[s as usize].max_seq;
+        env.monitor.on_handout(env.now, p, s, epoch, v, ceiling);
+    }
+
+    /// Answers a client with an error (and the route table, for the errors
+    /// that carry one).
+    pub(super) fn refuse(&mut self, env: &mut Env, p: Slot, op: OpRef, why: Refusal) {
+        trace!(env, "p{p} refuses c{}'s call: {why:?}", op.client);
+        let proc_ = &self.procs[p];
+        let routes = match why {
+            Refusal::NotOwner(_) | Refusal::LeaseExpired | Refusal::Fenced => {
+                Some(proc_.routes.clone())
+            }
+            _ => None,
+        };
+        let m = ClientMsg::Resp {
+            op,
+            result: Err(why),
+            routes,
+            version: proc_.routes.version,
+        };
+        env.send(Node::Alloc(p), Node::Client(op.client), Msg::Client(m));
+    }
+
+    /// Starts a round if none is running and raises are queued.
+    pub(super) fn raiser_kick(&mut self, env: &mut Env, p: Slot) {
+        let proc_ = &mut self.procs[p];
+        if proc_.round.is_some() {
+            return;
+        }
+        let Some(alloc) = proc_.alloc.as_ref() else {
+            return;
+        };
+        let reqs = alloc.take_raise_requests();
+        if reqs.is_empty() {
+            return;
+        }
+        proc_.round = Some(Round {
+            outstanding: reqs.len(),
+            answers: Vec::new(),
+        });
+        for r in reqs {
+            let proc_ = &self.procs[p];
+            let req = StoreReq::Raise {
+                alloc: proc_.id.clone(),
+                incarnation: proc_.incarnation,
+                section: r.section,
+                epoch: r.epoch,
+                to: r.to,
+            };
+            let t = reader(env.cfg.renew_every);
+            self.call(env, p, req, Purpose::Raise(r), t);
+        }
+    }
+
+    pub(super) fn raise_answered(
+        &mut self,
+        env: &mut Env,
+        p: Slot,
+        r: RaiseRequest,
+        resp: StoreResp,
+    ) {
+        let proc_ = &mut self.procs[p];
+        let round = proc_.round.as_mut().expect("a round is running");
+        round.answers.push((r, resp));
+        round.outstanding -= 1;
+        if round.outstanding > 0 {
+            return;
+        }
+        // Settle the whole round before another may start (the raiser's
+        // loop only takes new requests after `run_once` returns).
+        let answers = std::mem::take(&mut round.answers);
+        let mut retry = Vec::new();
+        for (r, resp) in answers {
+            self.settle(env, p, r, resp, &mut retry);
+        }
+        let proc_ = &mut self.procs[p];
+        proc_.round = None;
+        if !retry.is_empty() {
+            proc_.retry.extend(retry);
+            let d = proc_.real(proc_.backoff);
+            proc_.backoff = (proc_.backoff * 2).min(SEC);
+            self.after(env, p, d, ATimer::RaiseRetry);
+        } else if proc_.retry.is_empty() {
+            proc_.backoff = 10 * MS;
+        }
+        self.raiser_kick(env, p);
+    }
+
+    /// `Raiser::settle`, with the store's answers mapped as
+    /// `StoreErr::from` maps them.
+    pub(super) fn settle(
+        &mut self,
+        env: &mut Env,
+        p: Slot,
+        r: RaiseRequest,
+        resp: StoreResp,
+        retry: &mut Vec<SectionId>,
+    ) {
+        let landed = match resp {
+            Ok(StoreOk::Written(Reply::Raised { max_seq })) => max_seq,
+            Err(StoreFail::Rejected(Rejection::NotAbove { current, .. })) if current >= r.to => {
+                current
+            }
+            Err(StoreFail::Rejected(
+                Rejection::StaleEpoch { .. }
+                | Rejection::OwnedElsewhere { .. }
+                | Rejection::StaleIncarnation { .. }
+                | Rejection::NotRegistered { .. },
+            )) => {
+                let alloc = self.procs[p].allocator();
+                if alloc.drop_section_if_epoch(r.section, r.epoch) {
+                    trace!(env, "p{p} raise {r:?} refused for good: section dropped");
+                    self.wake(env, p, r.section);
+                }
+                return;
+            }
+            Err(e) if e.retryable() => return retry.push(r.section),
+            other => {
+                let what = format!("p{p}: raise {r:?} refused: {other:?}");
+                env.monitor.violate(env.now, 0, what);
+                return retry.push(r.section);
+            }
+        };
+        let alloc = self.procs[p].allocator();
+        if alloc.apply_raise(r.section, r.epoch, landed) {
+            self.wake(env, p, r.section);
+        }
+    }
+}

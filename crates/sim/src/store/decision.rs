@@ -1,0 +1,312 @@
+//! The store API's decisions on the leader: the arbiter's lock (a fair
+//! queue), what a call becomes (`decide`: registration, operator assign,
+//! lease change), renewals (`grant_renewal`), the arbiter loop, committed
+//! entries answered, and what a deposed leader fails.
+
+use seqsvr_core::{AllocId, Incarnation, SectionId};
+use seqsvr_store::state::SetState;
+use seqsvr_store::types::{Command, Outcome, Rejection, Reply};
+
+use crate::env::{trace, Env};
+use crate::model::{
+    admin_addr, client_addr, peer_addr, Renewal, StoreFail, StoreOk, StoreReq, StoreResp,
+};
+
+use super::{reply, Store, Waiter, Want};
+
+impl Store {
+    /// Takes the arbiter's lock for `w`, or queues it. Renewals with the
+    /// `renew_during_moves` knob do not wait for it.
+    pub(super) fn want(&mut self, env: &mut Env, r: usize, w: Want) {
+        let rep = &mut self.reps[r];
+        let bypass = matches!(w, Want::Renew(..)) && env.cfg.knobs.renew_during_moves;
+        if bypass || (!rep.locked && rep.lock_queue.is_empty()) {
+            return self.run_locked(env, r, w);
+        }
+        if matches!(w, Want::Arbiter) && rep.lock_queue.iter().any(|w| matches!(w, Want::Arbiter)) {
+            return;
+        }
+        rep.lock_queue.push_back(w);
+    }
+
+    /// Releases the arbiter's lock and lets the next waiters run.
+    pub(super) fn unlock(&mut self, env: &mut Env, r: usize) {
+        self.reps[r].locked = false;
+        while !self.reps[r].locked {
+            let Some(w) = self.reps[r].lock_queue.pop_front() else {
+                return;
+            };
+            self.run_locked(env, r, w);
+        }
+    }
+
+    /// Runs `w` holding the lock; it stays held while a write is in flight.
+    pub(super) fn run_locked(&mut self, env: &mut Env, r: usize, w: Want) {
+        if !self.raft.nodes[r].leading {
+            match w {
+                Want::Renew(_, p) | Want::Write(p) => return self.not_leader(env, r, p),
+                Want::Arbiter => {}
+            }
+        }
+        match w {
+            Want::Renew(term, p) => {
+                let resp = self.grant_renewal(env, r, term, &p.req);
+                reply(env, r, &p, resp);
+            }
+            Want::Write(p) => match self.decide(env, r, &p.req) {
+                Ok(cmd) => {
+                    self.reps[r].locked = true;
+                    self.propose(env, r, cmd, Waiter::Locked(p));
+                }
+                Err(e) => reply(env, r, &p, Err(e)),
+            },
+            Want::Arbiter => self.arbiter_tick(env, r),
+        }
+    }
+
+    /// The checks a registration, operator assign or lease change makes
+    /// under the lock, and the command it then writes.
+    pub(super) fn decide(
+        &mut self,
+        env: &mut Env,
+        r: usize,
+        req: &StoreReq,
+    ) -> Result<Command, StoreFail> {
+        let now = env.store_instant();
+        let judged = self.judged(env, r);
+        let st = &self.raft.nodes[r].state;
+        let arbiter = &self.reps[r].arbiter;
+        match req {
+            StoreReq::Register {
+                alloc,
+                slot,
+                incarnation,
+            } => {
+                let replaces = match st.allocs.get(alloc) {
+                    Some(rec) if rec.incarnation != *incarnation => {
+                        let view = arbiter.view(&judged, now);
+                        let expired = view.get(alloc).is_some_and(|v| v.expired);
+                        if !expired && !env.cfg.knobs.admit_twins {
+                            env.stats.twins_refused += 1;
+                            return Err(StoreFail::Rejected(Rejection::Twin {
+                                alloc: alloc.clone(),
+                                live: rec.incarnation,
+                                addr: rec.addr.clone(),
+                            }));
+                        }
+                        rec.incarnation
+                    }
+                    _ => 0,
+                };
+                Ok(Command::RegisterAlloc {
+                    alloc: alloc.clone(),
+                    addr: client_addr(*slot),
+                    peer_addr: peer_addr(*slot),
+                    admin_addr: admin_addr(*slot),
+                    incarnation: *incarnation,
+                    replaces,
+                })
+            }
+            StoreReq::Assign {
+                alloc,
+                first,
+                expected,
+            } => {
+                let view = arbiter.view(&judged, now);
+                let range = *first as usize..*first as usize + expected.len();
+                for (i, rec) in st
+                    .sections
+                    .iter()
+                    .enumerate()
+                    .take(range.end)
+                    .skip(range.start)
+                {
+                    if let Some(owner) = &rec.owner {
+                        if owner != alloc && !view.get(owner).is_some_and(|v| v.expired) {
+                            return Err(StoreFail::Rejected(Rejection::OwnedElsewhere {
+                                section: i as SectionId,
+                                owner: owner.clone(),
+                            }));
+                        }
+                    }
+                }
+                Ok(Command::Assign {
+                    alloc: alloc.clone(),
+                    first: *first,
+                    expected: expected.clone(),
+                })
+            }
+            StoreReq::SetLease(terms) => {
+                arbiter
+                    .lease_change_allowed(&st.lease, now)
+                    .map_err(|_| StoreFail::NoLeader)?;
+                Ok(Command::SetLease(*terms))
+            }
+            other => unreachable!("{other:?} is not decided under the lock"),
+        }
+    }
+
+    /// A renewal past its barrier, under the lock (`service/peer.rs`).
+    pub(super) fn grant_renewal(
+        &mut self,
+        env: &mut Env,
+        l: usize,
+        term: u64,
+        req: &StoreReq,
+    ) -> StoreResp {
+        let StoreReq::Renew {
+            alloc,
+            incarnation,
+            known_version,
+        } = req
+        else {
+            unreachable!("a renewal");
+        };
+        let now = env.store_instant();
+        let st = &self.raft.nodes[l].state;
+        let rec = match registered(st, alloc, *incarnation, env.cfg.knobs.admit_twins) {
+            Ok(rec) => rec,
+            Err(e) => return Err(StoreFail::Rejected(e)),
+        };
+        let terms = st.lease.terms;
+        let rep = &mut self.reps[l];
+        if !rep.arbiter.granted(alloc, term, now, terms) {
+            return Err(StoreFail::NoLeader);
+        }
+        let unchanged = *known_version != 0 && *known_version == rec.sections_version;
+        let sections = if unchanged {
+            Vec::new()
+        } else {
+            (st.sections.iter().enumerate())
+                .filter(|(_, s)| s.owner.as_ref() == Some(alloc))
+                .map(|(i, _)| i as SectionId)
+                .collect()
+        };
+        env.stats.renewals += 1;
+        trace!(
+            env,
+            "r{l} grants {alloc} ({incarnation:x}) a lease (term {term}), sections {sections:?}{}",
+            if unchanged { " (unchanged)" } else { "" }
+        );
+        Ok(StoreOk::Renewed(Renewal {
+            lease_ms: terms.lease_ms,
+            sections,
+            unchanged,
+            sections_version: rec.sections_version,
+            route_version: st.route_version,
+        }))
+    }
+
+    /// The arbiter loop's tick, holding the lock (`node/mod.rs`, `arbitrate`).
+    pub(super) fn arbiter_tick(&mut self, env: &mut Env, r: usize) {
+        let now = env.store_instant();
+        let node = &self.raft.nodes[r];
+        let leading = node.leading.then_some(node.term);
+        self.reps[r].arbiter.observe(leading, now);
+        let moves = self.reps[r].arbiter.plan(&self.judged(env, r), now);
+        if moves.is_empty() {
+            return;
+        }
+        trace!(env, "r{r} arbiter plans {moves:?}");
+        self.reps[r].locked = true;
+        self.reps[r].moves = moves;
+        self.next_move(env, r);
+    }
+
+    /// Proposes the arbiter's next move, or ends its tick.
+    pub(super) fn next_move(&mut self, env: &mut Env, r: usize) {
+        let rep = &mut self.reps[r];
+        if rep.moves.is_empty() || !self.raft.nodes[r].leading {
+            rep.moves.clear();
+            return self.unlock(env, r);
+        }
+        let cmd = rep.moves.remove(0);
+        self.propose(env, r, cmd, Waiter::Arbiter);
+    }
+
+    pub(super) fn committed(&mut self, env: &mut Env, l: usize, id: u64, outcome: Option<Outcome>) {
+        let Some(w) = self.reps[l].waiters.remove(&id) else {
+            return;
+        };
+        let outcome = outcome.expect("a waited-for entry has a command");
+        match w {
+            Waiter::Call(p) => {
+                let resp = self.answer(l, &p.req, outcome);
+                reply(env, l, &p, resp);
+            }
+            Waiter::Locked(p) => {
+                if let (StoreReq::SetLease(_), Ok(_)) = (&p.req, &outcome) {
+                    self.reps[l].arbiter.lease_changed(env.store_instant());
+                }
+                let resp = self.answer(l, &p.req, outcome);
+                reply(env, l, &p, resp);
+                self.unlock(env, l);
+            }
+            Waiter::Arbiter => {
+                if outcome.is_err() {
+                    trace!(env, "r{l} arbiter move refused: {outcome:?}");
+                    self.reps[l].moves.clear();
+                }
+                self.next_move(env, l);
+            }
+        }
+    }
+
+    /// The answer to a committed write.
+    pub(super) fn answer(&self, l: usize, req: &StoreReq, outcome: Outcome) -> StoreResp {
+        match (req, outcome) {
+            (StoreReq::Handoff { to, .. }, Ok(Reply::HandedOff { grant, .. })) => {
+                let st = &self.raft.nodes[l].state;
+                let to_addr = st.allocs.get(to).map(|a| a.peer_addr.clone());
+                Ok(StoreOk::HandedOff {
+                    grant,
+                    to_addr: to_addr.unwrap_or_default(),
+                })
+            }
+            (_, Ok(reply)) => Ok(StoreOk::Written(reply)),
+            (_, Err(rej)) => Err(StoreFail::Rejected(rej)),
+        }
+    }
+
+    pub(super) fn stepped_down(&mut self, env: &mut Env, r: usize) {
+        let rep = &mut self.reps[r];
+        rep.moves.clear();
+        rep.locked = false;
+        let waiters = std::mem::take(&mut rep.waiters);
+        let barriers = std::mem::take(&mut rep.barriers);
+        let queued = std::mem::take(&mut rep.lock_queue);
+        let up = self.raft.nodes[r].up;
+        if !up {
+            return;
+        }
+        for w in waiters.into_values() {
+            if let Waiter::Call(p) | Waiter::Locked(p) = w {
+                self.not_leader(env, r, p);
+            }
+        }
+        for b in barriers.into_values() {
+            self.not_leader(env, r, b.pending);
+        }
+        for w in queued {
+            if let Want::Renew(_, p) | Want::Write(p) = w {
+                self.not_leader(env, r, p);
+            }
+        }
+    }
+}
+
+/// The registered record of `alloc` if `incarnation` may renew (with
+/// `admit_twins`, any incarnation may).
+fn registered<'a>(
+    st: &'a SetState,
+    alloc: &AllocId,
+    incarnation: Incarnation,
+    admit_twins: bool,
+) -> Result<&'a seqsvr_store::state::AllocRecord, Rejection> {
+    if admit_twins {
+        return st.allocs.get(alloc).ok_or(Rejection::NotRegistered {
+            alloc: alloc.clone(),
+        });
+    }
+    st.check_incarnation(alloc, incarnation)
+}

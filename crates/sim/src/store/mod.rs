@@ -1,0 +1,454 @@
+//! The store: replicas that run the Raft model of [`crate::raft`] around
+//! the *real* state machine ([`SetState::apply`]) and the *real* arbiter
+//! ([`Arbiter`]), and serve the store API as `crates/store/src/service/`
+//! does.
+//!
+//! - Routing (`service/mod.rs`, `route`): any replica takes a peer-plane
+//!   call; a follower forwards it once to the leader it knows (answering
+//!   NO_LEADER if the leader has not answered within 2 s) or parks it up
+//!   to 3 s until it learns one. Admin calls are not forwarded.
+//! - Reads (`barrier`): renewals, route reads and section reads first
+//!   confirm leadership with a quorum *after* the request arrived, then
+//!   wait until everything in the log at that point is applied.
+//! - The arbiter's lock (`Arbiter::moves`): held by the arbiter loop from
+//!   `plan` until its moves are applied, by a registration, an operator
+//!   assign and a lease change from their check until their write is
+//!   applied, and taken by a renewal to record its grant and read its
+//!   sections. Waiters queue in order (a fair async mutex).
+//! - Renewal (`service/peer.rs`, `renew`): the registered, unfenced
+//!   incarnation only (`SetState::check_incarnation`), granted only if
+//!   `Arbiter::granted(alloc, term_before_barrier, now, terms)` agrees,
+//!   under the lease terms in force.
+//! - Registration (`register`): a different registered incarnation is
+//!   replaced only if the arbiter's view says its lease has certainly
+//!   expired; otherwise `Twin`.
+//! - Operator assign (`service/admin.rs`): only away from owners whose
+//!   lease has certainly expired, conditional on the epochs read; lease
+//!   change: only when `Arbiter::lease_change_allowed`.
+//! - The arbiter loop (`node/mod.rs`, `arbitrate`): every `tick_ms`, under the
+//!   lock, `observe`, `plan` on this replica's applied state, then propose
+//!   the moves one by one, stopping at the first refused.
+//!
+//! A replica may be paused (SIGSTOP): what reaches it meanwhile is handled
+//! on resume, in a random order. Every replica's clock is exact (drift is
+//! modelled on the AllocSvrs, relative to the store).
+//!
+//! # Layout
+//! - this file: the replica state, the dispatch of messages and timers,
+//!   Raft's output applied, the bootstrap log;
+//! - `route`: forwarding, parking, barriers;
+//! - `decision`: the arbiter's lock, the calls' decisions, renewals, the
+//!   arbiter loop, answers;
+//! - `life`: crash, restart, pause, resume.
+
+mod decision;
+mod life;
+mod route;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::rc::Rc;
+
+use seqsvr_core::{Incarnation, LeaseTerms};
+use seqsvr_store::arbiter::Arbiter;
+use seqsvr_store::state::SetState;
+use seqsvr_store::types::Command;
+
+use crate::env::Env;
+use crate::model::{
+    admin_addr, client_addr, peer_addr, Ev, Msg, Pending, RTimer, ReplicaInput, StoreMsg, StoreResp,
+};
+use crate::net::{Node, Time, MS, SEC, US};
+use crate::raft::{Raft, RaftOut};
+
+/// Longest wait between two ticks of a replica (its timers are checked
+/// at each; a tick is also scheduled for the next heartbeat or election).
+const TICK: Time = 100 * MS;
+/// How long a call waits at a replica for a leader to be known.
+const LEADER_WAIT: Time = 3 * SEC;
+/// How long a forwarded call may take at the leader.
+const FORWARD_TIMEOUT: Time = 2 * SEC;
+/// How long a barrier waits for a quorum before failing.
+const BARRIER_WAIT: Time = SEC;
+
+/// A renewal or read waiting for its barrier.
+#[derive(Debug)]
+struct Barrier {
+    /// The term read before the barrier (as `service/peer.rs` does).
+    term: u64,
+    /// Log length when it started: everything up to it must be applied.
+    need: usize,
+    /// Followers that acknowledged this barrier's probe in `term`.
+    acks: BTreeSet<usize>,
+    /// Quorum reached.
+    confirmed: bool,
+    /// Fails with "no leader" after this.
+    deadline: Time,
+    /// The request.
+    pending: Pending,
+}
+
+/// Whose commit a leader waits for.
+#[derive(Debug)]
+enum Waiter {
+    /// A caller's write.
+    Call(Pending),
+    /// A caller's write made under the arbiter's lock (registration,
+    /// operator assign, lease change): the lock is released on commit.
+    Locked(Pending),
+    /// The arbiter's move.
+    Arbiter,
+}
+
+/// Who wants the arbiter's lock.
+#[derive(Debug)]
+enum Want {
+    /// A renewal past its barrier, with the term read before it.
+    Renew(u64, Pending),
+    /// A registration, operator assign or lease change.
+    Write(Pending),
+    /// The arbiter loop's tick.
+    Arbiter,
+}
+
+/// One store replica's API layer (its consensus state is in [`Raft`]).
+#[derive(Debug)]
+struct Replica {
+    /// The real arbiter (volatile: a restart starts a fresh one).
+    arbiter: Arbiter,
+    /// The arbiter's lock is held.
+    locked: bool,
+    /// Waiting for the lock, in order.
+    lock_queue: VecDeque<Want>,
+    /// The arbiter's moves still to propose (the first is in flight).
+    moves: Vec<Command>,
+    /// Next arbiter tick.
+    next_arbiter: Time,
+    /// Leader: writes waiting for their commit, by entry id.
+    waiters: BTreeMap<u64, Waiter>,
+    /// Leader: renewals and reads waiting for their barrier, by id.
+    barriers: BTreeMap<u64, Barrier>,
+    /// Calls waiting to learn a leader, with their deadline.
+    parked: Vec<(Time, Pending)>,
+    /// Calls forwarded to the leader, answered NO_LEADER at their deadline.
+    forwards: BTreeMap<u64, (Time, Pending)>,
+    /// What arrived while paused.
+    inbox: Vec<ReplicaInput>,
+    /// The lease terms of the applied state last seen.
+    terms: LeaseTerms,
+    /// The current chain of ticks.
+    tick_gen: u64,
+}
+
+impl Replica {
+    fn new(env: &Env, terms: LeaseTerms) -> Self {
+        Self {
+            arbiter: Arbiter::new(env.cfg.arbiter.clone()),
+            locked: false,
+            lock_queue: VecDeque::new(),
+            moves: Vec::new(),
+            next_arbiter: 0,
+            waiters: BTreeMap::new(),
+            barriers: BTreeMap::new(),
+            parked: Vec::new(),
+            forwards: BTreeMap::new(),
+            inbox: Vec::new(),
+            terms,
+            tick_gen: 0,
+        }
+    }
+}
+
+/// The store group: consensus plus each replica's API layer.
+#[derive(Debug)]
+pub(crate) struct Store {
+    /// Raft: terms, logs, states.
+    pub raft: Raft,
+    /// The API layer per replica.
+    reps: Vec<Replica>,
+}
+
+impl Store {
+    /// The store of `env.cfg`, bootstrapped with `log` (committed and
+    /// applied to `env.truth` already), replica 0 leading term 1.
+    pub(crate) fn new(env: &mut Env, log: Vec<crate::model::EntryRef>) -> Self {
+        let n = env.cfg.replicas;
+        let raft = Raft::new(env, n, log);
+        let terms = env.truth.lease.terms;
+        let reps = (0..n).map(|_| Replica::new(env, terms)).collect();
+        let mut store = Store { raft, reps };
+        for r in 0..n {
+            let phase = env.rng.range(0, TICK);
+            env.after(
+                phase,
+                Ev::Replica {
+                    r,
+                    life: 0,
+                    t: RTimer::Tick(0),
+                },
+            );
+        }
+        let mut out = Vec::new();
+        store.raft.become_leader(env, 0, &mut out);
+        store.process(env, out);
+        store
+    }
+
+    /// Number of replicas.
+    pub(crate) fn len(&self) -> usize {
+        self.reps.len()
+    }
+
+    /// A replica's timer.
+    pub(crate) fn timer(&mut self, env: &mut Env, r: usize, life: u32, t: RTimer) {
+        let node = &self.raft.nodes[r];
+        if !node.up || node.life != life {
+            return;
+        }
+        match t {
+            RTimer::Resume => self.resume(env, r),
+            RTimer::Tick(_) if node.paused => {}
+            RTimer::Tick(gen) if gen == self.reps[r].tick_gen => self.tick(env, r),
+            RTimer::Tick(_) => {}
+        }
+    }
+
+    /// A message reaches replica `r`.
+    pub(crate) fn deliver(&mut self, env: &mut Env, r: usize, from: Node, m: StoreMsg) {
+        let node = &self.raft.nodes[r];
+        if !node.up {
+            return;
+        }
+        if node.paused {
+            self.reps[r].inbox.push(ReplicaInput::Msg(from, m));
+            return;
+        }
+        self.handle(env, r, from, m);
+    }
+
+    /// An input queued while paused, handled after the resume.
+    pub(crate) fn resumed(&mut self, env: &mut Env, r: usize, life: u32, input: ReplicaInput) {
+        let node = &self.raft.nodes[r];
+        if !node.up || node.life != life {
+            return;
+        }
+        if node.paused {
+            self.reps[r].inbox.push(input);
+            return;
+        }
+        let ReplicaInput::Msg(from, m) = input;
+        self.handle(env, r, from, m);
+    }
+
+    fn handle(&mut self, env: &mut Env, r: usize, from: Node, m: StoreMsg) {
+        let mut out = Vec::new();
+        match m {
+            StoreMsg::Req(p) => return self.request(env, r, p),
+            StoreMsg::Resp { call, resp, relay } => {
+                let fid = relay.expect("answers reach replicas only to be relayed");
+                if let Some((_, p)) = self.reps[r].forwards.remove(&fid) {
+                    let m = StoreMsg::Resp {
+                        call,
+                        resp,
+                        relay: None,
+                    };
+                    env.send(Node::Replica(r), p.call.node, Msg::Store(m));
+                }
+            }
+            StoreMsg::Append(m) => self.raft.on_append(env, r, m, &mut out),
+            StoreMsg::Ack(m) => {
+                debug_assert_eq!(from, Node::Replica(m.from));
+                self.raft.on_ack(env, r, m, &mut out);
+            }
+        }
+        self.process(env, out);
+    }
+
+    fn tick(&mut self, env: &mut Env, r: usize) {
+        let now = env.now;
+        self.expire_waits(env, r);
+        let mut out = Vec::new();
+        self.raft.tick(env, r, &mut out);
+        self.process(env, out);
+        if now >= self.reps[r].next_arbiter {
+            self.reps[r].next_arbiter = now + env.cfg.arbiter.tick_ms * MS;
+            self.want(env, r, Want::Arbiter);
+        }
+        self.next_tick(env, r);
+    }
+
+    /// Schedules the next tick: the next heartbeat, election, arbiter tick
+    /// or wait deadline, at most [`TICK`] away.
+    fn next_tick(&mut self, env: &mut Env, r: usize) {
+        let node = &self.raft.nodes[r];
+        let rep = &self.reps[r];
+        let due = if node.leading {
+            node.next_heartbeat
+        } else {
+            node.election_at
+        };
+        let waits = (rep.parked.iter().map(|(d, _)| *d))
+            .chain(rep.barriers.values().map(|b| b.deadline))
+            .chain(rep.forwards.values().map(|(d, _)| *d));
+        let at = waits
+            .chain([due, rep.next_arbiter, env.now + TICK])
+            .min()
+            .unwrap_or(env.now + TICK)
+            .max(env.now + US);
+        let (life, gen) = (node.life, rep.tick_gen);
+        env.schedule(
+            at,
+            Ev::Replica {
+                r,
+                life,
+                t: RTimer::Tick(gen),
+            },
+        );
+    }
+
+    /// Acts on what Raft reported.
+    fn process(&mut self, env: &mut Env, out: Vec<RaftOut>) {
+        for o in out {
+            match o {
+                RaftOut::Committed {
+                    leader,
+                    id,
+                    outcome,
+                } => self.committed(env, leader, id, outcome),
+                RaftOut::SteppedDown(r) => self.stepped_down(env, r),
+                RaftOut::KnowsLeader(r) => self.unpark(env, r),
+                RaftOut::Probe {
+                    leader,
+                    id,
+                    from,
+                    term,
+                } => {
+                    let majority = self.raft.majority();
+                    if let Some(b) = self.reps[leader].barriers.get_mut(&id) {
+                        if b.term == term {
+                            b.acks.insert(from);
+                            b.confirmed |= b.acks.len() + 1 >= majority;
+                        }
+                    }
+                    self.finish_barriers(env, leader);
+                }
+                RaftOut::Applied(r) => {
+                    self.terms_changed(env, r);
+                    if self.raft.nodes[r].leading {
+                        self.finish_barriers(env, r);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The `lease_by_current_terms` knob: when the applied lease terms
+    /// change, every grant of this office is judged by the new ones.
+    fn terms_changed(&mut self, env: &mut Env, r: usize) {
+        let terms = self.raft.nodes[r].state.lease.terms;
+        let rep = &mut self.reps[r];
+        if terms == rep.terms {
+            return;
+        }
+        rep.terms = terms;
+        let node = &self.raft.nodes[r];
+        if env.cfg.knobs.lease_by_current_terms && node.leading {
+            // Grants made under the old terms count for no more than the
+            // new terms: as if this office began now, waiting (see
+            // `judged`) only the new terms' lease + margin.
+            let now = env.store_instant();
+            rep.arbiter.observe(None, now);
+            rep.arbiter.observe(Some(node.term), now);
+        }
+    }
+
+    /// The state the arbiter judges by: with `lease_by_current_terms`, a
+    /// new office waits only the current terms.
+    fn judged(&self, env: &Env, r: usize) -> std::borrow::Cow<'_, SetState> {
+        let st = &self.raft.nodes[r].state;
+        if env.cfg.knobs.lease_by_current_terms && st.lease.replaced_expiry_ms != 0 {
+            let mut st = st.clone();
+            st.lease.replaced_expiry_ms = 0;
+            std::borrow::Cow::Owned(st)
+        } else {
+            std::borrow::Cow::Borrowed(st)
+        }
+    }
+
+    /// The replica leading with a reachable majority, if any.
+    pub(crate) fn effective_leader(&self, env: &Env) -> Option<usize> {
+        self.raft.effective_leader(env)
+    }
+
+    /// The replica that believes it leads (running, maybe cut off).
+    pub(crate) fn believed_leader(&self) -> Option<usize> {
+        (0..self.len()).find(|&r| self.raft.nodes[r].active() && self.raft.nodes[r].leading)
+    }
+
+    /// End-of-run check: every replica that applied the whole log holds
+    /// the committed state.
+    pub(crate) fn diverged(&self, truth: &SetState) -> Vec<usize> {
+        (0..self.len())
+            .filter(|&r| {
+                let n = &self.raft.nodes[r];
+                n.applied == self.raft.log.len() && n.state != *truth
+            })
+            .collect()
+    }
+}
+
+/// Answers a call, through the forwarding replica if there was one.
+fn reply(env: &mut Env, r: usize, p: &Pending, resp: StoreResp) {
+    let (to, relay) = match p.via {
+        Some((v, fid)) => (Node::Replica(v), Some(fid)),
+        None => (p.call.node, None),
+    };
+    let m = StoreMsg::Resp {
+        call: p.call,
+        resp,
+        relay,
+    };
+    env.send(Node::Replica(r), to, Msg::Store(m));
+}
+
+/// The bootstrap log of a fresh cluster: the set, the lease terms, every
+/// AllocSvr's first process registered, and the sections spread over them.
+pub(crate) fn bootstrap_log(
+    env: &mut Env,
+    incarnations: &[Incarnation],
+) -> Vec<crate::model::EntryRef> {
+    let spec = env.cfg.spec.clone();
+    let mut cmds = vec![Command::ConfigureSet(spec.clone())];
+    if env.cfg.lease != LeaseTerms::default() {
+        cmds.push(Command::SetLease(env.cfg.lease));
+    }
+    for (a, inc) in incarnations.iter().enumerate() {
+        cmds.push(Command::RegisterAlloc {
+            alloc: crate::model::alloc_name(a),
+            addr: client_addr(a),
+            peer_addr: peer_addr(a),
+            admin_addr: admin_addr(a),
+            incarnation: *inc,
+            replaces: 0,
+        });
+    }
+    for s in 0..spec.section_count() {
+        cmds.push(Command::Assign {
+            alloc: crate::model::alloc_name(s as usize % incarnations.len()),
+            first: s,
+            expected: vec![0],
+        });
+    }
+    let mut log = Vec::new();
+    for cmd in cmds {
+        let id = env.fresh_id();
+        let out = env.truth.apply(&cmd, &mut Vec::new());
+        assert!(out.is_ok(), "bootstrap command {cmd:?} refused: {out:?}");
+        env.stats.committed += 1;
+        log.push(Rc::new(crate::model::Entry {
+            id,
+            term: 1,
+            cmd: Some(cmd),
+        }));
+    }
+    log
+}

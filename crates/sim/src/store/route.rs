@@ -1,0 +1,222 @@
+//! Routing a call (`service/mod.rs`): expired waits, forwarding to the
+//! leader or parking until one is known, the leader's handling of a call
+//! (proposal, or a read behind a barrier), and barriers confirming
+//! leadership with a quorum.
+
+use std::collections::BTreeSet;
+
+use seqsvr_core::SectionId;
+use seqsvr_store::state::SetState;
+use seqsvr_store::types::{Command, Rejection};
+use seqsvr_store_api::SectionInfo;
+
+use crate::env::Env;
+use crate::model::{Msg, Pending, RouteView, StoreFail, StoreMsg, StoreOk, StoreReq, StoreResp};
+use crate::net::Node;
+
+use super::{reply, Barrier, Store, Waiter, Want, BARRIER_WAIT, FORWARD_TIMEOUT, LEADER_WAIT};
+
+impl Store {
+    pub(super) fn expire_waits(&mut self, env: &mut Env, r: usize) {
+        let now = env.now;
+        let rep = &mut self.reps[r];
+        let (gone, kept): (Vec<_>, Vec<_>) = rep.parked.drain(..).partition(|(d, _)| *d <= now);
+        rep.parked = kept;
+        let late: Vec<u64> = (rep.barriers.iter())
+            .filter(|(_, b)| b.deadline <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        let late: Vec<Barrier> = late
+            .iter()
+            .filter_map(|id| rep.barriers.remove(id))
+            .collect();
+        let unanswered: Vec<u64> = (rep.forwards.iter())
+            .filter(|(_, (d, _))| *d <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        let unanswered: Vec<Pending> = (unanswered.iter())
+            .filter_map(|id| rep.forwards.remove(id).map(|(_, p)| p))
+            .collect();
+        for (_, p) in gone {
+            reply(env, r, &p, Err(StoreFail::NoLeader));
+        }
+        for b in late {
+            reply(env, r, &b.pending, Err(StoreFail::NoLeader));
+        }
+        for p in unanswered {
+            reply(env, r, &p, Err(StoreFail::NoLeader));
+        }
+    }
+
+    /// A request reaches replica `r`.
+    pub(super) fn request(&mut self, env: &mut Env, r: usize, p: Pending) {
+        if self.raft.nodes[r].leading {
+            self.lead(env, r, p);
+        } else if p.forwarded || p.req.admin() {
+            reply(env, r, &p, Err(StoreFail::NoLeader));
+        } else {
+            self.park_or_forward(env, r, p);
+        }
+    }
+
+    /// `route()` after the local attempt said "not the leader".
+    pub(super) fn not_leader(&mut self, env: &mut Env, r: usize, p: Pending) {
+        if p.forwarded || p.req.admin() {
+            reply(env, r, &p, Err(StoreFail::NoLeader));
+        } else {
+            self.park_or_forward(env, r, p);
+        }
+    }
+
+    pub(super) fn park_or_forward(&mut self, env: &mut Env, r: usize, p: Pending) {
+        match self.raft.nodes[r].leader {
+            Some(l) if l == r && self.raft.nodes[r].leading => self.lead(env, r, p),
+            Some(l) if l != r => {
+                let fid = env.fresh_id();
+                let fwd = Pending {
+                    forwarded: true,
+                    via: Some((r, fid)),
+                    ..p.clone()
+                };
+                self.reps[r]
+                    .forwards
+                    .insert(fid, (env.now + FORWARD_TIMEOUT, p));
+                env.send(
+                    Node::Replica(r),
+                    Node::Replica(l),
+                    Msg::Store(StoreMsg::Req(fwd)),
+                );
+            }
+            _ => {
+                let until = env.now + LEADER_WAIT;
+                self.reps[r].parked.push((until, p));
+            }
+        }
+    }
+
+    pub(super) fn unpark(&mut self, env: &mut Env, r: usize) {
+        let parked = std::mem::take(&mut self.reps[r].parked);
+        for (_, p) in parked {
+            self.park_or_forward(env, r, p);
+        }
+    }
+
+    /// Handles a call at a replica that believes it leads.
+    pub(super) fn lead(&mut self, env: &mut Env, r: usize, p: Pending) {
+        let cmd = match &p.req {
+            StoreReq::Renew { .. } if env.cfg.knobs.unsafe_renewals => {
+                let term = self.raft.nodes[r].term;
+                return self.want(env, r, Want::Renew(term, p));
+            }
+            StoreReq::Renew { .. } | StoreReq::Routes | StoreReq::Read { .. } => {
+                return self.start_barrier(env, r, p)
+            }
+            StoreReq::Register { .. } | StoreReq::Assign { .. } | StoreReq::SetLease(_) => {
+                return self.want(env, r, Want::Write(p))
+            }
+            StoreReq::TakeOver {
+                alloc,
+                incarnation,
+                first,
+                known,
+            } => Command::TakeOver {
+                alloc: alloc.clone(),
+                incarnation: *incarnation,
+                first: *first,
+                known: known.clone(),
+            },
+            StoreReq::Raise {
+                alloc,
+                incarnation,
+                section,
+                epoch,
+                to,
+            } => Command::Raise {
+                alloc: alloc.clone(),
+                incarnation: *incarnation,
+                section: *section,
+                epoch: *epoch,
+                to: *to,
+            },
+            StoreReq::Handoff {
+                from,
+                incarnation,
+                to,
+                section,
+                epoch,
+            } => Command::Handoff {
+                from: from.clone(),
+                incarnation: *incarnation,
+                to: to.clone(),
+                section: *section,
+                epoch: *epoch,
+            },
+        };
+        self.propose(env, r, cmd, Waiter::Call(p));
+    }
+
+    pub(super) fn propose(&mut self, env: &mut Env, r: usize, cmd: Command, w: Waiter) {
+        let id = self.raft.append(env, r, Some(cmd));
+        self.reps[r].waiters.insert(id, w);
+        self.raft.replicate(env, r, None);
+    }
+
+    pub(super) fn start_barrier(&mut self, env: &mut Env, r: usize, p: Pending) {
+        let id = env.fresh_id();
+        let single = self.raft.majority() == 1;
+        let node = &self.raft.nodes[r];
+        let b = Barrier {
+            term: node.term,
+            need: node.len(),
+            acks: BTreeSet::new(),
+            confirmed: single,
+            deadline: env.now + BARRIER_WAIT,
+            pending: p,
+        };
+        self.reps[r].barriers.insert(id, b);
+        self.raft.replicate(env, r, Some(id));
+    }
+
+    pub(super) fn finish_barriers(&mut self, env: &mut Env, l: usize) {
+        let applied = self.raft.nodes[l].applied;
+        let done: Vec<u64> = (self.reps[l].barriers.iter())
+            .filter(|(_, b)| b.confirmed && applied >= b.need)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in done {
+            let Some(b) = self.reps[l].barriers.remove(&id) else {
+                continue;
+            };
+            match &b.pending.req {
+                StoreReq::Renew { .. } => self.want(env, l, Want::Renew(b.term, b.pending)),
+                StoreReq::Routes => {
+                    let resp = Ok(StoreOk::Routes(RouteView::of(&self.raft.nodes[l].state)));
+                    reply(env, l, &b.pending, resp);
+                }
+                StoreReq::Read { section } => {
+                    let resp = read_section(&self.raft.nodes[l].state, *section);
+                    reply(env, l, &b.pending, resp);
+                }
+                other => unreachable!("{other:?} has no barrier"),
+            }
+        }
+    }
+}
+
+/// A section's record as `ReadSections` reports it.
+fn read_section(st: &SetState, section: SectionId) -> StoreResp {
+    let Some(rec) = st.sections.get(section as usize) else {
+        return Err(StoreFail::Rejected(Rejection::UnknownSection {
+            section,
+            count: st.sections.len() as u32,
+        }));
+    };
+    Ok(StoreOk::Section(SectionInfo {
+        section,
+        max_seq: rec.max_seq,
+        epoch: rec.epoch,
+        owner: rec.owner.clone(),
+        incarnation: rec.incarnation,
+        start: rec.start,
+    }))
+}

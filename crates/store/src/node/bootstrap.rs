@@ -1,0 +1,134 @@
+//! Bootstrap, safe to repeat: only a brand-new lowest-id member whose
+//! peers report no cluster initialises the group; then the leader
+//! configures the set, the initial routes and the lease terms once.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use openraft::BasicNode;
+use seqsvr_proto::store_peer_client::StorePeerClient;
+use seqsvr_store_api::client::Connector;
+
+use crate::service::StoreApi;
+use crate::types::{Command, NodeId, Raft};
+
+use super::config::StoreConfig;
+
+/// Whether any peer already belongs to an initialised cluster.
+pub(super) async fn peers_initialised(cfg: &StoreConfig, connect: &Connector) -> bool {
+    for m in cfg.members.iter().filter(|m| m.id != cfg.id) {
+        let Ok(ch) = connect(&m.addr) else {
+            continue;
+        };
+        let mut c = StorePeerClient::new(ch);
+        let call = c.status(seqsvr_proto::StatusRequest {});
+        if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_millis(500), call).await {
+            let s = s.into_inner();
+            if s.term > 0 || s.last_log_index > 0 || !s.members.is_empty() {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// Initialises a brand-new cluster from the configured members (see the
+/// module docs for why this only ever happens once).
+pub(super) async fn bootstrap(raft: Raft, cfg: StoreConfig, connect: Connector) {
+    if peers_initialised(&cfg, &connect).await {
+        tracing::warn!(
+            "a peer already belongs to a cluster: not initialising; waiting to be caught up"
+        );
+        return;
+    }
+    let members: BTreeMap<NodeId, BasicNode> = cfg
+        .members
+        .iter()
+        .map(|m| {
+            (
+                m.id,
+                BasicNode {
+                    addr: m.addr.clone(),
+                },
+            )
+        })
+        .collect();
+    match raft.initialize(members).await {
+        Ok(()) => tracing::info!("initialised a new store cluster"),
+        Err(e) => tracing::info!("not initialising: {e}"),
+    }
+}
+
+/// Makes sure the replicated state holds the configured set, the initial
+/// lease terms and the initial routes: whichever replica leads proposes
+/// them (idempotently). Initial routes wait for each AllocSvr to register
+/// (a route needs its address) and touch only sections still unowned.
+pub(super) async fn configure_set(api: StoreApi, cfg: StoreConfig) {
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        tick.tick().await;
+        let (pending, done) = initial_commands(&api, &cfg);
+        if done && pending.is_empty() {
+            return;
+        }
+        if api.raft.metrics().borrow().current_leader != Some(api.id) {
+            continue;
+        }
+        for cmd in pending {
+            match api.proposer.propose(cmd).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::warn!("initial configuration refused: {e}"),
+                Err(e) => {
+                    tracing::warn!("initial configuration failed, will retry: {e}");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// What is still missing of the configured set and routes, and whether
+/// nothing more can become due (every configured AllocSvr registered).
+pub(super) fn initial_commands(api: &StoreApi, cfg: &StoreConfig) -> (Vec<Command>, bool) {
+    let a = api.sm.read();
+    if a.state.set.is_none() {
+        let cmds = vec![
+            Command::ConfigureSet(cfg.set.clone()),
+            Command::SetLease(cfg.lease.terms()),
+        ];
+        return (cmds, false);
+    }
+    let mut cmds = Vec::new();
+    let mut done = true;
+    for al in &cfg.allocs {
+        if !a.state.allocs.contains_key(&al.id) {
+            done = false;
+            continue;
+        }
+        let unowned = |s: u32| a.state.sections[s as usize].owner.is_none();
+        let mut s = al.first;
+        while s < al.first + al.count {
+            if !unowned(s) {
+                s += 1;
+                continue;
+            }
+            let start = s;
+            // In pieces a command may hold (MAX_SECTIONS_PER_CALL).
+            while s < al.first + al.count
+                && unowned(s)
+                && s - start < crate::types::MAX_SECTIONS_PER_CALL
+            {
+                s += 1;
+            }
+            let expected = (start..s)
+                .map(|x| a.state.sections[x as usize].epoch)
+                .collect();
+            cmds.push(Command::Assign {
+                alloc: al.id.clone(),
+                first: start,
+                expected,
+            });
+        }
+    }
+    (cmds, done)
+}

@@ -1,0 +1,437 @@
+//! A running store replica: configuration, identity, bootstrap, serving.
+//!
+//! Bootstrap is safe to repeat. A replica's data directory remembers the
+//! node id it was created for; starting it with another id is refused.
+//! Only a *brand-new* replica (no vote, no log) that is the lowest-id member
+//! of the configured group initialises the cluster, and only after asking
+//! its peers whether a cluster already exists: re-initialising a replica
+//! that lost its disk (or one restarted with a fresh directory) would
+//! otherwise start a second history. A restarted replica simply rejoins.
+//!
+//! # Layout
+//! - `config`: [`StoreConfig`] and its parts ([`Member`], [`InitialAlloc`],
+//!   [`RaftTiming`], [`LeaseSection`]), parsing and validation;
+//! - this file: the listeners, the data directory's identity, start-up,
+//!   the planes served, the isolation switch, the arbiter loop;
+//! - `bootstrap`: initialising a brand-new group and configuring its set
+//!   and initial routes.
+
+mod bootstrap;
+mod config;
+
+pub use config::*;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use seqsvr_net::Plane;
+use seqsvr_proto::raft_server::RaftServer;
+use seqsvr_proto::store_admin_server::StoreAdminServer;
+use seqsvr_proto::store_peer_server::StorePeerServer;
+use seqsvr_proto::store_read_server::StoreReadServer;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::arbiter::{Arbiter, ArbiterConfig};
+use crate::disk::Disk;
+use crate::log_store::LogStore;
+use crate::network::{Network, MAX_MESSAGE};
+use crate::proposer::Proposer;
+use crate::service::admin::AdminService;
+use crate::service::peer::PeerService;
+use crate::service::raft::RaftService;
+use crate::service::read::ReadService;
+use crate::service::StoreApi;
+use crate::state_machine::StateMachine;
+use crate::types::{NodeId, Raft};
+use seqsvr_net::TlsConfig;
+use seqsvr_store_api::{Error, Result};
+
+use bootstrap::{bootstrap, configure_set};
+use config::config_err;
+
+/// The listeners of a store replica, bound by the caller (tests bind port
+/// 0).
+pub struct StoreListeners {
+    /// Peer plane: Raft, AllocSvr calls, forwarded calls.
+    pub peer: TcpListener,
+    /// Client plane: read-only calls.
+    pub client: TcpListener,
+    /// Admin plane: operator calls.
+    pub admin: TcpListener,
+    /// Prometheus metrics, if served.
+    pub metrics: Option<TcpListener>,
+}
+
+impl StoreListeners {
+    /// Binds the addresses `cfg` names.
+    pub async fn bind(cfg: &StoreConfig) -> Result<Self> {
+        let bind = |key: &'static str, a: String| async move {
+            TcpListener::bind(&a)
+                .await
+                .map_err(|e| config_err(key, format!("cannot bind {a}: {e}")))
+        };
+        Ok(Self {
+            peer: bind("listen", cfg.peer_bind().to_string()).await?,
+            client: bind("client_addr", cfg.client_bind().to_string()).await?,
+            admin: bind("admin_addr", cfg.admin_bind().to_string()).await?,
+            metrics: match &cfg.metrics_addr {
+                Some(a) => Some(bind("metrics_addr", a.clone()).await?),
+                None => None,
+            },
+        })
+    }
+}
+
+/// The addresses a running replica is bound to.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreAddrs {
+    /// Peer plane.
+    pub peer: SocketAddr,
+    /// Client plane.
+    pub client: SocketAddr,
+    /// Admin plane.
+    pub admin: SocketAddr,
+    /// Prometheus metrics, if served.
+    pub metrics: Option<SocketAddr>,
+}
+
+/// A running store replica.
+pub struct StoreNode {
+    /// The Raft handle.
+    pub raft: Raft,
+    /// The services' shared state (also usable in-process).
+    pub api: StoreApi,
+    /// The addresses actually bound.
+    pub addrs: StoreAddrs,
+    /// The three servers.
+    servers: Vec<JoinHandle<()>>,
+    /// Background tasks (bootstrap, set configuration, arbiter).
+    tasks: Vec<JoinHandle<()>>,
+}
+
+const NODE_ID_KEY: &[u8] = b"node_id";
+
+/// Checks (or, on first start, records) which node a data dir belongs to.
+fn claim_identity(disk: &Disk, id: NodeId) -> Result<()> {
+    let at = |e: &dyn std::fmt::Display| {
+        Error::Internal(format!("data dir {}: {e}", disk.path().display()))
+    };
+    let tree = disk.tree("raft").map_err(|e| at(&e))?;
+    match tree.get(NODE_ID_KEY).map_err(|e| at(&e))? {
+        Some(v) if v.as_ref() == id.to_be_bytes() => Ok(()),
+        Some(v) => Err(Error::Config(format!(
+            "data dir {} belongs to store node {:?}, not {id}",
+            disk.path().display(),
+            seqsvr_core::codec::u64_of_key(&v)
+        ))),
+        None => {
+            tree.insert(NODE_ID_KEY, &id.to_be_bytes())
+                .map_err(|e| at(&e))?;
+            disk.sync().map_err(|e| at(&e))
+        }
+    }
+}
+
+/// Refuses to start with a config whose set differs from the one the data
+/// dir holds: a set never changes shape in place.
+fn check_stored_set(sm: &StateMachine, cfg: &StoreConfig) -> Result<()> {
+    match &sm.read().state.set {
+        Some(stored) if *stored != cfg.set => Err(Error::Config(format!(
+            "set: the data dir {} holds set {stored:?}, the config says {:?}; \
+             a set never changes shape in place",
+            cfg.data_dir.display(),
+            cfg.set
+        ))),
+        _ => Ok(()),
+    }
+}
+
+impl StoreNode {
+    /// Opens the replica's storage, starts Raft and serves its three planes.
+    pub async fn start(cfg: StoreConfig, listeners: StoreListeners) -> Result<StoreNode> {
+        cfg.validate()?;
+        let at = |e: &dyn std::fmt::Display| {
+            Error::Internal(format!("data dir {}: {e}", cfg.data_dir.display()))
+        };
+        let tls = match &cfg.tls {
+            Some(t) => Some(Tls::load(t)?),
+            None => None,
+        };
+        let disk = Disk::open(&cfg.data_dir).map_err(|e| at(&e))?;
+        claim_identity(&disk, cfg.id)?;
+        let log = LogStore::open(&disk).map_err(|e| at(&e))?;
+        let fresh = log.is_fresh().map_err(|e| at(&e))?;
+        let sm = StateMachine::open(&disk).map_err(|e| at(&e))?;
+        check_stored_set(&sm, &cfg)?;
+        let raft_cfg = Arc::new(cfg.raft_config()?);
+        let connect = seqsvr_store_api::client::connector(tls.as_ref().map(|t| t.client.clone()));
+        let network = Network::new(connect.clone());
+        let isolated = network.isolated.clone();
+        let raft = Raft::new(cfg.id, raft_cfg, network, log, sm.clone())
+            .await
+            .map_err(|e| at(&e))?;
+        let peer = plane_listener(listeners.peer, Plane::Peer, &cfg, tls.as_ref())?;
+        let client = plane_listener(listeners.client, Plane::Client, &cfg, tls.as_ref())?;
+        let admin = plane_listener(listeners.admin, Plane::Admin, &cfg, tls.as_ref())?;
+        let addrs = StoreAddrs {
+            peer: peer.local_addr(),
+            client: client.local_addr(),
+            admin: admin.local_addr(),
+            metrics: listeners.metrics.as_ref().and_then(|l| l.local_addr().ok()),
+        };
+        let api = StoreApi {
+            id: cfg.id,
+            addr: cfg.addr().to_string(),
+            raft: raft.clone(),
+            sm,
+            proposer: Proposer::spawn(raft.clone()),
+            disk,
+            connect,
+            peers: Default::default(),
+            arbiter: Arc::new(Arbiter::new(ArbiterConfig {
+                tick_ms: cfg.lease.tick_ms,
+            })),
+            auth: peer.auth(),
+            isolated: isolated.clone(),
+            metrics: crate::metrics::StoreMetrics::new(cfg.id)
+                .map_err(|e| Error::Internal(format!("metrics: {e}")))?,
+        };
+        let calls = |plane: &str, paths: &[&str]| {
+            seqsvr_net::calls::CallMetrics::register(&api.metrics.registry, plane, paths)
+                .map(seqsvr_net::calls::CallMetricsLayer)
+                .map_err(|e| Error::Internal(format!("metrics: {e}")))
+        };
+        let mut servers = vec![
+            tokio::spawn(serve_peer(api.clone(), peer, calls("peer", PEER_PATHS)?)),
+            tokio::spawn(serve_client(
+                api.clone(),
+                client,
+                calls("client", CLIENT_PATHS)?,
+            )),
+            tokio::spawn(serve_admin(
+                api.clone(),
+                admin,
+                calls("admin", ADMIN_PATHS)?,
+            )),
+        ];
+        if let Some(tcp) = listeners.metrics {
+            let a = api.clone();
+            let render: seqsvr_net::metrics::Render =
+                Arc::new(move || a.metrics.render(a.id, &a.raft, &a.sm, &a.disk));
+            let insecure = cfg.insecure;
+            servers.push(tokio::spawn(async move {
+                if let Err(e) = seqsvr_net::metrics::serve(tcp, render, insecure).await {
+                    tracing::error!("metrics listener: {e}");
+                }
+            }));
+        }
+        let mut tasks = vec![tokio::spawn(watch_isolation(
+            cfg.data_dir.join(ISOLATE_FILE),
+            isolated,
+        ))];
+        let lowest = cfg.members.iter().map(|m| m.id).min() == Some(cfg.id);
+        if fresh && lowest {
+            tasks.push(tokio::spawn(bootstrap(
+                raft.clone(),
+                cfg.clone(),
+                api.connect.clone(),
+            )));
+        }
+        tasks.push(tokio::spawn(arbitrate(api.clone())));
+        tasks.push(tokio::spawn(configure_set(api.clone(), cfg.clone())));
+        tracing::info!(id = cfg.id, peer = %addrs.peer, client = %addrs.client, admin = %addrs.admin, fresh, "store replica started");
+        Ok(StoreNode {
+            raft,
+            api,
+            addrs,
+            servers,
+            tasks,
+        })
+    }
+
+    /// Stops serving and shuts Raft down.
+    pub async fn shutdown(self) {
+        for t in self.tasks.iter().chain(&self.servers) {
+            t.abort();
+        }
+        let _ = self.raft.shutdown().await;
+    }
+}
+
+/// A replica's TLS material: server settings per plane, and the client
+/// identity it dials peers with.
+struct Tls {
+    config: TlsConfig,
+    client: seqsvr_net::ClientTls,
+}
+
+impl Tls {
+    fn load(config: &TlsConfig) -> Result<Self> {
+        let client = config.client().map_err(|e| config_err("tls", e))?;
+        Ok(Self {
+            config: config.clone(),
+            client,
+        })
+    }
+}
+
+fn plane_listener(
+    tcp: TcpListener,
+    plane: Plane,
+    cfg: &StoreConfig,
+    tls: Option<&Tls>,
+) -> Result<seqsvr_net::Listener> {
+    let server_tls = match tls {
+        Some(t) => Some(t.config.server(plane).map_err(|e| config_err("tls", e))?),
+        None => None,
+    };
+    seqsvr_net::server::listener(
+        tcp,
+        plane,
+        cfg.limits.get(plane),
+        server_tls.as_ref(),
+        cfg.insecure,
+    )
+    .map_err(|e| config_err(plane.name(), e))
+}
+
+/// A file whose presence in the data directory cuts this replica off from
+/// its peers (while clients can still reach it): the drill's partition
+/// fault, for test and dev clusters. Remove it to heal.
+pub const ISOLATE_FILE: &str = "ISOLATE";
+
+async fn watch_isolation(path: PathBuf, isolated: Arc<std::sync::atomic::AtomicBool>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    loop {
+        tick.tick().await;
+        let now = path.exists();
+        if isolated.swap(now, std::sync::atomic::Ordering::Relaxed) != now {
+            tracing::warn!(
+                isolated = now,
+                "partition fault {}",
+                if now { "on" } else { "healed" }
+            );
+        }
+    }
+}
+
+fn report(plane: &str, res: seqsvr_net::Result<()>) {
+    if let Err(e) = res {
+        tracing::error!("store {plane} server stopped: {e}");
+    }
+}
+
+/// The methods each plane serves, for per-call metrics.
+const PEER_PATHS: &[&str] = &[
+    "/seqsvr.v1.Raft/AppendEntries",
+    "/seqsvr.v1.Raft/Vote",
+    "/seqsvr.v1.Raft/InstallSnapshot",
+    "/seqsvr.v1.StorePeer/RegisterAlloc",
+    "/seqsvr.v1.StorePeer/Renew",
+    "/seqsvr.v1.StorePeer/TakeOver",
+    "/seqsvr.v1.StorePeer/Raise",
+    "/seqsvr.v1.StorePeer/Handoff",
+    "/seqsvr.v1.StorePeer/ReadSections",
+    "/seqsvr.v1.StorePeer/GetRoutes",
+    "/seqsvr.v1.StorePeer/Status",
+];
+
+const CLIENT_PATHS: &[&str] = &[
+    "/seqsvr.v1.StoreRead/GetRoutes",
+    "/seqsvr.v1.StoreRead/ReadSections",
+    "/seqsvr.v1.StoreRead/Status",
+];
+
+const ADMIN_PATHS: &[&str] = &[
+    "/seqsvr.v1.StoreAdmin/Assign",
+    "/seqsvr.v1.StoreAdmin/SetDraining",
+    "/seqsvr.v1.StoreAdmin/SetLease",
+    "/seqsvr.v1.StoreAdmin/FenceAlloc",
+    "/seqsvr.v1.StoreAdmin/Status",
+];
+
+type Calls = seqsvr_net::calls::CallMetricsLayer;
+
+async fn serve_peer(api: StoreApi, l: seqsvr_net::Listener, calls: Calls) {
+    let max = l.limits().max_message;
+    let raft = RaftServer::new(RaftService {
+        raft: api.raft.clone(),
+        auth: api.auth,
+        isolated: api.isolated.clone(),
+    })
+    .max_decoding_message_size(max)
+    .max_encoding_message_size(MAX_MESSAGE);
+    let peer = StorePeerServer::new(PeerService(api));
+    let router = l.server().layer(calls).add_service(raft).add_service(peer);
+    report("peer", l.serve(router, std::future::pending()).await);
+}
+
+async fn serve_client(api: StoreApi, l: seqsvr_net::Listener, calls: Calls) {
+    let router = l
+        .server()
+        .layer(calls)
+        .add_service(StoreReadServer::new(ReadService(api)));
+    report("client", l.serve(router, std::future::pending()).await);
+}
+
+async fn serve_admin(mut api: StoreApi, l: seqsvr_net::Listener, calls: Calls) {
+    api.auth = l.auth();
+    let router = l
+        .server()
+        .layer(calls)
+        .add_service(StoreAdminServer::new(AdminService(api)));
+    report("admin", l.serve(router, std::future::pending()).await);
+}
+
+/// The arbiter loop: tracks this replica's office and, while it leads,
+/// moves sections whose owner's lease has certainly expired.
+async fn arbitrate(api: StoreApi) {
+    let mut tick = tokio::time::interval(Duration::from_millis(api.arbiter.config.tick_ms));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        // Renewals wait while a plan is made and applied (`Arbiter::moves`).
+        let _moves = api.arbiter.moves.lock().await;
+        let m = api.raft.metrics().borrow().clone();
+        let leading = (m.current_leader == Some(api.id)
+            && m.state == openraft::ServerState::Leader)
+            .then_some(m.current_term);
+        let now = std::time::Instant::now();
+        api.arbiter.observe(leading, now);
+        let moves = {
+            let a = api.sm.read();
+            api.arbiter.plan(&a.state, now)
+        };
+        for cmd in moves {
+            tracing::info!(?cmd, "arbiter: moving sections whose owner's lease expired");
+            match api.proposer.propose(cmd).await {
+                Ok(Ok(_)) => api.metrics.moved(),
+                Ok(Err(e)) => {
+                    tracing::info!("arbiter move refused (state moved on): {e}");
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!("arbiter move failed: {e}");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_data_dir_keeps_its_identity() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = Disk::open(dir.path()).unwrap();
+        claim_identity(&disk, 2).unwrap();
+        claim_identity(&disk, 2).unwrap();
+        assert!(matches!(claim_identity(&disk, 3), Err(Error::Config(_))));
+    }
+}

@@ -1,0 +1,773 @@
+//! The deployment, end to end: the container image, the compose cluster
+//! and drills with real faults between containers, and the Kubernetes
+//! manifests.
+//!
+//! - `deploy_configs_parse_and_agree`: every config under `deploy/` (the
+//!   compose files and the Kubernetes ConfigMaps) is accepted by the real
+//!   config parsers, and the store and AllocSvr configs name each other.
+//! - `k8s_manifests_validate_offline`: `deploy/k8s/validate.sh` (schemas,
+//!   offline; it installs its validator on first use).
+//! - `compose_cluster_keeps_numbers_going_up_through_container_faults`:
+//!   builds the image (`deploy/docker/build.sh`: one release build), starts
+//!   the compose cluster under a project name of its own, scrapes a
+//!   replica's and an AllocSvr's metrics, runs drills
+//!   (`deploy/compose/drills.sh`: docker kill, pause past the lease,
+//!   network cuts, a twin, rolling restart, rolling upgrade) and checks
+//!   every report for 0 regressions, 0 repeats, every fault applied and
+//!   each fault's outage within lease + margin + renewal (+ slack),
+//!   then restarts the whole stack and checks numbers still go up. It
+//!   removes the containers, networks, volumes and images it created, also
+//!   when it fails. Without a usable Docker (or with
+//!   `SEQSVR_SKIP_DEPLOY=1`) it prints why and passes.
+//!
+//! The figures (image size, time from `compose up` to the first number,
+//! each drill's calls, failures, longest unavailability and section jump
+//! per fault) are written to stderr as they come, past the test harness's
+//! capture, so they appear in every run's log.
+//!
+//! `SEQSVR_DEPLOY_DRILLS` picks drills (comma-separated names; default:
+//! all).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use seqsvr_alloc::node::AllocNodeConfig;
+use seqsvr_store::StoreConfig;
+
+/// Drills run by default: every one `drills.sh` knows (kill, pause past
+/// the lease, a cut AllocSvr, a store leader cut from its peers, a twin, a
+/// rolling restart, a rolling upgrade): about 3.5 minutes.
+const DEFAULT_DRILLS: &[&str] = &[
+    "kill-alloc",
+    "pause-alloc",
+    "cut-alloc",
+    "cut-store-leader",
+    "twin-alloc",
+    "rolling-restart",
+    "rolling-upgrade",
+];
+
+/// Prints past the test harness's output capture.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        let _ = writeln!(std::io::stderr(), "deploy: {}", format!($($t)*));
+    }};
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("repository root")
+}
+
+// ---------------------------------------------------------------------
+// Configs
+// ---------------------------------------------------------------------
+
+/// The `name.toml: |` entries of the ConfigMaps in a manifest.
+fn configmap_tomls(yaml: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut lines = yaml.lines().peekable();
+    while let Some(line) = lines.next() {
+        let t = line.trim_end();
+        let Some(name) = t
+            .strip_prefix("  ")
+            .and_then(|k| k.strip_suffix(": |"))
+            .filter(|k| k.ends_with(".toml") && !k.starts_with(' '))
+        else {
+            continue;
+        };
+        let mut body = String::new();
+        while let Some(next) = lines.peek() {
+            if next.trim().is_empty() {
+                body.push('\n');
+            } else if let Some(rest) = next.strip_prefix("    ") {
+                body.push_str(rest);
+                body.push('\n');
+            } else {
+                break;
+            }
+            lines.next();
+        }
+        out.push((name.to_string(), body));
+    }
+    out
+}
+
+/// Checks one cluster's configs: each parses, and stores and AllocSvrs
+/// agree (AllocSvrs dial the members, initial routes name real AllocSvrs,
+/// ids are unique).
+fn check_cluster(what: &str, stores: &[(String, String)], allocs: &[(String, String)]) {
+    assert_eq!(stores.len(), 3, "{what}: three store replicas");
+    assert_eq!(allocs.len(), 3, "{what}: three AllocSvrs");
+    let stores: Vec<StoreConfig> = stores
+        .iter()
+        .map(|(name, text)| {
+            StoreConfig::from_toml(text).unwrap_or_else(|e| panic!("{what} {name}: {e}"))
+        })
+        .collect();
+    let allocs: Vec<AllocNodeConfig> = allocs
+        .iter()
+        .map(|(name, text)| {
+            AllocNodeConfig::from_toml(text).unwrap_or_else(|e| panic!("{what} {name}: {e}"))
+        })
+        .collect();
+    let ids: BTreeSet<u64> = stores.iter().map(|s| s.id).collect();
+    assert_eq!(ids.len(), 3, "{what}: store ids are unique");
+    let members: Vec<String> = stores[0].members.iter().map(|m| m.addr.clone()).collect();
+    let routed: BTreeSet<String> = stores[0].allocs.iter().map(|a| a.id.to_string()).collect();
+    for s in &stores {
+        let m: Vec<String> = s.members.iter().map(|m| m.addr.clone()).collect();
+        assert_eq!(m, members, "{what}: replica {} has other members", s.id);
+        let r: BTreeSet<String> = s.allocs.iter().map(|a| a.id.to_string()).collect();
+        assert_eq!(r, routed, "{what}: replica {} routes to others", s.id);
+        assert!(s.tls.is_some(), "{what}: replica {} runs TLS", s.id);
+    }
+    let alloc_ids: BTreeSet<String> = allocs.iter().map(|a| a.id.to_string()).collect();
+    assert_eq!(alloc_ids.len(), 3, "{what}: AllocSvr ids are unique");
+    assert_eq!(
+        alloc_ids, routed,
+        "{what}: initial routes name the AllocSvrs"
+    );
+    let port = |a: &str| a.rsplit_once(':').map(|(_, p)| p.to_string());
+    for a in &allocs {
+        assert!(a.tls.is_some(), "{what}: {} runs TLS", a.id);
+        // AllocSvrs dial the members' peer planes (maybe by another name
+        // on another network, but on the same port).
+        assert_eq!(a.store.len(), 3, "{what}: {} knows every replica", a.id);
+        for (dial, member) in a.store.iter().zip(&members) {
+            assert_eq!(port(dial), port(member), "{what}: {} dials {dial}", a.id);
+        }
+    }
+}
+
+#[test]
+fn deploy_configs_parse_and_agree() {
+    let root = repo_root();
+    let dir = root.join("deploy/compose/config");
+    let read = |prefix: &str| -> Vec<(String, String)> {
+        (1..=3)
+            .map(|i| {
+                let name = format!("{prefix}-{i}.toml");
+                let text = std::fs::read_to_string(dir.join(&name)).expect(&name);
+                (name, text)
+            })
+            .collect()
+    };
+    check_cluster("compose", &read("store"), &read("alloc"));
+
+    let k8s = |file: &str| {
+        let text = std::fs::read_to_string(root.join("deploy/k8s").join(file)).expect(file);
+        configmap_tomls(&text)
+    };
+    check_cluster("k8s", &k8s("store.yaml"), &k8s("alloc.yaml"));
+}
+
+#[test]
+fn k8s_manifests_validate_offline() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        say!("k8s validation SKIPPED: python3 is not installed");
+        return;
+    }
+    let out = run(
+        &mut Command::new(repo_root().join("deploy/k8s/validate.sh")),
+        Duration::from_secs(900),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "validate.sh failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    say!("k8s: {}", text.trim());
+}
+
+// ---------------------------------------------------------------------
+// Processes
+// ---------------------------------------------------------------------
+
+/// Runs `cmd` to completion, killing its process group after `limit`.
+fn run(cmd: &mut Command, limit: Duration) -> Output {
+    use std::os::unix::process::CommandExt;
+    let shown = format!("{cmd:?}");
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{shown}: {e}"));
+    let pid = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => out.unwrap_or_else(|e| panic!("{shown}: {e}")),
+        Err(_) => {
+            // SAFETY: kill(2) on the process group this test started.
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+            panic!("{shown} did not finish within {limit:?}");
+        }
+    }
+}
+
+/// Runs `cmd`; panics with its output unless it succeeds; returns stdout.
+fn ok(cmd: &mut Command, limit: Duration) -> String {
+    let shown = format!("{cmd:?}");
+    let out = run(cmd, limit);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{shown} failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// Runs a command, ignoring how it ends (teardown).
+fn quietly(cmd: &mut Command) {
+    let _ = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Why the container suite cannot run here, if it cannot.
+fn skip_reason() -> Option<String> {
+    if std::env::var("SEQSVR_SKIP_DEPLOY").is_ok_and(|v| v == "1") {
+        return Some("SEQSVR_SKIP_DEPLOY=1".into());
+    }
+    let probe = |bin: &str, args: &[&str]| -> Result<(), String> {
+        match Command::new(bin).args(args).stdin(Stdio::null()).output() {
+            Err(e) => Err(format!("`{bin}` cannot be run: {e}")),
+            Ok(o) if !o.status.success() => Err(format!(
+                "`{bin} {}` failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&o.stderr).trim()
+            )),
+            Ok(_) => Ok(()),
+        }
+    };
+    if let Err(why) = probe("docker", &["info", "--format", "{{.ServerVersion}}"]) {
+        return Some(why);
+    }
+    // docker-compose 1.x, or the compose plugin.
+    let compose = probe("docker-compose", &["version", "--short"])
+        .or_else(|_| probe("docker", &["compose", "version", "--short"]));
+    compose.err()
+}
+
+fn pid_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+// ---------------------------------------------------------------------
+// The compose cluster under test
+// ---------------------------------------------------------------------
+
+/// Project names this suite creates: `seqsvr-deploy-<pid>-<n>`.
+const PROJECT_PREFIX: &str = "seqsvr-deploy-";
+
+/// One compose cluster of this test run, and everything it is named by.
+struct Cluster {
+    root: PathBuf,
+    project: String,
+    image: String,
+    next_image: String,
+    prefix: u16,
+    work: tempfile::TempDir,
+    seqctl: PathBuf,
+}
+
+impl Cluster {
+    fn script(&self, path: &str) -> Command {
+        let mut c = Command::new(self.root.join(path));
+        c.env("COMPOSE_PROJECT_NAME", &self.project)
+            .env("SEQSVR_IMAGE", &self.image)
+            .env("SEQSVR_UPGRADE_IMAGE", &self.next_image)
+            .env("SEQSVR_PORT_PREFIX", self.prefix.to_string())
+            .env("SEQSVR_CONFIG_DIR", self.work.path().join("config"))
+            .env("SEQSVR_PKI_DIR", self.work.path().join("pki"))
+            .env("SEQCTL", &self.seqctl);
+        c
+    }
+
+    /// seqctl against this cluster, with the operator's credentials.
+    fn seqctl(&self, args: &[&str]) -> String {
+        let p = self.prefix;
+        let addrs = |a: u16| {
+            (1..=3)
+                .map(|i| format!("127.0.0.1:{p}{}", a + i))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let pki = self.work.path().join("pki");
+        ok(
+            Command::new(&self.seqctl)
+                .arg("--store")
+                .arg(addrs(110))
+                .arg("--store-admin")
+                .arg(addrs(120))
+                .arg("--alloc")
+                .arg(addrs(200))
+                .arg("--ca")
+                .arg(pki.join("ca.pem"))
+                .arg("--cert")
+                .arg(pki.join("ops.pem"))
+                .arg("--key")
+                .arg(pki.join("ops-key.pem"))
+                .args(args),
+            Duration::from_secs(60),
+        )
+    }
+
+    /// up.sh; returns the ms from `compose up` to the first number.
+    fn up(&self) -> u64 {
+        let out = ok(
+            &mut self.script("deploy/compose/up.sh"),
+            Duration::from_secs(300),
+        );
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("first number"))
+            .unwrap_or_else(|| panic!("up.sh printed no first number:\n{out}"));
+        // "first number N after MS ms (...)"
+        line.split_whitespace()
+            .nth(4)
+            .and_then(|ms| ms.parse().ok())
+            .unwrap_or_else(|| panic!("unreadable: {line}"))
+    }
+
+    fn host_port(&self, offset: u16) -> u16 {
+        self.prefix * 1000 + offset
+    }
+}
+
+impl Drop for Cluster {
+    /// Removes what this run created, by name: the compose project
+    /// (containers, networks, volumes) and the two image tags.
+    fn drop(&mut self) {
+        say!("tearing down project {}", self.project);
+        quietly(self.script("deploy/compose/down.sh").arg("-v"));
+        remove_project_leftovers(&self.project);
+        for image in [&self.image, &self.next_image] {
+            quietly(Command::new("docker").args(["rmi", "-f", image]));
+        }
+    }
+}
+
+/// Whatever `docker-compose down` did not remove of `project`.
+fn remove_project_leftovers(project: &str) {
+    let label = format!("label=com.docker.compose.project={project}");
+    for (kind, list) in [
+        ("container", vec!["ps", "-aq", "--filter", &label]),
+        ("network", vec!["network", "ls", "-q", "--filter", &label]),
+        ("volume", vec!["volume", "ls", "-q", "--filter", &label]),
+    ] {
+        let Ok(out) = Command::new("docker").args(&list).output() else {
+            continue;
+        };
+        for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+            let rm: &[&str] = match kind {
+                "container" => &["rm", "-f", "-v"],
+                "network" => &["network", "rm"],
+                _ => &["volume", "rm", "-f"],
+            };
+            quietly(Command::new("docker").args(rm).arg(id));
+        }
+    }
+}
+
+/// Projects (and image tags) an earlier run of this suite left behind when
+/// it was killed: named after a process that no longer exists.
+fn remove_stale_runs() {
+    let Ok(out) = Command::new("docker")
+        .args([
+            "ps",
+            "-a",
+            "--filter",
+            "label=com.docker.compose.project",
+            "--format",
+            "{{.Label \"com.docker.compose.project\"}}",
+        ])
+        .output()
+    else {
+        return;
+    };
+    let stale = |name: &str| {
+        name.strip_prefix(PROJECT_PREFIX)
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+            .is_some_and(|pid| !pid_alive(pid))
+    };
+    let projects: BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|p| stale(p))
+        .map(str::to_string)
+        .collect();
+    for p in projects {
+        say!("removing project {p} left by an earlier run");
+        remove_project_leftovers(&p);
+    }
+    if let Ok(out) = Command::new("docker")
+        .args(["images", "seqsvr", "--format", "{{.Tag}}"])
+        .output()
+    {
+        for tag in String::from_utf8_lossy(&out.stdout).lines() {
+            if stale(&format!(
+                "{PROJECT_PREFIX}{}",
+                tag.trim_start_matches("deploy-")
+            )) {
+                quietly(Command::new("docker").args(["rmi", "-f", &format!("seqsvr:{tag}")]));
+            }
+        }
+    }
+}
+
+/// A two-digit port prefix whose host ports are all free (the compose
+/// cluster publishes `<prefix>111` … `<prefix>233` on 127.0.0.1).
+fn free_prefix() -> u16 {
+    let offsets = [
+        111, 112, 113, 121, 122, 123, 131, 132, 133, 201, 202, 203, 221, 222, 223, 231, 232, 233,
+    ];
+    let start = std::process::id() as u16 % 12;
+    // Below the usual ephemeral range first (32768 on).
+    let order = (0..12)
+        .map(|i| 20 + (start + i) % 12)
+        .chain(33..=60)
+        .collect::<Vec<u16>>();
+    order
+        .into_iter()
+        .find(|p| {
+            offsets
+                .iter()
+                .all(|o| std::net::TcpListener::bind(("127.0.0.1", p * 1000 + o)).is_ok())
+        })
+        .expect("no free port prefix")
+}
+
+/// `GET /metrics` over plain HTTP.
+fn scrape(port: u16) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics listener");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: metrics\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).expect("metrics response");
+    assert!(body.starts_with("HTTP/1.1 200"), "metrics: {body:.200}");
+    body
+}
+
+/// The sum of every sample of `metric` in a scrape.
+fn sum_of(scrape: &str, metric: &str) -> f64 {
+    scrape
+        .lines()
+        .filter(|l| {
+            l.strip_prefix(metric)
+                .is_some_and(|r| r.starts_with('{') || r.starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// One drill's figures, from its JSON report.
+struct DrillFigures {
+    name: String,
+    calls: u64,
+    failed: u64,
+    regressions: u64,
+    repeats: u64,
+    unavailable_max_ms: f64,
+    /// Per fault: what, how it ended, longest outage after it, section jump.
+    faults: Vec<(String, String, f64, u64)>,
+}
+
+fn read_report(name: &str, path: &Path) -> DrillFigures {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("drill {name}: no report at {}: {e}", path.display()));
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("drill {name}: report is not JSON ({e}):\n{text}"));
+    let n = |k: &str| {
+        v[k].as_u64()
+            .unwrap_or_else(|| panic!("drill {name}: no {k} in report"))
+    };
+    let faults = v["faults"]
+        .as_array()
+        .map(|fs| {
+            fs.iter()
+                .map(|f| {
+                    let action = &f["fault"]["action"];
+                    let what = action["Exec"]
+                        .as_str()
+                        .map(|cmd| {
+                            // Show `fault.sh ARGS`, not the full path.
+                            cmd.rsplit_once("fault.sh ")
+                                .map_or(cmd, |(_, args)| args)
+                                .to_string()
+                        })
+                        .unwrap_or_else(|| action.to_string());
+                    let at = f["fault"]["at"].as_f64().unwrap_or(0.0) / 1000.0;
+                    (
+                        format!("{at:>4.1}s {what}"),
+                        f["outcome"].as_str().unwrap_or("").to_string(),
+                        f["recovery_ms"].as_f64().unwrap_or(f64::NAN),
+                        f["section_skip_max"].as_u64().unwrap_or(0),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    DrillFigures {
+        name: name.to_string(),
+        calls: n("requests"),
+        failed: n("failed"),
+        regressions: n("regressions"),
+        repeats: n("repeats"),
+        unavailable_max_ms: v["unavailable_max_ms"].as_f64().unwrap_or(f64::NAN),
+        faults,
+    }
+}
+
+/// Slack on top of lease + margin + renewal for an outage after a fault.
+const OUTAGE_SLACK_MS: u64 = 2000;
+
+/// lease + margin (the compose replicas' `[lease]`) + renewal interval (the
+/// AllocSvrs' `renew_ms`), in ms.
+fn outage_bound_ms(root: &Path) -> u64 {
+    let dir = root.join("deploy/compose/config");
+    let store = std::fs::read_to_string(dir.join("store-1.toml")).unwrap();
+    let store = StoreConfig::from_toml(&store).unwrap();
+    let alloc = std::fs::read_to_string(dir.join("alloc-1.toml")).unwrap();
+    let alloc = AllocNodeConfig::from_toml(&alloc).unwrap();
+    store.lease.lease_ms + store.lease.margin_ms + alloc.renew_ms
+}
+
+fn drills_to_run() -> Vec<String> {
+    match std::env::var("SEQSVR_DEPLOY_DRILLS") {
+        Ok(v) if v == "all" => DEFAULT_DRILLS.iter().map(|s| s.to_string()).collect(),
+        Ok(v) if !v.trim().is_empty() => v.split(',').map(|s| s.trim().to_string()).collect(),
+        _ => DEFAULT_DRILLS.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+#[test]
+fn compose_cluster_keeps_numbers_going_up_through_container_faults() {
+    if let Some(why) = skip_reason() {
+        say!("container suite SKIPPED: {why}");
+        return;
+    }
+    let t_suite = Instant::now();
+    let root = repo_root();
+    remove_stale_runs();
+
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let run_id = format!("{}-{}", std::process::id(), secs % 100_000);
+    let tag = format!("deploy-{run_id}");
+    // seqctl on the host: the release build that goes into the image.
+    let target = Path::new(env!("CARGO_BIN_EXE_seqctl"))
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_path_buf();
+    let cluster = Cluster {
+        root: root.clone(),
+        project: format!("{PROJECT_PREFIX}{run_id}"),
+        image: format!("seqsvr:{tag}"),
+        next_image: format!("seqsvr:{tag}-next"),
+        prefix: free_prefix(),
+        work: tempfile::tempdir().unwrap(),
+        seqctl: target.join("release/seqctl"),
+    };
+    say!(
+        "project {}, image {}, host ports {}xxx",
+        cluster.project,
+        cluster.image,
+        cluster.prefix
+    );
+
+    // 1. The image: one release build, packaged FROM scratch.
+    let t = Instant::now();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = ok(
+        Command::new(root.join("deploy/docker/build.sh"))
+            .arg(&tag)
+            .env("CARGO", cargo),
+        Duration::from_secs(60 * 60),
+    );
+    let built = out
+        .lines()
+        .find(|l| l.starts_with("built "))
+        .unwrap_or_else(|| panic!("build.sh printed no size:\n{out}"))
+        .to_string();
+    say!(
+        "{built} (build and package: {:.0} s)",
+        t.elapsed().as_secs_f64()
+    );
+    ok(
+        Command::new("docker").args(["tag", &cluster.image, &cluster.next_image]),
+        Duration::from_secs(60),
+    );
+
+    // 2. Up: time from `compose up` to the first number.
+    let first_ms = cluster.up();
+    say!("compose up to first number: {first_ms} ms");
+
+    // 3. Metrics: a replica's scrape has the store's metrics, and its
+    //    counters move (Raft heartbeats and renewals are calls).
+    let port = cluster.host_port(131);
+    let a = scrape(port);
+    for name in [
+        "seqsvr_calls_total{",
+        "seqsvr_call_seconds_bucket{",
+        "seqsvr_store_commands_total{",
+        "seqsvr_store_command_seconds_bucket{",
+        "seqsvr_store_fsyncs_total",
+        "seqsvr_store_renewals_total",
+        "seqsvr_raft{",
+        "seqsvr_store_state{",
+    ] {
+        assert!(a.contains(name), "no {name} in the scrape of store-1");
+    }
+    cluster.seqctl(&["next-batch", "1", "2", "3"]);
+    std::thread::sleep(Duration::from_secs(2));
+    let b = scrape(port);
+    let (ca, cb) = (
+        sum_of(&a, "seqsvr_calls_total"),
+        sum_of(&b, "seqsvr_calls_total"),
+    );
+    assert!(cb > ca, "seqsvr_calls_total did not move: {ca} -> {cb}");
+    // An AllocSvr's scrape: numbers handed out move with calls.
+    let alloc_port = cluster.host_port(231);
+    let a = scrape(alloc_port);
+    for name in [
+        "seqsvr_alloc_numbers_total",
+        "seqsvr_alloc_renewals_total",
+        "seqsvr_alloc_state{",
+        "seqsvr_calls_total{",
+    ] {
+        assert!(a.contains(name), "no {name} in the scrape of alloc-1");
+    }
+    let uids: Vec<String> = (0..34).map(|s| (s * 100_000 + 7).to_string()).collect();
+    let uids: Vec<&str> = uids.iter().map(String::as_str).collect();
+    cluster.seqctl(&[&["next-batch"][..], &uids].concat());
+    let b = scrape(alloc_port);
+    let (na, nb) = (
+        sum_of(&a, "seqsvr_alloc_numbers_total"),
+        sum_of(&b, "seqsvr_alloc_numbers_total"),
+    );
+    assert!(
+        nb > na,
+        "seqsvr_alloc_numbers_total did not move: {na} -> {nb}"
+    );
+    say!(
+        "metrics: store-1 served {} calls in 2 s; alloc-1 handed out {} numbers",
+        cb - ca,
+        nb - na
+    );
+
+    // 4. Drills, each with real faults between containers. A fault may
+    //    cost a section at most lease + margin + one renewal interval
+    //    (plus slack for a loaded machine: the take-over call, the
+    //    client's retry pause).
+    let bound_ms = outage_bound_ms(&root) + OUTAGE_SLACK_MS;
+    let drills = drills_to_run();
+    let reports = cluster.work.path().join("reports");
+    let t = Instant::now();
+    let out = run(
+        cluster
+            .script("deploy/compose/drills.sh")
+            .args(&drills)
+            .env("SEQSVR_DRILL_OUT", &reports),
+        Duration::from_secs(30 * 60),
+    );
+    let drills_ok = out.status.success();
+    say!(
+        "drills ({}) took {:.0} s",
+        drills.join(", "),
+        t.elapsed().as_secs_f64()
+    );
+    let mut broken = Vec::new();
+    let mut figures = Vec::new();
+    for d in &drills {
+        let f = read_report(d, &reports.join(format!("{d}.json")));
+        say!(
+            "drill {:<17} calls {:>6}  failed {:>4}  longest unavailability {:>6.0} ms  regressions {}  repeats {}",
+            f.name,
+            f.calls,
+            f.failed,
+            f.unavailable_max_ms,
+            f.regressions,
+            f.repeats
+        );
+        for (what, outcome, outage, jump) in &f.faults {
+            say!("    {what:<36} outage after it {outage:>6.0} ms  section jump {jump}");
+            if !outcome.contains("exited with exit status: 0") {
+                broken.push(format!("{d}: fault `{what}` did not happen: {outcome}"));
+            }
+            if *outage > bound_ms as f64 {
+                broken.push(format!(
+                    "{d}: `{what}` cost a section {outage:.0} ms (bound {bound_ms} ms)"
+                ));
+            }
+        }
+        if f.regressions != 0 || f.repeats != 0 {
+            broken.push(format!(
+                "{d}: {} regressions, {} repeats",
+                f.regressions, f.repeats
+            ));
+        }
+        if f.calls == 0 || f.calls == f.failed {
+            broken.push(format!("{d}: no successful call"));
+        }
+        figures.push(f);
+    }
+    if !drills_ok && broken.is_empty() {
+        broken.push(format!(
+            "drills.sh failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    assert!(broken.is_empty(), "drills:\n{}", broken.join("\n"));
+
+    // 5. The whole stack restarted (containers removed, volumes kept):
+    //    every uid's numbers still go up.
+    let uids = ["42", "3400000", "6700000", "9999999"];
+    let before: Vec<u64> = numbers(&cluster.seqctl(&[&["next-batch"][..], &uids].concat()));
+    ok(
+        &mut cluster.script("deploy/compose/down.sh"),
+        Duration::from_secs(300),
+    );
+    let again_ms = cluster.up();
+    let after: Vec<u64> = numbers(&cluster.seqctl(&[&["next-batch"][..], &uids].concat()));
+    say!("whole stack restarted: first number after {again_ms} ms; {before:?} -> {after:?}");
+    for ((u, b), a) in uids.iter().zip(&before).zip(&after) {
+        assert!(a > b, "uid {u}: {a} after the restart, {b} before");
+    }
+
+    let summary: BTreeMap<&str, (u64, u64)> = figures
+        .iter()
+        .map(|f| (f.name.as_str(), (f.calls, f.failed)))
+        .collect();
+    say!(
+        "suite done in {:.0} s: {} drills, 0 regressions, 0 repeats ({summary:?})",
+        t_suite.elapsed().as_secs_f64(),
+        figures.len()
+    );
+}
+
+fn numbers(out: &str) -> Vec<u64> {
+    out.lines()
+        .map(|l| l.trim().parse().expect("a number per line"))
+        .collect()
+}

@@ -274,6 +274,33 @@ impl StoreApi {
         Ok(pb::ReadSectionsReply { sections })
     }
 
+    /// `GetRoutes`, as both the client and the peer plane serve it: here if
+    /// this replica leads, else forwarded to the leader.
+    async fn routed_routes(
+        &self,
+        req: Request<pb::GetRoutesRequest>,
+    ) -> Result<Response<pb::RouteTable>, Status> {
+        self.route(
+            req,
+            |_| self.routes(),
+            |mut c, r| async move { c.get_routes(r).await },
+        )
+        .await
+    }
+
+    /// `ReadSections`, as both the client and the peer plane serve it.
+    async fn routed_read_sections(
+        &self,
+        req: Request<pb::ReadSectionsRequest>,
+    ) -> Result<Response<pb::ReadSectionsReply>, Status> {
+        self.route(
+            req,
+            |r| self.read_sections(r),
+            |mut c, r| async move { c.read_sections(r).await },
+        )
+        .await
+    }
+
     /// Reads the route table after a barrier.
     async fn routes(&self) -> Result<pb::RouteTable, Error> {
         self.barrier().await?;

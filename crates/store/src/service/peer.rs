@@ -281,28 +281,16 @@ impl pb::store_peer_server::StorePeer for PeerService {
         &self,
         req: Request<pb::ReadSectionsRequest>,
     ) -> Result<Response<pb::ReadSectionsReply>, Status> {
-        let api = &self.0;
-        require_peer(api.auth, &req)?;
-        api.route(
-            req,
-            |r| api.read_sections(r),
-            |mut c, r| async move { c.read_sections(r).await },
-        )
-        .await
+        require_peer(self.0.auth, &req)?;
+        self.0.routed_read_sections(req).await
     }
 
     async fn get_routes(
         &self,
         req: Request<pb::GetRoutesRequest>,
     ) -> Result<Response<pb::RouteTable>, Status> {
-        let api = &self.0;
-        require_peer(api.auth, &req)?;
-        api.route(
-            req,
-            |_| api.routes(),
-            |mut c, r| async move { c.get_routes(r).await },
-        )
-        .await
+        require_peer(self.0.auth, &req)?;
+        self.0.routed_routes(req).await
     }
 
     async fn status(

@@ -17,28 +17,17 @@ impl pb::store_read_server::StoreRead for ReadService {
         &self,
         req: Request<pb::GetRoutesRequest>,
     ) -> Result<Response<pb::RouteTable>, Status> {
-        let api = &self.0;
-        let req = Request::new(req.into_inner());
-        api.route(
-            req,
-            |_| api.routes(),
-            |mut c, r| async move { c.get_routes(r).await },
-        )
-        .await
+        // A stranger's metadata is dropped: it may not mark a call forwarded.
+        self.0.routed_routes(Request::new(req.into_inner())).await
     }
 
     async fn read_sections(
         &self,
         req: Request<pb::ReadSectionsRequest>,
     ) -> Result<Response<pb::ReadSectionsReply>, Status> {
-        let api = &self.0;
-        let req = Request::new(req.into_inner());
-        api.route(
-            req,
-            |r| api.read_sections(r),
-            |mut c, r| async move { c.read_sections(r).await },
-        )
-        .await
+        self.0
+            .routed_read_sections(Request::new(req.into_inner()))
+            .await
     }
 
     async fn status(

@@ -227,11 +227,15 @@ mod tests {
             version: 3,
             set: set(1, 0..100),
             entries: vec![entry(0, 5, "a"), entry(5, 4, "b")],
+            placement: Default::default(),
+            directory: None,
         });
         c.install(RouteTable {
             version: 9,
             set: set(2, 100..200),
             entries: vec![entry(0, 10, "c")],
+            placement: Default::default(),
+            directory: None,
         });
         c
     }

@@ -141,6 +141,7 @@ mod tests {
                     addr: addr.to_string(),
                 })
                 .collect(),
+            ..Default::default()
         }
     }
 

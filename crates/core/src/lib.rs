@@ -8,6 +8,8 @@
 //!   (uid → section arithmetic).
 //! - [`route`]: the *route table*: which AllocSvr serves which sections, with
 //!   a version number and per-section *epoch* (fencing token).
+//! - [`directory`]: the set *directory* (which set serves which uid
+//!   range, a move under way) and a store group's [`Placement`] of its span.
 //! - [`checker`]: the per-uid monotonicity checker over what clients
 //!   received (promise 1), for tests, simulations and drills.
 //! - [`codec`]: the one place that turns values into bytes for disk and wire
@@ -19,11 +21,13 @@
 
 pub mod checker;
 pub mod codec;
+pub mod directory;
 pub mod error;
 pub mod grant;
 pub mod route;
 pub mod section;
 
+pub use directory::{DirChange, DirError, DirSet, Directory, PendingMove, Place, Placement, SetId};
 pub use error::{Error, Result};
 pub use grant::{Grant, Incarnation, LeaseTerms};
 pub use route::{AllocId, Epoch, RouteEntry, RouteTable};

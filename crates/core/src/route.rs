@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::directory::{Directory, Placement};
 use crate::section::{SectionId, SetSpec, Uid};
 
 /// An AllocSvr's stable name (e.g. `alloc-1`).
@@ -47,6 +48,12 @@ pub struct RouteTable {
     /// Runs of owned sections, sorted by `first`, non-overlapping. Sections
     /// in no run have no owner yet.
     pub entries: Vec<RouteEntry>,
+    /// The sections of the span this set does not serve (absent, or moved
+    /// to another set): a client looks those up in the directory.
+    pub placement: Placement,
+    /// The directory as the set's store holds it (the home set's own, or
+    /// a copy), if any.
+    pub directory: Option<Directory>,
 }
 
 impl RouteTable {
@@ -76,6 +83,8 @@ impl RouteTable {
             version,
             set,
             entries,
+            placement: Placement::default(),
+            directory: None,
         }
     }
 

@@ -3,7 +3,10 @@
 //! cannot be trusted (a route table whose runs overlap, a set that does
 //! not validate) is refused here, before any component sees it.
 
-use seqsvr_core::{Grant, RouteEntry, RouteTable, SetSpec};
+use seqsvr_core::directory::{DirRange, PlaceRun, MAX_DIR_RANGES};
+use seqsvr_core::{
+    DirSet, Directory, Grant, PendingMove, Place, Placement, RouteEntry, RouteTable, SetSpec,
+};
 
 use crate::v1 as pb;
 
@@ -72,6 +75,8 @@ impl From<&RouteTable> for pb::RouteTable {
                     addr: e.addr.clone(),
                 })
                 .collect(),
+            placement: placement_runs(&t.placement),
+            directory: t.directory.as_ref().map(Into::into),
         }
     }
 }
@@ -95,10 +100,14 @@ impl TryFrom<&pb::RouteTable> for RouteTable {
             })
             .collect();
         check_entries(&set, &entries)?;
+        let placement = placement_of(&set, &r.placement)?;
+        let directory = r.directory.as_ref().map(Directory::try_from).transpose()?;
         Ok(RouteTable {
             version: r.version,
             set,
             entries,
+            placement,
+            directory,
         })
     }
 }
@@ -123,4 +132,137 @@ fn check_entries(set: &SetSpec, entries: &[RouteEntry]) -> Result<(), String> {
         next_free = end;
     }
     Ok(())
+}
+
+/// A placement as protobuf runs.
+pub fn placement_runs(p: &Placement) -> Vec<pb::PlaceRun> {
+    p.runs
+        .iter()
+        .map(|r| {
+            let (kind, to_set) = match r.place {
+                Place::Moved { to } => (pb::PlaceKind::PlaceMoved, to),
+                _ => (pb::PlaceKind::PlaceAbsent, 0),
+            };
+            pb::PlaceRun {
+                first_section: r.first,
+                end_section: r.end,
+                kind: kind as i32,
+                to_set,
+            }
+        })
+        .collect()
+}
+
+/// Checks that runs are sorted, disjoint, non-empty and inside the set.
+fn placement_of(set: &SetSpec, runs: &[pb::PlaceRun]) -> Result<Placement, String> {
+    let mut out = Vec::with_capacity(runs.len());
+    let mut next_free = 0u32;
+    for r in runs {
+        if r.first_section < next_free
+            || r.end_section <= r.first_section
+            || r.end_section > set.section_count()
+        {
+            return Err(format!(
+                "placement run {}..{} overlaps or leaves set {}",
+                r.first_section, r.end_section, set.set_id
+            ));
+        }
+        let place = match pb::PlaceKind::try_from(r.kind) {
+            Ok(pb::PlaceKind::PlaceAbsent) => Place::Absent,
+            Ok(pb::PlaceKind::PlaceMoved) => Place::Moved { to: r.to_set },
+            _ => return Err(format!("placement run with unknown kind {}", r.kind)),
+        };
+        out.push(PlaceRun {
+            first: r.first_section,
+            end: r.end_section,
+            place,
+        });
+        next_free = r.end_section;
+    }
+    Ok(Placement { runs: out })
+}
+
+impl From<&Directory> for pb::Directory {
+    fn from(d: &Directory) -> Self {
+        pb::Directory {
+            version: d.version,
+            sets: d
+                .sets
+                .values()
+                .map(|s| pb::DirSet {
+                    spec: Some((&s.spec).into()),
+                    stores: s.stores.clone(),
+                    admin: s.admin.clone(),
+                })
+                .collect(),
+            ranges: d
+                .ranges
+                .iter()
+                .map(|r| pb::DirRange {
+                    begin: r.begin,
+                    end: r.end,
+                    set_id: r.set,
+                })
+                .collect(),
+            moving: d.moving.map(|m| pb::PendingMove {
+                begin: m.begin,
+                end: m.end,
+                from_set: m.from,
+                to_set: m.to,
+            }),
+        }
+    }
+}
+
+/// Converts a protobuf directory, checking what lookups rely on: valid set
+/// specs, ids unique, ranges sorted, disjoint, non-empty and naming known
+/// sets.
+impl TryFrom<&pb::Directory> for Directory {
+    type Error = String;
+
+    fn try_from(d: &pb::Directory) -> Result<Self, String> {
+        if d.sets.len() > MAX_DIR_RANGES || d.ranges.len() > MAX_DIR_RANGES {
+            return Err("directory too large".into());
+        }
+        let mut sets = std::collections::BTreeMap::new();
+        for s in &d.sets {
+            let spec = SetSpec::try_from(s.spec.as_ref().ok_or("directory set without spec")?)?;
+            let id = spec.set_id;
+            let entry = DirSet {
+                spec,
+                stores: s.stores.clone(),
+                admin: s.admin.clone(),
+            };
+            if sets.insert(id, entry).is_some() {
+                return Err(format!("directory lists set {id} twice"));
+            }
+        }
+        let mut ranges = Vec::with_capacity(d.ranges.len());
+        let mut next_free = 0u64;
+        for r in &d.ranges {
+            if r.end <= r.begin || r.begin < next_free || !sets.contains_key(&r.set_id) {
+                return Err(format!(
+                    "directory range [{}, {}) of set {} is empty, overlaps or names no set",
+                    r.begin, r.end, r.set_id
+                ));
+            }
+            ranges.push(DirRange {
+                begin: r.begin,
+                end: r.end,
+                set: r.set_id,
+            });
+            next_free = r.end;
+        }
+        Ok(Directory {
+            version: d.version,
+            sets,
+            ranges,
+            moving: d.moving.as_ref().map(|m| PendingMove {
+                begin: m.begin,
+                end: m.end,
+                from: m.from_set,
+                to: m.to_set,
+            }),
+        })
+    }
 }

@@ -161,6 +161,17 @@ impl Error {
             }
             .into(),
             ErrorKind::NotRegistered => Rejection::NotRegistered { alloc: d.alloc }.into(),
+            ErrorKind::NotServed => Rejection::NotServing {
+                section,
+                moved_to: None,
+            }
+            .into(),
+            ErrorKind::Moved => Rejection::NotServing {
+                section,
+                moved_to: Some(d.to_set),
+            }
+            .into(),
+            ErrorKind::DirectoryRefused => Rejection::Directory(d.reason).into(),
             ErrorKind::NoLeader => match d.leader_id {
                 0 => Error::NoLeader(d.reason),
                 id => Error::NotLeader {
@@ -246,6 +257,20 @@ fn rejection_detail(r: &Rejection, d: &mut ErrorDetail) -> (Code, ErrorKind) {
             d.alloc = alloc.clone();
             (Code::NotFound, ErrorKind::NotRegistered)
         }
+        Rejection::NotServing { section, moved_to } => {
+            at(*section);
+            match moved_to {
+                Some(to) => {
+                    d.to_set = *to;
+                    (Code::FailedPrecondition, ErrorKind::Moved)
+                }
+                None => (Code::FailedPrecondition, ErrorKind::NotServed),
+            }
+        }
+        Rejection::Directory(m) => {
+            d.reason = m.clone();
+            (Code::FailedPrecondition, ErrorKind::DirectoryRefused)
+        }
     }
 }
 
@@ -298,6 +323,15 @@ mod tests {
                 current: 8,
             }),
             Error::Rejected(Rejection::NotRegistered { alloc: "z".into() }),
+            Error::Rejected(Rejection::NotServing {
+                section: 4,
+                moved_to: None,
+            }),
+            Error::Rejected(Rejection::NotServing {
+                section: 5,
+                moved_to: Some(2),
+            }),
+            Error::Rejected(Rejection::Directory("no set 7".into())),
             Error::NotLeader {
                 leader: Some((2, "127.0.0.1:7102".into())),
             },

@@ -1,6 +1,6 @@
 //! Why the store refused a command.
 
-use seqsvr_core::{AllocId, Epoch, Incarnation, SectionId};
+use seqsvr_core::{AllocId, Epoch, Incarnation, SectionId, SetId};
 use serde::{Deserialize, Serialize};
 
 /// Why a command was refused. Deterministic: every replica refuses the same
@@ -95,4 +95,23 @@ pub enum Rejection {
         /// The AllocSvr id.
         alloc: AllocId,
     },
+    /// The section is not served by this set: it was never installed
+    /// here (`moved_to: None`) or it was moved to another set.
+    #[error("{}", not_serving(*section, *moved_to))]
+    NotServing {
+        /// The section.
+        section: SectionId,
+        /// The set it was moved to, if it was.
+        moved_to: Option<SetId>,
+    },
+    /// A directory change or copy was refused (see the reason).
+    #[error("directory change refused: {0}")]
+    Directory(String),
+}
+
+fn not_serving(section: SectionId, moved_to: Option<SetId>) -> String {
+    match moved_to {
+        Some(to) => format!("section {section} moved to set {to}"),
+        None => format!("section {section} is not served by this set"),
+    }
 }

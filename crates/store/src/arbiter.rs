@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use seqsvr_core::{AllocId, Epoch, LeaseTerms, SectionId};
+use seqsvr_core::{AllocId, Epoch, LeaseTerms, Place, SectionId};
 use serde::{Deserialize, Serialize};
 
 use crate::state::{LeaseState, SetState};
@@ -235,6 +235,11 @@ impl Arbiter {
         }
         let mut movable = Vec::new();
         for (s, r) in state.sections.iter().enumerate() {
+            // Sections this set does not serve (absent, moved away) get no
+            // owner here (docs/architecture/sets.md).
+            if state.placement.place_of(s as SectionId) != Place::Serving {
+                continue;
+            }
             match &r.owner {
                 Some(o) if !expired(o) => {
                     if let Some(n) = load.get_mut(o) {
@@ -314,6 +319,7 @@ mod tests {
                 .collect(),
             route_version: 1,
             lease: Default::default(),
+            ..Default::default()
         }
     }
 
@@ -371,6 +377,22 @@ mod tests {
         assert_eq!(
             a.plan(&st, at(13_000)),
             vec![assign("c", 0, 1), assign("b", 1, 1)]
+        );
+    }
+
+    #[test]
+    fn sections_absent_or_moved_away_get_no_owner() {
+        let t0 = Instant::now();
+        let a = arbiter();
+        let mut st = state(&[None, None, None, None], &[("b", false)]);
+        st.placement.set(1..2, seqsvr_core::Place::Moved { to: 1 });
+        st.placement.set(3..4, seqsvr_core::Place::Absent);
+        a.observe(Some(1), t0);
+        let at = |ms| t0 + Duration::from_millis(ms);
+        a.granted("b", 1, at(9000), T);
+        assert_eq!(
+            a.plan(&st, at(9500)),
+            vec![assign("b", 0, 1), assign("b", 2, 1)]
         );
     }
 

@@ -49,6 +49,10 @@ fn kind(cmd: &Command) -> &'static str {
         Command::Handoff { .. } => "handoff",
         Command::SetDraining { .. } => "set_draining",
         Command::Raise { .. } => "raise",
+        Command::Freeze { .. } => "freeze",
+        Command::Install { .. } => "install",
+        Command::Directory(_) => "directory",
+        Command::CopyDirectory(_) => "copy_directory",
     }
 }
 

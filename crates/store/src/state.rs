@@ -9,8 +9,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use seqsvr_core::directory::{DirSet, HOME_SET};
 use seqsvr_core::section::RaiseCheck;
-use seqsvr_core::{AllocId, Epoch, Grant, Incarnation, LeaseTerms, RouteTable, SectionId, SetSpec};
+use seqsvr_core::{
+    AllocId, Directory, Epoch, Grant, Incarnation, LeaseTerms, Placement, RouteTable, SectionId,
+    SetSpec,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::types::{Command, Outcome, Rejection, Reply};
@@ -89,6 +93,10 @@ pub enum Dirty {
     Section(SectionId),
     /// One alloc's record.
     Alloc(AllocId),
+    /// The placement of the span (what is served, absent, moved away).
+    Placement,
+    /// The directory (home group) or its copy (other groups).
+    Directory,
 }
 
 /// The lease terms in force and the longest expiry any lease still
@@ -127,6 +135,10 @@ pub struct SetState {
     pub route_version: u64,
     /// The lease terms.
     pub lease: LeaseState,
+    /// Which sections of the span this set serves (moves change it).
+    pub placement: Placement,
+    /// The home group's directory, or a copy of it in other groups.
+    pub directory: Option<Directory>,
 }
 
 impl SetState {
@@ -177,10 +189,14 @@ impl SetState {
                 epoch,
             } => self.handoff(from, *incarnation, to, *section, *epoch, dirty),
             Command::SetDraining { alloc, draining } => self.set_draining(alloc, *draining, dirty),
+            Command::Freeze { first, count, to } => self.freeze(*first, *count, *to, dirty),
+            Command::Install { first, floors } => self.install(*first, floors, dirty),
+            Command::Directory(change) => self.change_directory(change, dirty),
+            Command::CopyDirectory(copy) => self.copy_directory(copy, dirty),
         }
     }
 
-    fn spec(&self) -> Result<&SetSpec, Rejection> {
+    pub(crate) fn spec(&self) -> Result<&SetSpec, Rejection> {
         self.set.as_ref().ok_or(Rejection::NotConfigured)
     }
 
@@ -196,6 +212,20 @@ impl SetState {
                 self.set = Some(spec.clone());
                 self.sections = vec![SectionRecord::default(); spec.section_count() as usize];
                 dirty.push(Dirty::All);
+                // The home set serves its span and starts the directory;
+                // any other set serves nothing until it is installed
+                // (docs/architecture/sets.md).
+                if spec.set_id == HOME_SET {
+                    self.directory = Some(Directory::new(DirSet {
+                        spec: spec.clone(),
+                        stores: Vec::new(),
+                        admin: Vec::new(),
+                    }));
+                } else {
+                    self.placement = Placement::all_absent(spec.section_count());
+                }
+                dirty.push(Dirty::Placement);
+                dirty.push(Dirty::Directory);
                 Ok(Reply::Configured)
             }
         }
@@ -333,7 +363,7 @@ impl SetState {
         Ok(rec)
     }
 
-    fn check_sections(
+    pub(crate) fn check_sections(
         &self,
         first: SectionId,
         count: usize,
@@ -352,7 +382,7 @@ impl SetState {
         Ok(first as usize..first as usize + count)
     }
 
-    fn check_step(&self, range: std::ops::Range<usize>) -> Result<u64, Rejection> {
+    pub(crate) fn check_step(&self, range: std::ops::Range<usize>) -> Result<u64, Rejection> {
         let step = self.spec()?.step;
         if let Some(i) = range
             .clone()
@@ -378,6 +408,7 @@ impl SetState {
         dirty: &mut Vec<Dirty>,
     ) -> Outcome {
         let range = self.check_sections(first, expected.len())?;
+        self.check_serving(&range)?;
         if !self.allocs.contains_key(alloc) {
             return Err(Rejection::NotRegistered {
                 alloc: alloc.clone(),
@@ -413,6 +444,7 @@ impl SetState {
         dirty: &mut Vec<Dirty>,
     ) -> Outcome {
         let range = self.check_sections(first, known.len())?;
+        self.check_serving(&range)?;
         self.check_incarnation(alloc, incarnation)?;
         if let Some(i) = range
             .clone()
@@ -459,6 +491,7 @@ impl SetState {
         dirty: &mut Vec<Dirty>,
     ) -> Outcome {
         let range = self.check_sections(section, 1)?;
+        self.check_serving(&range)?;
         self.check_incarnation(from, incarnation)?;
         let r = &self.sections[section as usize];
         if r.owner.as_ref() != Some(from) || r.incarnation != incarnation {
@@ -515,7 +548,8 @@ impl SetState {
         to: u64,
         dirty: &mut Vec<Dirty>,
     ) -> Outcome {
-        self.check_sections(section, 1)?;
+        let range = self.check_sections(section, 1)?;
+        self.check_serving(&range)?;
         let spec = self.spec()?.clone();
         self.check_incarnation(alloc, incarnation)?;
         let r = &mut self.sections[section as usize];
@@ -554,7 +588,7 @@ impl SetState {
 
     /// After sections changed owners: a new route version, which is also
     /// the new `sections_version` of every AllocSvr that gained or lost one.
-    fn routes_changed(&mut self, allocs: BTreeSet<AllocId>, dirty: &mut Vec<Dirty>) {
+    pub(crate) fn routes_changed(&mut self, allocs: BTreeSet<AllocId>, dirty: &mut Vec<Dirty>) {
         if allocs.is_empty() {
             return;
         }
@@ -571,7 +605,7 @@ impl SetState {
     /// The route table as clients see it.
     pub fn route_table(&self) -> Option<RouteTable> {
         let set = self.set.clone()?;
-        Some(RouteTable::from_owners(
+        let mut t = RouteTable::from_owners(
             self.route_version,
             set,
             self.sections.iter().map(|r| r.owner.as_ref()),
@@ -581,9 +615,15 @@ impl SetState {
                     .map(|a| a.addr.clone())
                     .unwrap_or_default()
             },
-        ))
+        );
+        t.placement = self.placement.clone();
+        t.directory = self.directory.clone();
+        Some(t)
     }
 }
+
+#[path = "state_sets.rs"]
+mod sets;
 
 /// Refuses unless every section still has the epoch the caller decided on.
 fn check_epochs(

@@ -31,6 +31,8 @@ const MEMBERSHIP: &[u8] = b"membership";
 const SET: &[u8] = b"set";
 const VERSION: &[u8] = b"route_version";
 const LEASE: &[u8] = b"lease";
+const PLACEMENT: &[u8] = b"placement";
+const DIRECTORY: &[u8] = b"directory";
 const SECTION: u8 = b's';
 const ALLOC: u8 = b'a';
 
@@ -133,6 +135,8 @@ impl StateMachine {
         batch.insert(MEMBERSHIP, enc(&a.membership)?);
         batch.insert(VERSION, enc(&a.state.route_version)?);
         batch.insert(LEASE, enc(&a.state.lease)?);
+        batch.insert(PLACEMENT, enc(&a.state.placement)?);
+        batch.insert(DIRECTORY, enc(&a.state.directory)?);
         if let Some(set) = &a.state.set {
             batch.insert(SET, enc(set)?);
         }
@@ -166,6 +170,8 @@ impl StateMachine {
                     batch.insert(&section_key(*s), enc(&a.state.sections[*s as usize])?)
                 }
                 Dirty::Alloc(id) => batch.insert(alloc_key(id), enc(&a.state.allocs[id])?),
+                Dirty::Placement => batch.insert(PLACEMENT, enc(&a.state.placement)?),
+                Dirty::Directory => batch.insert(DIRECTORY, enc(&a.state.directory)?),
             }
         }
         Ok(())
@@ -216,6 +222,8 @@ fn load(sm: &sled::Tree) -> Result<Applied, StorageError> {
             SET => a.state.set = Some(dec("set", &v)?),
             VERSION => a.state.route_version = dec("route version", &v)?,
             LEASE => a.state.lease = dec("lease", &v)?,
+            PLACEMENT => a.state.placement = dec("placement", &v)?,
+            DIRECTORY => a.state.directory = dec("directory", &v)?,
             [SECTION, rest @ ..] if rest.len() == 4 => sections.push(dec("section", &v)?),
             [ALLOC, id @ ..] => {
                 let id = String::from_utf8_lossy(id).into_owned();

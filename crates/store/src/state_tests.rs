@@ -13,8 +13,12 @@
 //! `assign <alloc> <first> <expected epoch…>`,
 //! `take-over <alloc> <inc> <first> <known epoch…>`,
 //! `handoff <from> <inc> <to> <section> <epoch>`, `drain <alloc> [off]`,
-//! `raise <alloc> <inc> <section> <epoch> <to>`, `dump` (sections, allocs,
-//! version) and `routes`. After every command the harness also checks that
+//! `raise <alloc> <inc> <section> <epoch> <to>`,
+//! `freeze <first> <count> <to-set>`, `install <first> <floor…>`,
+//! `dir-add <set> <span b..e> <range b..e> <store>`,
+//! `dir-move <b..e> <from> <to>`, `dir-finish <b..e> <from> <to>`,
+//! `copy-dir <version> <set…>` (a directory listing those sets),
+//! `dump` (sections, allocs, version, placement, directory) and `routes`. After every command the harness also checks that
 //! a rejected command left the state unchanged.
 
 use super::*;
@@ -83,8 +87,72 @@ fn parse(line: &str) -> Option<Command> {
             epoch: n(4),
             to: n(5),
         },
+        "freeze" => Command::Freeze {
+            first: n(1) as u32,
+            count: n(2) as u32,
+            to: n(3) as u32,
+        },
+        "install" => Command::Install {
+            first: n(1) as u32,
+            floors: rest(2),
+        },
+        "dir-add" => {
+            let (b, e) = range(w[2]);
+            let (rb, re) = range(w[3]);
+            Command::Directory(seqsvr_core::DirChange::AddSet {
+                set: DirSet {
+                    spec: SetSpec {
+                        set_id: n(1) as u32,
+                        uid_begin: b,
+                        uid_end: e,
+                        section_size: 10,
+                        step: 10,
+                    },
+                    stores: vec![w[4].into()],
+                    admin: vec![w[4].into()],
+                },
+                begin: rb,
+                end: re,
+            })
+        }
+        "dir-move" | "dir-finish" => {
+            let (b, e) = range(w[1]);
+            let m = seqsvr_core::PendingMove {
+                begin: b,
+                end: e,
+                from: n(2) as u32,
+                to: n(3) as u32,
+            };
+            Command::Directory(if w[0] == "dir-move" {
+                seqsvr_core::DirChange::BeginMove(m)
+            } else {
+                seqsvr_core::DirChange::FinishMove(m)
+            })
+        }
+        "copy-dir" => {
+            let mut d = Directory {
+                version: n(1),
+                ..Directory::default()
+            };
+            for id in rest(2) {
+                d.sets.insert(
+                    id as u32,
+                    DirSet {
+                        spec: SetSpec::new(id as u32, 0..10),
+                        stores: vec!["s".into()],
+                        admin: vec!["s".into()],
+                    },
+                );
+            }
+            Command::CopyDirectory(d)
+        }
         _ => return None,
     })
+}
+
+fn range(w: &str) -> (u64, u64) {
+    let (b, e) = w.split_once("..").expect("range");
+    (b.parse().expect("number"), e.parse().expect("number"))
 }
 
 fn dump(s: &SetState) -> String {
@@ -109,6 +177,17 @@ fn dump(s: &SetState) -> String {
         out += &format!(
             "section {i} max_seq={} epoch={} owner={owner} inc={} start={}\n",
             r.max_seq, r.epoch, r.incarnation, r.start
+        );
+    }
+    for r in &s.placement.runs {
+        out += &format!("placement {}..{} {:?}\n", r.first, r.end, r.place);
+    }
+    if let Some(d) = &s.directory {
+        let ranges: Vec<_> = d.ranges.iter().map(|r| (r.begin, r.end, r.set)).collect();
+        let sets: Vec<_> = d.sets.keys().collect();
+        out += &format!(
+            "directory v{} sets={sets:?} ranges={ranges:?} moving={:?}\n",
+            d.version, d.moving
         );
     }
     out

@@ -6,7 +6,9 @@
 
 use std::io::Cursor;
 
-use seqsvr_core::{AllocId, Epoch, Grant, Incarnation, LeaseTerms, SectionId, SetSpec};
+use seqsvr_core::{
+    AllocId, DirChange, Directory, Epoch, Grant, Incarnation, LeaseTerms, SectionId, SetId, SetSpec,
+};
 pub use seqsvr_store_api::Rejection;
 use serde::{Deserialize, Serialize};
 
@@ -144,6 +146,33 @@ pub enum Command {
         /// The new ceiling.
         to: u64,
     },
+    /// Freezes sections `first..first+count` for a move to set `to`: no
+    /// owner, a new epoch (the old owner's raises are refused from now on,
+    /// promise 3), place `Moved`. Their ceilings are final here: every
+    /// number this set handed out for them is at or below.
+    Freeze {
+        /// First section.
+        first: SectionId,
+        /// Number of sections.
+        count: u32,
+        /// The set they move to.
+        to: SetId,
+    },
+    /// Installs sections `first..first+floors.len()` moved in from another
+    /// set: each ceiling becomes at least `floors[i] + step` (the source's
+    /// final ceiling plus a step, promise 1), place `Serving`, no owner (the
+    /// arbiter routes them).
+    Install {
+        /// First section.
+        first: SectionId,
+        /// Per section, the source's final ceiling.
+        floors: Vec<u64>,
+    },
+    /// A change to the directory (the home group only).
+    Directory(DirChange),
+    /// A copy of the home group's directory (other groups; only a newer
+    /// version replaces the one held).
+    CopyDirectory(Directory),
 }
 
 /// A log entry's application payload: commands proposed together.
@@ -198,5 +227,28 @@ pub enum Reply {
     Raised {
         /// The new ceiling.
         max_seq: u64,
+    },
+    /// Sections frozen for a move.
+    Frozen {
+        /// Per section, its final ceiling here.
+        finals: Vec<u64>,
+        /// How many were frozen by this command (0: all already were).
+        newly: u32,
+        /// Route version after the change.
+        route_version: u64,
+    },
+    /// Sections installed.
+    Installed {
+        /// How many changed (0: all already were).
+        newly: u32,
+        /// Route version after the change.
+        route_version: u64,
+    },
+    /// The directory (or copy) now at `version`.
+    Directory {
+        /// Its version.
+        version: u64,
+        /// Whether this command changed it.
+        changed: bool,
     },
 }

@@ -172,6 +172,7 @@ pub fn table(
                 addr: addr.to_string(),
             })
             .collect(),
+        ..Default::default()
     }
 }
 

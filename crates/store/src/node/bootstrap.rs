@@ -105,7 +105,10 @@ pub(super) fn initial_commands(api: &StoreApi, cfg: &StoreConfig) -> (Vec<Comman
             done = false;
             continue;
         }
-        let unowned = |s: u32| a.state.sections[s as usize].owner.is_none();
+        let unowned = |s: u32| {
+            a.state.sections[s as usize].owner.is_none()
+                && a.state.placement.place_of(s) == seqsvr_core::Place::Serving
+        };
         let mut s = al.first;
         while s < al.first + al.count {
             if !unowned(s) {

@@ -48,7 +48,19 @@ impl Shared {
                 }
                 AllocError::NotOwner { section } => {
                     at(&mut d, *section);
-                    (Code::Unavailable, ErrorKind::NotOwner, true, true)
+                    // A section this set no longer (or never) serves is
+                    // answered with where to look: the client refreshes
+                    // its directory (docs/architecture/sets.md).
+                    let t = self.route_table();
+                    d.directory_version = t.directory.as_ref().map_or(0, |x| x.version);
+                    match placement_of(&t, *section) {
+                        Some((pb::PlaceKind::PlaceMoved, to)) => {
+                            d.to_set = to;
+                            (Code::Unavailable, ErrorKind::Moved, true, true)
+                        }
+                        Some(_) => (Code::Unavailable, ErrorKind::NotServed, true, true),
+                        None => (Code::Unavailable, ErrorKind::NotOwner, true, true),
+                    }
                 }
                 AllocError::Exhausted { section } => {
                     at(&mut d, *section);
@@ -156,6 +168,14 @@ impl Shared {
         }
         status_with(code, e.to_string(), d)
     }
+}
+
+/// Where the route table says `section` stands if this set does not serve
+/// it: absent, or moved to another set.
+fn placement_of(t: &pb::RouteTable, section: SectionId) -> Option<(pb::PlaceKind, u32)> {
+    let i = t.placement.partition_point(|r| r.end_section <= section);
+    let r = t.placement.get(i).filter(|r| r.first_section <= section)?;
+    Some((pb::PlaceKind::try_from(r.kind).ok()?, r.to_set))
 }
 
 /// The deadline of a call that may wait for a raise.
@@ -355,5 +375,40 @@ impl pb::alloc_admin_server::AllocAdmin for AdminService {
     ) -> Result<Response<pb::AllocStatus>, Status> {
         self.operator(&req)?;
         Ok(Response::new(self.shared.alloc_status()))
+    }
+
+    async fn release(
+        &self,
+        req: Request<pb::ReleaseRequest>,
+    ) -> Result<Response<pb::ReleaseReply>, Status> {
+        self.operator(&req)?;
+        let s = &self.shared;
+        let runs = req.into_inner().sections;
+        let count = s.alloc.spec().section_count();
+        if runs.len() > seqsvr_core::MAX_SECTIONS_PER_CALL as usize {
+            return Err(s.status(&CallError::Invalid(format!(
+                "at most {} runs per call",
+                seqsvr_core::MAX_SECTIONS_PER_CALL
+            ))));
+        }
+        for r in &runs {
+            if r.count == 0 || u64::from(r.first_section) + u64::from(r.count) > u64::from(count) {
+                return Err(s.status(&CallError::UnknownSection {
+                    section: r.first_section.saturating_add(r.count.saturating_sub(1)),
+                }));
+            }
+        }
+        Ok(Response::new(pb::ReleaseReply {
+            released: s.release(&runs),
+        }))
+    }
+
+    async fn refresh(
+        &self,
+        req: Request<pb::RefreshRequest>,
+    ) -> Result<Response<pb::RefreshReply>, Status> {
+        self.operator(&req)?;
+        self.shared.renew_now.notify_one();
+        Ok(Response::new(pb::RefreshReply {}))
     }
 }

@@ -218,6 +218,27 @@ impl Shared {
         )
     }
 
+    /// Stops serving every listed section it serves (they were frozen in
+    /// the store for a move to another set) and returns how many it
+    /// served. Under the ownership lock, so no adopt or renewal installs
+    /// one half way; serving one again would need a new grant, which the
+    /// store never gives a frozen section (docs/architecture/sets.md).
+    pub fn release(&self, runs: &[pb::SectionRun]) -> u32 {
+        let _own = self.ownership();
+        let mut released = 0;
+        for r in runs {
+            for s in r.first_section..r.first_section + r.count {
+                if self.alloc.drop_section(s) {
+                    released += 1;
+                }
+            }
+        }
+        if released > 0 {
+            tracing::info!(released, "released sections frozen for a move");
+        }
+        released
+    }
+
     /// This AllocSvr's own view, for `Status` on the client and admin planes.
     pub fn alloc_status(&self) -> pb::AllocStatus {
         pb::AllocStatus {

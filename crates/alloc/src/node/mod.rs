@@ -362,6 +362,8 @@ const PEER_PATHS: &[&str] = &["/seqsvr.v1.AllocPeer/Adopt"];
 const ADMIN_PATHS: &[&str] = &[
     "/seqsvr.v1.AllocAdmin/Handoff",
     "/seqsvr.v1.AllocAdmin/Status",
+    "/seqsvr.v1.AllocAdmin/Release",
+    "/seqsvr.v1.AllocAdmin/Refresh",
 ];
 
 /// Serves one plane until stopped; logs why it stopped otherwise.

@@ -18,6 +18,7 @@
 
 mod bootstrap;
 mod config;
+mod home;
 
 pub use config::*;
 
@@ -31,6 +32,7 @@ use seqsvr_proto::raft_server::RaftServer;
 use seqsvr_proto::store_admin_server::StoreAdminServer;
 use seqsvr_proto::store_peer_server::StorePeerServer;
 use seqsvr_proto::store_read_server::StoreReadServer;
+use seqsvr_proto::store_sets_server::StoreSetsServer;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -43,6 +45,7 @@ use crate::service::admin::AdminService;
 use crate::service::peer::PeerService;
 use crate::service::raft::RaftService;
 use crate::service::read::ReadService;
+use crate::service::sets::SetsService;
 use crate::service::StoreApi;
 use crate::state_machine::StateMachine;
 use crate::types::{NodeId, Raft};
@@ -185,6 +188,8 @@ impl StoreNode {
         let api = StoreApi {
             id: cfg.id,
             addr: cfg.addr().to_string(),
+            client_addr: cfg.client_addr.clone(),
+            admin_addr: cfg.admin_addr.clone(),
             raft: raft.clone(),
             sm,
             proposer: Proposer::spawn(raft.clone()),
@@ -242,6 +247,7 @@ impl StoreNode {
         }
         tasks.push(tokio::spawn(arbitrate(api.clone())));
         tasks.push(tokio::spawn(configure_set(api.clone(), cfg.clone())));
+        tasks.push(tokio::spawn(home::keep_home_entry(api.clone())));
         tracing::info!(id = cfg.id, peer = %addrs.peer, client = %addrs.client, admin = %addrs.admin, fresh, "store replica started");
         Ok(StoreNode {
             raft,
@@ -351,6 +357,10 @@ const ADMIN_PATHS: &[&str] = &[
     "/seqsvr.v1.StoreAdmin/SetLease",
     "/seqsvr.v1.StoreAdmin/FenceAlloc",
     "/seqsvr.v1.StoreAdmin/Status",
+    "/seqsvr.v1.StoreSets/Freeze",
+    "/seqsvr.v1.StoreSets/Install",
+    "/seqsvr.v1.StoreSets/ChangeDirectory",
+    "/seqsvr.v1.StoreSets/CopyDirectory",
 ];
 
 type Calls = seqsvr_net::calls::CallMetricsLayer;
@@ -382,7 +392,8 @@ async fn serve_admin(mut api: StoreApi, l: seqsvr_net::Listener, calls: Calls) {
     let router = l
         .server()
         .layer(calls)
-        .add_service(StoreAdminServer::new(AdminService(api)));
+        .add_service(StoreAdminServer::new(AdminService(api.clone())))
+        .add_service(StoreSetsServer::new(SetsService(api)));
     report("admin", l.serve(router, std::future::pending()).await);
 }
 

@@ -20,6 +20,7 @@ pub mod admin;
 pub mod peer;
 pub mod raft;
 pub mod read;
+pub mod sets;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -56,6 +57,10 @@ pub struct StoreApi {
     pub(crate) id: NodeId,
     /// This replica's advertised peer-plane address (its Raft address).
     pub(crate) addr: String,
+    /// Its client-plane address (reported in status, listed in the directory).
+    pub(crate) client_addr: String,
+    /// Its admin-plane address (likewise).
+    pub(crate) admin_addr: String,
     /// The Raft handle.
     pub(crate) raft: Raft,
     /// The state machine (read after a linearizable barrier).
@@ -450,6 +455,10 @@ impl StoreApi {
             fsyncs: self.disk.fsyncs(),
             commands: self.sm.commands_applied(),
             has_leader: m.current_leader.is_some(),
+            client_addr: self.client_addr.clone(),
+            admin_addr: self.admin_addr.clone(),
+            directory_version: a.state.directory.as_ref().map_or(0, |d| d.version),
+            placement: seqsvr_proto::convert::placement_runs(&a.state.placement),
         }
     }
 }

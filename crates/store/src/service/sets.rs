@@ -1,0 +1,174 @@
+//! The sets service of a store replica (`StoreSets`, admin plane): freeze
+//! and install for range moves, the directory and its copies. Operator
+//! certificates only; answered by the leader only, like `StoreAdmin`.
+//! The protocol these serve is in `docs/architecture/sets.md`.
+
+use seqsvr_core::directory::{DirRange, PendingMove};
+use seqsvr_core::{DirChange, DirSet, Directory};
+use seqsvr_proto::{self as pb};
+use seqsvr_store_api::Error;
+use tonic::{Request, Response, Status};
+
+use super::{check_run, unexpected, StoreApi};
+use crate::types::{Command, Reply};
+
+/// The `StoreSets` service.
+#[derive(Clone)]
+pub struct SetsService(pub StoreApi);
+
+fn pending(m: &pb::PendingMove) -> PendingMove {
+    PendingMove {
+        begin: m.begin,
+        end: m.end,
+        from: m.from_set,
+        to: m.to_set,
+    }
+}
+
+/// Converts a wire directory change, refusing malformed ones at the edge.
+fn change_of(c: pb::DirectoryChange) -> Result<DirChange, Error> {
+    use pb::directory_change::Change;
+    Ok(
+        match c
+            .change
+            .ok_or_else(|| Error::Invalid("no change given".into()))?
+        {
+            Change::AddSet(a) => {
+                let s = a
+                    .set
+                    .ok_or_else(|| Error::Invalid("add_set without a set".into()))?;
+                let spec = seqsvr_core::SetSpec::try_from(
+                    s.spec
+                        .as_ref()
+                        .ok_or_else(|| Error::Invalid("set without spec".into()))?,
+                )
+                .map_err(Error::Invalid)?;
+                DirChange::AddSet {
+                    set: DirSet {
+                        spec,
+                        stores: s.stores,
+                        admin: s.admin,
+                    },
+                    begin: a.begin,
+                    end: a.end,
+                }
+            }
+            Change::SetStores(s) => DirChange::SetStores {
+                set: s.set_id,
+                stores: s.stores,
+                admin: s.admin,
+            },
+            Change::BeginMove(m) => DirChange::BeginMove(pending(&m)),
+            Change::FinishMove(m) => DirChange::FinishMove(pending(&m)),
+        },
+    )
+}
+
+impl StoreApi {
+    async fn freeze(&self, r: pb::FreezeRequest) -> Result<pb::FreezeReply, Error> {
+        check_run(r.first_section, r.count as usize)?;
+        self.require_leader()?;
+        // Under the arbiter's lock: no renewal records a grant or reads its
+        // sections half way through the freeze.
+        let _moves = self.arbiter.moves.lock().await;
+        let cmd = Command::Freeze {
+            first: r.first_section,
+            count: r.count,
+            to: r.to_set,
+        };
+        match self.write(cmd).await? {
+            Reply::Frozen {
+                finals,
+                newly,
+                route_version,
+            } => Ok(pb::FreezeReply {
+                finals,
+                newly,
+                route_version,
+                lease_expiry_ms: self.sm.read().state.lease.office_wait_ms(),
+            }),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    async fn install(&self, r: pb::InstallRequest) -> Result<pb::InstallReply, Error> {
+        check_run(r.first_section, r.floors.len())?;
+        self.require_leader()?;
+        let cmd = Command::Install {
+            first: r.first_section,
+            floors: r.floors,
+        };
+        match self.write(cmd).await? {
+            Reply::Installed {
+                newly,
+                route_version,
+            } => Ok(pb::InstallReply {
+                newly,
+                route_version,
+            }),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    async fn directory_write(&self, cmd: Command) -> Result<pb::DirectoryReply, Error> {
+        self.require_leader()?;
+        match self.write(cmd).await? {
+            Reply::Directory { version, changed } => Ok(pb::DirectoryReply {
+                version,
+                changed,
+                directory: self.sm.read().state.directory.as_ref().map(Into::into),
+            }),
+            r => Err(unexpected(r)),
+        }
+    }
+}
+
+/// Refuses copies that could not be a directory at all (the state machine
+/// checks the rest).
+fn copy_of(d: &pb::Directory) -> Result<Directory, Error> {
+    let d = Directory::try_from(d).map_err(Error::Invalid)?;
+    if d.ranges
+        .iter()
+        .any(|r: &DirRange| !d.sets.contains_key(&r.set))
+    {
+        return Err(Error::Invalid("a range names an unknown set".into()));
+    }
+    Ok(d)
+}
+
+#[tonic::async_trait]
+impl pb::store_sets_server::StoreSets for SetsService {
+    async fn freeze(
+        &self,
+        req: Request<pb::FreezeRequest>,
+    ) -> Result<Response<pb::FreezeReply>, Status> {
+        self.0.auth.require_operator(&req)?;
+        Ok(Response::new(self.0.freeze(req.into_inner()).await?))
+    }
+
+    async fn install(
+        &self,
+        req: Request<pb::InstallRequest>,
+    ) -> Result<Response<pb::InstallReply>, Status> {
+        self.0.auth.require_operator(&req)?;
+        Ok(Response::new(self.0.install(req.into_inner()).await?))
+    }
+
+    async fn change_directory(
+        &self,
+        req: Request<pb::DirectoryChange>,
+    ) -> Result<Response<pb::DirectoryReply>, Status> {
+        self.0.auth.require_operator(&req)?;
+        let cmd = Command::Directory(change_of(req.into_inner())?);
+        Ok(Response::new(self.0.directory_write(cmd).await?))
+    }
+
+    async fn copy_directory(
+        &self,
+        req: Request<pb::Directory>,
+    ) -> Result<Response<pb::DirectoryReply>, Status> {
+        self.0.auth.require_operator(&req)?;
+        let cmd = Command::CopyDirectory(copy_of(&req.into_inner())?);
+        Ok(Response::new(self.0.directory_write(cmd).await?))
+    }
+}

@@ -24,3 +24,4 @@ pub mod defaults;
 pub mod dev;
 pub mod drill;
 pub mod logging;
+pub mod sets;

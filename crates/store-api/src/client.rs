@@ -134,7 +134,7 @@ impl<C: Clone + Send + 'static> Replicas<C> {
         self.replicas.iter().map(|(a, _)| a.clone()).collect()
     }
 
-    fn with(mut self, deadline: Duration, attempt: Duration, hedge: bool) -> Self {
+    pub(crate) fn with(mut self, deadline: Duration, attempt: Duration, hedge: bool) -> Self {
         self.deadline = deadline;
         self.attempt = attempt.min(deadline);
         self.hedge = hedge;

@@ -14,10 +14,12 @@
 pub mod client;
 pub mod error;
 pub mod rejection;
+pub mod sets;
 
 pub use client::{AdminClient, AllocAddrs, PeerClient, ReadClient, Replicas, SectionInfo};
 pub use error::{Error, Result};
 pub use rejection::Rejection;
+pub use sets::{Frozen, SetsClient};
 
 /// A store replica's id within its Raft group.
 pub type NodeId = u64;

@@ -84,6 +84,11 @@ enum Cmd {
         #[command(subcommand)]
         op: StoreOp,
     },
+    /// Sets: add a set, move a uid range between sets, show every set.
+    Set {
+        #[command(subcommand)]
+        op: SetOp,
+    },
     /// Failover drill: drive a workload, inject faults, report regressions,
     /// unavailability and skipped numbers. Exits non-zero on any regression.
     Drill(drill::DrillArgs),
@@ -112,6 +117,46 @@ enum AllocOp {
         /// The incarnation to refuse (hexadecimal).
         #[arg(value_parser = ctl::parse_incarnation)]
         incarnation: u64,
+    },
+}
+
+#[derive(Subcommand)]
+enum SetOp {
+    /// Brings a fresh store group (started with this set id, serving
+    /// nothing yet) into service for a free uid range. Running it again
+    /// finishes or reports it done.
+    Add {
+        /// The new set's id (as in its stores' config).
+        #[arg(long)]
+        id: u32,
+        /// The uids it serves, BEGIN..END (whole sections, free).
+        #[arg(long, value_parser = seqsvr::sets::parse_range)]
+        range: (u64, u64),
+        /// Its store replicas' client-plane addresses, comma-separated.
+        #[arg(long = "set-store", value_delimiter = ',', required = true)]
+        set_store: Vec<String>,
+    },
+    /// Moves a uid range (whole sections) to another set, online: freeze in
+    /// the source, install in the destination above the source's final
+    /// ceilings, flip the directory. Running it again resumes or reports it
+    /// done.
+    Move {
+        /// The uids to move, BEGIN..END.
+        #[arg(long, value_parser = seqsvr::sets::parse_range)]
+        range: (u64, u64),
+        /// The destination set.
+        #[arg(long)]
+        to: u32,
+        /// Stop after this step (for drills: crash something, run again).
+        #[arg(long, value_enum)]
+        stop_after: Option<seqsvr::sets::mover::Step>,
+    },
+    /// Shows the directory and every set: ranges, stores (leader, term,
+    /// members), sections served, AllocSvrs.
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -267,6 +312,39 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     margin_ms,
                 };
                 ctl::set_lease(&ctl()?, terms).await
+            }
+            Cmd::Set { op } => {
+                let sets = seqsvr::sets::Sets::new(&store, dial.tls.clone());
+                match op {
+                    SetOp::Add {
+                        id,
+                        range: (b, e),
+                        set_store,
+                    } => {
+                        dial.need_operator()?;
+                        let r = seqsvr::sets::add::add_set(&sets, id, b, e, &set_store).await?;
+                        print!("{r}");
+                    }
+                    SetOp::Move {
+                        range: (b, e),
+                        to,
+                        stop_after,
+                    } => {
+                        dial.need_operator()?;
+                        let r =
+                            seqsvr::sets::mover::move_range(&sets, b, e, to, stop_after).await?;
+                        print!("{r}");
+                    }
+                    SetOp::Status { json } => {
+                        let v = seqsvr::sets::view::view(&sets).await?;
+                        if json {
+                            println!("{}", serde_json::to_string_pretty(&v)?);
+                        } else {
+                            print!("{v}");
+                        }
+                    }
+                }
+                Ok(())
             }
             Cmd::Drill(args) => {
                 let cfg = args.into_config(&store, &seeds, &dev_dir, dial.tls.clone());

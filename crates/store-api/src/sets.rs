@@ -1,0 +1,147 @@
+//! A client of a store group's sets service (`StoreSets`, admin plane):
+//! freeze, install, directory changes and copies, each sent to the
+//! group's leader (a follower answers NOT_LEADER and the next replica is
+//! tried). Every call is idempotent, so retrying one whose answer was
+//! lost is safe.
+
+use std::time::Duration;
+
+use seqsvr_core::{DirChange, Directory, SectionId, SetId};
+use seqsvr_proto::store_sets_client::StoreSetsClient;
+use seqsvr_proto::{self as pb};
+use tonic::transport::Channel;
+
+use crate::client::{Connector, Replicas};
+use crate::{Error, Result};
+
+/// How long one sets call may take across replicas and retries (a leader
+/// election included).
+const DEADLINE: Duration = Duration::from_secs(10);
+
+/// A store group's sets service.
+#[derive(Clone, Debug)]
+pub struct SetsClient {
+    /// The replicas' admin listeners.
+    pub replicas: Replicas<StoreSetsClient<Channel>>,
+}
+
+/// What a freeze returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frozen {
+    /// Per section, its final ceiling in the source set.
+    pub finals: Vec<u64>,
+    /// How many this call froze (0: a repeat).
+    pub newly: u32,
+    /// How long after the reply no AllocSvr of the source serves them,
+    /// released or not (the group's lease + margin).
+    pub lease_expiry: Duration,
+}
+
+impl SetsClient {
+    /// A client of the admin listeners at `addrs`.
+    pub fn new(addrs: &[String], connect: &Connector) -> Result<Self> {
+        let replicas = Replicas::new(addrs, connect, StoreSetsClient::new)?;
+        Ok(Self {
+            replicas: replicas.with(DEADLINE, Duration::from_secs(3), false),
+        })
+    }
+
+    /// Freezes sections `first..first+count` for a move to `to`.
+    pub async fn freeze(&self, first: SectionId, count: u32, to: SetId) -> Result<Frozen> {
+        let req = pb::FreezeRequest {
+            first_section: first,
+            count,
+            to_set: to,
+        };
+        let r = self
+            .replicas
+            .call_with(req, |mut c, r| async move { c.freeze(r).await })
+            .await?;
+        if r.finals.len() != count as usize {
+            return Err(Error::Internal(format!(
+                "freeze of {count} sections returned {} ceilings",
+                r.finals.len()
+            )));
+        }
+        Ok(Frozen {
+            finals: r.finals,
+            newly: r.newly,
+            lease_expiry: Duration::from_millis(r.lease_expiry_ms),
+        })
+    }
+
+    /// Installs sections `first..first+floors.len()` at their floors plus
+    /// a step; returns how many changed.
+    pub async fn install(&self, first: SectionId, floors: Vec<u64>) -> Result<u32> {
+        let req = pb::InstallRequest {
+            first_section: first,
+            floors,
+        };
+        let r = self
+            .replicas
+            .call_with(req, |mut c, r| async move { c.install(r).await })
+            .await?;
+        Ok(r.newly)
+    }
+
+    /// Applies a directory change (set 0's group); returns whether it
+    /// changed anything, and the directory after it.
+    pub async fn change_directory(&self, change: &DirChange) -> Result<(bool, Directory)> {
+        let req = change_pb(change);
+        let r = self
+            .replicas
+            .call_with(req, |mut c, r| async move { c.change_directory(r).await })
+            .await?;
+        Ok((r.changed, directory_of(r.directory.as_ref())?))
+    }
+
+    /// Hands a copy of the directory to this group; returns the version it
+    /// holds afterwards.
+    pub async fn copy_directory(&self, d: &Directory) -> Result<u64> {
+        let req = pb::Directory::from(d);
+        let r = self
+            .replicas
+            .call_with(req, |mut c, r| async move { c.copy_directory(r).await })
+            .await?;
+        Ok(r.version)
+    }
+}
+
+fn directory_of(d: Option<&pb::Directory>) -> Result<Directory> {
+    let d = d.ok_or_else(|| Error::Internal("reply without a directory".into()))?;
+    Directory::try_from(d).map_err(Error::Internal)
+}
+
+fn pending_pb(m: &seqsvr_core::PendingMove) -> pb::PendingMove {
+    pb::PendingMove {
+        begin: m.begin,
+        end: m.end,
+        from_set: m.from,
+        to_set: m.to,
+    }
+}
+
+fn change_pb(c: &DirChange) -> pb::DirectoryChange {
+    use pb::directory_change::Change;
+    let change = match c {
+        DirChange::AddSet { set, begin, end } => Change::AddSet(pb::AddSet {
+            set: Some(pb::DirSet {
+                spec: Some((&set.spec).into()),
+                stores: set.stores.clone(),
+                admin: set.admin.clone(),
+            }),
+            begin: *begin,
+            end: *end,
+        }),
+        DirChange::SetStores { set, stores, admin } => Change::SetStores(pb::SetStores {
+            set_id: *set,
+            stores: stores.clone(),
+            admin: admin.clone(),
+        }),
+        DirChange::BeginMove(m) => Change::BeginMove(pending_pb(m)),
+        DirChange::FinishMove(m) => Change::FinishMove(pending_pb(m)),
+    };
+    pb::DirectoryChange {
+        change: Some(change),
+    }
+}

@@ -1,0 +1,322 @@
+//! Sets end to end (real processes): a set added online, uid ranges moved
+//! between sets under load — whole, and crashed at every step of the move
+//! then resumed — and operators' mistakes refused. Every number clients
+//! received is checked per uid (promise 1; `docs/architecture/sets.md`).
+
+mod support;
+
+use std::process::Command;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use seqsvr_core::SetSpec;
+use support::{assert_monotonic, SetCluster, Workload};
+
+/// Set 0 serves `[0, 2000)` (20 sections of 100); set 1's span is
+/// `[0, 4000)` so that it can take ranges of set 0, and it serves
+/// `[2000, 4000)` once added.
+fn set0() -> SetSpec {
+    SetSpec {
+        section_size: 100,
+        step: 200,
+        ..SetSpec::new(0, 0..2000)
+    }
+}
+
+fn set1() -> SetSpec {
+    SetSpec {
+        section_size: 100,
+        step: 200,
+        ..SetSpec::new(1, 0..4000)
+    }
+}
+
+/// Runs `seqctl args…` against set 0's stores; returns (success, output).
+fn seqctl(home: &SetCluster, args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_seqctl"))
+        .arg("--store")
+        .arg(home.store.client_addrs.join(","))
+        .arg("--store-admin")
+        .arg(home.store.admin_addrs.join(","))
+        .args(args)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("$ seqctl {}\n{text}", args.join(" "));
+    (out.status.success(), text)
+}
+
+/// Two sets, set 1 added for `[2000, 4000)`.
+async fn two_sets() -> (SetCluster, SetCluster) {
+    let a = SetCluster::start(set0(), 2);
+    let b = SetCluster::start(set1(), 2);
+    a.store.wait_ready(Duration::from_secs(30)).await;
+    b.store.wait_ready(Duration::from_secs(30)).await;
+    let stores = b.store.client_addrs.join(",");
+    let start = Instant::now();
+    loop {
+        // Set 0 records its own store addresses in the directory within
+        // a few seconds of starting; until then `set add` says so.
+        let (ok, out) = seqctl(
+            &a,
+            &[
+                "set",
+                "add",
+                "--id",
+                "1",
+                "--range",
+                "2000..4000",
+                "--set-store",
+                &stores,
+            ],
+        );
+        if ok {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "set add failed: {out}\n{}\n{}",
+            a.store.logs(),
+            b.store.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    (a, b)
+}
+
+/// Callers over every uid of both sets, through one client seeded with
+/// every AllocSvr.
+async fn workload(a: &SetCluster, b: &SetCluster, callers: u64) -> Workload {
+    let mut seeds = a.alloc_addrs.clone();
+    seeds.extend(b.alloc_addrs.iter().cloned());
+    let opts = seqsvr_client::ClientOptions {
+        deadline: Duration::from_secs(3),
+        ..Default::default()
+    };
+    let client = std::sync::Arc::new(
+        seqsvr_client::SeqClient::connect(&seeds, opts)
+            .await
+            .unwrap(),
+    );
+    let mut w = Workload::new();
+    for c in 0..callers {
+        let (client, obs, errors, stop) = (
+            client.clone(),
+            w.obs.clone(),
+            w.errors.clone(),
+            w.stop.clone(),
+        );
+        w.tasks.push(tokio::spawn(async move {
+            let mut uid = c * 37;
+            while !stop.load(Ordering::Relaxed) {
+                uid = (uid + 101) % 4000;
+                let started = Instant::now();
+                match client.next(uid).await {
+                    Ok(seq) => obs.lock().unwrap().push(seqsvr_core::checker::Observation {
+                        uid,
+                        seq,
+                        start: started,
+                        end: Instant::now(),
+                    }),
+                    Err(_) => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }));
+    }
+    w
+}
+
+/// The version of the directory, as `seqctl set status --json` prints it.
+fn directory_version(home: &SetCluster) -> u64 {
+    let (ok, out) = seqctl(home, &["set", "status", "--json"]);
+    assert!(ok, "{out}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    v["directory_version"].as_u64().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_set_added_and_ranges_moved_under_load_repeat_nothing() {
+    let (a, b) = two_sets().await;
+    let w = workload(&a, &b, 8).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Set 0 → set 1, then part of it back.
+    for (range, to) in [("500..1200", "1"), ("800..1000", "0")] {
+        let (ok, out) = seqctl(&a, &["set", "move", "--range", range, "--to", to]);
+        assert!(
+            ok,
+            "move failed: {out}\n{}\n{}",
+            a.store.logs(),
+            b.store.logs()
+        );
+        assert!(out.contains("unavailable:"), "{out}");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    // Running a finished move again reports it done and changes nothing.
+    let v = directory_version(&a);
+    let (ok, out) = seqctl(&a, &["set", "move", "--range", "800..1000", "--to", "0"]);
+    assert!(ok && out.contains("already moved"), "{out}");
+    assert_eq!(directory_version(&a), v);
+    let (_, status) = seqctl(&a, &["set", "status"]);
+    assert!(status.contains("set 1:"), "{status}");
+    let (obs, _) = w.finish().await;
+    // Every moved uid was served again after its move.
+    for uid in [500u64, 700, 850, 1100] {
+        assert!(obs.iter().any(|o| o.uid == uid), "uid {uid} never served");
+    }
+    assert_monotonic(&obs, || format!("{}\n{}", a.store.logs(), b.store.logs()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_move_crashed_after_each_step_resumes_and_repeats_nothing() {
+    let (mut a, mut b) = two_sets().await;
+    let w = workload(&a, &b, 6).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let steps = ["begin", "freeze", "release", "install", "claim"];
+    for (i, step) in steps.iter().enumerate() {
+        let range = format!("{}..{}", i * 200, i * 200 + 200);
+        let (ok, out) = seqctl(
+            &a,
+            &[
+                "set",
+                "move",
+                "--range",
+                &range,
+                "--to",
+                "1",
+                "--stop-after",
+                step,
+            ],
+        );
+        assert!(!ok && out.contains("stopped after step"), "{out}");
+        // Crash a different node each time: source leader, destination
+        // leader, a source AllocSvr, a destination AllocSvr, a source
+        // follower.
+        let la = a.store.wait_ready(Duration::from_secs(20)).await;
+        let lb = b.store.wait_ready(Duration::from_secs(20)).await;
+        let victim = match i % 5 {
+            0 => &mut a.store.procs[la],
+            1 => &mut b.store.procs[lb],
+            2 => &mut a.allocs[0],
+            3 => &mut b.allocs[1],
+            _ => &mut a.store.procs[(la + 1) % 3],
+        };
+        println!("kill -9 {} after step {step}", victim.name);
+        victim.kill9();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        victim.restart();
+        a.store.wait_ready(Duration::from_secs(30)).await;
+        b.store.wait_ready(Duration::from_secs(30)).await;
+        let start = Instant::now();
+        loop {
+            let (ok, out) = seqctl(&a, &["set", "move", "--range", &range, "--to", "1"]);
+            if ok {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "resume after {step} failed: {out}\n{}\n{}",
+                a.store.logs(),
+                b.store.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (obs, _) = w.finish().await;
+    // The moved range [0, 1000) ends up served by set 1 only.
+    let (_, status) = seqctl(&a, &["set", "status", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(status.trim()).unwrap();
+    let set1_ranges = &v["sets"][1]["ranges"];
+    assert_eq!(set1_ranges[0][0].as_u64(), Some(0), "{status}");
+    assert_eq!(set1_ranges[0][1].as_u64(), Some(1000), "{status}");
+    assert!(v["moving"].is_null(), "{status}");
+    assert_monotonic(&obs, || format!("{}\n{}", a.store.logs(), b.store.logs()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_mistakes_are_refused_and_change_nothing() {
+    let (a, b) = two_sets().await;
+    let v = directory_version(&a);
+    let stores = b.store.client_addrs.join(",");
+    let home = a.store.client_addrs.join(",");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        // Overlaps set 0.
+        (
+            vec![
+                "set",
+                "add",
+                "--id",
+                "2",
+                "--range",
+                "1500..2500",
+                "--set-store",
+                &stores,
+            ],
+            "the stores serve set 1",
+        ),
+        // Set 1's group again under its own id, for another range.
+        (
+            vec![
+                "set",
+                "add",
+                "--id",
+                "1",
+                "--range",
+                "500..600",
+                "--set-store",
+                &stores,
+            ],
+            "already exists",
+        ),
+        // Set 0's own group as a new set.
+        (
+            vec![
+                "set",
+                "add",
+                "--id",
+                "0",
+                "--range",
+                "5000..6000",
+                "--set-store",
+                &home,
+            ],
+            "outside set 0's span",
+        ),
+        (
+            vec!["set", "move", "--range", "20..80", "--to", "1"],
+            "whole sections",
+        ),
+        (
+            vec!["set", "move", "--range", "100..200", "--to", "7"],
+            "no set 7",
+        ),
+        (
+            vec!["set", "move", "--range", "1900..2100", "--to", "1"],
+            "outside set 0's span",
+        ),
+        (
+            vec!["set", "move", "--range", "300..200", "--to", "1"],
+            "inverted",
+        ),
+        (
+            vec!["set", "move", "--range", "9000..9100", "--to", "1"],
+            "no set serves uid 9000",
+        ),
+    ];
+    for (args, want) in cases {
+        let (ok, out) = seqctl(&a, &args);
+        assert!(!ok, "accepted: {args:?}\n{out}");
+        assert!(out.contains(want), "{args:?}: wanted {want:?} in\n{out}");
+    }
+    assert_eq!(
+        directory_version(&a),
+        v,
+        "a refused command changed the directory"
+    );
+}

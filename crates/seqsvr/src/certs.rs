@@ -11,7 +11,7 @@ use std::path::Path;
 
 use seqsvr_net::{DevPki, Leaf, Role};
 
-use crate::defaults::{DEV_ALLOCS, DEV_OPERATOR, DEV_STORES};
+use crate::defaults::{DEV_ALLOCS, DEV_OPERATOR, DEV_SET1_ALLOCS, DEV_SET1_STORES, DEV_STORES};
 
 /// Who needs a certificate.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -30,8 +30,16 @@ impl Identities {
     /// The dev cluster's processes and its `seqctl`.
     pub fn dev() -> Identities {
         Identities {
-            stores: DEV_STORES.iter().map(|s| s.id).collect(),
-            allocs: DEV_ALLOCS.iter().map(|a| a.id.to_string()).collect(),
+            stores: DEV_STORES
+                .iter()
+                .chain(&DEV_SET1_STORES)
+                .map(|s| s.id)
+                .collect(),
+            allocs: DEV_ALLOCS
+                .iter()
+                .chain(&DEV_SET1_ALLOCS)
+                .map(|a| a.id.to_string())
+                .collect(),
             operators: vec![DEV_OPERATOR.to_string()],
             hosts: Vec::new(),
         }

@@ -90,6 +90,79 @@ pub const DEV_ALLOCS: [DevAlloc; 2] = [
     },
 ];
 
+/// Set 1's store replicas (`seqsvr dev --sets 2`).
+pub const DEV_SET1_STORES: [DevStore; 3] = [
+    DevStore {
+        id: 4,
+        peer: "127.0.0.1:7104",
+        client: "127.0.0.1:7114",
+        admin: "127.0.0.1:7124",
+        metrics: "127.0.0.1:7134",
+    },
+    DevStore {
+        id: 5,
+        peer: "127.0.0.1:7105",
+        client: "127.0.0.1:7115",
+        admin: "127.0.0.1:7125",
+        metrics: "127.0.0.1:7135",
+    },
+    DevStore {
+        id: 6,
+        peer: "127.0.0.1:7106",
+        client: "127.0.0.1:7116",
+        admin: "127.0.0.1:7126",
+        metrics: "127.0.0.1:7136",
+    },
+];
+
+/// Set 1's AllocSvrs (`seqsvr dev --sets 2`).
+pub const DEV_SET1_ALLOCS: [DevAlloc; 2] = [
+    DevAlloc {
+        id: "alloc-3",
+        client: "127.0.0.1:7203",
+        peer: "127.0.0.1:7213",
+        admin: "127.0.0.1:7223",
+        metrics: "127.0.0.1:7233",
+    },
+    DevAlloc {
+        id: "alloc-4",
+        client: "127.0.0.1:7204",
+        peer: "127.0.0.1:7214",
+        admin: "127.0.0.1:7224",
+        metrics: "127.0.0.1:7234",
+    },
+];
+
+/// One set of the dev cluster: its spec, stores and AllocSvrs.
+#[derive(Debug, Clone)]
+pub struct DevSet {
+    /// The set's span (set 0: `[0, DEV_UID_END)`; set 1: `[0, 2 ×
+    /// DEV_UID_END)`, so it can take ranges of set 0, serving `[DEV_UID_END,
+    /// 2 × DEV_UID_END)` once added).
+    pub spec: seqsvr_core::SetSpec,
+    /// Its store replicas.
+    pub stores: &'static [DevStore],
+    /// Its AllocSvrs.
+    pub allocs: &'static [DevAlloc],
+}
+
+/// The first `n` sets of the dev cluster (1 or 2).
+pub fn dev_sets(n: u32) -> Vec<DevSet> {
+    let mut sets = vec![DevSet {
+        spec: seqsvr_core::SetSpec::new(0, 0..DEV_UID_END),
+        stores: &DEV_STORES,
+        allocs: &DEV_ALLOCS,
+    }];
+    if n >= 2 {
+        sets.push(DevSet {
+            spec: seqsvr_core::SetSpec::new(1, 0..2 * DEV_UID_END),
+            stores: &DEV_SET1_STORES,
+            allocs: &DEV_SET1_ALLOCS,
+        });
+    }
+    sets
+}
+
 /// The dev cluster's set: uids `[0, 10_000_000)`, 100 sections.
 pub const DEV_UID_END: u64 = 10_000_000;
 
@@ -119,9 +192,15 @@ pub fn dev_store_peer_addrs() -> Vec<String> {
     DEV_STORES.iter().map(|s| s.peer.to_string()).collect()
 }
 
-/// The AllocSvrs' client-plane addresses (`seqctl --alloc` default).
+/// The AllocSvrs' client-plane addresses (`seqctl --alloc` default):
+/// set 0's, and set 1's if `seqsvr dev --sets 2` runs (a seed that does
+/// not answer is skipped).
 pub fn dev_alloc_addrs() -> Vec<String> {
-    DEV_ALLOCS.iter().map(|a| a.client.to_string()).collect()
+    DEV_ALLOCS
+        .iter()
+        .chain(&DEV_SET1_ALLOCS)
+        .map(|a| a.client.to_string())
+        .collect()
 }
 
 /// The development PKI of the dev cluster in `dev_dir`.

@@ -18,7 +18,6 @@ use std::process::Stdio;
 
 use anyhow::Context;
 use seqsvr_alloc::node::AllocNodeConfig;
-use seqsvr_core::SetSpec;
 use seqsvr_net::{DevPki, PlaneLimits, TlsConfig};
 use seqsvr_store::node::{InitialAlloc, LeaseSection, Member, RaftTiming};
 use seqsvr_store::StoreConfig;
@@ -26,8 +25,8 @@ use tokio::process::{Child, Command};
 
 use crate::certs::{issue, Identities};
 use crate::defaults::{
-    dev_config_path, dev_pki, dev_store_peer_addrs, DevAlloc, DevStore, DEV_ALLOCS, DEV_OPERATOR,
-    DEV_STORES, DEV_UID_END,
+    dev_config_path, dev_pki, dev_sets, dev_store_addrs, DevAlloc, DevSet, DevStore, DEV_OPERATOR,
+    DEV_UID_END,
 };
 
 /// Resolves on Ctrl-C or SIGTERM.
@@ -43,6 +42,16 @@ pub async fn shutdown_signal() {
 /// The dev cluster's config for store replica `s`, data under `dir`, with
 /// TLS files from `pki` if given.
 pub fn dev_store_config(dir: &Path, s: &DevStore, pki: Option<&DevPki>) -> StoreConfig {
+    dev_set_store_config(dir, &dev_sets(1)[0], s, pki)
+}
+
+/// The dev cluster's config for store replica `s` of `set`.
+pub fn dev_set_store_config(
+    dir: &Path,
+    set: &DevSet,
+    s: &DevStore,
+    pki: Option<&DevPki>,
+) -> StoreConfig {
     StoreConfig {
         id: s.id,
         data_dir: dir.join(s.name()),
@@ -55,31 +64,32 @@ pub fn dev_store_config(dir: &Path, s: &DevStore, pki: Option<&DevPki>) -> Store
         insecure: false,
         limits: PlaneLimits::default(),
         metrics_addr: Some(s.metrics.to_string()),
-        members: DEV_STORES
+        members: set
+            .stores
             .iter()
             .map(|m| Member {
                 id: m.id,
                 addr: m.peer.to_string(),
             })
             .collect(),
-        set: SetSpec::new(0, 0..DEV_UID_END),
+        set: set.spec.clone(),
         raft: RaftTiming::default(),
-        allocs: dev_initial_allocs(),
+        allocs: dev_initial_allocs(set),
         lease: LeaseSection::default(),
     }
 }
 
 /// The dev cluster's AllocSvrs, each first routed an equal share of sections.
-fn dev_initial_allocs() -> Vec<InitialAlloc> {
-    let sections = SetSpec::new(0, 0..DEV_UID_END).section_count();
-    let share = sections / DEV_ALLOCS.len() as u32;
-    DEV_ALLOCS
+fn dev_initial_allocs(set: &DevSet) -> Vec<InitialAlloc> {
+    let sections = set.spec.section_count();
+    let share = sections / set.allocs.len() as u32;
+    set.allocs
         .iter()
         .enumerate()
         .map(|(i, a)| InitialAlloc {
             id: a.id.to_string(),
             first: i as u32 * share,
-            count: if i + 1 == DEV_ALLOCS.len() {
+            count: if i + 1 == set.allocs.len() {
                 sections - i as u32 * share
             } else {
                 share
@@ -91,6 +101,11 @@ fn dev_initial_allocs() -> Vec<InitialAlloc> {
 /// The dev cluster's config for AllocSvr `a`, with TLS files from `pki` if
 /// given.
 pub fn dev_alloc_config(a: &DevAlloc, pki: Option<&DevPki>) -> AllocNodeConfig {
+    dev_set_alloc_config(&dev_sets(1)[0], a, pki)
+}
+
+/// The dev cluster's config for AllocSvr `a` of `set`.
+pub fn dev_set_alloc_config(set: &DevSet, a: &DevAlloc, pki: Option<&DevPki>) -> AllocNodeConfig {
     AllocNodeConfig {
         id: a.id.to_string(),
         addr: a.client.to_string(),
@@ -99,7 +114,7 @@ pub fn dev_alloc_config(a: &DevAlloc, pki: Option<&DevPki>) -> AllocNodeConfig {
         listen: None,
         peer_listen: None,
         admin_listen: None,
-        store: dev_store_peer_addrs(),
+        store: set.stores.iter().map(|s| s.peer.to_string()).collect(),
         tls: pki.map(|p| p.tls_config(a.id)),
         insecure: false,
         limits: None,
@@ -121,6 +136,27 @@ fn write_config(path: PathBuf, cfg: &impl serde::Serialize) -> anyhow::Result<Pa
     let text = toml::to_string_pretty(&value)?;
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     Ok(path)
+}
+
+/// Adds set 1 for `[DEV_UID_END, 2 × DEV_UID_END)` once set 0 recorded its
+/// stores and set 1's group has a leader (running it again on a restarted
+/// dev cluster finds it done).
+async fn add_set1(set: DevSet, tls: Option<seqsvr_net::ClientTls>) {
+    let sets = crate::sets::Sets::new(&dev_store_addrs(), tls);
+    let stores: Vec<String> = set.stores.iter().map(|s| s.client.to_string()).collect();
+    let (b, e) = (DEV_UID_END, 2 * DEV_UID_END);
+    let mut last = String::new();
+    for _ in 0..120 {
+        match crate::sets::add::add_set(&sets, 1, b, e, &stores).await {
+            Ok(r) => {
+                println!("set 1        {}", r.to_string().trim_end());
+                return;
+            }
+            Err(err) => last = err.to_string(),
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+    eprintln!("could not add set 1: {last}");
 }
 
 /// Starts `exe args…` with output to `<dir>/logs/<name>.log`.
@@ -167,6 +203,9 @@ pub struct DevOptions {
     pub restart_after: Option<std::time::Duration>,
     /// TLS on every plane of every process.
     pub tls: bool,
+    /// How many sets (1 or 2): set 1 is added for `[DEV_UID_END, 2 ×
+    /// DEV_UID_END)` once its stores are up.
+    pub sets: u32,
 }
 
 /// Runs the dev cluster until Ctrl-C. A child that dies (a drill's kill -9,
@@ -201,30 +240,40 @@ pub async fn run(opts: DevOptions) -> anyhow::Result<()> {
         });
         Ok(())
     };
-    for s in &DEV_STORES {
-        let name = s.name();
-        let cfg = dev_store_config(&dir, s, pki.as_ref());
-        start(
-            name.clone(),
-            "store",
-            write_config(dev_config_path(&dir, &name), &cfg)?,
-        )?;
-        println!(
-            "{name:<13}peer {}  client {}  admin {}",
-            s.peer, s.client, s.admin
-        );
+    let sets = dev_sets(opts.sets);
+    for set in &sets {
+        for s in set.stores {
+            let name = s.name();
+            let cfg = dev_set_store_config(&dir, set, s, pki.as_ref());
+            start(
+                name.clone(),
+                "store",
+                write_config(dev_config_path(&dir, &name), &cfg)?,
+            )?;
+            println!(
+                "{name:<13}peer {}  client {}  admin {}  (set {})",
+                s.peer, s.client, s.admin, set.spec.set_id
+            );
+        }
+        for a in set.allocs {
+            let cfg = dev_set_alloc_config(set, a, pki.as_ref());
+            start(
+                a.id.to_string(),
+                "alloc",
+                write_config(dev_config_path(&dir, a.id), &cfg)?,
+            )?;
+            println!(
+                "{:<13}client {}  peer {}  admin {}  (set {})",
+                a.id, a.client, a.peer, a.admin, set.spec.set_id
+            );
+        }
     }
-    for a in &DEV_ALLOCS {
-        let cfg = dev_alloc_config(a, pki.as_ref());
-        start(
-            a.id.to_string(),
-            "alloc",
-            write_config(dev_config_path(&dir, a.id), &cfg)?,
-        )?;
-        println!(
-            "{:<13}client {}  peer {}  admin {}",
-            a.id, a.client, a.peer, a.admin
-        );
+    if let Some(set1) = sets.get(1) {
+        let tls = match &pki {
+            Some(p) => Some(p.tls_config(DEV_OPERATOR).client()?),
+            None => None,
+        };
+        tokio::spawn(add_set1(set1.clone(), tls));
     }
     println!("data and logs  {}", dir.display());
     match &pki {

@@ -55,6 +55,11 @@ enum Cmd {
         /// under the dev dir (`pki/`); prints the seqctl flags to use.
         #[arg(long)]
         tls: bool,
+        /// How many sets to run: 2 adds set 1 (3 more store replicas, 2
+        /// more AllocSvrs) serving the next range of uids, so multi-set
+        /// paths (`seqctl set move`) can be tried locally.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=2))]
+        sets: u32,
     },
     /// Writes a PKI for a cluster: a CA (made once, then reused) and one
     /// certificate per store replica, AllocSvr and operator, each carrying
@@ -110,6 +115,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 dir,
                 restart_after,
                 tls,
+                sets,
             } => {
                 let restart_after =
                     (restart_after > 0).then(|| std::time::Duration::from_secs(restart_after));
@@ -117,6 +123,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     dir,
                     restart_after,
                     tls,
+                    sets,
                 })
                 .await
             }

@@ -7,13 +7,13 @@
 //!   take-over or a raise.
 //! - [`CallError`]: everything a gRPC call to this AllocSvr can fail with;
 //!   `service.rs` maps it to a status once, at the edge (promise 5).
+//! - [`AdoptRefusal`]: why an adopt the store does not confirm installs
+//!   nothing (`ownership::decide_adopt`).
 //! - [`MoveError`]: why one move of a handoff did not happen.
 //! - [`ConfigError`] and [`NodeError`]: a node that cannot start.
 
 use seqsvr_core::{AllocId, Epoch, Incarnation, SectionId, Uid};
 use seqsvr_store_api::Rejection;
-
-use crate::ownership::AdoptRefusal;
 
 /// Result alias for this crate.
 pub type Result<T, E = AllocError> = std::result::Result<T, E>;
@@ -183,6 +183,53 @@ pub enum CallError {
     /// unknown: reads change nothing). Retryable.
     #[error("store: {0}")]
     Store(#[from] seqsvr_store_api::Error),
+}
+
+/// Why an adopt is refused. A refusal installs nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdoptRefusal {
+    /// The store says another AllocSvr (or nobody) owns the section.
+    #[error("section {section} is owned by {owner:?} in the store, not by this AllocSvr")]
+    OwnedElsewhere {
+        /// The section.
+        section: SectionId,
+        /// Its owner in the store (`None`: unowned).
+        owner: Option<AllocId>,
+    },
+    /// The store's grant is for another process with this AllocSvr's id
+    /// (an earlier one, or 0: routed here but not claimed yet; a take-over
+    /// will claim it).
+    #[error(
+        "section {section} is held by incarnation {holder:x} in the store, not by this process"
+    )]
+    OtherIncarnation {
+        /// The section.
+        section: SectionId,
+        /// The incarnation the store's epoch was granted to.
+        holder: Incarnation,
+    },
+    /// The epoch named is not the section's epoch in the store (a replayed,
+    /// late or forged adopt).
+    #[error("section {section}: adopt names epoch {named}, the store has {current}")]
+    StaleEpoch {
+        /// The section.
+        section: SectionId,
+        /// The epoch the adopt named.
+        named: Epoch,
+        /// The section's epoch in the store.
+        current: Epoch,
+    },
+    /// The store's record has no room to serve (its ceiling is not above
+    /// its start): never trusted (promise 2).
+    #[error("section {section}: the store's ceiling {max_seq} is not above its start {start}")]
+    NoRoom {
+        /// The section.
+        section: SectionId,
+        /// The epoch's start.
+        start: u64,
+        /// The ceiling.
+        max_seq: u64,
+    },
 }
 
 /// Why one move of a handoff did not happen. The section keeps being

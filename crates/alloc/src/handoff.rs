@@ -3,8 +3,8 @@
 //! for a lease to expire; and the receiving side, adopt.
 //!
 //! Releasing side, per move, in order:
-//! 1. check the move (section served here, a target that is not us);
-//!    an invalid move changes nothing;
+//! 1. check the move (section served here, a target that is not us;
+//!    [`release_section`]); an invalid move changes nothing;
 //! 2. mark the section *releasing* (renewals neither claim nor drop it),
 //!    remember its epoch and ceiling, and stop serving it — before the
 //!    store hands it over, so no number is handed out here after the new
@@ -43,13 +43,14 @@ use seqsvr_store_api::SectionInfo;
 use tonic::transport::Channel;
 
 use crate::error::{CallError, MoveError};
-use crate::ownership::{decide_adopt, decide_after_handoff, Adoption, AfterHandoff};
-use crate::shared::{runs, Ownership, Shared};
-pub use crate::shared::{PeerChannels, Released};
+use crate::ownership::{
+    adopt_pending, decide_adopt, decide_after_handoff, release_section, runs, Adoption,
+    AfterHandoff,
+};
+pub use crate::ownership::{Released, MAX_ADOPT};
+pub use crate::shared::PeerChannels;
+use crate::shared::{Ownership, Shared};
 
-/// Most sections one adopt may name (a handoff sends one; a bound keeps a
-/// forged request from costing many store reads).
-pub const MAX_ADOPT: usize = 1024;
 /// How long the store's handoff write may take, retries included.
 pub const HANDOFF_DEADLINE: Duration = Duration::from_secs(2);
 /// How long one store replica gets before the next is asked too.
@@ -91,38 +92,20 @@ impl Drop for Mark<'_> {
 }
 
 /// Step 1 and 2: checks the move, then marks the section releasing and
-/// stops serving it, atomically with respect to renewals.
+/// stops serving it ([`release_section`]), under the ownership lock so
+/// that a renewal sees it either served or marked.
 fn release<'a>(shared: &'a Shared, m: &pb::Move) -> Result<(Mark<'a>, Released), MoveError> {
-    let section = m.section;
-    let alloc = &shared.alloc;
-    if !alloc.spec().has_section(section) {
-        return Err(MoveError::UnknownSection { section });
-    }
-    if m.to_alloc.is_empty() {
-        return Err(MoveError::NoTarget);
-    }
-    if m.to_alloc == shared.id {
-        return Err(MoveError::ToSelf { section });
-    }
     let mut own = shared.ownership();
-    if own.releasing.contains_key(&section) {
-        return Err(MoveError::Releasing { section });
-    }
-    let state = alloc
-        .section_state(section)
-        .ok_or(MoveError::NotServed { section })?;
-    if !alloc.drop_section_if_epoch(section, state.epoch) {
-        // Dropped or re-taken between the two looks: not ours to move now.
-        return Err(MoveError::NotServed { section });
-    }
-    let released = Released {
-        epoch: state.epoch,
-        ceiling: state.ceiling,
-    };
-    own.releasing.insert(section, released);
+    let released = release_section(
+        &shared.alloc,
+        &mut own.releasing,
+        &shared.id,
+        m.section,
+        &m.to_alloc,
+    )?;
     let mark = Mark {
         shared,
-        section,
+        section: m.section,
         done: false,
     };
     Ok((mark, released))
@@ -288,41 +271,23 @@ fn peer_channel(shared: &Shared, addr: &str) -> Result<Channel, String> {
 /// request, installing nothing, if any is not. Returns how many grants
 /// were installed (0 for a repeat).
 pub async fn adopt(shared: &Shared, sections: &[pb::Adopted]) -> Result<u32, CallError> {
-    if sections.is_empty() || sections.len() > MAX_ADOPT {
-        return Err(CallError::Invalid(format!(
-            "an adopt names 1..={MAX_ADOPT} sections, not {}",
-            sections.len()
-        )));
-    }
-    shared.admit()?;
     let alloc = &shared.alloc;
-    if let Some(a) = sections
-        .iter()
-        .find(|a| !alloc.spec().has_section(a.section))
-    {
-        return Err(CallError::UnknownSection { section: a.section });
-    }
-    let pending: Vec<&pb::Adopted> = sections
-        .iter()
-        .filter(|a| alloc.known_epoch(a.section) < a.epoch)
-        .collect();
+    let named = sections.iter().map(|a| (a.section, a.epoch));
+    let pending = adopt_pending(alloc, named, shared.admit())?;
     if pending.is_empty() {
         return Ok(0); // a repeat: everything is installed already
     }
     let lapses_before = shared.ownership().lapses;
-    let infos = read_sections(shared, pending.iter().map(|a| a.section)).await?;
+    let infos = read_sections(shared, pending.iter().map(|&(s, _)| s)).await?;
     let me = &shared.id;
     let incarnation = shared.incarnation();
     let mut grants = Vec::with_capacity(pending.len());
-    for a in &pending {
-        let info = infos.get(&a.section).ok_or_else(|| {
-            CallError::Internal(format!(
-                "the store's read did not return section {}",
-                a.section
-            ))
+    for &(section, epoch) in &pending {
+        let info = infos.get(&section).ok_or_else(|| {
+            CallError::Internal(format!("the store's read did not return section {section}"))
         })?;
-        let installed = alloc.known_epoch(a.section);
-        match decide_adopt(info, me, incarnation, a.epoch, installed)? {
+        let installed = alloc.known_epoch(section);
+        match decide_adopt(info, me, incarnation, epoch, installed)? {
             Adoption::Install(g) => grants.push(g),
             Adoption::AlreadyInstalled { .. } => {}
         }

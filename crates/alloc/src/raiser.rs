@@ -3,7 +3,10 @@
 //!
 //! The hot path only flips a per-section flag and queues the section id, on
 //! the edge of "wants a raise"; this task does the slow part (a Raft write)
-//! off the request path and wakes callers waiting on the section.
+//! off the request path and wakes callers waiting on the section. What an
+//! answer does ([`settle_raise`]) and how long failed raises wait
+//! ([`Backoff`]) are decided in [`ownership`](crate::ownership), which the
+//! seeded simulation calls too.
 
 use std::future::Future;
 use std::pin::pin;
@@ -17,6 +20,7 @@ use tokio::time::Instant;
 use crate::allocator::{Allocator, RaiseRequest};
 use crate::ceiling::{CeilingStore, Grant};
 use crate::error::{Result, StoreErr};
+use crate::ownership::{settle_raise, take_over_known, Backoff, RaiseOutcome};
 
 /// Tuning of the raiser.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,9 +93,7 @@ impl<S: CeilingStore> Raiser<S> {
     /// costing another step (promise 4), and a section served here before
     /// gets a new epoch and skips ahead (promise 1).
     pub async fn take_over(&self, first: SectionId, count: u32) -> Result<Vec<Grant>> {
-        let known = (first..first.saturating_add(count))
-            .map(|s| self.alloc.known_epoch(s))
-            .collect();
+        let known = take_over_known(&self.alloc, first, count);
         let grants = self
             .store
             .take_over(self.alloc.incarnation(), first, known)
@@ -123,47 +125,44 @@ impl<S: CeilingStore> Raiser<S> {
         report
     }
 
-    /// Applies one store answer to the allocator.
+    /// Applies one store answer to the allocator, as [`settle_raise`]
+    /// decides.
     fn settle(&self, r: RaiseRequest, answer: Result<u64, StoreErr>, report: &mut RoundReport) {
-        let landed = match answer {
-            Ok(new_max) => new_max,
-            // Same epoch and already at or above the target: an earlier
-            // attempt whose reply was lost landed. The stored value is durable.
-            Err(StoreErr::NotAbove { current }) if current >= r.to => current,
-            Err(e @ (StoreErr::StaleEpoch | StoreErr::Fenced)) => {
-                // Someone else owns the section now, or this process was
-                // replaced: stop serving at once (promise 3). Guarded by
-                // epoch so a newer take-over stays.
+        let outcome = settle_raise(r.to, &answer);
+        // Every outcome but `Apply` comes from a refusal.
+        let error = || answer.as_ref().err().map(ToString::to_string);
+        match outcome {
+            RaiseOutcome::Apply(landed) => {
+                if self.alloc.apply_raise(r.section, r.epoch, landed) {
+                    report.raised += 1;
+                } else {
+                    report.ignored += 1;
+                }
+            }
+            RaiseOutcome::Drop => {
+                // Guarded by epoch so a newer take-over stays.
                 if self.alloc.drop_section_if_epoch(r.section, r.epoch) {
                     tracing::warn!(
                         section = r.section,
                         epoch = r.epoch,
-                        error = %e,
+                        error = %error().unwrap_or_default(),
                         "raise refused for good; section dropped"
                     );
                     report.dropped += 1;
                 } else {
                     report.ignored += 1;
                 }
-                return;
             }
-            Err(e) => {
-                if e.is_transient() {
-                    tracing::debug!(section = r.section, error = %e, "raise failed; will retry");
-                } else {
-                    // TooLarge / UnknownSection / a NotAbove below target: the
-                    // store and we disagree on the set. Keep retrying slowly
-                    // (the section serves what it has) and make noise.
-                    tracing::error!(section = r.section, to = r.to, error = %e, "raise refused");
-                }
+            RaiseOutcome::Retry { transient: true } => {
+                tracing::debug!(section = r.section, error = %error().unwrap_or_default(), "raise failed; will retry");
                 report.retry.push(r.section);
-                return;
             }
-        };
-        if self.alloc.apply_raise(r.section, r.epoch, landed) {
-            report.raised += 1;
-        } else {
-            report.ignored += 1;
+            RaiseOutcome::Retry { transient: false } => {
+                // The store and we disagree on the set: keep retrying
+                // slowly (the section serves what it has) and make noise.
+                tracing::error!(section = r.section, to = r.to, error = %error().unwrap_or_default(), "raise refused");
+                report.retry.push(r.section);
+            }
         }
     }
 
@@ -172,7 +171,7 @@ impl<S: CeilingStore> Raiser<S> {
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let mut shutdown = pin!(shutdown);
         let mut retry: Vec<SectionId> = Vec::new();
-        let mut backoff = self.config.backoff_min;
+        let mut backoff = Backoff::new(self.config.backoff_min, self.config.backoff_max);
         let mut retry_at = Instant::now();
         loop {
             let wanted = self.alloc.raise_wanted();
@@ -185,12 +184,9 @@ impl<S: CeilingStore> Raiser<S> {
                 }
             }
             let report = self.run_once().await;
-            if !report.retry.is_empty() {
+            if let Some(wait) = backoff.after_round(!report.retry.is_empty(), !retry.is_empty()) {
                 retry.extend(report.retry);
-                retry_at = Instant::now() + backoff;
-                backoff = (backoff * 2).min(self.config.backoff_max);
-            } else if retry.is_empty() {
-                backoff = self.config.backoff_min;
+                retry_at = Instant::now() + wait;
             }
         }
     }

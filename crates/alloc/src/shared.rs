@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
-use seqsvr_core::{AllocId, Epoch, Incarnation, SectionId};
+use seqsvr_core::{AllocId, Incarnation, SectionId};
 use seqsvr_net::ClientTls;
 use seqsvr_proto::{self as pb};
 use seqsvr_store_api::{AllocAddrs, PeerClient};
@@ -25,15 +25,7 @@ use crate::allocator::Allocator;
 use crate::error::CallError;
 use crate::lease::Lease;
 use crate::metrics::AllocMetrics;
-
-/// A section being released: what it was served under when it stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Released {
-    /// The epoch released.
-    pub epoch: Epoch,
-    /// Its ceiling here when it stopped (durable under `epoch`).
-    pub ceiling: u64,
-}
+use crate::ownership::{admit, may_act_on_read, NotAdmitted, Released};
 
 /// Peer channels by address.
 pub type PeerChannels = std::sync::Mutex<HashMap<String, Channel>>;
@@ -117,7 +109,7 @@ impl Shared {
     /// path's whole check: a clock read and two atomic loads.
     #[inline]
     pub fn admitted(&self) -> bool {
-        self.lease_ok() && !self.is_fenced()
+        admit(self.lease_ok(), self.is_fenced()).is_ok()
     }
 
     /// [`admitted`](Self::admitted), with the reason when not.
@@ -132,15 +124,16 @@ impl Shared {
     /// Why a call is not admitted (fenced, else lease expired).
     #[cold]
     pub fn not_admitted(&self) -> CallError {
-        if self.is_fenced() {
-            CallError::Fenced {
+        match admit(self.lease_ok(), self.is_fenced()) {
+            Err(NotAdmitted::Fenced) => CallError::Fenced {
                 alloc: self.id.clone(),
                 incarnation: self.incarnation(),
-            }
-        } else {
-            CallError::LeaseExpired {
+            },
+            // Or admitted again meanwhile (a renewal landed): the call was
+            // refused for the lease.
+            Err(NotAdmitted::LeaseExpired) | Ok(()) => CallError::LeaseExpired {
                 alloc: self.id.clone(),
-            }
+            },
         }
     }
 
@@ -163,7 +156,7 @@ impl Shared {
     /// the owner's lease has certainly expired; failover.md, Timing), and
     /// no renewal can drop it between this check and the action (promise 3).
     pub fn may_serve(&self, own: &Ownership, lapses_before: u64) -> bool {
-        !self.is_fenced() && self.lease_ok() && own.lapses == lapses_before
+        may_act_on_read(self.lease_ok(), self.is_fenced(), own.lapses, lapses_before)
     }
 
     /// Marks this process fenced and stops serving everything: the store
@@ -250,29 +243,5 @@ impl Shared {
             draining: self.draining.load(Ordering::Relaxed),
             incarnation: self.incarnation(),
         }
-    }
-}
-
-/// Consecutive runs `(first, count)` of sorted section ids (one store read
-/// per run: take-overs at renewal, the checks of an adopt).
-pub(crate) fn runs(sections: &[SectionId]) -> Vec<(SectionId, u32)> {
-    let mut out: Vec<(SectionId, u32)> = Vec::new();
-    for &s in sections {
-        match out.last_mut() {
-            Some((f, c)) if *f + *c == s => *c += 1,
-            _ => out.push((s, 1)),
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn runs_group_consecutive_sections() {
-        assert_eq!(runs(&[0, 1, 2, 5, 7, 8]), vec![(0, 3), (5, 1), (7, 2)]);
-        assert!(runs(&[]).is_empty());
     }
 }

@@ -13,6 +13,13 @@ pub struct Knobs {
     pub unsafe_renewals: bool,
     /// AllocSvrs serve without checking their lease.
     pub skip_lease_check: bool,
+    /// AllocSvrs answer `Current` without checking their lease (`next` and
+    /// batches still check it): the fencing work's bug 5, an owner resumed
+    /// after its lease ran out and its sections moved answers reads from
+    /// its old memory, below numbers the new owner handed out. The shipped
+    /// admission (`ownership::admit`) is told the lease is valid for
+    /// `Current` calls.
+    pub current_without_lease: bool,
     /// If set, every AllocSvr's clock runs slow by this multiple of the
     /// documented drift bound (`margin / lease`); above 1.0 is unsafe.
     pub drift_times_bound: Option<f64>,
@@ -53,9 +60,10 @@ pub struct Knobs {
 }
 
 /// The knob names of [`Knobs::parse`], with their flags.
-const FLAGS: [&str; 10] = [
+const FLAGS: [&str; 11] = [
     "unsafe_renewals",
     "skip_lease_check",
+    "current_without_lease",
     "pause_in_renewal",
     "lease_before_drop",
     "keep_sections_after_lapse",
@@ -71,6 +79,7 @@ impl Knobs {
         Some(match name {
             "unsafe_renewals" => &mut self.unsafe_renewals,
             "skip_lease_check" => &mut self.skip_lease_check,
+            "current_without_lease" => &mut self.current_without_lease,
             "pause_in_renewal" => &mut self.pause_in_renewal,
             "lease_before_drop" => &mut self.lease_before_drop,
             "keep_sections_after_lapse" => &mut self.keep_sections_after_lapse,

@@ -3,8 +3,10 @@
 //! It drives the project's *real* pure components — the store's state
 //! machine ([`seqsvr_store::state::SetState`]) and arbiter
 //! ([`seqsvr_store::arbiter::Arbiter`]), the AllocSvr's [`Allocator`],
-//! [`Lease`] and ownership decisions ([`seqsvr_alloc::ownership`]:
-//! renewal reconciliation, adopt, after a failed handoff), and the per-uid
+//! [`Lease`] and every decision of the AllocSvr's loops
+//! ([`seqsvr_alloc::ownership`]: admission, renewal list and
+//! reconciliation, claims, route reads, raise answers and back-off,
+//! handoff and adopt checks), and the per-uid
 //! checker ([`seqsvr_core::checker`]) — inside a discrete-event model of
 //! everything around them: Raft (terms, votes, majority commit, deposed
 //! leaders), the store API (forwarding, barriers, the arbiter's lock,

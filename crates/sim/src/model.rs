@@ -224,14 +224,21 @@ pub(crate) enum StoreFail {
 }
 
 impl StoreFail {
-    /// As `seqsvr_store_api::Error::is_retryable`.
+    /// The store client's error for this failure (`Replicas::call` answers
+    /// a deadline passed, like a leader missing, with `NoLeader`), for the
+    /// AllocSvr's decisions to classify.
+    pub(crate) fn to_api(&self) -> seqsvr_store_api::Error {
+        use seqsvr_store_api::Error as E;
+        match self {
+            StoreFail::NoLeader => E::NoLeader("no leader".into()),
+            StoreFail::Timeout => E::NoLeader("no replica answered in time".into()),
+            StoreFail::Rejected(r) => E::Rejected(r.clone()),
+        }
+    }
+
+    /// `seqsvr_store_api::Error::is_retryable`.
     pub(crate) fn retryable(&self) -> bool {
-        matches!(
-            self,
-            StoreFail::NoLeader
-                | StoreFail::Timeout
-                | StoreFail::Rejected(Rejection::NotConfigured)
-        )
+        self.to_api().is_retryable()
     }
 }
 

@@ -213,6 +213,40 @@ fn weakened_protocols_are_caught() {
     }
 }
 
+/// `Current` checks the lease like `next` (the fencing work's bug 5, shown
+/// on real processes by `current_from_a_resumed_ex_owner_is_refused`).
+/// With `current_without_lease` the shipped admission is told the lease
+/// is valid for `Current` calls only: an AllocSvr whose lease ran out and
+/// whose sections moved answers reads from its old memory, below numbers
+/// the new owner handed out, and the `Current` check sees it. The first
+/// seed that shows such a stale answer passes without the knob.
+#[test]
+fn current_without_the_lease_check_is_caught() {
+    if replay_seed().is_some() {
+        return;
+    }
+    let knobs = Knobs::parse("current_without_lease").unwrap();
+    let stale_answer = |v: &Violation| v.what.starts_with("Current of uid");
+    let fails = |r: &RunReport| r.violations.iter().any(stale_answer);
+    let Some(r) = first_failing(0..1000, &knobs, &fails) else {
+        panic!("no seed of 1000 shows a stale Current answer: the checks are too weak");
+    };
+    let v = r
+        .violations
+        .iter()
+        .find(|v| stale_answer(v))
+        .expect("it failed");
+    println!("first failing seed {}: {v}", r.seed);
+    println!("  replay: {}", replay_hint(r.seed, &knobs));
+    let now = run_seed(r.seed, Knobs::default(), false);
+    assert!(
+        now.ok(),
+        "seed {} fails without the knob too: {}",
+        r.seed,
+        now.violations[0]
+    );
+}
+
 /// Each fix of the ownership protocol is needed: with its knob (the old
 /// behaviour) some of the first `n` seeds fail (the count is printed), and
 /// the failing seeds pass without it.

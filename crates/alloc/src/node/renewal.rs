@@ -6,13 +6,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use seqsvr_core::{SectionId, MAX_SECTIONS_PER_CALL};
+use seqsvr_core::SectionId;
 use seqsvr_proto::{self as pb};
-use seqsvr_store_api::{Error as StoreError, Rejection};
 
 use crate::error::{AllocError, StoreErr};
-use crate::ownership::reconcile;
-use crate::shared::runs;
+use crate::ownership::{claim_pieces, fences, listed_sections, reconcile};
 
 use super::routes::refresh_routes;
 use super::Ctx;
@@ -47,11 +45,7 @@ pub(super) async fn renew_once(ctx: &Ctx) {
             shared.metrics.renewal(true);
             r
         }
-        Err(
-            e @ StoreError::Rejected(
-                Rejection::StaleIncarnation { .. } | Rejection::NotRegistered { .. },
-            ),
-        ) => {
+        Err(e) if fences(&e) => {
             shared.metrics.renewal(false);
             return shared.fence(&e);
         }
@@ -65,22 +59,21 @@ pub(super) async fn renew_once(ctx: &Ctx) {
         }
     };
     let alloc = &shared.alloc;
+    let list = (!reply.sections_unchanged).then(|| {
+        let count = alloc.spec().section_count();
+        (reply.sections_version, expand(&reply.sections, count))
+    });
     let listed = {
         let mut cache = ctx.listed.lock().unwrap_or_else(|e| e.into_inner());
-        if !reply.sections_unchanged {
-            let count = alloc.spec().section_count();
-            *cache = (reply.sections_version, expand(&reply.sections, count));
-        } else if cache.0 == 0 || cache.0 != known_version {
-            // "Unchanged" from a list we do not hold: not a grant we can
-            // act on. Ask for the full list next time.
-            tracing::warn!(
-                known_version,
-                "renewal says the list is unchanged, but none is held"
-            );
-            *cache = (0, Vec::new());
-            return;
-        }
-        cache.1.clone()
+        listed_sections(&mut cache, known_version, list)
+    };
+    let Some(listed) = listed else {
+        // Not a grant we can act on; the next renewal asks for the list.
+        tracing::warn!(
+            known_version,
+            "renewal says the list is unchanged, but none is held"
+        );
+        return;
     };
     let claim = {
         // Under the ownership lock: an adopt installing a section either
@@ -112,17 +105,10 @@ pub(super) async fn renew_once(ctx: &Ctx) {
         r.claim
     };
     shared.draining.store(reply.draining, Ordering::Relaxed);
-    // Claims go out at once, in pieces the store accepts: a restart with
-    // 10^4 sections is a handful of take-overs that the store commits
-    // together, not one write per section.
+    // Claims go out at once, in pieces the store accepts (`claim_pieces`).
     let pieces =
-        runs(&claim)
+        claim_pieces(&claim)
             .into_iter()
-            .flat_map(|(first, count)| {
-                (0..count)
-                    .step_by(MAX_SECTIONS_PER_CALL as usize)
-                    .map(move |o| (first + o, (count - o).min(MAX_SECTIONS_PER_CALL)))
-            })
             .map(|(first, count)| async move {
                 (first, count, ctx.raiser.take_over(first, count).await)
             });

@@ -9,6 +9,8 @@ use std::time::Duration;
 use seqsvr_core::SectionId;
 use seqsvr_proto::{self as pb};
 
+use crate::ownership::{after_route_read, served_epochs};
+
 use super::Ctx;
 
 /// Re-reads the route table every `poll`: publishes it, drops sections
@@ -21,34 +23,40 @@ pub(super) async fn route_loop(ctx: Arc<Ctx>, poll: Duration) {
     }
 }
 
+/// One route read, as [`after_route_read`] decides: drops what the table
+/// routes elsewhere, asks for an early renewal when a section routed here
+/// is not served, publishes the table.
 pub(super) async fn refresh_routes(ctx: &Ctx) {
     let shared = &ctx.shared;
     let alloc = &shared.alloc;
-    // What was served *before* the read, with its epoch: a section taken
-    // over or adopted while the read was under way is newer than the table
-    // may know, and is left alone (dropping it would cost a step, promise
-    // 4; renewals remain the authority on what is ours).
-    let before: Vec<(SectionId, seqsvr_core::Epoch)> = alloc
-        .served_sections()
-        .into_iter()
-        .filter_map(|s| Some((s, alloc.section_state(s)?.epoch)))
-        .collect();
+    // What was served *before* the read, with its epoch (see
+    // `after_route_read` for why).
+    let before = served_epochs(alloc);
     let t = match ctx.reader.routes().await {
         Ok(t) => t,
         Err(e) => return tracing::debug!("route refresh failed: {e}"),
     };
-    let mine = |s: SectionId| t.entry_for_section(s).is_some_and(|e| e.alloc == shared.id);
-    for &(s, epoch) in &before {
+    let here: Vec<SectionId> = (0..t.set.section_count())
+        .filter(|&s| t.entry_for_section(s).is_some_and(|e| e.alloc == shared.id))
+        .collect();
+    let read = after_route_read(
+        &before,
+        &here,
+        &alloc.served_sections(),
+        shared.is_fenced(),
+        t.version,
+        shared.route_version.load(Ordering::Acquire),
+    );
+    for (s, epoch) in read.drop {
         // Promise 3: the table says someone else owns it now.
-        if !mine(s) && alloc.drop_section_if_epoch(s, epoch) {
+        if alloc.drop_section_if_epoch(s, epoch) {
             tracing::info!(section = s, epoch, "section routed elsewhere: dropped");
         }
     }
-    let gained = (0..t.set.section_count()).any(|s| mine(s) && !alloc.is_serving(s));
-    if gained && !shared.is_fenced() {
+    if read.renew_now {
         ctx.shared.renew_now.notify_one();
     }
-    if t.version >= shared.route_version.load(Ordering::Acquire) {
+    if read.publish {
         shared.set_routes(pb::RouteTable::from(&t));
     }
 }

@@ -3,12 +3,14 @@
 //! failure) and the receiving side's adopts (read, decide, install).
 
 use seqsvr_alloc::handoff::{
-    Released, ADOPT_CONNECT, ADOPT_READ_DEADLINE, ADOPT_TIMEOUT, CHECK_DEADLINE, HANDOFF_DEADLINE,
+    ADOPT_CONNECT, ADOPT_READ_DEADLINE, ADOPT_TIMEOUT, CHECK_DEADLINE, HANDOFF_DEADLINE,
     STORE_ATTEMPT,
 };
 use seqsvr_alloc::ownership::{
-    decide_adopt, decide_after_handoff, AdoptRefusal, Adoption, AfterHandoff,
+    admit, adopt_pending, decide_adopt, decide_after_handoff, release_section, AdoptRefusal,
+    Adoption, AfterHandoff, NotAdmitted,
 };
+use seqsvr_alloc::CallError;
 
 use crate::env::{trace, Env};
 use crate::faults::AdoptFate;
@@ -34,23 +36,18 @@ impl Allocs {
             let Some(alloc) = proc_.alloc.as_ref() else {
                 continue;
             };
-            // `release`: checks, then the releasing mark and the drop.
-            if to == proc_.id || proc_.releasing.contains_key(&section) {
-                trace!(env, "p{p} handoff of section {section} to {to} refused");
-                continue;
-            }
-            let Some(state) = alloc.section_state(section) else {
-                trace!(env, "p{p} handoff of section {section}: not served here");
-                continue;
-            };
-            if !alloc.drop_section_if_epoch(section, state.epoch) {
-                continue;
-            }
-            let released = Released {
-                epoch: state.epoch,
-                ceiling: state.ceiling,
-            };
-            proc_.releasing.insert(section, released);
+            // `release`: the checks, then the drop and the releasing mark.
+            let released =
+                match release_section(alloc, &mut proc_.releasing, &proc_.id, section, &to) {
+                    Ok(released) => released,
+                    Err(e) => {
+                        trace!(
+                            env,
+                            "p{p} handoff of section {section} to {to} refused: {e}"
+                        );
+                        continue;
+                    }
+                };
             let j = proc_.jobs.get_mut(&job).expect("the job");
             j.moving = Some(Move {
                 section,
@@ -210,21 +207,25 @@ impl Allocs {
         let now = env.now;
         let proc_ = &mut self.procs[p];
         let s = grant.section;
-        let refused = if !proc_.started {
-            Some("unavailable".to_string())
-        } else if !env.cfg.spec.has_section(s) {
-            Some(format!("section {s} is not in this set"))
-        } else if proc_.fenced || !proc_.lease_valid(now) {
-            Some("not admitted".to_string())
-        } else {
-            None
-        };
-        if let Some(why) = refused {
-            return self.adopt_reply(env, p, from, id, Err(why));
+        if !proc_.started {
+            return self.adopt_reply(env, p, from, id, Err("unavailable".into()));
         }
+        let admitted = admit(proc_.lease_valid(now), proc_.fenced).map_err(|e| match e {
+            NotAdmitted::Fenced => CallError::Fenced {
+                alloc: proc_.id.clone(),
+                incarnation: proc_.incarnation,
+            },
+            NotAdmitted::LeaseExpired => CallError::LeaseExpired {
+                alloc: proc_.id.clone(),
+            },
+        });
         let alloc = proc_.allocator();
-        if alloc.known_epoch(s) >= grant.epoch {
-            return self.adopt_reply(env, p, from, id, Ok(0));
+        match adopt_pending(alloc, [(s, grant.epoch)].into_iter(), admitted) {
+            Ok(pending) if pending.is_empty() => {
+                return self.adopt_reply(env, p, from, id, Ok(0));
+            }
+            Ok(_) => {}
+            Err(e) => return self.adopt_reply(env, p, from, id, Err(e.to_string())),
         }
         if env.cfg.knobs.adopt_unchecked {
             let result = alloc

@@ -1,6 +1,8 @@
-//! AllocSvr processes: the *real* [`Allocator`], [`Lease`] and ownership
-//! decisions ([`seqsvr_alloc::ownership`]), driven the way
-//! `crates/alloc/src/{node/,service.rs,handoff.rs,raiser.rs}` drive them.
+//! AllocSvr processes: the *real* [`Allocator`], [`Lease`] and every
+//! decision of the AllocSvr's loops ([`seqsvr_alloc::ownership`]), driven
+//! the way `crates/alloc/src/{node/,service.rs,handoff.rs,raiser.rs}` drive
+//! them. What is modelled here is only when things happen (timers, store
+//! calls, pauses); what each step decides is the shipped function's.
 //!
 //! - Start-up (`node/`): a fresh incarnation registers (a twin is
 //!   refused and retries every `max(renew, 500 ms)`), reads the routes,
@@ -8,31 +10,35 @@
 //!   then serves.
 //! - Renewal (`renew_once`): every `renew_every` on the process's *own*
 //!   clock, the lease counted from the send time on that clock. A granted
-//!   renewal is reconciled by [`reconcile`] (served, listed, releasing,
-//!   lapsed): its drops happen *before* the lease is extended, its claims
-//!   (one `TakeOver` per run, naming [`Allocator::known_epoch`]) after. A
-//!   renewal or take-over refused because this incarnation was replaced or
-//!   fenced fences the process: it drops everything and never serves again.
+//!   renewal's list is taken in by [`listed_sections`] and reconciled by
+//!   [`reconcile`] (served, listed, releasing, lapsed): its drops happen
+//!   *before* the lease is extended, its claims ([`claim_pieces`], each
+//!   `TakeOver` naming [`take_over_known`]) after. A renewal or take-over
+//!   refused because this incarnation was replaced or fenced ([`fences`])
+//!   fences the process: it drops everything and never serves again.
 //! - Route loop (`refresh_routes`): every `route_poll`, a linearizable
-//!   route read; sections served before the read and routed elsewhere are
-//!   dropped (if still at the epoch they had), a section newly routed
-//!   here asks for an early renewal.
-//! - Service (`service.rs`): a request checks the lease (and the fence)
-//!   *when it starts*; its compare-and-swap (or `Current` read) happens a
-//!   few microseconds later, so a pause can fall in between. An exhausted
-//!   section makes the request wait (up to `wait`) for the raise.
-//! - Raiser (`raiser.rs`): rounds of raises, settled together as
-//!   `Raiser::settle` does.
-//! - Handoff (`handoff.rs`, releasing side): per move, mark the section
-//!   releasing and stop serving it, the store's conditional `Handoff`, then
-//!   tell the new owner (`Adopt`); if the handoff failed or its outcome is
-//!   unknown, read the section back ([`decide_after_handoff`]), leave it
-//!   dropped either way (never served again at the released epoch: a late
-//!   copy of the handoff could still move it, bug 5), unmark it and ask
-//!   for an early renewal, whose take-over claims it at a new epoch.
-//! - Adopt (`handoff.rs`, receiving side): a linearizable read of the
-//!   section, [`decide_adopt`], and an install only if the lease held all
-//!   along since before the read.
+//!   route read compared with [`served_epochs`] taken before it;
+//!   [`after_route_read`] says what to drop (if still at the epoch it had),
+//!   whether to renew early and whether to keep the table.
+//! - Service (`service.rs`): a request is admitted ([`admit`]: lease and
+//!   fence) *when it starts*; its compare-and-swap (or `Current` read)
+//!   happens a few microseconds later, so a pause can fall in between. An
+//!   exhausted section makes the request wait (up to `wait`) for the raise.
+//! - Raiser (`raiser.rs`): rounds of raises, each answer mapped as the
+//!   store client maps it (`StoreErr::from`) and settled by
+//!   [`settle_raise`], failed ones sent again after the [`Backoff`].
+//! - Handoff (`handoff.rs`, releasing side): per move, the checks and the
+//!   release ([`release_section`]: stop serving, mark releasing), the
+//!   store's conditional `Handoff`, then tell the new owner (`Adopt`); if
+//!   the handoff failed or its outcome is unknown, read the section back
+//!   ([`decide_after_handoff`]), leave it dropped either way (never served
+//!   again at the released epoch: a late copy of the handoff could still
+//!   move it, bug 5), unmark it and ask for an early renewal, whose
+//!   take-over claims it at a new epoch.
+//! - Adopt (`handoff.rs`, receiving side): [`adopt_pending`], a
+//!   linearizable read of the section, [`decide_adopt`], and an install
+//!   only if the lease held all along since before the read
+//!   ([`may_act_on_read`]).
 //!
 //! Clock drift: process `p`'s monotonic clock reads `rate · t` at virtual
 //! time `t`; every duration it measures (lease, timers, deadlines) is on
@@ -49,9 +55,21 @@
 //! - `renewal`: the renewal cycle and the route loop;
 //! - `handoff`: moves (releasing side) and adopts (receiving side).
 //!
+//! [`listed_sections`]: seqsvr_alloc::ownership::listed_sections
 //! [`reconcile`]: seqsvr_alloc::ownership::reconcile
+//! [`claim_pieces`]: seqsvr_alloc::ownership::claim_pieces
+//! [`take_over_known`]: seqsvr_alloc::ownership::take_over_known
+//! [`fences`]: seqsvr_alloc::ownership::fences
+//! [`served_epochs`]: seqsvr_alloc::ownership::served_epochs
+//! [`after_route_read`]: seqsvr_alloc::ownership::after_route_read
+//! [`admit`]: seqsvr_alloc::ownership::admit
+//! [`settle_raise`]: seqsvr_alloc::ownership::settle_raise
+//! [`Backoff`]: seqsvr_alloc::ownership::Backoff
+//! [`release_section`]: seqsvr_alloc::ownership::release_section
 //! [`decide_after_handoff`]: seqsvr_alloc::ownership::decide_after_handoff
+//! [`adopt_pending`]: seqsvr_alloc::ownership::adopt_pending
 //! [`decide_adopt`]: seqsvr_alloc::ownership::decide_adopt
+//! [`may_act_on_read`]: seqsvr_alloc::ownership::may_act_on_read
 
 mod handoff;
 mod life;
@@ -61,9 +79,9 @@ mod service;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use seqsvr_alloc::handoff::Released;
 use seqsvr_alloc::lease::Lease;
-use seqsvr_alloc::{Allocator, RaiseRequest};
+use seqsvr_alloc::ownership::{may_act_on_read, Backoff, Released};
+use seqsvr_alloc::{Allocator, RaiseRequest, RaiserConfig};
 use seqsvr_core::{AllocId, Epoch, Incarnation, SectionId};
 
 use crate::env::Env;
@@ -73,7 +91,7 @@ use crate::model::{
     alloc_name, ATimer, AdminMsg, AllocInput, ClientMsg, Ev, LinkTimer, Msg, PeerMsg, Refusal,
     RouteView, Slot, StoreMsg, StoreReq, StoreResp, Work,
 };
-use crate::net::{Node, Time, MS, SEC};
+use crate::net::{Node, Time, SEC};
 
 /// What a store call of a process is for.
 #[derive(Debug)]
@@ -229,7 +247,7 @@ pub(crate) struct AllocProc {
     /// Sections whose raise failed, to requeue after the back-off.
     retry: Vec<SectionId>,
     /// The raiser's back-off (local clock).
-    backoff: Time,
+    backoff: Backoff,
     /// Requests waiting on exhausted sections, by id, with the section.
     waiting: BTreeMap<u64, (SectionId, Work)>,
     /// The route table as last read, sent with errors.
@@ -276,7 +294,10 @@ impl AllocProc {
             poll_next: 0,
             round: None,
             retry: Vec::new(),
-            backoff: 10 * MS,
+            backoff: {
+                let c = RaiserConfig::default();
+                Backoff::new(c.backoff_min, c.backoff_max)
+            },
             waiting: BTreeMap::new(),
             routes: RouteView::default(),
             releasing: BTreeMap::new(),
@@ -313,7 +334,12 @@ impl AllocProc {
     /// `Shared::may_serve`: a decision taken from a store read made when
     /// the lapse count was `lapses_before` may be acted on now.
     fn may_serve(&self, now: Time, lapses_before: u64) -> bool {
-        !self.fenced && self.lease_valid(now) && self.lapses == lapses_before
+        may_act_on_read(
+            self.lease_valid(now),
+            self.fenced,
+            self.lapses,
+            lapses_before,
+        )
     }
 
     fn allocator(&self) -> &Allocator {
@@ -501,16 +527,4 @@ impl Allocs {
             Purpose::AdoptRead { job } => self.adopt_read(env, p, job, resp),
         }
     }
-}
-
-/// Consecutive runs `(first, count)` of sorted section ids (`node.rs`).
-fn runs(sections: &[SectionId]) -> Vec<(SectionId, u32)> {
-    let mut out: Vec<(SectionId, u32)> = Vec::new();
-    for &s in sections {
-        match out.last_mut() {
-            Some((f, c)) if *f + *c == s => *c += 1,
-            _ => out.push((s, 1)),
-        }
-    }
-    out
 }

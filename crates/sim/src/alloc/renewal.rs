@@ -4,15 +4,18 @@
 
 use std::time::{Duration, Instant};
 
-use seqsvr_alloc::ownership::reconcile;
+use seqsvr_alloc::ownership::{
+    after_route_read, claim_pieces, fences, listed_sections, reconcile, served_epochs,
+    take_over_known,
+};
 use seqsvr_core::{Epoch, SectionId};
-use seqsvr_store::types::{Rejection, Reply};
+use seqsvr_store::types::Reply;
 
 use crate::env::{trace, Env};
-use crate::model::{ATimer, Slot, StoreFail, StoreOk, StoreReq, StoreResp};
+use crate::model::{ATimer, Slot, StoreOk, StoreReq, StoreResp};
 use crate::net::US;
 
-use super::{reader, renewer, runs, Allocs, Purpose};
+use super::{reader, renewer, Allocs, Purpose};
 
 impl Allocs {
     /// Stops serving `sections` (those still served) and wakes their
@@ -63,9 +66,10 @@ impl Allocs {
         self.call(env, p, req, purpose, t);
     }
 
-    /// A renewal came back (`renew_once`): reconcile with
-    /// [`reconcile`], drops first, then the lease, then the claims (a
-    /// moment later: they are store calls of their own).
+    /// A renewal came back (`renew_once`): the list it carries
+    /// ([`listed_sections`]), reconciled with [`reconcile`], drops first,
+    /// then the lease, then the claims ([`claim_pieces`], a moment later:
+    /// they are store calls of their own).
     ///
     /// The [`Knobs`](crate::Knobs) `lease_before_drop` and
     /// `keep_sections_after_lapse` restore the orders of bugs 1 and 2.
@@ -79,10 +83,8 @@ impl Allocs {
     ) {
         let ren = match resp {
             Ok(StoreOk::Renewed(ren)) => ren,
-            Err(StoreFail::Rejected(
-                e @ (Rejection::StaleIncarnation { .. } | Rejection::NotRegistered { .. }),
-            )) => {
-                self.fence(env, p, &e.to_string());
+            Err(e) if fences(&e.to_api()) => {
+                self.fence(env, p, &e.to_api().to_string());
                 return self.end_cycle(env, p);
             }
             other => {
@@ -94,17 +96,14 @@ impl Allocs {
         if proc_.fenced {
             return self.end_cycle(env, p);
         }
-        if !ren.unchanged {
-            proc_.listed = (ren.sections_version, ren.sections.clone());
-        } else if proc_.listed.0 == 0 || proc_.listed.0 != known {
+        let list = (!ren.unchanged).then(|| (ren.sections_version, ren.sections.clone()));
+        let Some(listed) = listed_sections(&mut proc_.listed, known, list) else {
             trace!(
                 env,
                 "p{p} renewal says the list is unchanged, but none is held"
             );
-            proc_.listed = (0, Vec::new());
             return self.end_cycle(env, p);
-        }
-        let listed = proc_.listed.1.clone();
+        };
         let knobs = env.cfg.knobs.clone();
         let lapsed = !proc_.lease_valid(env.now);
         let releasing: Vec<SectionId> = proc_.releasing.keys().copied().collect();
@@ -140,7 +139,7 @@ impl Allocs {
             r.claim,
             if lapsed { " (lapsed)" } else { "" }
         );
-        proc_.claims = runs(&r.claim).into();
+        proc_.claims = claim_pieces(&r.claim).into();
         proc_.cycle_refresh = ren.route_version > proc_.routes.version;
         if let Some(d) = proc_.pause_on_renewal.take() {
             self.pause(env, p, d);
@@ -162,10 +161,7 @@ impl Allocs {
             return self.end_cycle(env, p);
         }
         if let Some((first, count)) = proc_.claims.pop_front() {
-            let alloc = proc_.allocator();
-            let known = (first..first + count)
-                .map(|s| alloc.known_epoch(s))
-                .collect();
+            let known = take_over_known(proc_.allocator(), first, count);
             let req = StoreReq::TakeOver {
                 alloc: proc_.id.clone(),
                 incarnation: proc_.incarnation,
@@ -194,9 +190,7 @@ impl Allocs {
                 }
                 self.raiser_kick(env, p);
             }
-            Err(StoreFail::Rejected(
-                e @ (Rejection::StaleIncarnation { .. } | Rejection::NotRegistered { .. }),
-            )) => self.fence(env, p, &e.to_string()),
+            Err(e) if fences(&e.to_api()) => self.fence(env, p, &e.to_api().to_string()),
             other => trace!(env, "p{p} take-over failed, will retry: {other:?}"),
         }
         self.next_claim(env, p);
@@ -239,12 +233,10 @@ impl Allocs {
         self.refresh_routes(env, p, true);
     }
 
-    /// `refresh_routes`: a route read, remembering what was served before.
+    /// `refresh_routes`: a route read, remembering what was served before
+    /// ([`served_epochs`]).
     pub(super) fn refresh_routes(&mut self, env: &mut Env, p: Slot, looped: bool) {
-        let alloc = self.procs[p].allocator();
-        let before: Vec<(SectionId, Epoch)> = (alloc.served_sections().into_iter())
-            .filter_map(|s| Some((s, alloc.section_state(s)?.epoch)))
-            .collect();
+        let before = served_epochs(self.procs[p].allocator());
         let t = reader(env.cfg.renew_every);
         self.call(
             env,
@@ -255,7 +247,7 @@ impl Allocs {
         );
     }
 
-    /// A route read came back.
+    /// A route read came back: [`after_route_read`] decides.
     pub(super) fn routes_read(
         &mut self,
         env: &mut Env,
@@ -267,16 +259,23 @@ impl Allocs {
         if let Ok(StoreOk::Routes(view)) = resp {
             let proc_ = &self.procs[p];
             let alloc = proc_.allocator();
-            let mut dropped = Vec::new();
-            for (s, epoch) in before {
-                if !view.routes_to(s, &proc_.id) && alloc.drop_section_if_epoch(s, epoch) {
-                    dropped.push(s);
-                }
-            }
-            let n = env.cfg.spec.section_count();
-            let gained = (0..n).any(|s| view.routes_to(s, &proc_.id) && !alloc.is_serving(s));
+            let here: Vec<SectionId> = (0..env.cfg.spec.section_count())
+                .filter(|&s| view.routes_to(s, &proc_.id))
+                .collect();
+            let read = after_route_read(
+                &before,
+                &here,
+                &alloc.served_sections(),
+                proc_.fenced,
+                view.version,
+                proc_.routes.version,
+            );
+            let dropped: Vec<SectionId> = (read.drop.into_iter())
+                .filter(|&(s, epoch)| alloc.drop_section_if_epoch(s, epoch))
+                .map(|(s, _)| s)
+                .collect();
             let proc_ = &mut self.procs[p];
-            if view.version >= proc_.routes.version {
+            if read.publish {
                 proc_.routes = view;
             }
             if !dropped.is_empty() {
@@ -290,7 +289,7 @@ impl Allocs {
             }
             // `renew_now.notify_one()`: wakes the waiting renewal loop, or
             // is kept for when the running renewal ends.
-            if gained && !self.procs[p].fenced {
+            if read.renew_now {
                 if self.procs[p].renewing {
                     self.procs[p].renew_early = true;
                 } else {

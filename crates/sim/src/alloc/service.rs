@@ -3,33 +3,41 @@
 //! exhausted sections, answers and refusals; and the raiser's rounds
 //! (`raiser.rs`), settled together.
 
-use seqsvr_alloc::{AllocError, RaiseRequest};
+use seqsvr_alloc::ownership::{admit, settle_raise, NotAdmitted, RaiseOutcome};
+use seqsvr_alloc::{AllocError, RaiseRequest, StoreErr};
 use seqsvr_core::SectionId;
-use seqsvr_store::types::{Rejection, Reply};
+use seqsvr_store::types::Reply;
 
 use crate::env::{trace, Env};
 use crate::model::{
-    ATimer, Ask, ClientMsg, Msg, OpRef, Refusal, Slot, StoreFail, StoreOk, StoreReq, StoreResp,
-    Work,
+    ATimer, Ask, ClientMsg, Msg, OpRef, Refusal, Slot, StoreOk, StoreReq, StoreResp, Work,
 };
-use crate::net::{Node, MS, SEC, US};
+use crate::net::{Node, US};
 
-use super::{reader, Allocs, Purpose, Round};
+use super::{nanos, reader, Allocs, Purpose, Round};
 
 impl Allocs {
-    /// A client request arrives: the lease is checked now, the numbers are
-    /// taken a little later (`service.rs`).
+    /// A client request arrives: admitted now ([`admit`], as
+    /// `Shared::admitted`), the numbers taken a little later (`service.rs`).
+    ///
+    /// The knobs `skip_lease_check` (every call) and
+    /// `current_without_lease` (`Current` only) tell [`admit`] the lease is
+    /// valid whatever it is.
     pub(super) fn admit(&mut self, env: &mut Env, p: Slot, op: OpRef, ask: Ask) {
         let proc_ = &self.procs[p];
         if !proc_.started {
             return self.refuse(env, p, op, Refusal::Unavailable);
         }
-        if proc_.fenced {
-            return self.refuse(env, p, op, Refusal::Fenced);
-        }
-        if !env.cfg.knobs.skip_lease_check && !proc_.lease_valid(env.now) {
-            env.stats.lease_expired += 1;
-            return self.refuse(env, p, op, Refusal::LeaseExpired);
+        let knobs = &env.cfg.knobs;
+        let unchecked = knobs.skip_lease_check
+            || (knobs.current_without_lease && matches!(ask, Ask::Current(_)));
+        match admit(unchecked || proc_.lease_valid(env.now), proc_.fenced) {
+            Ok(()) => {}
+            Err(NotAdmitted::Fenced) => return self.refuse(env, p, op, Refusal::Fenced),
+            Err(NotAdmitted::LeaseExpired) => {
+                env.stats.lease_expired += 1;
+                return self.refuse(env, p, op, Refusal::LeaseExpired);
+            }
         }
         let spec = &env.cfg.spec;
         let mut sections: Vec<SectionId> = ask
@@ -238,19 +246,17 @@ impl Allocs {
         }
         let proc_ = &mut self.procs[p];
         proc_.round = None;
-        if !retry.is_empty() {
+        let waiting = !proc_.retry.is_empty();
+        if let Some(wait) = proc_.backoff.after_round(!retry.is_empty(), waiting) {
             proc_.retry.extend(retry);
-            let d = proc_.real(proc_.backoff);
-            proc_.backoff = (proc_.backoff * 2).min(SEC);
+            let d = proc_.real(nanos(wait));
             self.after(env, p, d, ATimer::RaiseRetry);
-        } else if proc_.retry.is_empty() {
-            proc_.backoff = 10 * MS;
         }
         self.raiser_kick(env, p);
     }
 
-    /// `Raiser::settle`, with the store's answers mapped as
-    /// `StoreErr::from` maps them.
+    /// `Raiser::settle`: the store's answer mapped as the store client
+    /// maps it (`StoreErr::from`), then [`settle_raise`] decides.
     pub(super) fn settle(
         &mut self,
         env: &mut Env,
@@ -259,34 +265,38 @@ impl Allocs {
         resp: StoreResp,
         retry: &mut Vec<SectionId>,
     ) {
-        let landed = match resp {
-            Ok(StoreOk::Written(Reply::Raised { max_seq })) => max_seq,
-            Err(StoreFail::Rejected(Rejection::NotAbove { current, .. })) if current >= r.to => {
-                current
+        let answer = match &resp {
+            Ok(StoreOk::Written(Reply::Raised { max_seq })) => Ok(*max_seq),
+            Ok(other) => {
+                let what = format!("p{p}: raise {r:?} answered {other:?}");
+                env.monitor.violate(env.now, 0, what);
+                return retry.push(r.section);
             }
-            Err(StoreFail::Rejected(
-                Rejection::StaleEpoch { .. }
-                | Rejection::OwnedElsewhere { .. }
-                | Rejection::StaleIncarnation { .. }
-                | Rejection::NotRegistered { .. },
-            )) => {
+            Err(e) => Err(StoreErr::from(e.to_api())),
+        };
+        match settle_raise(r.to, &answer) {
+            RaiseOutcome::Apply(landed) => {
+                let alloc = self.procs[p].allocator();
+                if alloc.apply_raise(r.section, r.epoch, landed) {
+                    self.wake(env, p, r.section);
+                }
+            }
+            RaiseOutcome::Drop => {
                 let alloc = self.procs[p].allocator();
                 if alloc.drop_section_if_epoch(r.section, r.epoch) {
                     trace!(env, "p{p} raise {r:?} refused for good: section dropped");
                     self.wake(env, p, r.section);
                 }
-                return;
             }
-            Err(e) if e.retryable() => return retry.push(r.section),
-            other => {
-                let what = format!("p{p}: raise {r:?} refused: {other:?}");
-                env.monitor.violate(env.now, 0, what);
-                return retry.push(r.section);
+            RaiseOutcome::Retry { .. } => {
+                // Sanity of the model: only a lost reply or no leader is
+                // expected here, never a refusal.
+                if resp.as_ref().is_err_and(|e| !e.retryable()) {
+                    let what = format!("p{p}: raise {r:?} refused: {resp:?}");
+                    env.monitor.violate(env.now, 0, what);
+                }
+                retry.push(r.section);
             }
-        };
-        let alloc = self.procs[p].allocator();
-        if alloc.apply_raise(r.section, r.epoch, landed) {
-            self.wake(env, p, r.section);
         }
     }
 }

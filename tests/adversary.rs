@@ -42,6 +42,7 @@ use seqsvr_proto::raft_client::RaftClient;
 use seqsvr_proto::store_admin_client::StoreAdminClient;
 use seqsvr_proto::store_peer_client::StorePeerClient;
 use seqsvr_proto::store_read_client::StoreReadClient;
+use seqsvr_proto::store_sets_client::StoreSetsClient;
 use seqsvr_proto::{self as pb};
 use seqsvr_store_api::SectionInfo;
 use support::{assert_monotonic, SetCluster};
@@ -59,6 +60,7 @@ enum Svc {
     StoreRead,
     StorePeer,
     StoreAdmin,
+    StoreSets,
     Raft,
     Alloc,
     AllocPeer,
@@ -95,9 +97,15 @@ enum M {
     Adopt,
     AHandoff,
     AStatus,
+    SetsFreeze,
+    SetsInstall,
+    SetsChange,
+    SetsCopy,
+    ARelease,
+    ARefresh,
 }
 
-const METHODS: [M; 27] = [
+const METHODS: [M; 33] = [
     M::ReadRoutes,
     M::ReadSections,
     M::ReadStatus,
@@ -125,6 +133,12 @@ const METHODS: [M; 27] = [
     M::Adopt,
     M::AHandoff,
     M::AStatus,
+    M::SetsFreeze,
+    M::SetsInstall,
+    M::SetsChange,
+    M::SetsCopy,
+    M::ARelease,
+    M::ARefresh,
 ];
 
 impl M {
@@ -138,7 +152,8 @@ impl M {
             RaftAppend | RaftVote | RaftSnapshot => Svc::Raft,
             Next | NextBatch | Current | Routes | Status => Svc::Alloc,
             Adopt => Svc::AllocPeer,
-            AHandoff | AStatus => Svc::AllocAdmin,
+            AHandoff | AStatus | ARelease | ARefresh => Svc::AllocAdmin,
+            SetsFreeze | SetsInstall | SetsChange | SetsCopy => Svc::StoreSets,
         }
     }
 
@@ -213,7 +228,7 @@ fn served_on(store: bool, plane: Plane) -> &'static [Svc] {
     match (store, plane) {
         (true, Plane::Client) => &[Svc::StoreRead],
         (true, Plane::Peer) => &[Svc::StorePeer, Svc::Raft],
-        (true, Plane::Admin) => &[Svc::StoreAdmin],
+        (true, Plane::Admin) => &[Svc::StoreAdmin, Svc::StoreSets],
         (false, Plane::Client) => &[Svc::Alloc],
         (false, Plane::Peer) => &[Svc::AllocPeer],
         (false, Plane::Admin) => &[Svc::AllocAdmin],
@@ -247,7 +262,7 @@ fn expect(l: &Listener, m: M, who: Caller) -> Option<Expect> {
             Store9 => Some(Expect::Code(Code::InvalidArgument)),
             _ => denied,
         },
-        Svc::StoreAdmin | Svc::AllocAdmin => match who {
+        Svc::StoreAdmin | Svc::StoreSets | Svc::AllocAdmin => match who {
             Operator => None,
             _ => denied,
         },
@@ -533,6 +548,78 @@ async fn call(ch: Channel, m: M, g: &Genuine, fwd: bool) -> (Outcome, Option<Obs
             M::AStatus => Outcome::of(
                 &AllocAdminClient::new(ch)
                     .status(req(pb::AllocStatusRequest {}, fwd))
+                    .await,
+            ),
+            // A stranger freezing every section for a move to a set of its
+            // own, installing sections at 0, rewriting the directory, or
+            // telling an AllocSvr to drop its sections.
+            M::SetsFreeze => Outcome::of(
+                &StoreSetsClient::new(ch)
+                    .freeze(req(
+                        pb::FreezeRequest {
+                            first_section: 0,
+                            count: SECTIONS,
+                            to_set: 9,
+                        },
+                        fwd,
+                    ))
+                    .await,
+            ),
+            M::SetsInstall => Outcome::of(
+                &StoreSetsClient::new(ch)
+                    .install(req(
+                        pb::InstallRequest {
+                            first_section: 0,
+                            floors: vec![0],
+                        },
+                        fwd,
+                    ))
+                    .await,
+            ),
+            M::SetsChange => Outcome::of(
+                &StoreSetsClient::new(ch)
+                    .change_directory(req(
+                        pb::DirectoryChange {
+                            change: Some(pb::directory_change::Change::BeginMove(
+                                pb::PendingMove {
+                                    begin: 0,
+                                    end: 1000,
+                                    from_set: 0,
+                                    to_set: 9,
+                                },
+                            )),
+                        },
+                        fwd,
+                    ))
+                    .await,
+            ),
+            M::SetsCopy => Outcome::of(
+                &StoreSetsClient::new(ch)
+                    .copy_directory(req(
+                        pb::Directory {
+                            version: u64::MAX,
+                            ..Default::default()
+                        },
+                        fwd,
+                    ))
+                    .await,
+            ),
+            M::ARelease => Outcome::of(
+                &AllocAdminClient::new(ch)
+                    .release(req(
+                        pb::ReleaseRequest {
+                            sections: vec![pb::SectionRun {
+                                first_section: 0,
+                                count: 1,
+                            }],
+                        },
+                        fwd,
+                    ))
+                    .await,
+            ),
+            M::ARefresh => Outcome::of(
+                &AllocAdminClient::new(ch)
+                    .refresh(req(pb::RefreshRequest {}, fwd))
                     .await,
             ),
         };

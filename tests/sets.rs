@@ -162,7 +162,7 @@ async fn a_set_added_and_ranges_moved_under_load_repeat_nothing() {
     let (ok, out) = seqctl(&a, &["set", "move", "--range", "800..1000", "--to", "0"]);
     assert!(ok && out.contains("already moved"), "{out}");
     assert_eq!(directory_version(&a), v);
-    let (_, status) = seqctl(&a, &["set", "status"]);
+    let (_, status) = seqctl(&a, &["status"]);
     assert!(status.contains("set 1:"), "{status}");
     let (obs, _) = w.finish().await;
     // Every moved uid was served again after its move.

@@ -63,8 +63,13 @@ enum Cmd {
         uid: u64,
     },
     /// Shows the store group (members, leader, term), the set, routes and
-    /// the AllocSvrs' leases.
-    Status,
+    /// the AllocSvrs' leases; then, when there are several, every set (as
+    /// `set status`).
+    Status {
+        /// Print every set as JSON (as `set status --json`).
+        #[arg(long)]
+        json: bool,
+    },
     /// Shows sections' ceilings, epochs and owners.
     Sections {
         /// First section.
@@ -287,7 +292,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("{}", seq().await?.current(uid).await?);
                 Ok(())
             }
-            Cmd::Status => ctl::status(&ctl()?).await,
+            Cmd::Status { json } => {
+                let sets = seqsvr::sets::Sets::new(&store, dial.tls.clone());
+                if json {
+                    let v = seqsvr::sets::view::view(&sets).await?;
+                    println!("{}", serde_json::to_string_pretty(&v)?);
+                    return Ok(());
+                }
+                ctl::status(&ctl()?).await?;
+                if let Ok(v) = seqsvr::sets::view::view(&sets).await {
+                    if v.sets.len() > 1 || v.moving.is_some() {
+                        println!();
+                        print!("{v}");
+                    }
+                }
+                Ok(())
+            }
             Cmd::Sections { first, count } => ctl::sections(&ctl()?, first, count).await,
             Cmd::Alloc { op } => {
                 dial.need_operator()?;

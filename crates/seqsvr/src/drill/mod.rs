@@ -44,10 +44,38 @@ pub use args::{parse_duration, parse_fault, parse_uids, DrillArgs, DrillConfig};
 pub use faults::{Action, ActionKind, Fault};
 pub use report::{FaultReport, Report};
 
+/// The uids a drill covers and how they are cut into sections: the seed
+/// store's set, or, when the directory lists several sets, one grid over
+/// all their spans (every set follows set 0's section grid), so a drill
+/// drives and reports every set's sections.
+fn grid(set: seqsvr_core::SetSpec, dir: Option<&seqsvr_core::Directory>) -> seqsvr_core::SetSpec {
+    let Some(d) = dir.filter(|d| d.sets.len() > 1) else {
+        return set;
+    };
+    let begin = d
+        .sets
+        .values()
+        .map(|s| s.spec.uid_begin)
+        .min()
+        .unwrap_or(set.uid_begin);
+    let end = d
+        .sets
+        .values()
+        .map(|s| s.spec.uid_end)
+        .max()
+        .unwrap_or(set.uid_end);
+    seqsvr_core::SetSpec {
+        uid_begin: begin,
+        uid_end: end,
+        ..set
+    }
+}
+
 /// Runs a drill.
 pub async fn run(cfg: DrillConfig) -> anyhow::Result<Report> {
     let store = ReadClient::new(&cfg.store, &connector(cfg.tls.clone()))?;
-    let set = store.routes().await.context("reading the route table")?.set;
+    let routes = store.routes().await.context("reading the route table")?;
+    let set = grid(routes.set, routes.directory.as_ref());
     let load = workload::Load {
         uids: workload::Uids::new(&set, cfg.uids.as_ref()),
         rate: cfg.rate,

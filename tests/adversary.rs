@@ -608,9 +608,9 @@ async fn call(ch: Channel, m: M, g: &Genuine, fwd: bool) -> (Outcome, Option<Obs
                 &AllocAdminClient::new(ch)
                     .release(req(
                         pb::ReleaseRequest {
-                            sections: vec![pb::SectionRun {
-                                first_section: 0,
-                                count: 1,
+                            sections: vec![pb::SectionEpoch {
+                                section: 0,
+                                epoch: u64::MAX,
                             }],
                         },
                         fwd,

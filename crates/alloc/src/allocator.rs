@@ -97,6 +97,11 @@ pub struct Allocator {
     /// take-over, then never cleared (losing a section retires its slot).
     /// An entry is 32 bytes (a slot is two pointers), empty or not.
     slots: Box<[OnceLock<SectionSlot>]>,
+    /// Per section moved to another set: the epoch its store froze it at.
+    /// A grant below it was made before the freeze (a take-over whose reply
+    /// was still on its way) and is never installed. Checked and changed
+    /// under this lock, with the install or the retire it guards.
+    moved_floor: Mutex<std::collections::HashMap<SectionId, Epoch>>,
     /// Sections whose raise was claimed and not yet taken by the raiser.
     raise_queue: Mutex<Vec<SectionId>>,
     /// Wakes the raiser when `raise_queue` gains an entry.
@@ -129,6 +134,7 @@ impl Allocator {
             uid_count: spec.uid_end - spec.uid_begin,
             raise_margin,
             slots: (0..spec.section_count()).map(|_| OnceLock::new()).collect(),
+            moved_floor: Mutex::new(Default::default()),
             raise_queue: Mutex::new(Vec::new()),
             raise_signal: Notify::new(),
             counters: Counters::default(),
@@ -307,6 +313,15 @@ impl Allocator {
     }
 
     fn install_one(&self, g: &Grant) -> bool {
+        let floors = self.moved_floor.lock().unwrap_or_else(|e| e.into_inner());
+        if floors.get(&g.section).is_some_and(|&f| g.epoch < f) {
+            tracing::warn!(
+                section = g.section,
+                epoch = g.epoch,
+                "ignored a grant made before the section was frozen for a move"
+            );
+            return false;
+        }
         let uids = self.spec.uids_of(g.section);
         let len = (uids.end - uids.start) as usize;
         let mut fresh = false;
@@ -331,6 +346,17 @@ impl Allocator {
             );
         }
         installed
+    }
+
+    /// Stops serving `section`, frozen by its store at `epoch` for a move to
+    /// another set, and never installs a grant older than that epoch (one
+    /// made before the freeze may still be on its way). Returns whether it
+    /// was served.
+    pub fn release_moved(&self, section: SectionId, epoch: Epoch) -> bool {
+        let mut floors = self.moved_floor.lock().unwrap_or_else(|e| e.into_inner());
+        let f = floors.entry(section).or_insert(0);
+        *f = (*f).max(epoch);
+        self.retire(section, None)
     }
 
     /// Stops serving `section` (lost ownership, lease gone, planned move).
@@ -502,6 +528,24 @@ mod tests {
             a.install(&[bad]),
             Err(AllocError::InvalidGrant { section: 1, .. })
         ));
+    }
+
+    #[test]
+    fn a_section_released_for_a_move_takes_no_grant_made_before_the_freeze() {
+        let a = alloc(0.25);
+        a.install(&[grant(0, 2, 0)]).unwrap();
+        // Frozen at epoch 4 in the store: released here.
+        assert!(a.release_moved(0, 4));
+        assert_eq!(a.next(100), Err(AllocError::NotOwner { section: 0 }));
+        // A take-over made before the freeze (epoch 3) arrives late; a
+        // section never served here is fenced the same way.
+        assert!(!a.release_moved(1, 7));
+        assert_eq!(a.install(&[grant(0, 3, 10), grant(1, 6, 0)]).unwrap(), 0);
+        assert_eq!(a.next(100), Err(AllocError::NotOwner { section: 0 }));
+        assert_eq!(a.next(104), Err(AllocError::NotOwner { section: 1 }));
+        // Moved back and taken over after the freeze: served again.
+        assert_eq!(a.install(&[grant(0, 6, 40)]).unwrap(), 1);
+        assert_eq!(a.next(100), Ok(41));
     }
 
     #[test]

@@ -383,23 +383,21 @@ impl pb::alloc_admin_server::AllocAdmin for AdminService {
     ) -> Result<Response<pb::ReleaseReply>, Status> {
         self.operator(&req)?;
         let s = &self.shared;
-        let runs = req.into_inner().sections;
-        let count = s.alloc.spec().section_count();
-        if runs.len() > seqsvr_core::MAX_SECTIONS_PER_CALL as usize {
+        let sections = req.into_inner().sections;
+        if sections.len() > seqsvr_core::MAX_SECTIONS_PER_CALL as usize {
             return Err(s.status(&CallError::Invalid(format!(
-                "at most {} runs per call",
+                "at most {} sections per call",
                 seqsvr_core::MAX_SECTIONS_PER_CALL
             ))));
         }
-        for r in &runs {
-            if r.count == 0 || u64::from(r.first_section) + u64::from(r.count) > u64::from(count) {
-                return Err(s.status(&CallError::UnknownSection {
-                    section: r.first_section.saturating_add(r.count.saturating_sub(1)),
-                }));
-            }
+        if let Some(x) = sections
+            .iter()
+            .find(|x| !s.alloc.spec().has_section(x.section))
+        {
+            return Err(s.status(&CallError::UnknownSection { section: x.section }));
         }
         Ok(Response::new(pb::ReleaseReply {
-            released: s.release(&runs),
+            released: s.release(&sections),
         }))
     }
 

@@ -216,14 +216,12 @@ impl Shared {
     /// served. Under the ownership lock, so no adopt or renewal installs
     /// one half way; serving one again would need a new grant, which the
     /// store never gives a frozen section (docs/architecture/sets.md).
-    pub fn release(&self, runs: &[pb::SectionRun]) -> u32 {
+    pub fn release(&self, sections: &[pb::SectionEpoch]) -> u32 {
         let _own = self.ownership();
         let mut released = 0;
-        for r in runs {
-            for s in r.first_section..r.first_section + r.count {
-                if self.alloc.drop_section(s) {
-                    released += 1;
-                }
+        for s in sections {
+            if self.alloc.release_moved(s.section, s.epoch) {
+                released += 1;
             }
         }
         if released > 0 {

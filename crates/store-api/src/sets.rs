@@ -30,6 +30,8 @@ pub struct SetsClient {
 pub struct Frozen {
     /// Per section, its final ceiling in the source set.
     pub finals: Vec<u64>,
+    /// Per section, the epoch it is frozen at.
+    pub epochs: Vec<u64>,
     /// How many this call froze (0: a repeat).
     pub newly: u32,
     /// How long after the reply no AllocSvr of the source serves them,
@@ -57,7 +59,7 @@ impl SetsClient {
             .replicas
             .call_with(req, |mut c, r| async move { c.freeze(r).await })
             .await?;
-        if r.finals.len() != count as usize {
+        if r.finals.len() != count as usize || r.epochs.len() != count as usize {
             return Err(Error::Internal(format!(
                 "freeze of {count} sections returned {} ceilings",
                 r.finals.len()
@@ -65,6 +67,7 @@ impl SetsClient {
         }
         Ok(Frozen {
             finals: r.finals,
+            epochs: r.epochs,
             newly: r.newly,
             lease_expiry: Duration::from_millis(r.lease_expiry_ms),
         })

@@ -59,6 +59,7 @@ impl SetState {
         let mut owners = BTreeSet::new();
         let mut newly = 0;
         let mut finals = Vec::with_capacity(range.len());
+        let mut epochs = Vec::with_capacity(range.len());
         for i in range {
             let r = &mut self.sections[i];
             finals.push(r.max_seq);
@@ -75,6 +76,7 @@ impl SetState {
                 newly += 1;
                 dirty.push(Dirty::Section(i as SectionId));
             }
+            epochs.push(r.epoch);
         }
         if newly > 0 {
             self.placement = placement;
@@ -86,6 +88,7 @@ impl SetState {
         self.routes_changed(owners, dirty);
         Ok(Reply::Frozen {
             finals,
+            epochs,
             newly,
             route_version: self.route_version,
         })

@@ -232,6 +232,8 @@ pub enum Reply {
     Frozen {
         /// Per section, its final ceiling here.
         finals: Vec<u64>,
+        /// Per section, the epoch it is frozen at.
+        epochs: Vec<u64>,
         /// How many were frozen by this command (0: all already were).
         newly: u32,
         /// Route version after the change.

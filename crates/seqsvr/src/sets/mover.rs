@@ -185,26 +185,21 @@ pub async fn move_range(
     // 2. Freeze.
     let src_client = sets.sets_client(&src)?;
     let mut finals = Vec::with_capacity(src_sections.len());
+    let mut epochs = Vec::with_capacity(src_sections.len());
     let mut expiry = Duration::ZERO;
     for (first, count) in pieces(src_sections.clone()) {
         let f = src_client.freeze(first, count, m.to).await?;
         report.newly_frozen += f.newly;
         expiry = expiry.max(f.lease_expiry);
         finals.extend(f.finals);
+        epochs.extend(f.epochs);
     }
     let frozen_at = Instant::now();
     report.max_final = finals.iter().copied().max().unwrap_or(0);
     stop(Step::Freeze)?;
 
     // 3. Release.
-    match release(
-        sets,
-        &src.admin,
-        src_sections.start,
-        src_sections.len() as u32,
-    )
-    .await
-    {
+    match release(sets, &src.admin, src_sections.start, &epochs).await {
         Ok(by) => report.released_by = by,
         Err(why) => {
             tracing::warn!(
@@ -301,35 +296,40 @@ fn pieces(range: std::ops::Range<SectionId>) -> Vec<(SectionId, u32)> {
 }
 
 /// Tells every AllocSvr registered in the source to stop serving the
-/// sections; `Ok` with their ids if every one confirmed.
+/// sections `first..` (frozen at `epochs`) and never to install an older
+/// grant for them; `Ok` with their ids if every one confirmed.
 async fn release(
     sets: &Sets,
     admin: &[String],
     first: SectionId,
-    count: u32,
+    epochs: &[u64],
 ) -> std::result::Result<Vec<String>, String> {
     let leader = sets
         .leader_status(admin)
         .await
         .ok_or("no leader of the source group answered")?;
-    let runs: Vec<pb::SectionRun> = pieces(first..first + count)
-        .into_iter()
-        .map(|(first_section, count)| pb::SectionRun {
-            first_section,
-            count,
+    let sections: Vec<pb::SectionEpoch> = epochs
+        .iter()
+        .enumerate()
+        .map(|(i, &epoch)| pb::SectionEpoch {
+            section: first + i as SectionId,
+            epoch,
         })
         .collect();
     let mut by = Vec::new();
     for a in leader.allocs.iter().filter(|a| !a.fenced) {
         let mut c = sets.alloc_admin(&a.admin_addr).map_err(|e| e.to_string())?;
-        let call = c.release(pb::ReleaseRequest {
-            sections: runs.clone(),
-        });
-        match tokio::time::timeout(super::CALL_TIMEOUT, call).await {
-            Ok(Ok(_)) => by.push(a.alloc_id.clone()),
-            Ok(Err(e)) => return Err(format!("{}: {}", a.alloc_id, e.message())),
-            Err(_) => return Err(format!("{}: no answer", a.alloc_id)),
+        for chunk in sections.chunks(MAX_SECTIONS_PER_CALL as usize) {
+            let call = c.release(pb::ReleaseRequest {
+                sections: chunk.to_vec(),
+            });
+            match tokio::time::timeout(super::CALL_TIMEOUT, call).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(format!("{}: {}", a.alloc_id, e.message())),
+                Err(_) => return Err(format!("{}: no answer", a.alloc_id)),
+            }
         }
+        by.push(a.alloc_id.clone());
     }
     Ok(by)
 }

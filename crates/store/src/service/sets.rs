@@ -79,10 +79,12 @@ impl StoreApi {
         match self.write(cmd).await? {
             Reply::Frozen {
                 finals,
+                epochs,
                 newly,
                 route_version,
             } => Ok(pb::FreezeReply {
                 finals,
+                epochs,
                 newly,
                 route_version,
                 lease_expiry_ms: self.sm.read().state.lease.office_wait_ms(),

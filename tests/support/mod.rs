@@ -179,6 +179,7 @@ impl StoreCluster {
                     limits: PlaneLimits::default(),
                     metrics_addr: None,
                     members: members.clone(),
+                    added_set: set.set_id != 0,
                     set: set.clone(),
                     raft: RaftTiming::default(),
                     lease: test_lease(),

@@ -73,6 +73,7 @@ pub fn dev_set_store_config(
             })
             .collect(),
         set: set.spec.clone(),
+        added_set: set.spec.set_id != 0,
         raft: RaftTiming::default(),
         allocs: dev_initial_allocs(set),
         lease: LeaseSection::default(),

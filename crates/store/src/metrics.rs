@@ -40,7 +40,7 @@ pub struct StoreMetrics {
 
 fn kind(cmd: &Command) -> &'static str {
     match cmd {
-        Command::ConfigureSet(_) => "configure_set",
+        Command::ConfigureSet(_) | Command::ConfigureAddedSet(_) => "configure_set",
         Command::SetLease(_) => "set_lease",
         Command::RegisterAlloc { .. } => "register_alloc",
         Command::FenceAlloc { .. } => "fence_alloc",

@@ -146,7 +146,8 @@ impl SetState {
     /// command changes nothing.
     pub fn apply(&mut self, cmd: &Command, dirty: &mut Vec<Dirty>) -> Outcome {
         match cmd {
-            Command::ConfigureSet(spec) => self.configure(spec, dirty),
+            Command::ConfigureSet(spec) => self.configure(spec, false, dirty),
+            Command::ConfigureAddedSet(spec) => self.configure(spec, true, dirty),
             Command::SetLease(terms) => self.set_lease(*terms, dirty),
             Command::RegisterAlloc {
                 alloc,
@@ -200,7 +201,7 @@ impl SetState {
         self.set.as_ref().ok_or(Rejection::NotConfigured)
     }
 
-    fn configure(&mut self, spec: &SetSpec, dirty: &mut Vec<Dirty>) -> Outcome {
+    fn configure(&mut self, spec: &SetSpec, added: bool, dirty: &mut Vec<Dirty>) -> Outcome {
         spec.validate()
             .map_err(|e| Rejection::Invalid(e.to_string()))?;
         match &self.set {
@@ -212,17 +213,17 @@ impl SetState {
                 self.set = Some(spec.clone());
                 self.sections = vec![SectionRecord::default(); spec.section_count() as usize];
                 dirty.push(Dirty::All);
-                // The home set serves its span and starts the directory;
-                // any other set serves nothing until it is installed
-                // (docs/architecture/sets.md).
-                if spec.set_id == HOME_SET {
+                // A set added to a running cluster serves nothing until it
+                // is installed; otherwise the set serves its span, and set
+                // 0 starts the directory (docs/architecture/sets.md).
+                if added {
+                    self.placement = Placement::all_absent(spec.section_count());
+                } else if spec.set_id == HOME_SET {
                     self.directory = Some(Directory::new(DirSet {
                         spec: spec.clone(),
                         stores: Vec::new(),
                         admin: Vec::new(),
                     }));
-                } else {
-                    self.placement = Placement::all_absent(spec.section_count());
                 }
                 dirty.push(Dirty::Placement);
                 dirty.push(Dirty::Directory);

@@ -166,12 +166,16 @@ impl SetState {
                 self.spec()?.set_id
             )));
         }
-        let dir = self.directory.get_or_insert_with(Directory::default);
+        // On a copy: a refused change leaves the state as it was.
+        let mut dir = self.directory.clone().ok_or_else(|| {
+            Rejection::Directory("this group holds no directory (it was added to a cluster)".into())
+        })?;
         let changed = dir
             .apply(change)
             .map_err(|e| Rejection::Directory(e.to_string()))?;
         let version = dir.version;
         if changed {
+            self.directory = Some(dir);
             dirty.push(Dirty::Directory);
         }
         Ok(Reply::Directory { version, changed })

@@ -7,7 +7,8 @@
 //!
 //! Commands (`<inc>` is an AllocSvr incarnation, `<epoch…>` one epoch per
 //! section of the run):
-//! `configure <set> <begin>..<end> <section_size> <step>`,
+//! `configure <set> <begin>..<end> <section_size> <step>` (and
+//! `configure-added …`, a set added to a running cluster),
 //! `lease <lease_ms> <margin_ms>`,
 //! `register <alloc> <inc> [<addr> [<replaces>]]`, `fence <alloc> <inc>`,
 //! `assign <alloc> <first> <expected epoch…>`,
@@ -29,15 +30,20 @@ fn parse(line: &str) -> Option<Command> {
     let rest =
         |i: usize| -> Vec<u64> { w[i..].iter().map(|x| x.parse().expect("number")).collect() };
     Some(match w[0] {
-        "configure" => {
+        "configure" | "configure-added" => {
             let (b, e) = w[2].split_once("..").expect("range");
-            Command::ConfigureSet(SetSpec {
+            let spec = SetSpec {
                 set_id: n(1) as u32,
                 uid_begin: b.parse().unwrap(),
                 uid_end: e.parse().unwrap(),
                 section_size: n(3),
                 step: n(4),
-            })
+            };
+            if w[0] == "configure" {
+                Command::ConfigureSet(spec)
+            } else {
+                Command::ConfigureAddedSet(spec)
+            }
         }
         "lease" => Command::SetLease(LeaseTerms {
             lease_ms: n(1),

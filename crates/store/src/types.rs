@@ -54,6 +54,10 @@ pub enum Command {
     /// Fixes the set this store group serves. Idempotent with an equal spec;
     /// a different spec is rejected (a set never changes shape in place).
     ConfigureSet(SetSpec),
+    /// Like `ConfigureSet`, for a group added to a cluster that runs
+    /// already: it starts with every section absent and serves what
+    /// `seqctl set add` and range moves install.
+    ConfigureAddedSet(SetSpec),
     /// Sets the lease terms every leader grants and judges leases by.
     SetLease(LeaseTerms),
     /// Records an AllocSvr incarnation and its addresses. A different live

@@ -93,7 +93,11 @@ pub(super) fn initial_commands(api: &StoreApi, cfg: &StoreConfig) -> (Vec<Comman
     let a = api.sm.read();
     if a.state.set.is_none() {
         let cmds = vec![
-            Command::ConfigureSet(cfg.set.clone()),
+            if cfg.added_set {
+                Command::ConfigureAddedSet(cfg.set.clone())
+            } else {
+                Command::ConfigureSet(cfg.set.clone())
+            },
             Command::SetLease(cfg.lease.terms()),
         ];
         return (cmds, false);

@@ -138,6 +138,11 @@ pub struct StoreConfig {
     pub members: Vec<Member>,
     /// The set this group serves.
     pub set: SetSpec,
+    /// This group is a set added to a cluster that runs already (`seqctl
+    /// set add`): it starts serving nothing. Leave unset for set 0 and for
+    /// a cluster of one set.
+    #[serde(default)]
+    pub added_set: bool,
     /// Raft timing.
     #[serde(default)]
     pub raft: RaftTiming,

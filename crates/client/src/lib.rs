@@ -73,12 +73,14 @@ mod backoff;
 mod batch;
 mod client;
 mod error;
+mod flight;
 mod options;
 mod refresh;
 mod retry;
 mod routes;
+mod sets;
 
 pub use client::SeqClient;
 pub use error::{Error, ErrorKind, Result};
 pub use options::{ClientOptions, ClientTls};
-pub use seqsvr_core::{RouteTable, SetSpec, MAX_BATCH};
+pub use seqsvr_core::{Directory, RouteTable, SetSpec, MAX_BATCH};

@@ -256,8 +256,9 @@ impl SeqClient {
         Err(failure)
     }
 
-    /// What to do after the AllocSvr at `addr` of set `set` refused
-    /// `uid`, now that its attached table is installed.
+    /// What to do after `uid` could not go to `addr` (an AllocSvr of set
+    /// `set` that refused it, or `""`: nowhere), by the routes as they
+    /// are now (an attached table or a refresh may have changed them).
     fn step_after_refusal(&self, uid: u64, addr: &str, set: SetId) -> Step {
         match read(&self.inner.routes).lookup(uid) {
             // The uid routes elsewhere now (another AllocSvr, or a set
@@ -277,7 +278,7 @@ impl SeqClient {
     fn step(&self, failure: &Failure) -> Step {
         match failure {
             Failure::NotOwner { uid, addr, set, .. } => self.step_after_refusal(*uid, addr, *set),
-            Failure::Held { hold, .. } => Step::Refresh(Some(hold.set())),
+            Failure::Held { uid, hold } => self.step_after_refusal(*uid, "", hold.set()),
             Failure::Transport { set, .. } => Step::Refresh(*set),
             Failure::Busy { .. } | Failure::Fatal(_) | Failure::NoSet { .. } => Step::Wait,
         }
@@ -310,8 +311,18 @@ impl SeqClient {
         match self.step(&failure) {
             Step::AtOnce if retry.at_once() => return Ok(()),
             Step::AtOnce | Step::Wait => {}
-            Step::Refresh(Some(set)) => self.refresh_set(set, retry.attempt_timeout()).await,
-            Step::Refresh(None) => self.refresh_shared(retry.attempt_timeout()).await,
+            Step::Refresh(set) => {
+                match set {
+                    Some(set) => self.refresh_set(set, retry.attempt_timeout()).await,
+                    None => self.refresh_shared(retry.attempt_timeout()).await,
+                }
+                // The refresh showed where the uid goes now (the install
+                // a frozen section waited for, say): no reason to wait.
+                let routed = matches!(failure, Failure::NotOwner { .. } | Failure::Held { .. });
+                if routed && self.step(&failure) == Step::AtOnce && retry.at_once() {
+                    return Ok(());
+                }
+            }
         }
         retry.pause().await;
         if retry.expired() {

@@ -139,12 +139,12 @@ impl Cluster {
     }
 }
 
-/// Quick retries, but a first pause of a second: a call that paused
-/// before following a move would show.
+/// Quick attempts, but a first pause of two seconds (at least one, with
+/// jitter): a call that paused before following a move would show.
 fn no_pause(deadline_ms: u64) -> ClientOptions {
     ClientOptions {
-        initial_backoff: Duration::from_secs(1),
-        max_backoff: Duration::from_secs(1),
+        initial_backoff: Duration::from_secs(2),
+        max_backoff: Duration::from_secs(2),
         ..quick(deadline_ms)
     }
 }

@@ -60,9 +60,11 @@ enum Op {
 }
 
 impl SeqClient {
-    /// Connects to the AllocSvrs at `seeds` (their client-plane `host:port`,
-    /// of one or more sets; over TLS if `options.tls` is set) and learns
-    /// every set's route table from them. Fails with
+    /// Connects through `seeds` (client-plane `host:port` of AllocSvrs or
+    /// of store replicas, of one or more sets; over TLS if `options.tls`
+    /// is set) and learns their sets' route tables and the set directory
+    /// from them; other sets are learned from their stores on first use.
+    /// Fails with
     /// [`Error::InvalidArgument`] for bad seeds or options, and with
     /// [`Error::Transport`] if no seed answered within the deadline.
     pub async fn connect(seeds: &[String], options: ClientOptions) -> Result<SeqClient> {

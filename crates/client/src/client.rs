@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::flight::Flight;
 use crate::options::ClientOptions;
 use crate::retry::{classify, Attempt, Failure, Retry};
-use crate::routes::{Hold, Lookup, RouteCache, Target};
+use crate::routes::{Hold, Located, Lookup, RouteCache, Target};
 
 /// A client of one or more seqsvr sets. Cheap to clone (clones share
 /// routes and connections); `Send + Sync`, so one per process is enough.
@@ -252,6 +252,15 @@ impl SeqClient {
             moved, uid, addr, ..
         } = &mut failure
         {
+            // Steer by a uid the refusal is about: in a batch, the first
+            // one the installed table no longer routes there.
+            let routes = read(&self.inner.routes);
+            let elsewhere =
+                |u: &&u64| !matches!(routes.locate(**u), Located::Owner(_, e) if e.addr == *addr);
+            if let Some(&u) = uids.iter().find(elsewhere) {
+                *uid = u;
+            }
+            drop(routes);
             let step = self.step_after_refusal(*uid, addr, target.set_id);
             *moved = matches!(step, Step::AtOnce);
         }

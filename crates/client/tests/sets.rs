@@ -382,13 +382,15 @@ async fn batch_is_split_across_sets() {
     assert_eq!(k.a0.batches(), vec![vec![700, 701, 5]]);
     assert_eq!(k.a1.batches(), vec![vec![1500, 1501]]);
     // Mid-move (frozen and installed, not flipped): 700 follows the move
-    // to set 1 while 300 stays on set 0, in one call, without a pause.
+    // to set 1 while 300 stays on set 0, in one call, without a pause
+    // (set 0 refuses the part [300, 700, 700] for 700, not 300).
     k.freeze();
     k.install();
     let start = Instant::now();
-    let seqs = c.next_batch(&[700, 300, 1500, 700]).await.unwrap();
+    let seqs = c.next_batch(&[300, 700, 1500, 700]).await.unwrap();
     assert!(start.elapsed() < Duration::from_millis(900), "paused");
-    assert_eq!(seqs, vec![B + 1, 1, B + 2, B + 2]);
+    assert_eq!(seqs, vec![1, B + 1, B + 2, B + 2]);
+    assert_eq!(k.a0.batches()[1], [300, 700, 700]);
     assert_eq!(k.a0.batches().last(), Some(&vec![300]));
     assert_eq!(k.a1.batches().last(), Some(&vec![700, 700]));
     // Fresh routes: one request per set and owner straight away.

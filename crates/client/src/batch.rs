@@ -2,9 +2,12 @@
 //! parallel.
 //!
 //! A batch runs in *rounds*. Each round groups the uids still pending by
-//! their cached owner (keeping request order within each group), sends the
-//! groups in parallel, and keeps what came back. What failed goes into the
-//! next round, after the usual retry decision (see [`crate::retry`]).
+//! their owner — the set serving each uid and the AllocSvr owning its
+//! section there (see [`crate::routes`]), keeping request order within
+//! each group —, sends the groups in parallel, and keeps what came back.
+//! Sets the routes name but the cache lacks are fetched (from their
+//! stores, in parallel) before the groups are made. What failed goes into
+//! the next round, after the usual retry decision (see [`crate::retry`]).
 //!
 //! Duplicates: a uid listed k times must get k increasing numbers in
 //! request order. All occurrences of a uid share a section, hence an owner
@@ -17,13 +20,13 @@
 use std::collections::HashMap;
 
 use futures::future::join_all;
-use seqsvr_core::MAX_BATCH;
+use seqsvr_core::{SetId, MAX_BATCH};
 use seqsvr_proto::{self as pb};
 
-use crate::client::{read, request, SeqClient};
+use crate::client::{missing, read, request, SeqClient};
 use crate::error::{Error, Result};
 use crate::retry::{Attempt, Failure, Retry};
-use crate::routes::{Located, RouteCache, Target};
+use crate::routes::{Hold, Located, RouteCache, Target};
 
 /// The uids of a batch bound for one AllocSvr.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,10 +40,15 @@ pub(crate) struct Part {
 /// A batch's pending positions grouped by owner.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Split {
-    /// One part per owner.
+    /// One part per (set, AllocSvr).
     pub parts: Vec<Part>,
-    /// Positions whose section has no owner in the cached routes.
-    pub unowned: Vec<usize>,
+    /// Positions that cannot be sent now (no owner, not served, the
+    /// set's table missing), ascending.
+    pub held: Vec<usize>,
+    /// Why the first of them cannot, per kind of hold (the worst steers).
+    pub failure: Option<Failure>,
+    /// Sets whose table is missing, without repeats.
+    pub missing: Vec<SetId>,
 }
 
 /// What one part's sends achieved.
@@ -54,27 +62,35 @@ struct PartOutcome {
     failure: Option<Failure>,
 }
 
-/// Groups the `pending` positions of `uids` by owner. A uid in no known
-/// set fails the whole batch at once, before anything is sent.
+/// Groups the `pending` positions of `uids` by (set, owner). A uid no set
+/// serves fails the whole batch at once, before anything is sent.
 pub(crate) fn split(routes: &RouteCache, uids: &[u64], pending: &[usize]) -> Attempt<Split> {
     let mut split = Split::default();
-    let mut by_addr: HashMap<&str, usize> = HashMap::new();
+    let mut by_owner: HashMap<(SetId, &str), usize> = HashMap::new();
     for &i in pending {
-        let (t, e) = match routes.locate(uids[i]) {
+        let uid = uids[i];
+        let (t, e) = match routes.locate(uid) {
             Located::Owner(t, e) => (t, e),
-            Located::Unowned => {
-                split.unowned.push(i);
+            Located::Held(hold) => {
+                split.held.push(i);
+                match hold {
+                    Hold::Missing(set) if !split.missing.contains(&set) => split.missing.push(set),
+                    Hold::Missing(_) => {}
+                    // The first steers (all rank alike); the others' sets
+                    // are refreshed in later rounds if still needed.
+                    _ if split.failure.is_none() => {
+                        split.failure = Some(Failure::Held { uid, hold });
+                    }
+                    _ => {}
+                }
                 continue;
             }
-            Located::NoSet => return Err(Failure::NoSet { uid: uids[i] }),
+            Located::NoSet => return Err(Failure::NoSet { uid }),
         };
-        let n = *by_addr.entry(e.addr.as_str()).or_insert_with(|| {
+        let key = (t.set.set_id, e.addr.as_str());
+        let n = *by_owner.entry(key).or_insert_with(|| {
             split.parts.push(Part {
-                target: Target {
-                    set_id: t.set.set_id,
-                    version: t.version,
-                    addr: e.addr.clone(),
-                },
+                target: Target::new(t, e),
                 idx: Vec::new(),
             });
             split.parts.len() - 1
@@ -115,7 +131,7 @@ impl SeqClient {
         out: &mut [u64],
         retry: &Retry,
     ) -> Option<Failure> {
-        let split = match split(&read(&self.inner.routes), uids, pending) {
+        let split = match self.split_fetching(uids, pending, retry).await {
             Ok(s) => s,
             Err(f) => return Some(f),
         };
@@ -124,20 +140,16 @@ impl SeqClient {
             .into_iter()
             .map(|p| self.send_part(p, uids, retry));
         let outcomes = join_all(sends).await;
-        let mut failure = split
-            .unowned
-            .first()
-            .map(|&i| Failure::NoRoute { uid: uids[i] });
-        let mut left = split.unowned;
+        let mut failure = split.failure;
+        let mut left = split.held;
         for o in outcomes {
             for (i, seq) in o.done {
                 out[i] = seq;
             }
             left.extend(o.left);
-            failure = match (failure, o.failure) {
-                (Some(a), Some(b)) => Some(Failure::worst(a, b)),
-                (a, b) => a.or(b),
-            };
+            if let Some(f) = o.failure {
+                failure = Failure::fold(failure, f);
+            }
         }
         // Back to request order. Each part's leftovers already are, and a
         // uid's copies are all in one part, so this is not needed for
@@ -145,6 +157,42 @@ impl SeqClient {
         left.sort_unstable();
         *pending = left;
         failure
+    }
+
+    /// Splits the pending positions, first fetching (in parallel, from
+    /// their stores) the tables of sets the routes name but the cache
+    /// lacks — each at most once a round.
+    async fn split_fetching(
+        &self,
+        uids: &[u64],
+        pending: &[usize],
+        retry: &Retry,
+    ) -> Attempt<Split> {
+        let mut fetched: Vec<SetId> = Vec::new();
+        loop {
+            let mut s = split(&read(&self.inner.routes), uids, pending)?;
+            let new: Vec<SetId> = s
+                .missing
+                .iter()
+                .copied()
+                .filter(|set| !fetched.contains(set))
+                .collect();
+            if new.is_empty() {
+                // Still missing after a fetch: refresh from every source.
+                if let Some(&set) = s.missing.first() {
+                    s.failure = Failure::fold(s.failure, missing(set));
+                }
+                return Ok(s);
+            }
+            let timeout = retry.attempt_timeout();
+            let fetches = new.iter().map(|&set| self.fetch_set(set, timeout));
+            for r in join_all(fetches).await {
+                if let Err(message) = r {
+                    tracing::debug!(error = %message, "set fetch for a batch failed");
+                }
+            }
+            fetched.extend(new);
+        }
     }
 
     /// Sends one owner's part, chunk by chunk, stopping at the first
@@ -180,7 +228,10 @@ impl SeqClient {
         let batch: Vec<u64> = chunk.iter().map(|&i| uids[i]).collect();
         let mut c = self
             .alloc(&target.addr)
-            .map_err(|message| Failure::Transport { message })?;
+            .map_err(|message| Failure::Transport {
+                message,
+                set: Some(target.set_id),
+            })?;
         let timeout = retry.attempt_timeout();
         let req = pb::NextBatchRequest {
             uids: batch.clone(),
@@ -207,43 +258,66 @@ impl SeqClient {
 
 #[cfg(test)]
 mod tests {
-    use seqsvr_core::{RouteEntry, RouteTable, SetSpec};
+    use seqsvr_core::directory::{DirRange, DirSet};
+    use seqsvr_core::{Directory, Place, Placement, RouteEntry, RouteTable, SetSpec};
 
     use super::*;
 
-    fn cache() -> RouteCache {
-        let entry = |first, count, addr: &str| RouteEntry {
+    fn entry(first: u32, count: u32, addr: &str) -> RouteEntry {
+        RouteEntry {
             first,
             count,
             alloc: addr.into(),
             addr: addr.into(),
-        };
-        let set = |id, uids| SetSpec {
+        }
+    }
+
+    fn set(id: u32, uids: std::ops::Range<u64>) -> SetSpec {
+        SetSpec {
             section_size: 10,
             ..SetSpec::new(id, uids)
-        };
+        }
+    }
+
+    fn table(
+        version: u64,
+        spec: SetSpec,
+        entries: Vec<RouteEntry>,
+        placement: Placement,
+    ) -> RouteTable {
+        RouteTable {
+            version,
+            set: spec,
+            entries,
+            placement,
+            directory: None,
+        }
+    }
+
+    fn cache() -> RouteCache {
         let mut c = RouteCache::default();
-        c.install(RouteTable {
-            version: 3,
-            set: set(1, 0..100),
-            entries: vec![entry(0, 5, "a"), entry(5, 4, "b")],
-            placement: Default::default(),
-            directory: None,
-        });
-        c.install(RouteTable {
-            version: 9,
-            set: set(2, 100..200),
-            entries: vec![entry(0, 10, "c")],
-            placement: Default::default(),
-            directory: None,
-        });
+        c.install(table(
+            3,
+            set(1, 0..100),
+            vec![entry(0, 5, "a"), entry(5, 4, "b")],
+            Placement::default(),
+        ));
+        c.install(table(
+            9,
+            set(2, 100..200),
+            vec![entry(0, 10, "c")],
+            Placement::default(),
+        ));
         c
     }
 
-    fn parts(s: &Split) -> Vec<(&str, u64, Vec<usize>)> {
+    fn parts(s: &Split) -> Vec<(u32, &str, u64, Vec<usize>)> {
         s.parts
             .iter()
-            .map(|p| (p.target.addr.as_str(), p.target.version, p.idx.clone()))
+            .map(|p| {
+                let t = &p.target;
+                (t.set_id, t.addr.as_str(), t.version, p.idx.clone())
+            })
             .collect()
     }
 
@@ -255,14 +329,21 @@ mod tests {
         assert_eq!(
             parts(&s),
             vec![
-                ("b", 3, vec![0, 3]),
-                ("a", 3, vec![1, 5, 6]),
-                ("c", 9, vec![2])
+                (1, "b", 3, vec![0, 3]),
+                (1, "a", 3, vec![1, 5, 6]),
+                (2, "c", 9, vec![2])
             ]
         );
-        assert_eq!(s.unowned, vec![4]);
+        assert_eq!(s.held, vec![4]);
+        assert_eq!(
+            s.failure,
+            Some(Failure::Held {
+                uid: 95,
+                hold: Hold::Unowned(1)
+            })
+        );
         let s = split(&cache(), &uids, &[3, 6]).unwrap();
-        assert_eq!(parts(&s), vec![("b", 3, vec![3]), ("a", 3, vec![6])]);
+        assert_eq!(parts(&s), vec![(1, "b", 3, vec![3]), (1, "a", 3, vec![6])]);
     }
 
     #[test]
@@ -270,5 +351,83 @@ mod tests {
         let uids = [1, 200, 300];
         let r = split(&cache(), &uids, &[0, 1, 2]);
         assert_eq!(r, Err(Failure::NoSet { uid: 200 }));
+    }
+
+    /// Sets 0 and 1 over one span (0..100); the directory gives 0..50 to
+    /// set 0 and 50..100 to set 1, set 0 has frozen 40..50 for set 1, and
+    /// one address serves in both sets.
+    fn two_sets(with_set_1: bool) -> RouteCache {
+        let dir_set = |id| DirSet {
+            spec: set(id, 0..100),
+            stores: vec![format!("store-{id}")],
+            admin: vec![format!("admin-{id}")],
+        };
+        let directory = Directory {
+            version: 2,
+            sets: [(0, dir_set(0)), (1, dir_set(1))].into(),
+            ranges: vec![
+                DirRange {
+                    begin: 0,
+                    end: 50,
+                    set: 0,
+                },
+                DirRange {
+                    begin: 50,
+                    end: 100,
+                    set: 1,
+                },
+            ],
+            moving: None,
+        };
+        let mut home = Placement::default();
+        assert!(home.set(4..5, Place::Moved { to: 1 }));
+        assert!(home.set(5..10, Place::Moved { to: 1 }));
+        let mut c = RouteCache::default();
+        c.install(RouteTable {
+            directory: Some(directory),
+            ..table(4, set(0, 0..100), vec![entry(0, 4, "x")], home)
+        });
+        if with_set_1 {
+            let mut dest = Placement::default();
+            assert!(dest.set(0..4, Place::Absent));
+            c.install(table(
+                6,
+                set(1, 0..100),
+                vec![entry(4, 3, "x"), entry(7, 3, "y")],
+                dest,
+            ));
+        }
+        c
+    }
+
+    #[test]
+    fn groups_by_set_and_owner_under_the_directory() {
+        // 5 and 45: set 0's x, and set 1's x by the move; 60: set 1's x;
+        // 95: set 1's y.
+        let uids = [5, 45, 60, 95, 6];
+        let all: Vec<usize> = (0..uids.len()).collect();
+        let s = split(&two_sets(true), &uids, &all).unwrap();
+        assert_eq!(
+            parts(&s),
+            vec![
+                (0, "x", 4, vec![0, 4]),
+                (1, "x", 6, vec![1, 2]),
+                (1, "y", 6, vec![3])
+            ]
+        );
+        assert!(s.held.is_empty() && s.missing.is_empty() && s.failure.is_none());
+    }
+
+    #[test]
+    fn sets_not_cached_are_listed_once_and_held() {
+        let uids = [5, 45, 60, 95];
+        let s = split(&two_sets(false), &uids, &[0, 1, 2, 3]).unwrap();
+        assert_eq!(parts(&s), vec![(0, "x", 4, vec![0])]);
+        assert_eq!(s.held, vec![1, 2, 3]);
+        assert_eq!(s.missing, vec![1]);
+        assert_eq!(s.failure, None);
+        // Past the directory's ranges: no set serves it.
+        let r = split(&two_sets(false), &[5, 100], &[0, 1]);
+        assert_eq!(r, Err(Failure::NoSet { uid: 100 }));
     }
 }

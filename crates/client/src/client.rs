@@ -1,19 +1,19 @@
 //! [`SeqClient`]: connecting, single-uid calls and the retry driver.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
-use seqsvr_core::RouteTable;
-use seqsvr_proto::alloc_client::AllocClient;
+use seqsvr_core::{Directory, RouteTable, SetId};
 use seqsvr_proto::{self as pb};
+use tokio::time::Instant;
 use tonic::transport::Channel;
 
 use crate::error::{Error, Result};
+use crate::flight::Flight;
 use crate::options::ClientOptions;
 use crate::retry::{classify, Attempt, Failure, Retry};
-use crate::routes::{Lookup, RouteCache, Target};
+use crate::routes::{Hold, Located, Lookup, RouteCache, Target};
 
 /// A client of one or more seqsvr sets. Cheap to clone (clones share
 /// routes and connections); `Send + Sync`, so one per process is enough.
@@ -30,18 +30,20 @@ pub(crate) struct Inner {
     pub(crate) seeds: Vec<String>,
     /// Deadlines and backoff.
     pub(crate) options: ClientOptions,
-    /// The route table of every known set. A std lock: it is held only to
-    /// look up or swap a table, never across an await.
+    /// The route table of every known set and the newest directory. A
+    /// std lock: it is held only to look up or swap a table, never across
+    /// an await.
     pub(crate) routes: RwLock<RouteCache>,
-    /// One gRPC client (over one HTTP/2 channel) per AllocSvr address.
-    pub(crate) channels: RwLock<HashMap<String, AllocClient<Channel>>>,
-    /// Held while a full route refresh runs (single-flight).
-    pub(crate) refresh_gate: tokio::sync::Mutex<()>,
-    /// Full refreshes completed; tells a waiter on `refresh_gate` that the
-    /// refresh it waited for already happened.
-    pub(crate) refreshes: AtomicU64,
+    /// One HTTP/2 channel per AllocSvr or store address.
+    pub(crate) channels: RwLock<HashMap<String, Channel>>,
+    /// Full refreshes (every seed and known AllocSvr), single-flight.
+    pub(crate) full: Flight,
+    /// Per set, its fetches from its stores, single-flight.
+    pub(crate) set_flights: Mutex<HashMap<SetId, Arc<Flight>>>,
+    /// When the directory was last re-checked at set 0 (see `sets.rs`).
+    pub(crate) dir_checked: Mutex<Option<Instant>>,
     /// Sets with a background refresh in flight (one at a time per set).
-    pub(crate) refreshing: Mutex<HashSet<u32>>,
+    pub(crate) refreshing: Mutex<HashSet<SetId>>,
     /// Seeds that have answered `Routes` at least once. A seed never heard
     /// from may be the only way to a whole set, so until all are heard a
     /// uid in no known set is worth one refresh before `OutOfRange`.
@@ -58,9 +60,11 @@ enum Op {
 }
 
 impl SeqClient {
-    /// Connects to the AllocSvrs at `seeds` (their client-plane `host:port`,
-    /// of one or more sets; over TLS if `options.tls` is set) and learns
-    /// every set's route table from them. Fails with
+    /// Connects through `seeds` (client-plane `host:port` of AllocSvrs or
+    /// of store replicas, of one or more sets; over TLS if `options.tls`
+    /// is set) and learns their sets' route tables and the set directory
+    /// from them; other sets are learned from their stores on first use.
+    /// Fails with
     /// [`Error::InvalidArgument`] for bad seeds or options, and with
     /// [`Error::Transport`] if no seed answered within the deadline.
     pub async fn connect(seeds: &[String], options: ClientOptions) -> Result<SeqClient> {
@@ -84,8 +88,9 @@ impl SeqClient {
             options,
             routes: RwLock::default(),
             channels: RwLock::default(),
-            refresh_gate: tokio::sync::Mutex::new(()),
-            refreshes: AtomicU64::new(0),
+            full: Flight::default(),
+            set_flights: Mutex::default(),
+            dir_checked: Mutex::default(),
             refreshing: Mutex::default(),
             heard: Mutex::default(),
         };
@@ -129,8 +134,7 @@ impl SeqClient {
     /// cached routes stay usable and calls refresh again when they must.
     pub async fn refresh_routes(&self) {
         let timeout = self.inner.options.attempt_timeout;
-        let _gate = self.inner.refresh_gate.lock().await;
-        let (answered, failures) = self.fetch_all(timeout).await;
+        let (answered, failures) = self.inner.full.run(|| self.fetch_all(timeout)).await;
         if !failures.is_empty() {
             tracing::debug!(answered, ?failures, "route refresh: some sources failed");
         }
@@ -141,9 +145,16 @@ impl SeqClient {
         read(&self.inner.routes).version(set_id)
     }
 
-    /// A copy of every cached route table, ordered by the sets' first uid.
+    /// A copy of every cached route table, ordered by the sets' first uid
+    /// (without their directory: see [`SeqClient::directory`]).
     pub fn route_tables(&self) -> Vec<RouteTable> {
         self.tables()
+    }
+
+    /// A copy of the newest set directory any route table carried, if
+    /// any (servers older than sets send none).
+    pub fn directory(&self) -> Option<Directory> {
+        read(&self.inner.routes).directory().cloned()
     }
 
     /// The options this client was made with.
@@ -156,19 +167,23 @@ impl SeqClient {
     async fn single(&self, uid: u64, op: Op) -> Result<u64> {
         let mut retry = Retry::new(&self.inner.options);
         loop {
-            match self.try_single(uid, op, retry.attempt_timeout()).await {
+            match self.try_single(uid, op, &retry).await {
                 Ok(seq) => return Ok(seq),
                 Err(f) => self.recover(&mut retry, f).await?,
             }
         }
     }
 
-    /// One attempt of a single-uid call at the uid's cached owner.
-    async fn try_single(&self, uid: u64, op: Op, timeout: Duration) -> Attempt<u64> {
-        let target = self.target(uid)?;
+    /// One attempt of a single-uid call at the uid's owner.
+    async fn try_single(&self, uid: u64, op: Op, retry: &Retry) -> Attempt<u64> {
+        let target = self.target(uid, retry).await?;
         let mut c = self
             .alloc(&target.addr)
-            .map_err(|message| Failure::Transport { message })?;
+            .map_err(|message| Failure::Transport {
+                message,
+                set: Some(target.set_id),
+            })?;
+        let timeout = retry.attempt_timeout();
         let call = async {
             match op {
                 Op::Next => c
@@ -187,12 +202,23 @@ impl SeqClient {
         Ok(seq)
     }
 
-    /// Where `uid` goes now, from the cached routes (no network call).
-    fn target(&self, uid: u64) -> Attempt<Target> {
-        match read(&self.inner.routes).lookup(uid) {
-            Lookup::Owner(t) => Ok(t),
-            Lookup::Unowned => Err(Failure::NoRoute { uid }),
-            Lookup::NoSet => Err(Failure::NoSet { uid }),
+    /// Where `uid` goes now: from the cached routes, after fetching the
+    /// tables of sets they name but do not hold (from the sets' stores).
+    async fn target(&self, uid: u64, retry: &Retry) -> Attempt<Target> {
+        let mut fetched: Vec<SetId> = Vec::new();
+        loop {
+            let lookup = read(&self.inner.routes).lookup(uid);
+            match lookup {
+                Lookup::Owner(t) => return Ok(t),
+                Lookup::NoSet => return Err(Failure::NoSet { uid }),
+                Lookup::Held(Hold::Missing(set)) if !fetched.contains(&set) => {
+                    fetched.push(set);
+                    let fetch = self.fetch_set(set, retry.attempt_timeout()).await;
+                    fetch.map_err(|message| Failure::Transport { message, set: None })?;
+                }
+                Lookup::Held(Hold::Missing(set)) => return Err(missing(set)),
+                Lookup::Held(hold) => return Err(Failure::Held { uid, hold }),
+            }
         }
     }
 
@@ -214,43 +240,69 @@ impl SeqClient {
             Err(_) => {
                 return Err(Failure::Transport {
                     message: format!("{}: no answer within {timeout:?}", target.addr),
+                    set: Some(target.set_id),
                 })
             }
         };
-        let (mut failure, route) = classify(&status, &target.addr, uids);
+        let (mut failure, route) = classify(&status, target, uids);
         if let Some(r) = route {
             self.install(&r, &target.addr);
         }
-        if let Failure::NotOwner { moved, .. } = &mut failure {
-            // Retrying at once only helps if the uid now routes elsewhere,
-            // whether the attached table or a concurrent refresh moved it.
-            *moved = self.owner_moved(uids, &target.addr);
+        if let Failure::NotOwner {
+            moved, uid, addr, ..
+        } = &mut failure
+        {
+            // Steer by a uid the refusal is about: in a batch, the first
+            // one the installed table no longer routes there.
+            let routes = read(&self.inner.routes);
+            let elsewhere =
+                |u: &&u64| !matches!(routes.locate(**u), Located::Owner(_, e) if e.addr == *addr);
+            if let Some(&u) = uids.iter().find(elsewhere) {
+                *uid = u;
+            }
+            drop(routes);
+            let step = self.step_after_refusal(*uid, addr, target.set_id);
+            *moved = matches!(step, Step::AtOnce);
         }
         Err(failure)
     }
 
-    /// Whether the first of `uids` now routes somewhere other than `addr`.
-    fn owner_moved(&self, uids: &[u64], addr: &str) -> bool {
-        let Some(&uid) = uids.first() else {
-            return false;
-        };
-        !matches!(read(&self.inner.routes).lookup(uid), Lookup::Owner(t) if t.addr == addr)
+    /// What to do after `uid` could not go to `addr` (an AllocSvr of set
+    /// `set` that refused it, or `""`: nowhere), by the routes as they
+    /// are now (an attached table or a refresh may have changed them).
+    fn step_after_refusal(&self, uid: u64, addr: &str, set: SetId) -> Step {
+        match read(&self.inner.routes).lookup(uid) {
+            // The uid routes elsewhere now (another AllocSvr, or a set
+            // whose table the next attempt fetches first): go there.
+            Lookup::Owner(t) if t.addr != addr => Step::AtOnce,
+            Lookup::Held(Hold::Missing(_)) => Step::AtOnce,
+            // The next attempt fails for good without a call.
+            Lookup::NoSet => Step::AtOnce,
+            // Still routed there although the server says no: our table
+            // of its set is not older than what it sent; ask the set.
+            Lookup::Owner(_) => Step::Refresh(Some(set)),
+            Lookup::Held(h) => Step::Refresh(Some(h.set())),
+        }
     }
 
-    /// Whether some seed has never answered `Routes`.
-    fn seeds_unheard(&self) -> bool {
-        let heard = lock(&self.inner.heard);
-        self.inner.seeds.iter().any(|s| !heard.contains(s))
+    /// What to do before retrying after `failure` (not fatal).
+    fn step(&self, failure: &Failure) -> Step {
+        match failure {
+            Failure::NotOwner { uid, addr, set, .. } => self.step_after_refusal(*uid, addr, *set),
+            Failure::Held { uid, hold } => self.step_after_refusal(*uid, "", hold.set()),
+            Failure::Transport { set, .. } => Step::Refresh(*set),
+            Failure::Busy { .. } | Failure::Fatal(_) | Failure::NoSet { .. } => Step::Wait,
+        }
     }
 
     /// Decides what to do after a failed attempt: give up (fatal, or out
-    /// of time), retry at once (the section moved and we know where), or
-    /// refresh routes if they look stale and back off.
+    /// of time), retry at once (the uid routes elsewhere now), or refresh
+    /// the routes that look stale and back off.
     pub(crate) async fn recover(&self, retry: &mut Retry, failure: Failure) -> Result<()> {
         match failure {
             Failure::Fatal(e) => return Err(e),
-            Failure::NoSet { .. } if self.seeds_unheard() && retry.recheck_sets() => {
-                self.refresh_shared(retry.attempt_timeout()).await;
+            Failure::NoSet { .. } if self.sets_may_be_stale() && retry.recheck_sets() => {
+                self.recheck_sets(retry.attempt_timeout()).await;
                 return Ok(());
             }
             f @ Failure::NoSet { .. } => return Err(f.into_final()),
@@ -259,17 +311,57 @@ impl SeqClient {
         if retry.expired() {
             return Err(failure.into_final());
         }
-        if matches!(failure, Failure::NotOwner { moved: true, .. }) && retry.at_once() {
-            return Ok(());
+        if let Failure::NotOwner { directory, .. } = &failure {
+            // The server holds a newer directory than the one its table
+            // brought us (or brought none): fetch it before deciding.
+            if *directory > read(&self.inner.routes).directory_version() {
+                self.refresh_directory(*directory, retry.attempt_timeout())
+                    .await;
+            }
         }
-        if failure.wants_refresh() {
-            self.refresh_shared(retry.attempt_timeout()).await;
+        match self.step(&failure) {
+            Step::AtOnce if retry.at_once() => return Ok(()),
+            Step::AtOnce | Step::Wait => {}
+            Step::Refresh(set) => {
+                match set {
+                    Some(set) => self.refresh_set(set, retry.attempt_timeout()).await,
+                    None => self.refresh_shared(retry.attempt_timeout()).await,
+                }
+                // The refresh showed where the uid goes now (the install
+                // a frozen section waited for, say): no reason to wait.
+                let routed = matches!(failure, Failure::NotOwner { .. } | Failure::Held { .. });
+                if routed && self.step(&failure) == Step::AtOnce && retry.at_once() {
+                    return Ok(());
+                }
+            }
         }
         retry.pause().await;
         if retry.expired() {
             return Err(failure.into_final());
         }
         Ok(())
+    }
+}
+
+/// What to do before the next attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// Retry at once (if not done too often in a row; else back off).
+    AtOnce,
+    /// Refresh set `Some(set)`'s table (from its stores if known), or
+    /// every source (`None`), then back off.
+    Refresh(Option<SetId>),
+    /// Just back off.
+    Wait,
+}
+
+/// The failure for a set whose table stays missing after a fetch (the
+/// fetch that ran meanwhile failed, or its stores answered for another
+/// set): a full refresh may still find it through a seed.
+pub(crate) fn missing(set: SetId) -> Failure {
+    Failure::Transport {
+        message: format!("set {set}: no route table could be had"),
+        set: None,
     }
 }
 

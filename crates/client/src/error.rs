@@ -14,10 +14,12 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// Everything a client call can fail with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
-    /// The uid is in no set the client knows of, or the AllocSvr of its set
-    /// says it is outside the set's range. Never retried: no seqsvr node
-    /// serves this uid (promise 5: an error, never a wrong number).
-    #[error("uid {uid} is outside every known set")]
+    /// No set serves the uid: it is in no range of the set directory (or,
+    /// with servers that send no directory, in no known set's span), or
+    /// the AllocSvr of its set says it is outside the set's span. Never
+    /// retried: no seqsvr node serves this uid (promise 5: an error, never
+    /// a wrong number).
+    #[error("no set serves uid {uid}")]
     OutOfRange {
         /// The offending uid (the first one, for a batch).
         uid: u64,
@@ -35,7 +37,9 @@ pub enum Error {
         uid: u64,
     },
     /// An AllocSvr kept answering a retryable error (ceiling exhausted,
-    /// lease expired, not owner…) until the deadline.
+    /// lease expired, not owner…) until the deadline, or the uid's
+    /// section was served by no set until then (`NOT_SERVED`: a move
+    /// between the source's freeze and the destination's install).
     #[error("unavailable ({kind:?}): {message}")]
     Unavailable {
         /// What the server reported last.

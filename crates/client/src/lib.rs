@@ -1,24 +1,28 @@
 //! The seqsvr client: what an IM backend links to get sequence numbers.
 //!
-//! A [`SeqClient`] is given a few AllocSvr addresses (*seeds*, of one or
-//! more *sets*), learns each set's *route table* from them, and then sends
-//! every call straight to the AllocSvr that owns the uid's *section*. It
-//! keeps the routes fresh on its own: every reply carries the route
-//! version, an AllocSvr that no longer owns a uid answers with the current
-//! route, and a dead AllocSvr sends the client back to its seeds. Retryable
-//! failures are retried with jittered exponential backoff inside one
-//! deadline per call; what is left after the deadline comes back as a
-//! typed [`Error`].
+//! A [`SeqClient`] is given a few addresses (*seeds*: AllocSvrs, or store
+//! replicas' client plane), learns route tables and the *set directory*
+//! from them, and then sends every call straight to the AllocSvr that owns
+//! the uid's *section* in the *set* that serves it. The directory (which
+//! set serves which uid range, and where each set's stores are) rides on
+//! every route table; a set the client has no table of yet is learned from
+//! its stores. It keeps the routes fresh on its own: every reply carries
+//! the route version, an AllocSvr that no longer serves a uid answers with
+//! its route table (`NOT_OWNER`, or `MOVED` / `NOT_SERVED` when the section
+//! left its set), and a dead AllocSvr sends the client to its set's stores
+//! and its seeds. Retryable failures are retried with jittered exponential
+//! backoff inside one deadline per call; what is left after the deadline
+//! comes back as a typed [`Error`].
 //!
-//! It calls the AllocSvrs' *client plane* only (`Next`, `NextBatch`,
-//! `Current`, `Routes`), which asks callers for no certificate; with
-//! [`ClientOptions::tls`] set the connections are TLS, the AllocSvrs'
-//! certificates checked against the cluster's CA.
+//! It calls the AllocSvrs' *client plane* (`Next`, `NextBatch`, `Current`,
+//! `Routes`) and the stores' (`GetRoutes`), which ask callers for no
+//! certificate; with [`ClientOptions::tls`] set the connections are TLS,
+//! the servers' certificates checked against the cluster's CA.
 //!
 //! The client never makes a number up or reuses one: every number comes
 //! from an AllocSvr, and retrying a call can only skip numbers (a lost
 //! reply), never repeat them (promise 1 of
-//! `docs/architecture/overview.md`).
+//! `docs/architecture/promises.md`).
 //!
 //! # Layout
 //! - `client.rs`: [`SeqClient`] — connect, `next`, `current`, and the
@@ -27,12 +31,16 @@
 //! - `batch.rs`: `next_batch` — split by owner, parallel sends, chunking to
 //!   [`MAX_BATCH`], order and duplicates.
 //! - `refresh.rs`: the per-address channel cache and how route tables are
-//!   learned (seeds, the `Routes` RPC, background refresh on a newer
-//!   version).
-//! - `routes.rs`: the route-table cache — one table per set, newest wins,
-//!   uid → owner lookup.
+//!   learned from seeds and AllocSvrs (the `Routes` RPC, background
+//!   refresh on a newer version).
+//! - `sets.rs`: how a set's table is learned from its stores, and how the
+//!   directory is refreshed.
+//! - `flight.rs`: single-flight refreshes.
+//! - `routes.rs`: the cache — one table per set, newest wins, the newest
+//!   directory, uid → set → owner lookup.
 //! - `retry.rs`: what each gRPC error means for retrying, and the per-call
-//!   budget (deadline, attempt timeout, backoff).
+//!   budget (deadline, attempt timeout, backoff); `client.rs` decides what
+//!   to refresh before the next attempt.
 //! - `backoff.rs`: exponential backoff with jitter from a cheap hash.
 //! - `options.rs`: [`ClientOptions`] (deadlines, backoff, TLS).
 //! - `error.rs`: [`Error`], the one error type, and [`Result`].
@@ -73,12 +81,14 @@ mod backoff;
 mod batch;
 mod client;
 mod error;
+mod flight;
 mod options;
 mod refresh;
 mod retry;
 mod routes;
+mod sets;
 
 pub use client::SeqClient;
 pub use error::{Error, ErrorKind, Result};
 pub use options::{ClientOptions, ClientTls};
-pub use seqsvr_core::{RouteTable, SetSpec, MAX_BATCH};
+pub use seqsvr_core::{Directory, RouteTable, SetSpec, MAX_BATCH};

@@ -1,32 +1,39 @@
-//! How the client reaches AllocSvrs and learns their route tables.
+//! How the client reaches servers and learns route tables from seeds and
+//! AllocSvrs.
 //!
-//! - One lazily connected tonic `Channel` per AllocSvr address, cached;
-//!   tonic reconnects it after failures, and clones share it. Channels are
-//!   dialed the way every seqsvr client dials (`seqsvr_net::client`): TCP
-//!   no-delay, HTTP/2 keepalive while calls are open, and TLS checked
-//!   against the CA in `ClientOptions::tls` when it is set.
+//! - One lazily connected tonic `Channel` per address (AllocSvr or
+//!   store), cached; tonic reconnects it after failures, and clones share
+//!   it. Channels are dialed the way every seqsvr client dials
+//!   (`seqsvr_net::client`): TCP no-delay, HTTP/2 keepalive while calls
+//!   are open, and TLS checked against the CA in `ClientOptions::tls` when
+//!   it is set.
 //! - Route tables come from the `Routes` RPC of seeds and of AllocSvrs the
-//!   client already knows: all of them on a full refresh (after a transport
-//!   failure or an unowned section), or just the one whose reply carried a
-//!   newer `route_version` (in the background, off the caller's path).
+//!   client already knows: all of them on a full refresh (after a
+//!   transport failure the set's stores could not settle, or a uid in no
+//!   known set), or just the one whose reply carried a newer
+//!   `route_version` (in the background, off the caller's path). A seed
+//!   that is a store's client plane (it answers `Routes` with
+//!   `UNIMPLEMENTED`) is asked `StoreRead.GetRoutes` instead. Tables of
+//!   one set, from its stores, are `sets.rs`'s.
 //! - A full refresh is single-flight: callers that fail together wait for
 //!   one refresh instead of each asking every AllocSvr.
 
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::future::join_all;
-use seqsvr_core::RouteTable;
+use seqsvr_core::{RouteTable, SetId};
 use seqsvr_proto::alloc_client::AllocClient;
 use seqsvr_proto::{self as pb};
 use tonic::transport::Channel;
+use tonic::Code;
 
-use crate::client::{lock, read, write, SeqClient};
+use crate::client::{lock, read, request, write, SeqClient};
+use crate::routes::Installed;
 
 impl SeqClient {
-    /// The cached gRPC client for `addr`, made on first use.
-    pub(crate) fn alloc(&self, addr: &str) -> Result<AllocClient<Channel>, String> {
+    /// The cached channel to `addr`, made on first use.
+    pub(crate) fn channel(&self, addr: &str) -> Result<Channel, String> {
         if let Some(c) = read(&self.inner.channels).get(addr) {
             return Ok(c.clone());
         }
@@ -34,37 +41,46 @@ impl SeqClient {
         let ch = seqsvr_net::client::channel(addr, o.tls.as_ref(), o.connect_timeout)
             .map_err(|e| e.to_string())?;
         let mut channels = write(&self.inner.channels);
-        Ok(channels
-            .entry(addr.to_string())
-            .or_insert_with(|| AllocClient::new(ch))
-            .clone())
+        Ok(channels.entry(addr.to_string()).or_insert(ch).clone())
     }
 
-    /// Installs a table an AllocSvr at `from` sent, if it is valid and
-    /// newer than the cached one; returns whether it was installed.
-    pub(crate) fn install(&self, table: &pb::RouteTable, from: &str) -> bool {
+    /// The AllocSvr client for `addr` over its cached channel.
+    pub(crate) fn alloc(&self, addr: &str) -> Result<AllocClient<Channel>, String> {
+        self.channel(addr).map(AllocClient::new)
+    }
+
+    /// Installs a table a server at `from` sent, if it is valid; returns
+    /// what it took (the table if newer, its directory if newer).
+    pub(crate) fn install(&self, table: &pb::RouteTable, from: &str) -> Installed {
         match RouteTable::try_from(table) {
             Ok(t) => self.install_table(t, from),
             Err(e) => {
                 tracing::warn!(from, error = %e, "ignoring a bad route table");
-                false
+                Installed::default()
             }
         }
     }
 
-    /// Installs `t` if it is newer than the cached table of its set.
-    fn install_table(&self, t: RouteTable, from: &str) -> bool {
+    /// Installs `t` (see [`crate::routes::RouteCache::install`]).
+    pub(crate) fn install_table(&self, t: RouteTable, from: &str) -> Installed {
         let (set_id, version) = (t.set.set_id, t.version);
-        if !write(&self.inner.routes).install(t) {
-            return false;
+        let directory = t.directory.as_ref().map_or(0, |d| d.version);
+        let done = write(&self.inner.routes).install(t);
+        if done.table {
+            tracing::debug!(from, set_id, version, "route table installed");
         }
-        tracing::debug!(from, set_id, version, "route table installed");
-        self.prune_channels();
-        true
+        if done.directory {
+            tracing::debug!(from, version = directory, "directory installed");
+        }
+        if done.table || done.directory {
+            self.prune_channels();
+        }
+        done
     }
 
     /// Drops channels to addresses that are neither seeds nor in any
-    /// route, so a client living through many moves does not leak them.
+    /// route or in the directory, so a client living through many moves
+    /// does not leak them.
     fn prune_channels(&self) {
         let keep: HashSet<String> = {
             let routes = read(&self.inner.routes);
@@ -74,17 +90,20 @@ impl SeqClient {
         write(&self.inner.channels).retain(|a, _| keep.contains(a));
     }
 
-    /// Asks the AllocSvr at `addr` for its set's route table.
+    /// Asks the server at `addr` for its set's route table: `Alloc.Routes`,
+    /// or `StoreRead.GetRoutes` if it is a store (no `Alloc` service).
     pub(crate) async fn routes_of(
         &self,
         addr: &str,
         timeout: Duration,
     ) -> Result<pb::RouteTable, String> {
         let mut c = self.alloc(addr)?;
-        let mut req = tonic::Request::new(pb::GetRoutesRequest {});
-        req.set_timeout(timeout);
+        let req = request(pb::GetRoutesRequest {}, timeout);
         match tokio::time::timeout(timeout, c.routes(req)).await {
             Ok(Ok(r)) => Ok(r.into_inner()),
+            Ok(Err(s)) if s.code() == Code::Unimplemented => {
+                self.store_routes_of(addr, timeout).await
+            }
             Ok(Err(s)) => Err(format!("{addr}: {:?}: {}", s.code(), s.message())),
             Err(_) => Err(format!("{addr}: no answer within {timeout:?}")),
         }
@@ -107,21 +126,17 @@ impl SeqClient {
         let results = join_all(calls).await;
         let answered = results.iter().filter(|r| r.is_ok()).count();
         let failures: Vec<String> = results.into_iter().filter_map(Result::err).collect();
-        self.inner.refreshes.fetch_add(1, Ordering::AcqRel);
         (answered, failures)
     }
 
     /// A full refresh within `timeout`, unless one finished while this
     /// caller waited for the one in flight (its answers are as fresh).
     pub(crate) async fn refresh_shared(&self, timeout: Duration) {
-        let seen = self.inner.refreshes.load(Ordering::Acquire);
-        let _gate = self.inner.refresh_gate.lock().await;
-        if self.inner.refreshes.load(Ordering::Acquire) != seen {
-            return;
-        }
-        let (answered, failures) = self.fetch_all(timeout).await;
-        if !failures.is_empty() {
-            tracing::debug!(answered, ?failures, "route refresh: some sources failed");
+        let done = self.inner.full.join(|| self.fetch_all(timeout)).await;
+        if let Some((answered, failures)) = done {
+            if !failures.is_empty() {
+                tracing::debug!(answered, ?failures, "route refresh: some sources failed");
+            }
         }
     }
 
@@ -129,7 +144,7 @@ impl SeqClient {
     fn sources(&self) -> Vec<String> {
         let routes = read(&self.inner.routes);
         let mut seen = HashSet::new();
-        let known = routes.addrs().map(str::to_string);
+        let known = routes.allocs().map(str::to_string);
         self.inner
             .seeds
             .iter()
@@ -143,7 +158,7 @@ impl SeqClient {
     /// routed with `cached`: if it is newer, fetches that AllocSvr's table
     /// in the background (one fetch per set at a time), so this call is
     /// not delayed and the next ones go to the right owners.
-    pub(crate) fn note_version(&self, set_id: u32, cached: u64, replied: u64, addr: &str) {
+    pub(crate) fn note_version(&self, set_id: SetId, cached: u64, replied: u64, addr: &str) {
         if replied <= cached || !lock(&self.inner.refreshing).insert(set_id) {
             return;
         }

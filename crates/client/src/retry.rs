@@ -3,8 +3,8 @@
 //! Every attempt ends in success or in a [`Failure`]; the client decides
 //! from the failure whether to give up, retry at once (the section moved
 //! and the error told us where), refresh its routes first (transport
-//! failure, no owner), or just back off (the owner is busy raising its
-//! ceiling or renewing its lease).
+//! failure, no owner, a section no set serves yet), or just back off (the
+//! owner is busy raising its ceiling or renewing its lease).
 //!
 //! Retrying `next` is always safe: if a lost reply hid a number that was
 //! handed out, the retry gets a larger one, and a gap is allowed where a
@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use seqsvr_core::SetId;
 use seqsvr_proto::{self as pb, detail_of, ErrorKind};
 use tokio::time::Instant;
 use tonic::Code;
@@ -19,10 +20,12 @@ use tonic::Code;
 use crate::backoff::{jitter_seed, Backoff};
 use crate::error::Error;
 use crate::options::ClientOptions;
+use crate::routes::{Hold, Target};
 
-/// Most consecutive retries without a pause. A `NOT_OWNER` carrying a
-/// newer route is retried at once, but two AllocSvrs with conflicting
-/// views could bounce a call between them; after this many it backs off.
+/// Most consecutive retries without a pause. A `NOT_OWNER` or `MOVED`
+/// carrying a newer route is retried at once, but two AllocSvrs (or two
+/// sets) with conflicting views could bounce a call between them; after
+/// this many it backs off.
 const MAX_AT_ONCE: u32 = 4;
 
 /// The result of one attempt.
@@ -33,25 +36,44 @@ pub(crate) type Attempt<T> = std::result::Result<T, Failure>;
 pub(crate) enum Failure {
     /// Give up and return this.
     Fatal(Error),
-    /// The AllocSvr does not own the section; `moved`: the client's routes
-    /// (updated from the error's table, or meanwhile) now send the call
-    /// elsewhere, so an immediate retry is worth it.
+    /// The AllocSvr called does not serve the uid: `NOT_OWNER` (another
+    /// AllocSvr of its set owns the section, or none does), `MOVED` (its
+    /// set gave the section to another set) or `NOT_SERVED` (its set does
+    /// not serve the section). The route table it attached is installed
+    /// before this is built.
     NotOwner {
-        /// Whether the uid now routes to another AllocSvr.
+        /// Which of the three.
+        kind: ErrorKind,
+        /// Whether the uid now routes to another AllocSvr (set on
+        /// building, for ranking a batch's failures; the retry decision
+        /// looks again, as a directory refresh may have changed it).
         moved: bool,
+        /// The uid (the first of a batch part).
+        uid: u64,
+        /// The AllocSvr that refused it.
+        addr: String,
+        /// The set whose table sent the call there.
+        set: SetId,
+        /// The directory version the server holds (0: not said); newer
+        /// than the client's means the client's directory is stale.
+        directory: u64,
         /// The server's message.
         message: String,
     },
-    /// The uid is in no cached set. Final, unless a seed has not answered
-    /// yet (its set may be the one missing): then routes are refreshed once.
+    /// No set serves the uid. Final, unless the cached sets may be out of
+    /// date (a seed not heard from yet, or a directory not checked
+    /// lately): then they are re-checked once.
     NoSet {
         /// The uid.
         uid: u64,
     },
-    /// The uid's section has no owner in the cached route table.
-    NoRoute {
+    /// The cached routes know where the uid belongs but cannot send it
+    /// there now (no owner, or a section no set serves yet).
+    Held {
         /// The uid.
         uid: u64,
+        /// Why, and which set to refresh.
+        hold: Hold,
     },
     /// The owner answered a retryable error (ceiling, lease…).
     Busy {
@@ -60,10 +82,14 @@ pub(crate) enum Failure {
         /// Its message.
         message: String,
     },
-    /// The call never got an answer (refused, reset, timed out).
+    /// The call never got an answer (refused, reset, timed out), or no
+    /// store of a set answered for its table.
     Transport {
         /// What went wrong, with the address.
         message: String,
+        /// The set of the AllocSvr that did not answer (its stores know
+        /// who serves in its place); `None`: refresh from every source.
+        set: Option<SetId>,
     },
 }
 
@@ -76,7 +102,7 @@ impl Failure {
             Failure::NotOwner { moved: true, .. } => 4,
             Failure::Transport { .. } => 3,
             Failure::NotOwner { moved: false, .. } => 2,
-            Failure::NoRoute { .. } => 1,
+            Failure::Held { .. } => 1,
             Failure::Busy { .. } => 0,
         }
     }
@@ -90,49 +116,61 @@ impl Failure {
         }
     }
 
-    /// Whether the next attempt needs fresh routes first.
-    pub(crate) fn wants_refresh(&self) -> bool {
-        matches!(
-            self,
-            Failure::Transport { .. }
-                | Failure::NoRoute { .. }
-                | Failure::NotOwner { moved: false, .. }
-        )
+    /// [`Failure::worst`] of an optional failure and another.
+    pub(crate) fn fold(a: Option<Failure>, b: Failure) -> Option<Failure> {
+        Some(match a {
+            Some(a) => Failure::worst(a, b),
+            None => b,
+        })
     }
 
     /// The error a call returns when its deadline passes after this.
     pub(crate) fn into_final(self) -> Error {
         match self {
             Failure::Fatal(e) => e,
-            Failure::NotOwner { message, .. } => Error::Unavailable {
-                kind: ErrorKind::NotOwner,
-                message,
-            },
+            Failure::NotOwner { kind, message, .. } => Error::Unavailable { kind, message },
             Failure::NoSet { uid } => Error::OutOfRange { uid },
-            Failure::NoRoute { uid } => Error::NoRoute { uid },
+            Failure::Held {
+                uid,
+                hold: Hold::Unowned(_),
+            } => Error::NoRoute { uid },
+            Failure::Held { uid, hold } => Error::Unavailable {
+                kind: ErrorKind::NotServed,
+                message: format!(
+                    "uid {uid}'s section is not served by set {} (yet): a move under way",
+                    hold.set()
+                ),
+            },
             Failure::Busy { kind, message } => Error::Unavailable { kind, message },
-            Failure::Transport { message } => Error::DeadlineExceeded { last: message },
+            Failure::Transport { message, .. } => Error::DeadlineExceeded { last: message },
         }
     }
 }
 
-/// Reads a non-OK status from an AllocSvr called with `uids` (one uid, or
-/// a batch part). Returns the failure and the route table the server
-/// attached, which the caller installs; a `NotOwner` comes back with
-/// `moved: false` for the caller to correct after installing.
+/// Reads a non-OK status from the AllocSvr at `target` called with `uids`
+/// (one uid, or a batch part). Returns the failure and the route table
+/// the server attached, which the caller installs; a `NotOwner` comes back
+/// with `moved: false` for the caller to correct after installing.
 pub(crate) fn classify(
     status: &tonic::Status,
-    addr: &str,
+    target: &Target,
     uids: &[u64],
 ) -> (Failure, Option<pb::RouteTable>) {
+    let addr = target.addr.as_str();
     let message = status.message().to_string();
     let Some(d) = detail_of(status) else {
-        return (classify_bare(status.code(), addr, message, uids), None);
+        let f = classify_bare(status.code(), target, message, uids);
+        return (f, None);
     };
     let kind = ErrorKind::try_from(d.kind).unwrap_or(ErrorKind::Unspecified);
     let failure = match kind {
-        ErrorKind::NotOwner => Failure::NotOwner {
+        ErrorKind::NotOwner | ErrorKind::Moved | ErrorKind::NotServed => Failure::NotOwner {
+            kind,
             moved: false,
+            uid: uids.first().copied().unwrap_or_default(),
+            addr: addr.to_string(),
+            set: target.set_id,
+            directory: d.directory_version,
             message,
         },
         ErrorKind::OutOfRange => {
@@ -153,7 +191,8 @@ pub(crate) fn classify(
 
 /// Reads a status without a seqsvr detail: a transport failure reported
 /// by tonic itself, or a server that is not an AllocSvr.
-fn classify_bare(code: Code, addr: &str, message: String, uids: &[u64]) -> Failure {
+fn classify_bare(code: Code, target: &Target, message: String, uids: &[u64]) -> Failure {
+    let addr = target.addr.as_str();
     match code {
         // `Unknown` is what tonic reports for a connection reset mid-call.
         Code::Unavailable
@@ -162,6 +201,7 @@ fn classify_bare(code: Code, addr: &str, message: String, uids: &[u64]) -> Failu
         | Code::Unknown
         | Code::Aborted => Failure::Transport {
             message: format!("{addr}: {code:?}: {message}"),
+            set: Some(target.set_id),
         },
         Code::InvalidArgument => Failure::Fatal(Error::InvalidArgument(message)),
         Code::OutOfRange => Failure::Fatal(Error::OutOfRange {
@@ -253,9 +293,17 @@ mod tests {
         status_with(code, "msg", d)
     }
 
+    fn target() -> Target {
+        Target {
+            set_id: 3,
+            version: 1,
+            addr: "a:1".into(),
+        }
+    }
+
     #[test]
     fn classifies_server_errors() {
-        let c = |s: tonic::Status| classify(&s, "a:1", &[7, 8]).0;
+        let c = |s: tonic::Status| classify(&s, &target(), &[7, 8]).0;
         let busy = c(status(
             Code::Unavailable,
             ErrorKind::CeilingExhausted,
@@ -282,8 +330,6 @@ mod tests {
                 ..
             }
         ));
-        let moved = c(status(Code::Unavailable, ErrorKind::NotOwner, true, None));
-        assert!(matches!(moved, Failure::NotOwner { moved: false, .. }));
         let bad = c(status(
             Code::InvalidArgument,
             ErrorKind::InvalidRequest,
@@ -293,6 +339,38 @@ mod tests {
         assert_eq!(bad, Failure::Fatal(Error::InvalidArgument("msg".into())));
         let internal = c(status(Code::Internal, ErrorKind::Internal, false, None));
         assert!(matches!(internal, Failure::Fatal(Error::Internal(_))));
+    }
+
+    #[test]
+    fn not_owner_moved_and_not_served_name_uid_set_and_directory() {
+        for kind in [ErrorKind::NotOwner, ErrorKind::Moved, ErrorKind::NotServed] {
+            let d = ErrorDetail {
+                kind: kind as i32,
+                retryable: true,
+                to_set: 4,
+                directory_version: 9,
+                ..Default::default()
+            };
+            let s = status_with(Code::Unavailable, "msg", d);
+            let (f, _) = classify(&s, &target(), &[7, 8]);
+            let want = Failure::NotOwner {
+                kind,
+                moved: false,
+                uid: 7,
+                addr: "a:1".into(),
+                set: 3,
+                directory: 9,
+                message: "msg".into(),
+            };
+            assert_eq!(f, want);
+            assert_eq!(
+                f.into_final(),
+                Error::Unavailable {
+                    kind,
+                    message: "msg".into()
+                }
+            );
+        }
     }
 
     #[test]
@@ -306,15 +384,18 @@ mod tests {
             ..Default::default()
         };
         let s = status(Code::OutOfRange, ErrorKind::OutOfRange, false, Some(route));
-        let (f, r) = classify(&s, "a:1", &[7, 8, 9]);
+        let (f, r) = classify(&s, &target(), &[7, 8, 9]);
         assert_eq!(f, Failure::Fatal(Error::OutOfRange { uid: 8 }));
         assert!(r.is_some());
     }
 
     #[test]
     fn bare_statuses_are_transport_or_typed() {
-        let c = |code| classify(&tonic::Status::new(code, "x"), "a:1", &[3]).0;
-        assert!(matches!(c(Code::Unavailable), Failure::Transport { .. }));
+        let c = |code| classify(&tonic::Status::new(code, "x"), &target(), &[3]).0;
+        assert!(matches!(
+            c(Code::Unavailable),
+            Failure::Transport { set: Some(3), .. }
+        ));
         assert!(matches!(c(Code::Unknown), Failure::Transport { .. }));
         assert_eq!(
             c(Code::OutOfRange),
@@ -330,16 +411,28 @@ mod tests {
     fn worst_failure_steers() {
         let t = Failure::Transport {
             message: "t".into(),
+            set: None,
         };
         let m = Failure::NotOwner {
+            kind: ErrorKind::Moved,
             moved: true,
+            uid: 1,
+            addr: "a".into(),
+            set: 0,
+            directory: 0,
             message: "m".into(),
         };
         let b = Failure::Busy {
             kind: ErrorKind::LeaseExpired,
             message: "b".into(),
         };
+        let h = Failure::Held {
+            uid: 5,
+            hold: Hold::NotServed(2),
+        };
         assert_eq!(Failure::worst(b.clone(), t.clone()), t);
+        assert_eq!(Failure::worst(b.clone(), h.clone()), h);
+        assert_eq!(Failure::worst(h.clone(), t.clone()), t);
         assert_eq!(Failure::worst(t, m.clone()), m);
         let f = Failure::Fatal(Error::OutOfRange { uid: 1 });
         assert_eq!(Failure::worst(f.clone(), m), f);
@@ -350,5 +443,17 @@ mod tests {
                 message: "b".into()
             }
         );
+        assert!(matches!(
+            h.into_final(),
+            Error::Unavailable {
+                kind: ErrorKind::NotServed,
+                ..
+            }
+        ));
+        let unowned = Failure::Held {
+            uid: 5,
+            hold: Hold::Unowned(2),
+        };
+        assert_eq!(unowned.into_final(), Error::NoRoute { uid: 5 });
     }
 }

@@ -1,16 +1,34 @@
-//! The client's cache of route tables: one per set, newest version wins.
+//! The client's cache of route tables and of the set directory.
 //!
-//! Pure data: the client fills it from AllocSvrs' `Routes` RPC and from the
-//! tables attached to `NOT_OWNER` / `OUT_OF_RANGE` errors, and looks uids up
+//! Pure data: the client fills it from route tables (AllocSvrs' `Routes`,
+//! stores' `GetRoutes`, the tables attached to errors) and looks uids up
 //! in it on every call.
+//!
+//! A uid is looked up in three steps:
+//! 1. its set: the directory's range holding it when a directory is known
+//!    (the newest one any table carried); without one — a single-set
+//!    cluster, or servers older than sets — the first cached set whose span
+//!    holds it, preferring one that does not call the section absent;
+//! 2. that set's cached table (none: the caller fetches it from the set's
+//!    stores, which the directory lists);
+//! 3. the section's place in that table: served (its owner, or none yet),
+//!    moved to set `to` (a move under way: the source froze the section,
+//!    the destination may already serve it and the directory flips last —
+//!    so look again in `to`'s table), or absent (this table predates the
+//!    section's install: refresh it).
 
-use seqsvr_core::{RouteEntry, RouteTable, Uid};
+use seqsvr_core::{Directory, Place, RouteEntry, RouteTable, SetId, Uid};
+
+/// Most `Moved` links followed for one uid: a move is followed by at most
+/// one more before the directory flips, so more means tables that
+/// disagree (a stale one, or a cycle) — refresh rather than wander.
+const MAX_HOPS: usize = 4;
 
 /// Where to send a call for one uid.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Target {
-    /// The uid's set.
-    pub set_id: u32,
+    /// The set whose table routed it.
+    pub set_id: SetId,
     /// The cached route version of that set (a reply carrying a newer one
     /// makes the client fetch the new table).
     pub version: u64,
@@ -18,191 +36,228 @@ pub(crate) struct Target {
     pub addr: String,
 }
 
-/// What the cache says about a uid.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Lookup {
-    /// The uid's section is owned; call here.
-    Owner(Target),
-    /// The uid is in a known set but its section has no owner.
-    Unowned,
-    /// The uid is in no known set.
-    NoSet,
+impl Target {
+    /// The target for a run of `t`.
+    pub(crate) fn new(t: &RouteTable, e: &RouteEntry) -> Self {
+        Self {
+            set_id: t.set.set_id,
+            version: t.version,
+            addr: e.addr.clone(),
+        }
+    }
 }
 
-/// [`Lookup`] borrowed from the cache.
+/// Why a uid cannot be sent anywhere right now; each names the set to
+/// refresh or fetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hold {
+    /// The set serves the section but no AllocSvr owns it yet.
+    Unowned(SetId),
+    /// The section is not served by this set (yet): frozen on its way to
+    /// another set that has not installed it, or absent from a table older
+    /// than its install.
+    NotServed(SetId),
+    /// The set's table is not cached.
+    Missing(SetId),
+}
+
+impl Hold {
+    /// The set concerned.
+    pub(crate) fn set(self) -> SetId {
+        match self {
+            Hold::Unowned(s) | Hold::NotServed(s) | Hold::Missing(s) => s,
+        }
+    }
+}
+
+/// What the cache says about a uid, borrowed (no allocation: batches look
+/// up every uid).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Located<'a> {
-    /// The uid's set's table and the run that owns its section.
+    /// The serving set's table and the run that owns the uid's section.
     Owner(&'a RouteTable, &'a RouteEntry),
-    /// The uid is in a known set but its section has no owner.
-    Unowned,
-    /// The uid is in no known set.
+    /// Known, but not sendable now.
+    Held(Hold),
+    /// No set serves the uid: in no directory range, or (without a
+    /// directory) in no cached set's span.
     NoSet,
 }
 
-/// Route tables by set, each the newest one seen.
+/// [`Located`], owned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Lookup {
+    /// Call here.
+    Owner(Target),
+    /// Known, but not sendable now.
+    Held(Hold),
+    /// No set serves the uid.
+    NoSet,
+}
+
+/// What [`RouteCache::install`] took from a table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Installed {
+    /// The table replaced its set's (new set, or newer version).
+    pub table: bool,
+    /// Its directory replaced the cached one (newer version).
+    pub directory: bool,
+}
+
+/// Route tables by set, each the newest seen, and the newest directory.
 #[derive(Debug, Default)]
 pub(crate) struct RouteCache {
-    /// One table per set, sorted by the set's first uid. Few sets exist, so
-    /// a linear scan beats anything cleverer.
+    /// One table per set, sorted by the set's first uid, each without its
+    /// directory (kept once, below). Few sets exist, so a linear scan
+    /// beats anything cleverer.
     tables: Vec<RouteTable>,
+    /// The newest directory any table carried.
+    directory: Option<Directory>,
 }
 
 impl RouteCache {
-    /// Installs `t` if its set is new or its version is newer than the
-    /// cached one; returns whether it did.
-    pub(crate) fn install(&mut self, t: RouteTable) -> bool {
+    /// Keeps `t`'s directory if it is newer than the cached one, and `t`
+    /// if its set is new or its version newer than the cached table's.
+    /// Directory and table are judged apart: a directory change does not
+    /// bump route versions, and an old table may carry a newer copy.
+    pub(crate) fn install(&mut self, mut t: RouteTable) -> Installed {
+        let mut done = Installed::default();
+        if let Some(d) = t.directory.take() {
+            // Version 0 is no directory at all (nothing was ever applied).
+            if d.version > self.directory_version() {
+                self.directory = Some(d);
+                done.directory = true;
+            }
+        }
         match self
             .tables
             .iter_mut()
             .find(|c| c.set.set_id == t.set.set_id)
         {
-            Some(c) if c.version >= t.version => return false,
+            Some(c) if c.version >= t.version => return done,
             Some(c) => *c = t,
             None => self.tables.push(t),
         }
         self.tables.sort_by_key(|c| c.set.uid_begin);
-        true
+        done.table = true;
+        done
     }
 
     /// The cached route version of set `set_id`.
-    pub(crate) fn version(&self, set_id: u32) -> Option<u64> {
+    pub(crate) fn version(&self, set_id: SetId) -> Option<u64> {
         self.table(set_id).map(|t| t.version)
     }
 
     /// The cached table of set `set_id`.
-    pub(crate) fn table(&self, set_id: u32) -> Option<&RouteTable> {
+    pub(crate) fn table(&self, set_id: SetId) -> Option<&RouteTable> {
         self.tables.iter().find(|t| t.set.set_id == set_id)
     }
 
-    /// Where `uid` goes.
+    /// The cached directory, if any table carried one.
+    pub(crate) fn directory(&self) -> Option<&Directory> {
+        self.directory.as_ref()
+    }
+
+    /// The cached directory's version (0: none).
+    pub(crate) fn directory_version(&self) -> u64 {
+        self.directory.as_ref().map_or(0, |d| d.version)
+    }
+
+    /// The client-plane addresses of set `set_id`'s stores, as the
+    /// directory lists them (empty: unknown).
+    pub(crate) fn stores(&self, set_id: SetId) -> &[String] {
+        self.directory
+            .as_ref()
+            .and_then(|d| d.sets.get(&set_id))
+            .map_or(&[], |s| s.stores.as_slice())
+    }
+
+    /// Where `uid` goes, owned.
     pub(crate) fn lookup(&self, uid: Uid) -> Lookup {
         match self.locate(uid) {
-            Located::Owner(t, e) => Lookup::Owner(Target {
-                set_id: t.set.set_id,
-                version: t.version,
-                addr: e.addr.clone(),
-            }),
-            Located::Unowned => Lookup::Unowned,
+            Located::Owner(t, e) => Lookup::Owner(Target::new(t, e)),
+            Located::Held(h) => Lookup::Held(h),
             Located::NoSet => Lookup::NoSet,
         }
     }
 
-    /// Where `uid` goes, borrowed (no allocation: batches look up every uid).
+    /// Where `uid` goes (see the module docs).
     pub(crate) fn locate(&self, uid: Uid) -> Located<'_> {
-        let Some(t) = self.tables.iter().find(|t| t.set.contains(uid)) else {
-            return Located::NoSet;
+        let set = match &self.directory {
+            Some(d) => d.set_of(uid),
+            None => self.scan(uid),
         };
-        match t.entry_for_uid(uid) {
-            Some(e) => Located::Owner(t, e),
-            None => Located::Unowned,
+        match set {
+            Some(set) => self.follow(uid, set),
+            None => Located::NoSet,
         }
     }
 
-    /// Every AllocSvr address in any cached table (may repeat).
+    /// Without a directory: the first cached set whose span holds `uid`
+    /// and does not call its section absent, else the first holding it.
+    fn scan(&self, uid: Uid) -> Option<SetId> {
+        let mut first = None;
+        for t in self.tables.iter().filter(|t| t.set.contains(uid)) {
+            first.get_or_insert(t.set.set_id);
+            let absent = t
+                .set
+                .section_of(uid)
+                .is_none_or(|s| t.placement.place_of(s) == Place::Absent);
+            if !absent {
+                return Some(t.set.set_id);
+            }
+        }
+        first
+    }
+
+    /// Looks `uid` up from set `set`'s table, following `Moved` links.
+    fn follow(&self, uid: Uid, mut set: SetId) -> Located<'_> {
+        for _ in 0..=MAX_HOPS {
+            let Some(t) = self.table(set) else {
+                return Located::Held(Hold::Missing(set));
+            };
+            // Outside the table's span: the table and the directory
+            // disagree; a fresh table is the only remedy.
+            let Some(s) = t.set.section_of(uid) else {
+                return Located::Held(Hold::NotServed(set));
+            };
+            match t.placement.place_of(s) {
+                Place::Serving => {
+                    return match t.entry_for_section(s) {
+                        Some(e) => Located::Owner(t, e),
+                        None => Located::Held(Hold::Unowned(set)),
+                    }
+                }
+                Place::Absent => return Located::Held(Hold::NotServed(set)),
+                Place::Moved { to } => set = to,
+            }
+        }
+        Located::Held(Hold::NotServed(set))
+    }
+
+    /// Every AllocSvr address in any cached table, then every store
+    /// address in the directory (may repeat).
     pub(crate) fn addrs(&self) -> impl Iterator<Item = &str> {
+        let allocs = self.allocs();
+        let stores = self
+            .directory
+            .iter()
+            .flat_map(|d| d.sets.values().flat_map(|s| s.stores.iter()));
+        allocs.chain(stores.map(String::as_str))
+    }
+
+    /// Every AllocSvr address in any cached table (may repeat).
+    pub(crate) fn allocs(&self) -> impl Iterator<Item = &str> {
         self.tables
             .iter()
             .flat_map(|t| t.entries.iter().map(|e| e.addr.as_str()))
     }
 
-    /// A copy of every cached table, by first uid.
+    /// A copy of every cached table, by first uid (without directory).
     pub(crate) fn tables(&self) -> Vec<RouteTable> {
         self.tables.clone()
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use seqsvr_proto as pb;
-
-    fn pb_table(
-        set_id: u32,
-        uids: std::ops::Range<u64>,
-        version: u64,
-        runs: &[(u32, u32, &str)],
-    ) -> pb::RouteTable {
-        pb::RouteTable {
-            version,
-            set: Some(pb::SetSpec {
-                set_id,
-                uid_begin: uids.start,
-                uid_end: uids.end,
-                section_size: 10,
-                step: 100,
-            }),
-            entries: runs
-                .iter()
-                .map(|&(first, count, addr)| pb::RouteEntry {
-                    first_section: first,
-                    count,
-                    alloc_id: addr.to_string(),
-                    addr: addr.to_string(),
-                })
-                .collect(),
-            ..Default::default()
-        }
-    }
-
-    fn table(
-        set_id: u32,
-        uids: std::ops::Range<u64>,
-        version: u64,
-        runs: &[(u32, u32, &str)],
-    ) -> RouteTable {
-        RouteTable::try_from(&pb_table(set_id, uids, version, runs)).unwrap()
-    }
-
-    fn owner(c: &RouteCache, uid: u64) -> Option<String> {
-        match c.lookup(uid) {
-            Lookup::Owner(t) => Some(t.addr),
-            _ => None,
-        }
-    }
-
-    #[test]
-    fn looks_up_across_sets() {
-        let mut c = RouteCache::default();
-        assert!(c.install(table(2, 100..200, 1, &[(0, 10, "b")])));
-        assert!(c.install(table(1, 0..100, 1, &[(0, 5, "a1"), (6, 4, "a2")])));
-        assert_eq!(owner(&c, 0).as_deref(), Some("a1"));
-        assert_eq!(c.lookup(55), Lookup::Unowned);
-        assert_eq!(owner(&c, 99).as_deref(), Some("a2"));
-        assert_eq!(owner(&c, 100).as_deref(), Some("b"));
-        assert_eq!(c.lookup(200), Lookup::NoSet);
-        let Lookup::Owner(t) = c.lookup(150) else {
-            panic!()
-        };
-        assert_eq!((t.set_id, t.version), (2, 1));
-    }
-
-    #[test]
-    fn newest_version_wins() {
-        let mut c = RouteCache::default();
-        assert!(c.install(table(1, 0..100, 5, &[(0, 10, "old")])));
-        assert!(!c.install(table(1, 0..100, 4, &[(0, 10, "older")])));
-        assert!(!c.install(table(1, 0..100, 5, &[(0, 10, "same")])));
-        assert_eq!(owner(&c, 1).as_deref(), Some("old"));
-        assert!(c.install(table(1, 0..100, 6, &[(0, 10, "new")])));
-        assert_eq!(owner(&c, 1).as_deref(), Some("new"));
-        assert_eq!(c.version(1), Some(6));
-        assert_eq!(c.version(2), None);
-    }
-
-    #[test]
-    fn rejects_untrustworthy_tables() {
-        let bad = [
-            pb::RouteTable::default(),
-            pb_table(1, 0..100, 1, &[(0, 0, "a")]),
-            pb_table(1, 0..100, 1, &[(0, 5, "a"), (4, 2, "b")]),
-            pb_table(1, 0..100, 1, &[(5, 5, "a"), (0, 2, "b")]),
-            pb_table(1, 0..100, 1, &[(8, 3, "a")]),
-            pb_table(1, 0..100, 1, &[(0, 1, "")]),
-            pb_table(1, 100..100, 1, &[]),
-        ];
-        for t in bad {
-            assert!(RouteTable::try_from(&t).is_err(), "{t:?}");
-        }
-    }
-}
+#[path = "routes_tests.rs"]
+mod tests;

@@ -3,11 +3,16 @@
 //!
 //! It judges ownership by its own route table, like the real one: a uid
 //! outside the table's set gets `OUT_OF_RANGE`, a uid whose section the
-//! table gives to another address gets `NOT_OWNER` with the table. So a
-//! test moves a section by giving the fakes a newer table.
+//! table's placement calls moved or absent gets `MOVED` (with the set it
+//! went to) or `NOT_SERVED`, a uid whose section the table gives to
+//! another address gets `NOT_OWNER` — each with the table and the version
+//! of the directory it carries. So a test moves a section by giving the
+//! fakes a newer table. `store.rs` is a fake store's client plane.
 
 // Each test binary uses a different subset of these helpers.
 #![allow(dead_code)]
+
+pub mod store;
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -56,6 +61,10 @@ pub struct State {
     pub routes_calls: AtomicU64,
     /// The uids of every `NextBatch` call, in arrival order.
     pub batches: Mutex<Vec<Vec<u64>>>,
+    /// Leave the directory out of every table sent (`Routes` replies and
+    /// errors' tables), still naming its version in errors: as a server
+    /// whose copy is too large to attach, or an older one, would.
+    pub strip_directory: AtomicBool,
 }
 
 /// A running fake AllocSvr.
@@ -240,14 +249,45 @@ impl Svc {
         }
     }
 
+    /// The route table as this fake sends it.
+    fn table(&self) -> pb::RouteTable {
+        let mut t = self.0.route.lock().unwrap().clone();
+        if self.0.strip_directory.load(Ordering::SeqCst) {
+            t.directory = None;
+        }
+        t
+    }
+
     /// Checks that this fake serves `uid` by its own route table.
     fn check_owner(&self, uid: u64) -> Result<(), Status> {
-        let t = self.0.route.lock().unwrap().clone();
+        let full = self.0.route.lock().unwrap().clone();
+        let directory = full.directory.as_ref().map_or(0, |d| d.version);
+        let t = self.table();
         let set = t.set.unwrap_or_default();
         if !(set.uid_begin..set.uid_end).contains(&uid) {
             return Err(error(ErrorKind::OutOfRange, "uid outside the set", Some(t)));
         }
         let section = ((uid - set.uid_begin) / set.section_size) as u32;
+        let place = t
+            .placement
+            .iter()
+            .find(|r| (r.first_section..r.end_section).contains(&section));
+        if let Some(r) = place {
+            let (kind, msg) = if r.kind == pb::PlaceKind::PlaceMoved as i32 {
+                (ErrorKind::Moved, "section moved to another set")
+            } else {
+                (ErrorKind::NotServed, "section not served by this set")
+            };
+            let d = ErrorDetail {
+                kind: kind as i32,
+                retryable: true,
+                to_set: r.to_set,
+                directory_version: directory,
+                route: Some(t),
+                ..Default::default()
+            };
+            return Err(status_with(Code::Unavailable, msg, d));
+        }
         let owner = t
             .entries
             .iter()
@@ -352,6 +392,6 @@ impl Alloc for Svc {
         if self.0.down.load(Ordering::SeqCst) {
             return Err(Status::unavailable("fake: down"));
         }
-        Ok(Response::new(self.0.route.lock().unwrap().clone()))
+        Ok(Response::new(self.table()))
     }
 }

@@ -320,3 +320,43 @@ async fn operators_mistakes_are_refused_and_change_nothing() {
         "a refused command changed the directory"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drill_across_sets_with_a_move_as_its_fault_repeats_nothing() {
+    let (a, b) = two_sets().await;
+    let mut seeds = a.alloc_addrs.clone();
+    seeds.extend(b.alloc_addrs.iter().cloned());
+    let store = a.store.client_addrs.join(",");
+    let mover = format!(
+        "{} --store {store} set move --range 1000..1400 --to 1",
+        env!("CARGO_BIN_EXE_seqctl")
+    );
+    let fault = format!("2s:exec:{mover}");
+    let out = Command::new(env!("CARGO_BIN_EXE_seqctl"))
+        .args(["--store", &store, "--alloc", &seeds.join(",")])
+        .args([
+            "drill",
+            "--uids",
+            "0..4000",
+            "--rate",
+            "0",
+            "--concurrency",
+            "8",
+        ])
+        .args(["--duration", "6s", "--json", "--fault", &fault])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "drill failed");
+    let r: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(r["regressions"].as_u64(), Some(0));
+    assert_eq!(r["repeats"].as_u64(), Some(0));
+    assert!(r["numbers"].as_u64().unwrap() > 1000, "{text}");
+    let outcome = r["faults"][0]["outcome"].as_str().unwrap_or_default();
+    assert!(outcome.contains("exit status: 0"), "{outcome}");
+    // The range is set 1's now.
+    let (_, status) = seqctl(&a, &["set", "status", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(status.trim()).unwrap();
+    assert_eq!(v["sets"][1]["ranges"][0][0].as_u64(), Some(1000), "{status}");
+}

@@ -179,6 +179,7 @@ impl StoreCluster {
                     limits: PlaneLimits::default(),
                     metrics_addr: None,
                     members: members.clone(),
+                    join: false,
                     set: set.clone(),
                     raft: RaftTiming::default(),
                     lease: test_lease(),

@@ -62,6 +62,7 @@ pub fn dev_store_config(dir: &Path, s: &DevStore, pki: Option<&DevPki>) -> Store
                 addr: m.peer.to_string(),
             })
             .collect(),
+        join: false,
         set: SetSpec::new(0, 0..DEV_UID_END),
         raft: RaftTiming::default(),
         allocs: dev_initial_allocs(),

@@ -1,14 +1,16 @@
 //! The admin plane of a store replica (`StoreAdmin`): operator commands,
 //! for operator certificates only. Not forwarded: a follower answers
 //! NO_LEADER naming the leader, and the admin client tries the next one.
+//! Membership changes are checked here and made in `crate::membership`.
 
 use seqsvr_core::LeaseTerms;
 use seqsvr_proto::{self as pb};
 use seqsvr_store_api::{Error, Rejection};
 use tonic::{Request, Response, Status};
 
-use super::{check_id, check_run, unexpected, StoreApi};
-use crate::types::{Command, Reply};
+use super::{check_addr, check_id, check_run, unexpected, StoreApi};
+use crate::membership::{DEFAULT_CATCH_UP, MAX_CATCH_UP};
+use crate::types::{Command, NodeId, Reply};
 
 /// The `StoreAdmin` service.
 #[derive(Clone)]
@@ -94,6 +96,28 @@ impl StoreApi {
         }
     }
 
+    /// `AddMember` checked at the edge: every malformed field is refused
+    /// before anything is asked of Raft.
+    async fn add_member_checked(
+        &self,
+        r: pb::AddMemberRequest,
+    ) -> Result<pb::MembershipReply, Error> {
+        let id = check_member_id(r.id)?;
+        check_addr("member address", &r.addr)?;
+        let catch_up = match r.catch_up_timeout_ms {
+            0 => DEFAULT_CATCH_UP,
+            ms if ms > MAX_CATCH_UP.as_millis() as u64 => {
+                return Err(Error::Invalid(format!(
+                    "catch_up_timeout_ms {ms} is above {}",
+                    MAX_CATCH_UP.as_millis()
+                )))
+            }
+            ms => std::time::Duration::from_millis(ms),
+        };
+        self.require_leader()?;
+        self.add_member(id, &r.addr, catch_up).await
+    }
+
     async fn simple(&self, cmd: Command) -> Result<pb::RegisterAllocReply, Error> {
         self.require_leader()?;
         match self.write(cmd).await? {
@@ -101,6 +125,14 @@ impl StoreApi {
             r => Err(unexpected(r)),
         }
     }
+}
+
+/// Raft node ids start at 1 (0 reads as "none" in statuses).
+fn check_member_id(id: NodeId) -> Result<NodeId, Error> {
+    if id == 0 {
+        return Err(Error::Invalid("store member id must be at least 1".into()));
+    }
+    Ok(id)
 }
 
 #[tonic::async_trait]
@@ -153,5 +185,25 @@ impl pb::store_admin_server::StoreAdmin for AdminService {
     ) -> Result<Response<pb::StoreStatus>, Status> {
         self.0.auth.require_operator(&req)?;
         Ok(Response::new(self.0.status_now()))
+    }
+
+    async fn add_member(
+        &self,
+        req: Request<pb::AddMemberRequest>,
+    ) -> Result<Response<pb::MembershipReply>, Status> {
+        self.0.auth.require_operator(&req)?;
+        Ok(Response::new(
+            self.0.add_member_checked(req.into_inner()).await?,
+        ))
+    }
+
+    async fn remove_member(
+        &self,
+        req: Request<pb::RemoveMemberRequest>,
+    ) -> Result<Response<pb::MembershipReply>, Status> {
+        self.0.auth.require_operator(&req)?;
+        let id = check_member_id(req.into_inner().id)?;
+        self.0.require_leader()?;
+        Ok(Response::new(self.0.remove_member(id).await?))
     }
 }

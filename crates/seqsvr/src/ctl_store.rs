@@ -148,10 +148,7 @@ pub async fn replace(
     if old == id {
         bail!("--old and --new name the same store {id}");
     }
-    let leader = ctl
-        .leader_status()
-        .await
-        .context("no store leader answered")?;
+    let leader = leader_status(ctl).await?;
     if !leader.members.iter().any(|m| m.id == old) {
         bail!(
             "store {old} is not a member ({}); nothing changed",
@@ -163,6 +160,23 @@ pub async fn replace(
         format!("store {id} was added but {old} is still a member; retry `seqctl store remove --id {old}`")
     })?;
     Ok((added, removed))
+}
+
+/// How long `replace` waits for a leader to name the members (an election
+/// after the previous change removed the leader takes about a second).
+const LEADER_WAIT: Duration = Duration::from_secs(10);
+
+async fn leader_status(ctl: &Ctl) -> anyhow::Result<pb::StoreStatus> {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(s) = ctl.leader_status().await {
+            return Ok(s);
+        }
+        if start.elapsed() > LEADER_WAIT {
+            bail!("no store leader answered within {LEADER_WAIT:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 fn members(s: &pb::StoreStatus) -> Vec<Member> {

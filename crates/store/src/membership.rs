@@ -221,7 +221,7 @@ impl StoreApi {
         let mut client = StorePeerClient::new(ch);
         match tokio::time::timeout(PROBE_TIMEOUT, client.status(req)).await {
             Ok(Ok(s)) => Ok(s.into_inner()),
-            Ok(Err(s)) => Err(format!("{addr} refused the status probe: {}", s.message())),
+            Ok(Err(s)) => Err(format!("{addr} did not answer: {}", s.message())),
             Err(_) => Err(format!("{addr} did not answer in {PROBE_TIMEOUT:?}")),
         }
     }
@@ -240,10 +240,13 @@ impl StoreApi {
             .map(|l| l.index);
         match matched {
             Some(i) if i + max_lag(self) >= last => {}
-            Some(i) => return Err(format!("{id} matched log index {i} of {last}")),
-            None => return Err(format!("{id} matched nothing yet")),
+            Some(i) => return Err(format!("voter {id} matched log index {i} of {last}")),
+            None => return Err(format!("voter {id} matched nothing yet")),
         }
-        self.probe(addr).await.map(drop)
+        self.probe(addr)
+            .await
+            .map(drop)
+            .map_err(|e| format!("voter {id}: {e}"))
     }
 
     /// Waits until learner `id`'s matched index is within [`max_lag`] of

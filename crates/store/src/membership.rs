@@ -8,13 +8,12 @@
 //! index is within one replication round of the leader's is it promoted
 //! to *voter* (a joint configuration, then the final one). Promoting an
 //! empty replica at once would count it in every majority from then on:
-//! a 3-voter group with one slow member would become a 4-voter group
-//! needing 3 acknowledgements, two of which would have to come from
-//! replicas that cannot acknowledge yet — the group would stall, and
-//! with one more failure lose availability. A learner that does not catch
-//! up in time is removed again, so a refused add leaves membership as it
-//! was; one left behind by a lost leadership (same id and address) is
-//! resumed by the next add.
+//! voters {1,2,3} would become {1,2,3,4}, needing 3 acknowledgements while
+//! the new one can give none until it holds the whole log, so one slow or
+//! failed original would stall every write until then. A learner that does
+//! not catch up in time is removed again, so a refused add leaves
+//! membership as it was; one left behind by a lost leadership (same id and
+//! address) is resumed by the next add.
 //!
 //! Before anything changes, the leader asks the new replica for its status
 //! over the peer plane (as itself, so under TLS its certificate must come
@@ -174,8 +173,9 @@ fn refuse(kind: Kind, id: NodeId, reason: impl Into<String>) -> Error {
 }
 
 impl StoreApi {
-    /// The membership this replica sees, if it leads (else NOT_LEADER).
-    fn leader_view(&self) -> Result<(Metrics, View), Error> {
+    /// The membership this replica sees, if it leads (else NOT_LEADER) and
+    /// no change is half done (a change concerning `id` is refused then).
+    fn leader_view(&self, id: NodeId) -> Result<(Metrics, View), Error> {
         let m = self.raft.metrics().borrow().clone();
         if m.current_leader != Some(self.id) {
             return Err(self.not_leader());
@@ -184,7 +184,7 @@ impl StoreApi {
         if view.joint {
             return Err(refuse(
                 Kind::Changing,
-                0,
+                id,
                 format!(
                     "the membership change at log index {} is not finished",
                     view.index
@@ -291,7 +291,7 @@ impl StoreApi {
         catch_up: Duration,
     ) -> Result<pb::MembershipReply, Error> {
         let _one = self.member_changes.lock().await;
-        let (_, before) = self.leader_view()?;
+        let (_, before) = self.leader_view(id)?;
         let resume = match before.addr(id) {
             Some(at) if before.voters.contains(&id) => {
                 let why = format!("{id} is a voter at {at}");
@@ -358,7 +358,7 @@ impl StoreApi {
     /// rule.
     pub(crate) async fn remove_member(&self, id: NodeId) -> Result<pb::MembershipReply, Error> {
         let _one = self.member_changes.lock().await;
-        let (m, before) = self.leader_view()?;
+        let (m, before) = self.leader_view(id)?;
         let Some(addr) = before.addr(id) else {
             let known: Vec<String> = before.members.iter().map(|m| m.id.to_string()).collect();
             let why = format!("no member has id {id} (members: {})", known.join(","));

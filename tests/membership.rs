@@ -48,7 +48,16 @@ fn start_replica(
     tls: Option<TlsConfig>,
     join: bool,
 ) -> Replica {
-    let (client, admin) = (addr(), addr());
+    // Free ports are only free when drawn: `peer` was drawn earlier and
+    // released, so a later draw may return it again.
+    let mut fresh = vec![peer.to_string()];
+    while fresh.len() < 3 {
+        let a = addr();
+        if !fresh.contains(&a) {
+            fresh.push(a);
+        }
+    }
+    let (client, admin) = (fresh[1].clone(), fresh[2].clone());
     let name = format!("store-{id}");
     let data_dir = dir.join(&name);
     let mut t = toml::Table::new();

@@ -471,6 +471,16 @@ async fn bad_membership_changes_are_refused_and_change_nothing() {
     // again after the catch-up time.
     std::fs::write(r5.data_dir.join(seqsvr_store::node::ISOLATE_FILE), b"").unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
+    // A caller that goes away during the catch-up changes nothing either:
+    // the change runs to its end, and the learner is removed again.
+    let mut gone = tonic::Request::new(add(5, &peer5, 1500));
+    gone.set_timeout(Duration::from_millis(300));
+    let e = refusal(admin.add_member(gone).await);
+    assert!(matches!(e, Error::NoLeader(_)), "{e:?}");
+    let read = ReadClient::new(&cluster.client_addrs, &plaintext()).unwrap();
+    let mid = read.leader_status().await.unwrap();
+    assert_eq!(mid.learner_ids, [5], "{mid:?}");
+    wait_voters(&cluster.client_addrs, &[1, 2, 3], || cluster.logs()).await;
     let started = Instant::now();
     let e = refusal(admin.add_member(add(5, &peer5, 1500)).await);
     assert_eq!(kind_of(&e), Some(Kind::CatchUpTimeout), "{e:?}");

@@ -31,7 +31,8 @@ pub enum MemberOp {
         #[arg(long)]
         addr: String,
         /// How long it may take to catch up, in seconds, before it is
-        /// removed again.
+        /// removed again (at most the admin plane's request_timeout_ms less
+        /// 10 s: 50 s with the default limits).
         #[arg(long, default_value_t = 30)]
         catch_up_timeout: u64,
     },

@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{Error, Result};
-use crate::membership::MembershipChange;
+use crate::membership::{MembershipChange, DEFAULT_CATCH_UP};
 use crate::NodeId;
 
 /// Default time a call may take, retries included.
@@ -581,8 +581,9 @@ impl AdminClient {
     }
 
     /// Adds store replica `id` at peer address `addr`: a learner first,
-    /// promoted to voter once caught up (within `catch_up`, else it is
-    /// removed again and the call fails with `CATCH_UP_TIMEOUT`).
+    /// promoted to voter once caught up (within `catch_up`, zero for the
+    /// store's default, else it is removed again and the call fails with
+    /// `CATCH_UP_TIMEOUT`).
     pub async fn add_member(
         &self,
         id: NodeId,
@@ -594,8 +595,13 @@ impl AdminClient {
             addr: addr.into(),
             catch_up_timeout_ms: catch_up.as_millis().try_into().unwrap_or(u64::MAX),
         };
+        let wait = if catch_up.is_zero() {
+            DEFAULT_CATCH_UP
+        } else {
+            catch_up
+        };
         let r = self
-            .membership_replicas(catch_up)
+            .membership_replicas(wait)
             .call_with(req, |mut c, r| async move { c.add_member(r).await })
             .await?;
         Ok(r.into())

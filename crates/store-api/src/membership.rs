@@ -5,9 +5,15 @@
 //! the call (a learner added for a call that then timed out is removed
 //! again before [`MemberRefusalKind::CatchUpTimeout`] is returned).
 
+use std::time::Duration;
+
 use seqsvr_proto::{self as pb, ErrorKind};
 
 use crate::NodeId;
+
+/// How long a new member may take to catch up when the caller names no
+/// time (`AddMemberRequest.catch_up_timeout_ms` = 0).
+pub const DEFAULT_CATCH_UP: Duration = Duration::from_secs(30);
 
 /// Which rule refused a membership change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -133,7 +139,7 @@ pub struct MembershipChange {
     /// Membership after.
     pub after: Vec<Member>,
     /// How long the new member took to catch up (adds only).
-    pub catch_up: std::time::Duration,
+    pub catch_up: Duration,
     /// The log index of the membership now in force.
     pub membership_index: u64,
     /// The replica that made the change.
@@ -145,7 +151,7 @@ impl From<pb::MembershipReply> for MembershipChange {
         MembershipChange {
             before: r.before.iter().map(Member::from).collect(),
             after: r.after.iter().map(Member::from).collect(),
-            catch_up: std::time::Duration::from_millis(r.catch_up_ms),
+            catch_up: Duration::from_millis(r.catch_up_ms),
             membership_index: r.membership_index,
             leader_id: r.leader_id,
         }

@@ -33,7 +33,10 @@
 //! down once the change is committed and the others elect a new leader.
 //!
 //! One change at a time per leader (a lock), and none while a joint
-//! configuration is in force (openraft would refuse it anyway).
+//! configuration is in force (openraft would refuse it anyway). A change
+//! runs to its end even if its caller goes away (`service::admin` runs it
+//! as its own task): cut short during the catch-up, an add would leave a
+//! learner behind.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -42,15 +45,25 @@ use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers, Membership, RaftMetrics};
 use seqsvr_proto::store_peer_client::StorePeerClient;
 use seqsvr_proto::{self as pb};
+pub use seqsvr_store_api::membership::DEFAULT_CATCH_UP;
 use seqsvr_store_api::{Error, MemberRefusal, MemberRefusalKind as Kind};
 
 use crate::service::StoreApi;
 use crate::types::NodeId;
 
-/// Catch-up time when the caller gives none.
-pub const DEFAULT_CATCH_UP: Duration = Duration::from_secs(30);
 /// Longest catch-up time a caller may ask for.
 pub const MAX_CATCH_UP: Duration = Duration::from_secs(600);
+/// What an add needs beyond its catch-up: probing the new replica and
+/// committing two configurations (joint, then final).
+pub const CHANGE_MARGIN: Duration = Duration::from_secs(10);
+
+/// The longest catch-up an add served for at most `request_timeout` (the
+/// admin plane's limit) may wait: the caller must get its answer.
+pub fn max_catch_up(request_timeout: Duration) -> Duration {
+    request_timeout
+        .saturating_sub(CHANGE_MARGIN)
+        .min(MAX_CATCH_UP)
+}
 /// How long a replica may take to answer a status probe.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -451,6 +464,14 @@ mod tests {
             ..fresh
         };
         assert!(joinable(4, &member).is_err());
+    }
+
+    #[test]
+    fn a_catch_up_fits_in_the_admin_planes_request_timeout() {
+        let s = Duration::from_secs;
+        assert_eq!(max_catch_up(s(60)), s(50));
+        assert_eq!(max_catch_up(s(3600)), MAX_CATCH_UP);
+        assert_eq!(max_catch_up(s(5)), Duration::ZERO);
     }
 
     #[test]

@@ -388,7 +388,10 @@ async fn serve_admin(mut api: StoreApi, l: seqsvr_net::Listener, calls: Calls) {
     let router = l
         .server()
         .layer(calls)
-        .add_service(StoreAdminServer::new(AdminService(api)));
+        .add_service(StoreAdminServer::new(AdminService(
+            api,
+            l.limits().request_timeout,
+        )));
     report("admin", l.serve(router, std::future::pending()).await);
 }
 

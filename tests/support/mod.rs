@@ -179,6 +179,7 @@ impl StoreCluster {
                     limits: PlaneLimits::default(),
                     metrics_addr: None,
                     members: members.clone(),
+                    join: false,
                     added_set: set.set_id != 0,
                     set: set.clone(),
                     raft: RaftTiming::default(),
@@ -285,6 +286,12 @@ pub fn logs_in(dir: &Path) -> String {
 /// Starts AllocSvr `id` with its client plane at `addr` (peer and admin
 /// planes on free ports) against `store`, with test timing.
 fn start_alloc(store: &StoreCluster, id: &str, addr: &str) -> Proc {
+    start_alloc_on(store, id, addr, &store.peer_addrs)
+}
+
+/// [`start_alloc`] dialing the store replicas at `store_addrs`, which may
+/// name replicas not started yet (a group whose membership will change).
+pub fn start_alloc_on(store: &StoreCluster, id: &str, addr: &str, store_addrs: &[String]) -> Proc {
     let cfg = AllocNodeConfig {
         id: id.to_string(),
         addr: addr.to_string(),
@@ -293,7 +300,7 @@ fn start_alloc(store: &StoreCluster, id: &str, addr: &str) -> Proc {
         listen: None,
         peer_listen: None,
         admin_listen: None,
-        store: store.peer_addrs.clone(),
+        store: store_addrs.to_vec(),
         tls: None,
         insecure: false,
         limits: None,

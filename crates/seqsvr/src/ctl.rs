@@ -118,7 +118,8 @@ impl Ctl {
 /// Prints the store group, the set, routes and AllocSvr leases.
 pub async fn status(ctl: &Ctl) -> anyhow::Result<()> {
     println!("store replicas:");
-    for (addr, st) in &ctl.read.status_all().await {
+    let replicas = ctl.read.status_all().await;
+    for (addr, st) in &replicas {
         match st {
             Ok(s) => println!(
                 "  {:<3} {addr:<22} {:<10} term {:<4} leader {:<3} applied {:<8} fsyncs {}",
@@ -136,6 +137,7 @@ pub async fn status(ctl: &Ctl) -> anyhow::Result<()> {
             Err(e) => println!("  ?   {addr:<22} unreachable: {e}"),
         }
     }
+    crate::ctl_store::print_membership(&replicas);
     let routes = ctl.read.routes().await?;
     let s = &routes.set;
     println!(

@@ -72,6 +72,7 @@ pub fn dev_set_store_config(
                 addr: m.peer.to_string(),
             })
             .collect(),
+        join: false,
         set: set.spec.clone(),
         added_set: set.spec.set_id != 0,
         raft: RaftTiming::default(),

@@ -12,6 +12,8 @@
 //! - [`ctl`]: seqctl's operator commands (status, drain, rebalance, fence,
 //!   lease terms) over the store's client and admin planes and the
 //!   AllocSvrs' admin planes.
+//! - [`ctl_store`]: seqctl's store membership commands (add, remove,
+//!   replace a replica) and the membership lines of its status.
 //! - [`defaults`]: the local cluster's fixed endpoints, shared by both
 //!   binaries so `seqctl` with no flags talks to `seqsvr dev`.
 //! - [`drill`]: `seqctl drill`: workload + faults + report.
@@ -20,6 +22,7 @@
 pub use seqsvr_core::checker;
 pub mod certs;
 pub mod ctl;
+pub mod ctl_store;
 pub mod defaults;
 pub mod dev;
 pub mod drill;

@@ -29,6 +29,8 @@ use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{Error, Result};
+use crate::membership::{MembershipChange, DEFAULT_CATCH_UP};
+use crate::NodeId;
 
 /// Default time a call may take, retries included.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
@@ -568,7 +570,57 @@ impl AdminClient {
             .await?;
         Ok(())
     }
+
+    /// Membership changes wait for the leader: a catch-up may take the
+    /// whole `catch_up` time, so one replica is never abandoned for the
+    /// next while it works (a second attempt would race the first). A
+    /// follower still answers NO_LEADER at once and the next one is asked.
+    fn membership_replicas(&self, catch_up: Duration) -> Replicas<StoreAdminClient<Channel>> {
+        let deadline = catch_up + MEMBERSHIP_MARGIN;
+        self.replicas.clone().with(deadline, deadline, false)
+    }
+
+    /// Adds store replica `id` at peer address `addr`: a learner first,
+    /// promoted to voter once caught up (within `catch_up`, zero for the
+    /// store's default, else it is removed again and the call fails with
+    /// `CATCH_UP_TIMEOUT`).
+    pub async fn add_member(
+        &self,
+        id: NodeId,
+        addr: &str,
+        catch_up: Duration,
+    ) -> Result<MembershipChange> {
+        let req = pb::AddMemberRequest {
+            id,
+            addr: addr.into(),
+            catch_up_timeout_ms: catch_up.as_millis().try_into().unwrap_or(u64::MAX),
+        };
+        let wait = if catch_up.is_zero() {
+            DEFAULT_CATCH_UP
+        } else {
+            catch_up
+        };
+        let r = self
+            .membership_replicas(wait)
+            .call_with(req, |mut c, r| async move { c.add_member(r).await })
+            .await?;
+        Ok(r.into())
+    }
+
+    /// Removes store replica `id` (voter or learner).
+    pub async fn remove_member(&self, id: NodeId) -> Result<MembershipChange> {
+        let req = pb::RemoveMemberRequest { id };
+        let r = self
+            .membership_replicas(Duration::ZERO)
+            .call_with(req, |mut c, r| async move { c.remove_member(r).await })
+            .await?;
+        Ok(r.into())
+    }
 }
+
+/// What a membership call may take beyond its catch-up time: probing the
+/// members and committing two configurations (joint, then final).
+const MEMBERSHIP_MARGIN: Duration = Duration::from_secs(15);
 
 #[cfg(test)]
 mod tests {

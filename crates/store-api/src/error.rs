@@ -6,6 +6,7 @@
 use seqsvr_proto::{detail_of, status_with, ErrorDetail, ErrorKind};
 use tonic::Code;
 
+use crate::membership::{MemberRefusal, MemberRefusalKind};
 use crate::rejection::Rejection;
 use crate::NodeId;
 
@@ -42,6 +43,9 @@ pub enum Error {
     /// A storage, Raft or transport failure.
     #[error("internal: {0}")]
     Internal(String),
+    /// A membership change was refused (it changed nothing).
+    #[error(transparent)]
+    Member(#[from] MemberRefusal),
 }
 
 impl Error {
@@ -52,7 +56,7 @@ impl Error {
             Error::NotLeader { .. }
                 | Error::NoLeader(_)
                 | Error::Rejected(Rejection::NotConfigured)
-        )
+        ) || matches!(self, Error::Member(m) if m.kind.is_retryable())
     }
 
     /// The gRPC status for this error, with its details (promise 5).
@@ -90,6 +94,21 @@ impl Error {
                 d.reason = m.clone();
                 (Code::Internal, ErrorKind::Internal)
             }
+            Error::Member(m) => {
+                d.given = m.id;
+                d.addr = m.addr.clone();
+                d.reason = m.reason.clone();
+                let code = match m.kind {
+                    MemberRefusalKind::UnknownMember => Code::NotFound,
+                    MemberRefusalKind::IdInUse | MemberRefusalKind::AddrInUse => {
+                        Code::AlreadyExists
+                    }
+                    MemberRefusalKind::CatchUpTimeout => Code::DeadlineExceeded,
+                    MemberRefusalKind::Changing => Code::Unavailable,
+                    _ => Code::FailedPrecondition,
+                };
+                (code, m.kind.error_kind())
+            }
         };
         d.kind = kind as i32;
         status_with(code, self.to_string(), d)
@@ -114,6 +133,9 @@ impl Error {
         };
         let section = d.section;
         let kind = ErrorKind::try_from(d.kind).unwrap_or(ErrorKind::Internal);
+        if let Some(k) = MemberRefusalKind::of(kind) {
+            return MemberRefusal::new(k, d.given, d.reason).at(d.addr).into();
+        }
         match kind {
             ErrorKind::NotConfigured => Rejection::NotConfigured.into(),
             ErrorKind::SetMismatch => Rejection::SetMismatch(d.reason).into(),
@@ -341,6 +363,10 @@ mod tests {
             Error::TooLarge("alloc id of 40000 bytes".into()),
             Error::Internal("disk".into()),
         ];
+        let cases = cases.into_iter().chain(
+            MemberRefusalKind::ALL
+                .map(|k| MemberRefusal::new(k, 4, "why").at("127.0.0.1:7104").into()),
+        );
         for e in cases {
             let back = Error::from_status(&e.to_status());
             assert_eq!(back, e, "{e}");

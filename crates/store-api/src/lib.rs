@@ -10,14 +10,18 @@
 //! - [`client`]: a client per plane ([`PeerClient`], [`ReadClient`],
 //!   [`AdminClient`]) over one failover core ([`Replicas`]) that moves to
 //!   another replica when one is slow, not only when it is dead.
+//! - [`membership`]: why a store membership change was refused
+//!   ([`MemberRefusal`]) and what a change did ([`MembershipChange`]).
 
 pub mod client;
 pub mod error;
+pub mod membership;
 pub mod rejection;
 pub mod sets;
 
 pub use client::{AdminClient, AllocAddrs, PeerClient, ReadClient, Replicas, SectionInfo};
 pub use error::{Error, Result};
+pub use membership::{MemberRefusal, MemberRefusalKind, MembershipChange};
 pub use rejection::Rejection;
 pub use sets::{Frozen, SetsClient};
 

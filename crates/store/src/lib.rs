@@ -16,6 +16,8 @@
 //! - [`metrics`]: the replica's Prometheus metrics.
 //! - [`network`]: Raft RPCs between replicas over gRPC.
 //! - [`proposer`]: batches concurrent commands into one log entry.
+//! - [`membership`]: adding and removing replicas (learner, catch-up,
+//!   promotion; the removal rule) and the membership part of the status.
 //! - [`service`]: the gRPC services, one file per plane (read, peer,
 //!   admin, raft).
 //! - [`node`]: configuration, bootstrap and the running replica.
@@ -32,6 +34,7 @@ pub mod arbiter;
 pub mod auth;
 pub mod disk;
 pub mod log_store;
+pub mod membership;
 pub mod metrics;
 pub mod network;
 pub mod node;

@@ -101,7 +101,7 @@ impl StoreMetrics {
             &["in"],
         )?;
         let raft = IntGaugeVec::new(
-            Opts::new("seqsvr_raft", "Raft state of this replica: term, is_leader, last_log_index, last_applied, commit_lag, voters"),
+            Opts::new("seqsvr_raft", "Raft state of this replica: term, is_leader, last_log_index, last_applied, commit_lag, voters, learners, joint (a membership change half done), max_member_lag (leader only: entries the furthest member is behind)"),
             &["field"],
         )?;
         let state = IntGaugeVec::new(
@@ -159,14 +159,22 @@ impl StoreMetrics {
         let m = raft.metrics().borrow().clone();
         let last_log = m.last_log_index.unwrap_or(0);
         let applied = m.last_applied.map(|l| l.index).unwrap_or(0);
-        let voters = m.membership_config.membership().voter_ids().count() as i64;
+        let members = crate::membership::View::from_metrics(&m);
+        let max_lag = crate::membership::replication(&m)
+            .iter()
+            .map(|r| r.lag)
+            .max()
+            .unwrap_or(0);
         for (f, v) in [
             ("term", m.current_term as i64),
             ("is_leader", i64::from(m.current_leader == Some(id))),
             ("last_log_index", last_log as i64),
             ("last_applied", applied as i64),
             ("commit_lag", last_log.saturating_sub(applied) as i64),
-            ("voters", voters),
+            ("voters", members.voters.len() as i64),
+            ("learners", members.learners.len() as i64),
+            ("joint", i64::from(members.joint)),
+            ("max_member_lag", max_lag as i64),
         ] {
             self.raft.with_label_values(&[f]).set(v);
         }

@@ -84,7 +84,8 @@ enum Cmd {
         #[command(subcommand)]
         op: AllocOp,
     },
-    /// Store group settings.
+    /// Store group settings and membership (add, remove, replace a
+    /// replica).
     Store {
         #[command(subcommand)]
         op: StoreOp,
@@ -177,6 +178,8 @@ enum StoreOp {
         #[arg(long)]
         margin_ms: u64,
     },
+    #[command(flatten)]
+    Members(seqsvr::ctl_store::MemberOp),
 }
 
 fn main() -> std::process::ExitCode {
@@ -318,6 +321,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     AllocOp::Rebalance => ctl::rebalance(&ctl).await,
                     AllocOp::Fence { id, incarnation } => ctl::fence(&ctl, &id, incarnation).await,
                 }
+            }
+            Cmd::Store {
+                op: StoreOp::Members(op),
+            } => {
+                dial.need_operator()?;
+                seqsvr::ctl_store::run(&ctl()?, op).await
             }
             Cmd::Store {
                 op:

@@ -1,6 +1,16 @@
 //! Bootstrap, safe to repeat: only a brand-new lowest-id member whose
 //! peers report no cluster initialises the group; then the leader
 //! configures the set, the initial routes and the lease terms once.
+//!
+//! A replica configured with `join = true` never initialises. A replica
+//! added to a running group is usually brand-new and often the lowest id
+//! of the members it is told about (a replacement for every original
+//! replica, say, lists only the new ones); asking its peers is no
+//! protection when none of them runs yet. Initialising would give it a
+//! history of its own, and the group it is added to would then have two
+//! logs claiming the same terms. (The leader refuses to add a replica that
+//! reports any history, so such a mistake is caught; `join` keeps it from
+//! happening.)
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -13,6 +23,14 @@ use crate::service::StoreApi;
 use crate::types::{Command, NodeId, Raft};
 
 use super::config::StoreConfig;
+
+/// Whether this replica may initialise a new group: it is brand-new
+/// (`fresh`: no vote, no log), the lowest id among its configured members,
+/// and not configured to join a running group.
+pub(super) fn may_initialise(cfg: &StoreConfig, fresh: bool) -> bool {
+    let lowest = cfg.members.iter().map(|m| m.id).min() == Some(cfg.id);
+    fresh && lowest && !cfg.join
+}
 
 /// Whether any peer already belongs to an initialised cluster.
 pub(super) async fn peers_initialised(cfg: &StoreConfig, connect: &Connector) -> bool {
@@ -138,4 +156,31 @@ pub(super) fn initial_commands(api: &StoreApi, cfg: &StoreConfig) -> (Vec<Comman
         }
     }
     (cmds, done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_fresh_lowest_member_not_joining_initialises() {
+        let text = include_str!("../../../../config/store-1.toml");
+        let first = StoreConfig::from_toml(text).unwrap();
+        assert!(may_initialise(&first, true));
+        assert!(!may_initialise(&first, false));
+        let second = StoreConfig {
+            id: 2,
+            ..first.clone()
+        };
+        assert!(!may_initialise(&second, true));
+        // A replacement for every original replica is the lowest id of
+        // the group it is told about, and brand-new: only `join` stops it.
+        let joining = StoreConfig {
+            join: true,
+            ..first
+        };
+        assert!(!may_initialise(&joining, true));
+        let text = format!("join = true\n{text}");
+        assert!(StoreConfig::from_toml(&text).unwrap().join);
+    }
 }

@@ -134,8 +134,18 @@ pub struct StoreConfig {
     /// none if unset. A non-loopback address needs `insecure = true`.
     #[serde(default)]
     pub metrics_addr: Option<String>,
-    /// The initial members of the group.
+    /// The initial members of the group, this replica among them (its
+    /// entry is its advertised peer-plane address). Read only when the
+    /// group is first initialised: from then on membership lives in the
+    /// Raft log and changes with `seqctl store add|remove|replace`.
     pub members: Vec<Member>,
+    /// This replica is being added to a running group (`seqctl store add`):
+    /// it never initialises a group, whatever `members` says, and waits
+    /// for the leader to send it the log. `members` then needs only this
+    /// replica's own entry. Keeping it set after the replica joined is
+    /// harmless: a replica with a log never initialises anyway.
+    #[serde(default)]
+    pub join: bool,
     /// The set this group serves.
     pub set: SetSpec,
     /// This group is a set added to a cluster that runs already (`seqctl

@@ -3,10 +3,12 @@
 //! Bootstrap is safe to repeat. A replica's data directory remembers the
 //! node id it was created for; starting it with another id is refused.
 //! Only a *brand-new* replica (no vote, no log) that is the lowest-id member
-//! of the configured group initialises the cluster, and only after asking
-//! its peers whether a cluster already exists: re-initialising a replica
-//! that lost its disk (or one restarted with a fresh directory) would
-//! otherwise start a second history. A restarted replica simply rejoins.
+//! of the configured group, and not configured to `join` a running one,
+//! initialises the cluster, and only after asking its peers whether a
+//! cluster already exists: re-initialising a replica that lost its disk
+//! (or one restarted with a fresh directory) would otherwise start a
+//! second history. A restarted replica simply rejoins, with the membership
+//! its own log holds (the config's `members` are only the first one).
 //!
 //! # Layout
 //! - `config`: [`StoreConfig`] and its parts ([`Member`], [`InitialAlloc`],
@@ -52,7 +54,7 @@ use crate::types::{NodeId, Raft};
 use seqsvr_net::TlsConfig;
 use seqsvr_store_api::{Error, Result};
 
-use bootstrap::{bootstrap, configure_set};
+use bootstrap::{bootstrap, configure_set, may_initialise};
 use config::config_err;
 
 /// The listeners of a store replica, bound by the caller (tests bind port
@@ -203,6 +205,7 @@ impl StoreNode {
             isolated: isolated.clone(),
             metrics: crate::metrics::StoreMetrics::new(cfg.id)
                 .map_err(|e| Error::Internal(format!("metrics: {e}")))?,
+            member_changes: Default::default(),
         };
         let calls = |plane: &str, paths: &[&str]| {
             seqsvr_net::calls::CallMetrics::register(&api.metrics.registry, plane, paths)
@@ -237,13 +240,14 @@ impl StoreNode {
             cfg.data_dir.join(ISOLATE_FILE),
             isolated,
         ))];
-        let lowest = cfg.members.iter().map(|m| m.id).min() == Some(cfg.id);
-        if fresh && lowest {
+        if may_initialise(&cfg, fresh) {
             tasks.push(tokio::spawn(bootstrap(
                 raft.clone(),
                 cfg.clone(),
                 api.connect.clone(),
             )));
+        } else if fresh && cfg.join {
+            tracing::info!("joining a running group: waiting for its leader to add this replica");
         }
         tasks.push(tokio::spawn(arbitrate(api.clone())));
         tasks.push(tokio::spawn(configure_set(api.clone(), cfg.clone())));
@@ -361,6 +365,8 @@ const ADMIN_PATHS: &[&str] = &[
     "/seqsvr.v1.StoreSets/Install",
     "/seqsvr.v1.StoreSets/ChangeDirectory",
     "/seqsvr.v1.StoreSets/CopyDirectory",
+    "/seqsvr.v1.StoreAdmin/AddMember",
+    "/seqsvr.v1.StoreAdmin/RemoveMember",
 ];
 
 type Calls = seqsvr_net::calls::CallMetricsLayer;
@@ -392,7 +398,10 @@ async fn serve_admin(mut api: StoreApi, l: seqsvr_net::Listener, calls: Calls) {
     let router = l
         .server()
         .layer(calls)
-        .add_service(StoreAdminServer::new(AdminService(api.clone())))
+        .add_service(StoreAdminServer::new(AdminService(
+            api.clone(),
+            l.limits().request_timeout,
+        )))
         .add_service(StoreSetsServer::new(SetsService(api)));
     report("admin", l.serve(router, std::future::pending()).await);
 }

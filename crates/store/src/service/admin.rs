@@ -1,18 +1,24 @@
 //! The admin plane of a store replica (`StoreAdmin`): operator commands,
 //! for operator certificates only. Not forwarded: a follower answers
 //! NO_LEADER naming the leader, and the admin client tries the next one.
+//! Membership changes are checked here and made in `crate::membership`.
+
+use std::time::Duration;
 
 use seqsvr_core::LeaseTerms;
 use seqsvr_proto::{self as pb};
 use seqsvr_store_api::{Error, Rejection};
 use tonic::{Request, Response, Status};
 
-use super::{check_id, check_run, unexpected, StoreApi};
-use crate::types::{Command, Reply};
+use super::{check_addr, check_id, check_run, unexpected, StoreApi};
+use crate::membership::{max_catch_up, CHANGE_MARGIN, DEFAULT_CATCH_UP};
+use crate::types::{Command, NodeId, Reply};
 
-/// The `StoreAdmin` service.
+/// The `StoreAdmin` service: the replica's services, and the longest the
+/// admin plane serves a call (its `request_timeout`), which a membership
+/// change must fit in.
 #[derive(Clone)]
-pub struct AdminService(pub StoreApi);
+pub struct AdminService(pub StoreApi, pub Duration);
 
 impl StoreApi {
     /// An operator may route sections only away from owners whose lease
@@ -94,6 +100,35 @@ impl StoreApi {
         }
     }
 
+    /// `AddMember` checked at the edge: every malformed field is refused
+    /// before anything is asked of Raft. The catch-up must fit in
+    /// `request_timeout` (see `membership::max_catch_up`).
+    async fn add_member_checked(
+        &self,
+        r: pb::AddMemberRequest,
+        request_timeout: Duration,
+    ) -> Result<pb::MembershipReply, Error> {
+        let id = check_member_id(r.id)?;
+        check_addr("member address", &r.addr)?;
+        let max = max_catch_up(request_timeout);
+        let catch_up = match r.catch_up_timeout_ms {
+            0 => DEFAULT_CATCH_UP.min(max),
+            ms => Duration::from_millis(ms),
+        };
+        if catch_up > max || catch_up.is_zero() {
+            return Err(Error::Invalid(format!(
+                "a catch-up time must be within 1..={} ms (the admin plane's request_timeout_ms {} \
+                 less {} ms for the rest of the change), not {} ms",
+                max.as_millis(),
+                request_timeout.as_millis(),
+                CHANGE_MARGIN.as_millis(),
+                catch_up.as_millis()
+            )));
+        }
+        self.require_leader()?;
+        self.add_member(id, &r.addr, catch_up).await
+    }
+
     async fn simple(&self, cmd: Command) -> Result<pb::RegisterAllocReply, Error> {
         self.require_leader()?;
         match self.write(cmd).await? {
@@ -101,6 +136,25 @@ impl StoreApi {
             r => Err(unexpected(r)),
         }
     }
+}
+
+/// Runs a membership change as its own task, so it ends as it would have
+/// if its caller goes away (a call cut short during a catch-up would
+/// otherwise leave a learner behind).
+async fn to_the_end<T: Send + 'static>(
+    change: impl std::future::Future<Output = Result<T, Error>> + Send + 'static,
+) -> Result<T, Error> {
+    tokio::spawn(change)
+        .await
+        .map_err(|e| Error::Internal(format!("membership change: {e}")))?
+}
+
+/// Raft node ids start at 1 (0 reads as "none" in statuses).
+fn check_member_id(id: NodeId) -> Result<NodeId, Error> {
+    if id == 0 {
+        return Err(Error::Invalid("store member id must be at least 1".into()));
+    }
+    Ok(id)
 }
 
 #[tonic::async_trait]
@@ -153,5 +207,27 @@ impl pb::store_admin_server::StoreAdmin for AdminService {
     ) -> Result<Response<pb::StoreStatus>, Status> {
         self.0.auth.require_operator(&req)?;
         Ok(Response::new(self.0.status_now()))
+    }
+
+    async fn add_member(
+        &self,
+        req: Request<pb::AddMemberRequest>,
+    ) -> Result<Response<pb::MembershipReply>, Status> {
+        self.0.auth.require_operator(&req)?;
+        let (api, r, limit) = (self.0.clone(), req.into_inner(), self.1);
+        let change = async move { api.add_member_checked(r, limit).await };
+        Ok(Response::new(to_the_end(change).await?))
+    }
+
+    async fn remove_member(
+        &self,
+        req: Request<pb::RemoveMemberRequest>,
+    ) -> Result<Response<pb::MembershipReply>, Status> {
+        self.0.auth.require_operator(&req)?;
+        let id = check_member_id(req.into_inner().id)?;
+        self.0.require_leader()?;
+        let api = self.0.clone();
+        let change = async move { api.remove_member(id).await };
+        Ok(Response::new(to_the_end(change).await?))
     }
 }

@@ -81,6 +81,8 @@ pub struct StoreApi {
     pub(crate) isolated: Arc<std::sync::atomic::AtomicBool>,
     /// What this replica counts.
     pub(crate) metrics: Arc<crate::metrics::StoreMetrics>,
+    /// One membership change at a time (see `membership`).
+    pub(crate) member_changes: crate::membership::ChangeLock,
 }
 
 fn forwarded<T>(req: &Request<T>) -> bool {
@@ -127,7 +129,7 @@ impl StoreApi {
     }
 
     /// The leader as this replica knows it, for a NOT_LEADER answer.
-    fn not_leader(&self) -> Error {
+    pub(crate) fn not_leader(&self) -> Error {
         let leader = self.raft.metrics().borrow().current_leader;
         Error::NotLeader {
             leader: leader.and_then(|l| Some((l, self.leader_addr(l)?))),
@@ -388,20 +390,7 @@ impl StoreApi {
     /// This replica's view of the group.
     pub fn status_now(&self) -> pb::StoreStatus {
         let m = self.raft.metrics().borrow().clone();
-        let members = m
-            .membership_config
-            .nodes()
-            .map(|(id, n)| pb::StoreMember {
-                id: *id,
-                addr: n.addr.clone(),
-                voter: m
-                    .membership_config
-                    .membership()
-                    .get_joint_config()
-                    .iter()
-                    .any(|c| c.contains(id)),
-            })
-            .collect();
+        let view = crate::membership::View::from_metrics(&m);
         let leader_addr = m
             .current_leader
             .and_then(|l| self.leader_addr(l))
@@ -447,7 +436,7 @@ impl StoreApi {
             term: m.current_term,
             leader_id: m.current_leader.unwrap_or(0),
             leader_addr,
-            members,
+            members: view.members,
             last_log_index: m.last_log_index.unwrap_or(0),
             last_applied: m.last_applied.map(|l| l.index).unwrap_or(0),
             set: a.state.set.as_ref().map(pb::SetSpec::from),
@@ -455,6 +444,11 @@ impl StoreApi {
             fsyncs: self.disk.fsyncs(),
             commands: self.sm.commands_applied(),
             has_leader: m.current_leader.is_some(),
+            voter_ids: view.voters.into_iter().collect(),
+            learner_ids: view.learners.into_iter().collect(),
+            replication: crate::membership::replication(&m),
+            joint: view.joint,
+            membership_index: view.index,
             client_addr: self.client_addr.clone(),
             admin_addr: self.admin_addr.clone(),
             directory_version: a.state.directory.as_ref().map_or(0, |d| d.version),

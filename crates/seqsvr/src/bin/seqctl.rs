@@ -8,7 +8,6 @@ use clap::{Parser, Subcommand};
 use seqsvr::ctl::{self, Ctl};
 use seqsvr::{defaults, drill};
 use seqsvr_client::{ClientOptions, ClientTls, SeqClient};
-use seqsvr_core::LeaseTerms;
 use seqsvr_net::TlsConfig;
 
 #[derive(Parser)]
@@ -77,56 +76,16 @@ enum Cmd {
     /// fencing.
     Alloc {
         #[command(subcommand)]
-        op: AllocOp,
+        op: ctl::alloc::AllocOp,
     },
     /// Store group settings.
     Store {
         #[command(subcommand)]
-        op: StoreOp,
+        op: ctl::store::StoreOp,
     },
     /// Failover drill: drive a workload, inject faults, report regressions,
     /// unavailability and skipped numbers. Exits non-zero on any regression.
     Drill(drill::DrillArgs),
-}
-
-#[derive(Subcommand)]
-enum AllocOp {
-    /// Hands every section of an AllocSvr to the others and keeps it empty.
-    Drain {
-        /// The AllocSvr's id.
-        id: String,
-    },
-    /// Lets a drained AllocSvr take sections again.
-    Undrain {
-        /// The AllocSvr's id.
-        id: String,
-    },
-    /// Evens out sections over the live AllocSvrs (after one joins).
-    Rebalance,
-    /// Refuses one incarnation of an AllocSvr from now on (as `seqctl
-    /// status` shows it, in hex): its renewals fail, its sections move once
-    /// its lease has certainly expired.
-    Fence {
-        /// The AllocSvr's id.
-        id: String,
-        /// The incarnation to refuse (hexadecimal).
-        #[arg(value_parser = ctl::parse_incarnation)]
-        incarnation: u64,
-    },
-}
-
-#[derive(Subcommand)]
-enum StoreOp {
-    /// Changes the lease terms (replicated store state; the store config's
-    /// `[lease]` only gives a new group its first terms).
-    Lease {
-        /// How long a granted renewal lets an AllocSvr serve, in ms.
-        #[arg(long)]
-        lease_ms: u64,
-        /// Extra wait before a section moves, for clock-rate drift, in ms.
-        #[arg(long)]
-        margin_ms: u64,
-    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -246,27 +205,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Cmd::Sections { first, count } => ctl::sections(&ctl()?, first, count).await,
             Cmd::Alloc { op } => {
                 dial.need_operator()?;
-                let ctl = ctl()?;
-                match op {
-                    AllocOp::Drain { id } => ctl::drain(&ctl, &id).await.map(drop),
-                    AllocOp::Undrain { id } => ctl::undrain(&ctl, &id).await,
-                    AllocOp::Rebalance => ctl::rebalance(&ctl).await,
-                    AllocOp::Fence { id, incarnation } => ctl::fence(&ctl, &id, incarnation).await,
-                }
+                ctl::alloc::run(&ctl()?, op).await
             }
-            Cmd::Store {
-                op:
-                    StoreOp::Lease {
-                        lease_ms,
-                        margin_ms,
-                    },
-            } => {
+            Cmd::Store { op } => {
                 dial.need_operator()?;
-                let terms = LeaseTerms {
-                    lease_ms,
-                    margin_ms,
-                };
-                ctl::set_lease(&ctl()?, terms).await
+                ctl::store::run(&ctl()?, op).await
             }
             Cmd::Drill(args) => {
                 let cfg = args.into_config(&store, &seeds, &dev_dir, dial.tls.clone());

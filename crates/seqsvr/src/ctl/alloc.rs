@@ -1,16 +1,5 @@
-//! `seqctl`'s operator commands: status, sections, planned moves (drain,
-//! undrain, rebalance), fencing an AllocSvr incarnation, and lease terms.
-//!
-//! What each talks to:
-//!
-//! - the store's **client plane** ([`ReadClient`]): routes, sections,
-//!   each replica's status;
-//! - the store's **admin plane** ([`AdminClient`], operator certificate
-//!   under TLS): draining marks, `Assign` (conditional on the epochs just
-//!   read, so a section that moved meanwhile is not moved again), lease
-//!   terms, fencing, and the leader's lease view of the AllocSvrs;
-//! - an AllocSvr's **admin plane** (its address from that lease view):
-//!   `Handoff`.
+//! `seqctl alloc …`: planned moves (drain, undrain, rebalance) and fencing
+//! an AllocSvr incarnation.
 //!
 //! Planned moves never route a section away from a live AllocSvr behind its
 //! back: the current owner is asked to hand each section off (it stops
@@ -21,185 +10,48 @@
 //! owner's lease has certainly expired, are routed with `Assign` — and the
 //! store refuses anything else.
 
-use std::time::Duration;
-
 use anyhow::{bail, Context};
-use seqsvr_core::{Incarnation, LeaseTerms, RouteTable, SectionId};
-use seqsvr_net::ClientTls;
-use seqsvr_proto::alloc_admin_client::AllocAdminClient;
-use seqsvr_proto::store_admin_client::StoreAdminClient;
+use clap::Subcommand;
+use seqsvr_core::{Incarnation, RouteTable, SectionId};
 use seqsvr_proto::{self as pb};
-use seqsvr_store_api::client::connector;
-use seqsvr_store_api::{AdminClient, ReadClient};
-use tonic::transport::Channel;
 
-/// How long one replica's status may take.
-const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long dialing an AllocSvr's admin plane may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+use super::Ctl;
 
-/// A cluster as `seqctl` reaches it.
-#[derive(Clone)]
-pub struct Ctl {
-    /// The store replicas' client planes.
-    pub read: ReadClient,
-    /// The store replicas' admin planes.
-    pub admin: AdminClient,
-    /// Each admin plane on its own, for per-replica status (status is not
-    /// forwarded: only the leader knows the leases).
-    admin_replicas: Vec<(String, StoreAdminClient<Channel>)>,
-    /// How AllocSvrs' admin planes are dialed.
-    tls: Option<ClientTls>,
+/// `seqctl alloc …`.
+#[derive(Subcommand, Debug, Clone)]
+pub enum AllocOp {
+    /// Hands every section of an AllocSvr to the others and keeps it empty.
+    Drain {
+        /// The AllocSvr's id.
+        id: String,
+    },
+    /// Lets a drained AllocSvr take sections again.
+    Undrain {
+        /// The AllocSvr's id.
+        id: String,
+    },
+    /// Evens out sections over the live AllocSvrs (after one joins).
+    Rebalance,
+    /// Refuses one incarnation of an AllocSvr from now on (as `seqctl
+    /// status` shows it, in hex): its renewals fail, its sections move once
+    /// its lease has certainly expired.
+    Fence {
+        /// The AllocSvr's id.
+        id: String,
+        /// The incarnation to refuse (hexadecimal).
+        #[arg(value_parser = parse_incarnation)]
+        incarnation: u64,
+    },
 }
 
-impl std::fmt::Debug for Ctl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ctl")
-            .field("read", &self.read)
-            .field("admin", &self.admin)
-            .field("tls", &self.tls.is_some())
-            .finish()
+/// Runs `seqctl alloc <op>`.
+pub async fn run(ctl: &Ctl, op: AllocOp) -> anyhow::Result<()> {
+    match op {
+        AllocOp::Drain { id } => drain(ctl, &id).await.map(drop),
+        AllocOp::Undrain { id } => undrain(ctl, &id).await,
+        AllocOp::Rebalance => rebalance(ctl).await,
+        AllocOp::Fence { id, incarnation } => fence(ctl, &id, incarnation).await,
     }
-}
-
-impl Ctl {
-    /// A cluster whose store replicas serve their client planes at `read`
-    /// and their admin planes at `admin`, dialed with `tls` (the CA and,
-    /// for the admin planes, an operator certificate) or in plaintext.
-    pub fn new(read: &[String], admin: &[String], tls: Option<ClientTls>) -> anyhow::Result<Ctl> {
-        let connect = connector(tls.clone());
-        let admin_replicas = admin
-            .iter()
-            .map(|a| {
-                let ch = connect(a).map_err(anyhow::Error::msg)?;
-                Ok((a.clone(), StoreAdminClient::new(ch)))
-            })
-            .collect::<anyhow::Result<_>>()?;
-        Ok(Ctl {
-            read: ReadClient::new(read, &connect).context("store client plane")?,
-            admin: AdminClient::new(admin, &connect).context("store admin plane")?,
-            admin_replicas,
-            tls,
-        })
-    }
-
-    /// The store leader's status, with its lease view of every AllocSvr:
-    /// from the admin plane, or, if no admin plane answers (no operator
-    /// certificate, say), from the client plane.
-    pub async fn leader_status(&self) -> Option<pb::StoreStatus> {
-        let calls = self.admin_replicas.iter().map(|(_, c)| {
-            let mut c = c.clone();
-            async move {
-                let call = tokio::time::timeout(STATUS_TIMEOUT, c.status(pb::StatusRequest {}));
-                match call.await {
-                    Ok(Ok(s)) => Some(s.into_inner()),
-                    _ => None,
-                }
-            }
-        });
-        let from_admin = futures::future::join_all(calls)
-            .await
-            .into_iter()
-            .flatten()
-            .find(|s| s.state == "Leader");
-        match from_admin {
-            Some(s) => Some(s),
-            None => self.read.leader_status().await,
-        }
-    }
-
-    /// A client of the AllocSvr admin plane at `addr`.
-    fn alloc_admin(&self, addr: &str) -> anyhow::Result<AllocAdminClient<Channel>> {
-        let ch = seqsvr_net::client::channel(addr, self.tls.as_ref(), CONNECT_TIMEOUT)?;
-        Ok(AllocAdminClient::new(ch))
-    }
-}
-
-/// Prints the store group, the set, routes and AllocSvr leases.
-pub async fn status(ctl: &Ctl) -> anyhow::Result<()> {
-    println!("store replicas:");
-    for (addr, st) in &ctl.read.status_all().await {
-        match st {
-            Ok(s) => println!(
-                "  {:<3} {addr:<22} {:<10} term {:<4} leader {:<3} applied {:<8} fsyncs {}",
-                s.node_id,
-                s.state,
-                s.term,
-                if s.has_leader {
-                    s.leader_id.to_string()
-                } else {
-                    "-".into()
-                },
-                s.last_applied,
-                s.fsyncs
-            ),
-            Err(e) => println!("  ?   {addr:<22} unreachable: {e}"),
-        }
-    }
-    let routes = ctl.read.routes().await?;
-    let s = &routes.set;
-    println!(
-        "set {}: uids [{}, {}), {} sections of {}, step {}",
-        s.set_id,
-        s.uid_begin,
-        s.uid_end,
-        s.section_count(),
-        s.section_size,
-        s.step
-    );
-    println!("route version {}", routes.version);
-    let owned: u32 = routes.entries.iter().map(|e| e.count).sum();
-    match ctl.leader_status().await {
-        Some(l) => {
-            println!(
-                "allocs (lease {} ms + margin {} ms, as the leader sees them):",
-                l.lease_ms, l.margin_ms
-            );
-            for a in &l.allocs {
-                print_lease(a);
-            }
-        }
-        None => println!("allocs: (no leader to ask)"),
-    }
-    println!("  (unowned)    {} sections", s.section_count() - owned);
-    Ok(())
-}
-
-/// One AllocSvr's line in `status`.
-fn print_lease(a: &pb::AllocLease) {
-    let lease = match (a.since_grant_ms, a.expired) {
-        (_, true) => "EXPIRED".to_string(),
-        (-1, false) => "no renewal yet (new leader)".to_string(),
-        (ms, false) => format!("renewed {ms} ms ago"),
-    };
-    let drain = if a.draining { " draining" } else { "" };
-    let fenced = if a.fenced { " FENCED" } else { "" };
-    println!(
-        "  {:<12} {:<22} {:>4} sections  {lease}{drain}{fenced}",
-        a.alloc_id, a.addr, a.sections
-    );
-    println!(
-        "  {:<12} incarnation {:x}  peer {}  admin {}",
-        "", a.incarnation, a.peer_addr, a.admin_addr
-    );
-}
-
-/// Prints sections' ceilings, epochs and owners.
-pub async fn sections(ctl: &Ctl, first: u32, count: Option<u32>) -> anyhow::Result<()> {
-    let total = ctl.read.routes().await?.set.section_count();
-    let count = count.unwrap_or(total.saturating_sub(first));
-    println!(
-        "{:>8} {:>20} {:>8}  {:<12} incarnation",
-        "section", "max_seq", "epoch", "owner"
-    );
-    for s in ctl.read.read_sections(first, count).await? {
-        let owner = s.owner.as_deref().unwrap_or("-");
-        println!(
-            "{:>8} {:>20} {:>8}  {owner:<12} {:x}",
-            s.section, s.max_seq, s.epoch, s.incarnation
-        );
-    }
-    Ok(())
 }
 
 /// A live AllocSvr that may receive sections.
@@ -475,20 +327,6 @@ pub async fn rebalance(ctl: &Ctl) -> anyhow::Result<()> {
 pub async fn fence(ctl: &Ctl, alloc: &str, incarnation: Incarnation) -> anyhow::Result<()> {
     ctl.admin.fence_alloc(alloc, incarnation).await?;
     println!("{alloc} incarnation {incarnation:x} is fenced");
-    Ok(())
-}
-
-/// Changes the lease terms (replicated, so every leader judges leases by
-/// the terms they were granted under); prints the terms in force.
-pub async fn set_lease(ctl: &Ctl, terms: LeaseTerms) -> anyhow::Result<()> {
-    terms.validate().map_err(anyhow::Error::msg)?;
-    let now = ctl.admin.set_lease(terms).await?;
-    println!(
-        "lease {} ms + margin {} ms (clock drift tolerated: {:.1} %)",
-        now.lease_ms,
-        now.margin_ms,
-        100.0 * now.margin_ms as f64 / now.lease_ms as f64
-    );
     Ok(())
 }
 

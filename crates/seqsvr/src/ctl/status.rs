@@ -1,0 +1,94 @@
+//! `seqctl status` and `seqctl sections`: read-only views over the store's
+//! client plane (and, for the leases, the leader's admin plane when the
+//! operator's credentials reach it).
+
+use seqsvr_proto::{self as pb};
+
+use super::Ctl;
+
+/// Prints the store group, the set, routes and AllocSvr leases.
+pub async fn status(ctl: &Ctl) -> anyhow::Result<()> {
+    println!("store replicas:");
+    for (addr, st) in &ctl.read.status_all().await {
+        match st {
+            Ok(s) => println!(
+                "  {:<3} {addr:<22} {:<10} term {:<4} leader {:<3} applied {:<8} fsyncs {}",
+                s.node_id,
+                s.state,
+                s.term,
+                if s.has_leader {
+                    s.leader_id.to_string()
+                } else {
+                    "-".into()
+                },
+                s.last_applied,
+                s.fsyncs
+            ),
+            Err(e) => println!("  ?   {addr:<22} unreachable: {e}"),
+        }
+    }
+    let routes = ctl.read.routes().await?;
+    let s = &routes.set;
+    println!(
+        "set {}: uids [{}, {}), {} sections of {}, step {}",
+        s.set_id,
+        s.uid_begin,
+        s.uid_end,
+        s.section_count(),
+        s.section_size,
+        s.step
+    );
+    println!("route version {}", routes.version);
+    let owned: u32 = routes.entries.iter().map(|e| e.count).sum();
+    match ctl.leader_status().await {
+        Some(l) => {
+            println!(
+                "allocs (lease {} ms + margin {} ms, as the leader sees them):",
+                l.lease_ms, l.margin_ms
+            );
+            for a in &l.allocs {
+                print_lease(a);
+            }
+        }
+        None => println!("allocs: (no leader to ask)"),
+    }
+    println!("  (unowned)    {} sections", s.section_count() - owned);
+    Ok(())
+}
+
+/// One AllocSvr's line in `status`.
+fn print_lease(a: &pb::AllocLease) {
+    let lease = match (a.since_grant_ms, a.expired) {
+        (_, true) => "EXPIRED".to_string(),
+        (-1, false) => "no renewal yet (new leader)".to_string(),
+        (ms, false) => format!("renewed {ms} ms ago"),
+    };
+    let drain = if a.draining { " draining" } else { "" };
+    let fenced = if a.fenced { " FENCED" } else { "" };
+    println!(
+        "  {:<12} {:<22} {:>4} sections  {lease}{drain}{fenced}",
+        a.alloc_id, a.addr, a.sections
+    );
+    println!(
+        "  {:<12} incarnation {:x}  peer {}  admin {}",
+        "", a.incarnation, a.peer_addr, a.admin_addr
+    );
+}
+
+/// Prints sections' ceilings, epochs and owners.
+pub async fn sections(ctl: &Ctl, first: u32, count: Option<u32>) -> anyhow::Result<()> {
+    let total = ctl.read.routes().await?.set.section_count();
+    let count = count.unwrap_or(total.saturating_sub(first));
+    println!(
+        "{:>8} {:>20} {:>8}  {:<12} incarnation",
+        "section", "max_seq", "epoch", "owner"
+    );
+    for s in ctl.read.read_sections(first, count).await? {
+        let owner = s.owner.as_deref().unwrap_or("-");
+        println!(
+            "{:>8} {:>20} {:>8}  {owner:<12} {:x}",
+            s.section, s.max_seq, s.epoch, s.incarnation
+        );
+    }
+    Ok(())
+}

@@ -16,7 +16,6 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use anyhow::Context;
 use seqsvr_alloc::node::AllocNodeConfig;
 use seqsvr_core::SetSpec;
 use seqsvr_net::{DevPki, PlaneLimits, TlsConfig};
@@ -29,6 +28,7 @@ use crate::defaults::{
     dev_config_path, dev_pki, dev_store_peer_addrs, DevAlloc, DevStore, DEV_ALLOCS, DEV_OPERATOR,
     DEV_STORES, DEV_UID_END,
 };
+use crate::error::{Context, Error, Result};
 
 /// Resolves on Ctrl-C or SIGTERM.
 pub async fn shutdown_signal() {
@@ -113,35 +113,41 @@ pub fn dev_alloc_config(a: &DevAlloc, pki: Option<&DevPki>) -> AllocNodeConfig {
 
 /// Writes `cfg` to `path` as TOML, leaving out the `limits` table (the
 /// dev cluster runs with every plane's default limits); returns the path.
-fn write_config(path: PathBuf, cfg: &impl serde::Serialize) -> anyhow::Result<PathBuf> {
+fn write_config(path: PathBuf, cfg: &impl serde::Serialize) -> Result<PathBuf> {
     let mut value = toml::Value::try_from(cfg)?;
     if let Some(t) = value.as_table_mut() {
         t.remove("limits");
     }
     let text = toml::to_string_pretty(&value)?;
-    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    std::fs::write(&path, text).map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
     Ok(path)
 }
 
 /// Starts `exe args…` with output to `<dir>/logs/<name>.log`.
-fn spawn(dir: &Path, name: &str, args: &[&str]) -> anyhow::Result<Child> {
-    let exe = std::env::current_exe()?;
+fn spawn(dir: &Path, name: &str, args: &[&str]) -> Result<Child> {
+    let starting = |e| Error::io(format!("starting {name}"), e);
+    let exe = std::env::current_exe().map_err(starting)?;
     let logs = dir.join("logs");
-    std::fs::create_dir_all(&logs)?;
+    let log_path = logs.join(format!("{name}.log"));
+    let log_err = |e| Error::io(format!("opening {}", log_path.display()), e);
+    std::fs::create_dir_all(&logs).map_err(log_err)?;
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(logs.join(format!("{name}.log")))?;
+        .open(&log_path)
+        .map_err(log_err)?;
     let child = Command::new(exe)
         .args(args)
         .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
+        .stdout(log.try_clone().map_err(log_err)?)
         .stderr(log)
         .kill_on_drop(true)
         .spawn()
-        .with_context(|| format!("starting {name}"))?;
+        .map_err(starting)?;
     if let Some(pid) = child.id() {
-        std::fs::write(dir.join(format!("{name}.pid")), pid.to_string())?;
+        let pid_path = dir.join(format!("{name}.pid"));
+        std::fs::write(&pid_path, pid.to_string())
+            .map_err(|e| Error::io(format!("writing {}", pid_path.display()), e))?;
     }
     Ok(child)
 }
@@ -172,10 +178,10 @@ pub struct DevOptions {
 /// Runs the dev cluster until Ctrl-C. A child that dies (a drill's kill -9,
 /// a crash) is started again after `restart_after`, like a supervisor would
 /// (`None`: left dead); a paused child (SIGSTOP) is left alone.
-pub async fn run(opts: DevOptions) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&opts.dir)
-        .with_context(|| format!("creating {}", opts.dir.display()))?;
-    let dir = opts.dir.canonicalize()?;
+pub async fn run(opts: DevOptions) -> Result<()> {
+    let dir_err = |e| Error::io(format!("creating {}", opts.dir.display()), e);
+    std::fs::create_dir_all(&opts.dir).map_err(dir_err)?;
+    let dir = opts.dir.canonicalize().map_err(dir_err)?;
     let pki = if opts.tls {
         let pki = dev_pki(&dir);
         issue(pki.dir(), &Identities::dev(), false)
@@ -185,7 +191,7 @@ pub async fn run(opts: DevOptions) -> anyhow::Result<()> {
         None
     };
     let mut children = Vec::new();
-    let mut start = |name: String, cmd: &str, cfg: PathBuf| -> anyhow::Result<()> {
+    let mut start = |name: String, cmd: &str, cfg: PathBuf| -> Result<()> {
         let args = vec![
             cmd.to_string(),
             "--config".into(),
@@ -289,7 +295,7 @@ fn supervise(
     dir: &Path,
     children: &mut [Supervised],
     restart_after: Option<std::time::Duration>,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let now = tokio::time::Instant::now();
     for c in children.iter_mut() {
         if c.died.is_none() {

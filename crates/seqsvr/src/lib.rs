@@ -16,6 +16,7 @@
 //!   binaries so `seqctl` with no flags talks to `seqsvr dev`.
 //! - [`drill`]: `seqctl drill`: workload + faults + report.
 //! - [`logging`]: tracing setup.
+//! - [`error`]: [`Error`], the one error type of both binaries.
 
 pub use seqsvr_core::checker;
 pub mod certs;
@@ -23,4 +24,7 @@ pub mod ctl;
 pub mod defaults;
 pub mod dev;
 pub mod drill;
+pub mod error;
 pub mod logging;
+
+pub use error::{Error, Result};

@@ -3,10 +3,9 @@
 
 use std::path::PathBuf;
 
-use anyhow::bail;
 use clap::{Parser, Subcommand};
 use seqsvr::ctl::{self, Ctl};
-use seqsvr::{defaults, drill};
+use seqsvr::{defaults, drill, Error, Result};
 use seqsvr_client::{ClientOptions, ClientTls, SeqClient};
 use seqsvr_net::TlsConfig;
 
@@ -92,7 +91,7 @@ fn main() -> std::process::ExitCode {
     match run(Cli::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("seqctl: error: {e:#}");
+            eprintln!("seqctl: error: {e}");
             std::process::ExitCode::FAILURE
         }
     }
@@ -112,7 +111,7 @@ impl Dial {
     /// From the flags: `--ca` (and `--cert`/`--key`), or else the dev
     /// cluster's PKI when seqctl talks to the dev cluster, or else
     /// plaintext.
-    fn from_cli(cli: &Cli) -> anyhow::Result<Dial> {
+    fn from_cli(cli: &Cli) -> Result<Dial> {
         match (&cli.ca, &cli.cert, &cli.key) {
             (Some(ca), Some(cert), Some(key)) => {
                 let cfg = TlsConfig {
@@ -126,7 +125,9 @@ impl Dial {
                 tls: Some(ClientTls::server_only(ca)?),
                 operator: false,
             }),
-            (None, Some(_), _) | (None, _, Some(_)) => bail!("--cert and --key need --ca"),
+            (None, Some(_), _) | (None, _, Some(_)) => {
+                Err(Error::Usage("--cert and --key need --ca".into()))
+            }
             (None, None, None) => {
                 let dev =
                     cli.store.is_empty() && cli.store_admin.is_empty() && cli.alloc.is_empty();
@@ -144,7 +145,7 @@ impl Dial {
         }
     }
 
-    fn operator(cfg: &TlsConfig) -> anyhow::Result<Dial> {
+    fn operator(cfg: &TlsConfig) -> Result<Dial> {
         Ok(Dial {
             tls: Some(cfg.client()?),
             operator: true,
@@ -152,9 +153,11 @@ impl Dial {
     }
 
     /// Fails unless admin planes will take these credentials.
-    fn need_operator(&self) -> anyhow::Result<()> {
+    fn need_operator(&self) -> Result<()> {
         if !self.operator {
-            bail!("this command uses admin planes, which need an operator certificate: give --cert and --key");
+            return Err(Error::Usage(
+                "this command uses admin planes, which need an operator certificate: give --cert and --key".into(),
+            ));
         }
         Ok(())
     }
@@ -168,10 +171,11 @@ fn or_dev(given: &[String], dev: fn() -> Vec<String>) -> Vec<String> {
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+fn run(cli: Cli) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .build()?;
+        .build()
+        .map_err(|e| Error::io("starting the runtime", e))?;
     let dial = Dial::from_cli(&cli)?;
     let store = or_dev(&cli.store, defaults::dev_store_addrs);
     let store_admin = or_dev(&cli.store_admin, defaults::dev_store_admin_addrs);
@@ -216,11 +220,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 let report = drill::run(cfg).await?;
                 report.print(args.json);
                 if !report.ok() {
-                    bail!(
+                    return Err(Error::Failed(format!(
                         "promise 1 broken: {} regressions, {} repeats",
-                        report.regressions,
-                        report.repeats
-                    );
+                        report.regressions, report.repeats
+                    )));
                 }
                 Ok(())
             }

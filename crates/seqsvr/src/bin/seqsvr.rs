@@ -2,10 +2,10 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::{Parser, Subcommand};
 use seqsvr::certs::Identities;
 use seqsvr::dev::DevOptions;
+use seqsvr::error::{Context, Error, Result};
 use seqsvr_alloc::node::{AllocListeners, AllocNode, AllocNodeConfig};
 use seqsvr_store::{StoreConfig, StoreListeners, StoreNode};
 
@@ -86,13 +86,13 @@ fn main() -> std::process::ExitCode {
     match run(Cli::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("seqsvr: error: {e:#}");
+            eprintln!("seqsvr: error: {e}");
             std::process::ExitCode::FAILURE
         }
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+fn run(cli: Cli) -> Result<()> {
     seqsvr::logging::init(cli.log_format == "json");
     let threads = match &cli.cmd {
         Cmd::Alloc { threads, .. } => (*threads).max(1),
@@ -101,7 +101,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .enable_all()
-        .build()?;
+        .build()
+        .map_err(|e| Error::io("starting the runtime", e))?;
     rt.block_on(async move {
         match cli.cmd {
             Cmd::Store { config } => run_store(config).await,
@@ -140,13 +141,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     })
 }
 
-async fn run_alloc(path: PathBuf) -> anyhow::Result<()> {
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+async fn run_alloc(path: PathBuf) -> Result<()> {
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
     let cfg = AllocNodeConfig::from_toml(&text).with_context(|| path.display().to_string())?;
     let listeners = AllocListeners::bind(&cfg)
         .await
-        .with_context(|| path.display().to_string())?;
+        .map_err(|e| Error::io(path.display().to_string(), e))?;
     let node = AllocNode::start(cfg, listeners)
         .await
         .with_context(|| path.display().to_string())?;
@@ -156,7 +157,7 @@ async fn run_alloc(path: PathBuf) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn run_store(path: PathBuf) -> anyhow::Result<()> {
+async fn run_store(path: PathBuf) -> Result<()> {
     // Errors name the file and the key (`StoreConfig::from_file`).
     let cfg = StoreConfig::from_file(&path)?;
     let listeners = StoreListeners::bind(&cfg)
@@ -171,9 +172,11 @@ async fn run_store(path: PathBuf) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn certs(dir: &std::path::Path, who: &Identities, overwrite: bool) -> anyhow::Result<()> {
+fn certs(dir: &std::path::Path, who: &Identities, overwrite: bool) -> Result<()> {
     if who.stores.is_empty() && who.allocs.is_empty() && who.operators.is_empty() {
-        anyhow::bail!("nothing to issue: give --store, --alloc and/or --operator");
+        return Err(Error::Usage(
+            "nothing to issue: give --store, --alloc and/or --operator".into(),
+        ));
     }
     let issued = seqsvr::certs::issue(dir, who, overwrite)?;
     let pki = seqsvr_net::DevPki::open(dir);

@@ -10,12 +10,12 @@
 //! owner's lease has certainly expired, are routed with `Assign` — and the
 //! store refuses anything else.
 
-use anyhow::{bail, Context};
 use clap::Subcommand;
 use seqsvr_core::{Incarnation, RouteTable, SectionId};
 use seqsvr_proto::{self as pb};
 
 use super::Ctl;
+use crate::error::{Context, Error, Result};
 
 /// `seqctl alloc …`.
 #[derive(Subcommand, Debug, Clone)]
@@ -45,7 +45,7 @@ pub enum AllocOp {
 }
 
 /// Runs `seqctl alloc <op>`.
-pub async fn run(ctl: &Ctl, op: AllocOp) -> anyhow::Result<()> {
+pub async fn run(ctl: &Ctl, op: AllocOp) -> Result<()> {
     match op {
         AllocOp::Drain { id } => drain(ctl, &id).await.map(drop),
         AllocOp::Undrain { id } => undrain(ctl, &id).await,
@@ -62,7 +62,7 @@ struct Target {
 }
 
 /// The leader's lease view: every AllocSvr it knows, and the lease length.
-async fn leases(ctl: &Ctl) -> anyhow::Result<(Vec<pb::AllocLease>, u64)> {
+async fn leases(ctl: &Ctl) -> Result<(Vec<pb::AllocLease>, u64)> {
     let l = ctl
         .leader_status()
         .await
@@ -95,7 +95,7 @@ async fn hand_off(
     from: &str,
     admin_addr: &str,
     moves: Vec<pb::Move>,
-) -> anyhow::Result<Vec<pb::MoveResult>> {
+) -> Result<Vec<pb::MoveResult>> {
     if moves.is_empty() {
         return Ok(Vec::new());
     }
@@ -136,7 +136,7 @@ async fn hand_off(
 /// section has now: for sections with no owner, or whose owner's lease has
 /// certainly expired (the store refuses any other). Consecutive sections
 /// bound for one AllocSvr go in one call.
-async fn assign(ctl: &Ctl, moves: &[pb::Move]) -> anyhow::Result<Vec<pb::MoveResult>> {
+async fn assign(ctl: &Ctl, moves: &[pb::Move]) -> Result<Vec<pb::MoveResult>> {
     let mut results = Vec::with_capacity(moves.len());
     for run in runs(moves) {
         let (first, to) = (run[0].section, &run[0].to_alloc);
@@ -229,7 +229,7 @@ fn unowned(routes: &RouteTable) -> Vec<SectionId> {
 /// Drains `alloc`: marks it draining and moves every section it serves to
 /// the live AllocSvrs — handed off by `alloc` itself while it holds a
 /// lease, assigned by the store once its lease has certainly expired.
-pub async fn drain(ctl: &Ctl, alloc: &str) -> anyhow::Result<Vec<pb::MoveResult>> {
+pub async fn drain(ctl: &Ctl, alloc: &str) -> Result<Vec<pb::MoveResult>> {
     ctl.admin.set_draining(alloc, true).await?;
     let routes = ctl.read.routes().await?;
     let sections = sections_of(&routes, alloc);
@@ -241,7 +241,9 @@ pub async fn drain(ctl: &Ctl, alloc: &str) -> anyhow::Result<Vec<pb::MoveResult>
     let mut targets = live_targets(&allocs, lease_ms);
     targets.retain(|t| t.id != alloc);
     if targets.is_empty() {
-        bail!("no live AllocSvr to take {alloc}'s sections");
+        return Err(Error::Failed(format!(
+            "no live AllocSvr to take {alloc}'s sections"
+        )));
     }
     let moves = plan(&sections, &mut targets);
     let results = match allocs.iter().find(|a| a.alloc_id == alloc) {
@@ -249,14 +251,16 @@ pub async fn drain(ctl: &Ctl, alloc: &str) -> anyhow::Result<Vec<pb::MoveResult>
         _ => assign(ctl, &moves).await?,
     };
     if results.iter().any(|r| !r.ok) {
-        bail!("some sections did not move; run the drain again");
+        return Err(Error::Failed(
+            "some sections did not move; run the drain again".into(),
+        ));
     }
     Ok(results)
 }
 
 /// Clears `alloc`'s draining mark (it then gets sections again from
 /// `rebalance` or from the arbiter).
-pub async fn undrain(ctl: &Ctl, alloc: &str) -> anyhow::Result<()> {
+pub async fn undrain(ctl: &Ctl, alloc: &str) -> Result<()> {
     ctl.admin.set_draining(alloc, false).await?;
     println!("{alloc} takes sections again; run `seqctl alloc rebalance` to give it its share");
     Ok(())
@@ -265,11 +269,11 @@ pub async fn undrain(ctl: &Ctl, alloc: &str) -> anyhow::Result<()> {
 /// Evens out sections over the live AllocSvrs (how a new AllocSvr gets its
 /// share): sections with no owner are assigned, then the most loaded hand
 /// sections off to the least loaded.
-pub async fn rebalance(ctl: &Ctl) -> anyhow::Result<()> {
+pub async fn rebalance(ctl: &Ctl) -> Result<()> {
     let (allocs, lease_ms) = leases(ctl).await?;
     let mut targets = live_targets(&allocs, lease_ms);
     if targets.is_empty() {
-        bail!("no live AllocSvr");
+        return Err(Error::Failed("no live AllocSvr".into()));
     }
     targets.sort_by(|a, b| a.id.cmp(&b.id));
     let routes = ctl.read.routes().await?;
@@ -277,7 +281,9 @@ pub async fn rebalance(ctl: &Ctl) -> anyhow::Result<()> {
     if !free.is_empty() {
         let results = assign(ctl, &plan(&free, &mut targets)).await?;
         if results.iter().any(|r| !r.ok) {
-            bail!("some unowned sections could not be assigned; run the rebalance again");
+            return Err(Error::Failed(
+                "some unowned sections could not be assigned; run the rebalance again".into(),
+            ));
         }
     }
     let total: u32 = targets.iter().map(|t| t.sections).sum();
@@ -324,7 +330,7 @@ pub async fn rebalance(ctl: &Ctl) -> anyhow::Result<()> {
 /// Refuses `alloc`'s `incarnation` from now on: its renewals fail, and its
 /// sections move once its lease has certainly expired (or a new process
 /// with the same id registers then).
-pub async fn fence(ctl: &Ctl, alloc: &str, incarnation: Incarnation) -> anyhow::Result<()> {
+pub async fn fence(ctl: &Ctl, alloc: &str, incarnation: Incarnation) -> Result<()> {
     ctl.admin.fence_alloc(alloc, incarnation).await?;
     println!("{alloc} incarnation {incarnation:x} is fenced");
     Ok(())

@@ -27,7 +27,6 @@ pub mod store;
 
 use std::time::Duration;
 
-use anyhow::Context;
 use seqsvr_net::ClientTls;
 use seqsvr_proto::alloc_admin_client::AllocAdminClient;
 use seqsvr_proto::store_admin_client::StoreAdminClient;
@@ -35,6 +34,8 @@ use seqsvr_proto::{self as pb};
 use seqsvr_store_api::client::connector;
 use seqsvr_store_api::{AdminClient, ReadClient};
 use tonic::transport::Channel;
+
+use crate::error::{Context, Error, Result};
 
 pub use alloc::{drain, fence, parse_incarnation, rebalance, undrain};
 pub use status::{sections, status};
@@ -73,15 +74,15 @@ impl Ctl {
     /// A cluster whose store replicas serve their client planes at `read`
     /// and their admin planes at `admin`, dialed with `tls` (the CA and,
     /// for the admin planes, an operator certificate) or in plaintext.
-    pub fn new(read: &[String], admin: &[String], tls: Option<ClientTls>) -> anyhow::Result<Ctl> {
+    pub fn new(read: &[String], admin: &[String], tls: Option<ClientTls>) -> Result<Ctl> {
         let connect = connector(tls.clone());
         let admin_replicas = admin
             .iter()
             .map(|a| {
-                let ch = connect(a).map_err(anyhow::Error::msg)?;
+                let ch = connect(a).map_err(Error::Usage)?;
                 Ok((a.clone(), StoreAdminClient::new(ch)))
             })
-            .collect::<anyhow::Result<_>>()?;
+            .collect::<Result<_>>()?;
         Ok(Ctl {
             read: ReadClient::new(read, &connect).context("store client plane")?,
             admin: AdminClient::new(admin, &connect).context("store admin plane")?,
@@ -116,7 +117,7 @@ impl Ctl {
     }
 
     /// A client of the AllocSvr admin plane at `addr`.
-    pub(crate) fn alloc_admin(&self, addr: &str) -> anyhow::Result<AllocAdminClient<Channel>> {
+    pub(crate) fn alloc_admin(&self, addr: &str) -> Result<AllocAdminClient<Channel>> {
         let ch = seqsvr_net::client::channel(addr, self.tls.as_ref(), CONNECT_TIMEOUT)?;
         Ok(AllocAdminClient::new(ch))
     }

@@ -5,9 +5,10 @@
 use seqsvr_proto::{self as pb};
 
 use super::Ctl;
+use crate::error::Result;
 
 /// Prints the store group, the set, routes and AllocSvr leases.
-pub async fn status(ctl: &Ctl) -> anyhow::Result<()> {
+pub async fn status(ctl: &Ctl) -> Result<()> {
     println!("store replicas:");
     for (addr, st) in &ctl.read.status_all().await {
         match st {
@@ -76,7 +77,7 @@ fn print_lease(a: &pb::AllocLease) {
 }
 
 /// Prints sections' ceilings, epochs and owners.
-pub async fn sections(ctl: &Ctl, first: u32, count: Option<u32>) -> anyhow::Result<()> {
+pub async fn sections(ctl: &Ctl, first: u32, count: Option<u32>) -> Result<()> {
     let total = ctl.read.routes().await?.set.section_count();
     let count = count.unwrap_or(total.saturating_sub(first));
     println!(

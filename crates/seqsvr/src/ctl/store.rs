@@ -4,6 +4,7 @@ use clap::Subcommand;
 use seqsvr_core::LeaseTerms;
 
 use super::Ctl;
+use crate::error::{Error, Result};
 
 /// `seqctl store …`.
 #[derive(Subcommand, Debug, Clone)]
@@ -21,7 +22,7 @@ pub enum StoreOp {
 }
 
 /// Runs `seqctl store <op>`.
-pub async fn run(ctl: &Ctl, op: StoreOp) -> anyhow::Result<()> {
+pub async fn run(ctl: &Ctl, op: StoreOp) -> Result<()> {
     match op {
         StoreOp::Lease {
             lease_ms,
@@ -38,8 +39,8 @@ pub async fn run(ctl: &Ctl, op: StoreOp) -> anyhow::Result<()> {
 
 /// Changes the lease terms (replicated, so every leader judges leases by
 /// the terms they were granted under); prints the terms in force.
-pub async fn set_lease(ctl: &Ctl, terms: LeaseTerms) -> anyhow::Result<()> {
-    terms.validate().map_err(anyhow::Error::msg)?;
+pub async fn set_lease(ctl: &Ctl, terms: LeaseTerms) -> Result<()> {
+    terms.validate().map_err(Error::Usage)?;
     let now = ctl.admin.set_lease(terms).await?;
     println!(
         "lease {} ms + margin {} ms (clock drift tolerated: {:.1} %)",

@@ -3,9 +3,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
 use seqsvr_store_api::ReadClient;
 use serde::Serialize;
+
+use crate::error::{Context, Error, Result};
 
 /// The fault actions, as named in `AT:ACTION:TARGET`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -112,7 +113,7 @@ pub(super) async fn run_faults(
     done
 }
 
-async fn act(action: &Action, targets: &Targets<'_>) -> anyhow::Result<String> {
+async fn act(action: &Action, targets: &Targets<'_>) -> Result<String> {
     let (name, sig) = match action {
         Action::Isolate(n) => return partition(n, true, targets).await,
         Action::Heal(n) => return partition(n, false, targets).await,
@@ -124,41 +125,52 @@ async fn act(action: &Action, targets: &Targets<'_>) -> anyhow::Result<String> {
                 .arg("-c")
                 .arg(cmd)
                 .output()
-                .await?;
+                .await
+                .map_err(|e| Error::io(format!("running `{cmd}`"), e))?;
             return Ok(format!("`{cmd}` exited with {}", out.status));
         }
     };
     let name = resolve(name, targets.store).await?;
     let path = targets.dev_dir.join(format!("{name}.pid"));
-    let pid: i32 = std::fs::read_to_string(&path)
-        .with_context(|| format!("reading {}", path.display()))?
-        .trim()
-        .parse()?;
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+    let pid: i32 = text.trim().parse().map_err(|e| {
+        Error::Failed(format!(
+            "{} holds no pid ({:?}): {e}",
+            path.display(),
+            text.trim()
+        ))
+    })?;
     // SAFETY: kill(2) has no memory effects; the pid is the dev cluster's child.
     if unsafe { libc::kill(pid, sig) } != 0 {
-        bail!("kill({pid}): {}", std::io::Error::last_os_error());
+        return Err(Error::io(
+            format!("kill({pid})"),
+            std::io::Error::last_os_error(),
+        ));
     }
     Ok(format!("signal {sig} sent to {name} (pid {pid})"))
 }
 
 /// Cuts dev store replica `name` off from its peers (`isolate`), or heals
 /// it, through its partition file (see `docs/architecture/failover.md`).
-async fn partition(name: &str, isolate: bool, targets: &Targets<'_>) -> anyhow::Result<String> {
+async fn partition(name: &str, isolate: bool, targets: &Targets<'_>) -> Result<String> {
     let name = resolve(name, targets.store).await?;
     let path = targets
         .dev_dir
         .join(&name)
         .join(seqsvr_store::node::ISOLATE_FILE);
     if isolate {
-        std::fs::write(&path, b"").with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(&path, b"")
+            .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
         return Ok(format!("{name} cut off from its peers"));
     }
-    std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
+    std::fs::remove_file(&path)
+        .map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
     Ok(format!("{name} healed"))
 }
 
 /// `store-leader` → `store-<id>`; other names as they are.
-async fn resolve(name: &str, store: &ReadClient) -> anyhow::Result<String> {
+async fn resolve(name: &str, store: &ReadClient) -> Result<String> {
     if name != "store-leader" {
         return Ok(name.to_string());
     }

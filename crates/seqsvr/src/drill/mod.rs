@@ -35,17 +35,18 @@ mod workload;
 
 use std::time::Instant;
 
-use anyhow::Context;
 use seqsvr_client::{ClientOptions, SeqClient};
 use seqsvr_store_api::client::connector;
 use seqsvr_store_api::ReadClient;
+
+use crate::error::{Context, Result};
 
 pub use args::{parse_duration, parse_fault, parse_uids, DrillArgs, DrillConfig};
 pub use faults::{Action, ActionKind, Fault};
 pub use report::{FaultReport, Report};
 
 /// Runs a drill.
-pub async fn run(cfg: DrillConfig) -> anyhow::Result<Report> {
+pub async fn run(cfg: DrillConfig) -> Result<Report> {
     let store = ReadClient::new(&cfg.store, &connector(cfg.tls.clone()))?;
     let set = store.routes().await.context("reading the route table")?.set;
     let load = workload::Load {

@@ -217,7 +217,7 @@ async fn a_deposed_store_leader_keeps_no_old_owner_alive() {
         .dir
         .path()
         .join(format!("store-{}", leader + 1))
-        .join(seqsvr_store::node::ISOLATE_FILE);
+        .join(seqsvr_store::fault::ISOLATE_FILE);
     std::fs::write(&isolate, b"").unwrap();
     // At the same time alloc-1 stops renewing (paused): the new leader must
     // move its sections, and the old leader must not renew alloc-1.

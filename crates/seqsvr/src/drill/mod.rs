@@ -47,6 +47,7 @@ pub use report::{FaultReport, Report};
 
 /// Runs a drill.
 pub async fn run(cfg: DrillConfig) -> Result<Report> {
+    faults::check(&cfg.faults)?;
     let store = ReadClient::new(&cfg.store, &connector(cfg.tls.clone()))?;
     let set = store.routes().await.context("reading the route table")?.set;
     let load = workload::Load {

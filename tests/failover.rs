@@ -187,7 +187,7 @@ async fn a_killed_allocs_sections_are_served_elsewhere_within_lease_margin_and_a
         deadline: Duration::from_millis(500),
     };
     let report = seqsvr::drill::run(cfg).await.unwrap();
-    report.print(false);
+    report.print(false).unwrap();
     assert!(report.ok(), "promise 1 broken\n{}", cluster.store.logs());
     assert!(
         report.numbers > 1000,

@@ -29,6 +29,7 @@ use crate::defaults::{
     DEV_STORES, DEV_UID_END,
 };
 use crate::error::{Context, Error, Result};
+use crate::outln;
 
 /// Resolves on Ctrl-C or SIGTERM.
 pub async fn shutdown_signal() {
@@ -215,10 +216,12 @@ pub async fn run(opts: DevOptions) -> Result<()> {
             "store",
             write_config(dev_config_path(&dir, &name), &cfg)?,
         )?;
-        println!(
+        outln!(
             "{name:<13}peer {}  client {}  admin {}",
-            s.peer, s.client, s.admin
-        );
+            s.peer,
+            s.client,
+            s.admin
+        )?;
     }
     for a in &DEV_ALLOCS {
         let cfg = dev_alloc_config(a, pki.as_ref());
@@ -227,20 +230,23 @@ pub async fn run(opts: DevOptions) -> Result<()> {
             "alloc",
             write_config(dev_config_path(&dir, a.id), &cfg)?,
         )?;
-        println!(
+        outln!(
             "{:<13}client {}  peer {}  admin {}",
-            a.id, a.client, a.peer, a.admin
-        );
+            a.id,
+            a.client,
+            a.peer,
+            a.admin
+        )?;
     }
-    println!("data and logs  {}", dir.display());
+    outln!("data and logs  {}", dir.display())?;
     match &pki {
-        Some(pki) => print_tls_usage(&opts.dir, pki),
+        Some(pki) => print_tls_usage(&opts.dir, pki)?,
         None => {
-            println!("try:           seqctl next 42        (prints a sequence number)");
-            println!("               seqctl status");
+            outln!("try:           seqctl next 42        (prints a sequence number)")?;
+            outln!("               seqctl status")?;
         }
     }
-    println!("stop:          Ctrl-C");
+    outln!("stop:          Ctrl-C")?;
     let mut shutdown = std::pin::pin!(shutdown_signal());
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
     loop {
@@ -249,7 +255,7 @@ pub async fn run(opts: DevOptions) -> Result<()> {
             _ = tick.tick() => supervise(&dir, &mut children, opts.restart_after)?,
         }
     }
-    println!("stopping…");
+    outln!("stopping…")?;
     // AllocSvrs first, then the store.
     for c in children.iter_mut().rev() {
         if let Some(pid) = c.child.id() {
@@ -267,27 +273,27 @@ pub async fn run(opts: DevOptions) -> Result<()> {
 }
 
 /// Prints where the PKI is and the exact `seqctl` flags to use it.
-fn print_tls_usage(dir_as_given: &Path, pki: &DevPki) {
+fn print_tls_usage(dir_as_given: &Path, pki: &DevPki) -> Result<()> {
     let op = pki.tls_config(DEV_OPERATOR);
     let TlsConfig { ca, cert, key } = &op;
-    println!(
+    outln!(
         "TLS            on every plane; CA and certificates in {}",
         pki.dir().display()
-    );
-    println!(
+    )?;
+    outln!(
         "seqctl:        seqctl --ca {} --cert {} --key {} status",
         ca.display(),
         cert.display(),
         key.display()
-    );
-    println!(
+    )?;
+    outln!(
         "               or: seqctl --dev-dir {} status   (finds the dev PKI itself)",
         dir_as_given.display()
-    );
-    println!(
+    )?;
+    outln!(
         "clients:       trust {} (the client plane asks for no certificate)",
         ca.display()
-    );
+    )
 }
 
 /// Notices dead children and restarts them once their delay has passed.
@@ -300,7 +306,7 @@ fn supervise(
     for c in children.iter_mut() {
         if c.died.is_none() {
             if let Ok(Some(status)) = c.child.try_wait() {
-                println!("{} exited ({status})", c.name);
+                outln!("{} exited ({status})", c.name)?;
                 c.died = Some(now);
             }
         }
@@ -309,7 +315,7 @@ fn supervise(
                 let refs: Vec<&str> = c.args.iter().map(String::as_str).collect();
                 c.child = spawn(dir, &c.name, &refs)?;
                 c.died = None;
-                println!("{} restarted", c.name);
+                outln!("{} restarted", c.name)?;
             }
             _ => {}
         }

@@ -40,6 +40,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// Standard output could not be written (see [`Error::is_closed_output`]).
+    #[error("writing to standard output: {0}")]
+    Output(std::io::Error),
     /// A drill caller panicked.
     #[error("drill caller: {0}")]
     Task(#[from] tokio::task::JoinError),
@@ -65,6 +68,17 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// Whether this is standard output closed under the command (`seqctl
+    /// status | head -1`): the reader has what it wanted, so the command
+    /// ends quietly and successfully, as Unix tools do.
+    pub fn is_closed_output(&self) -> bool {
+        match self {
+            Error::Output(e) => e.kind() == std::io::ErrorKind::BrokenPipe,
+            Error::Context { source, .. } => source.is_closed_output(),
+            _ => false,
+        }
+    }
+
     /// An I/O failure while doing `what`.
     pub fn io(what: impl Into<String>, source: std::io::Error) -> Error {
         Error::Io {

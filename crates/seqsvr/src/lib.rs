@@ -16,6 +16,8 @@
 //!   binaries so `seqctl` with no flags talks to `seqsvr dev`.
 //! - [`drill`]: `seqctl drill`: workload + faults + report.
 //! - [`logging`]: tracing setup.
+//! - [`out`]: standard output that reports a closed pipe instead of
+//!   panicking (`outln!`).
 //! - [`error`]: [`Error`], the one error type of both binaries.
 
 pub use seqsvr_core::checker;
@@ -26,5 +28,6 @@ pub mod dev;
 pub mod drill;
 pub mod error;
 pub mod logging;
+pub mod out;
 
 pub use error::{Error, Result};

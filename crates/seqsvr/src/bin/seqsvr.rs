@@ -6,8 +6,14 @@ use clap::{Parser, Subcommand};
 use seqsvr::certs::Identities;
 use seqsvr::dev::DevOptions;
 use seqsvr::error::{Context, Error, Result};
+use seqsvr::outln;
 use seqsvr_alloc::node::{AllocListeners, AllocNode, AllocNodeConfig};
 use seqsvr_store::{StoreConfig, StoreListeners, StoreNode};
+
+/// The environment variable that stands for `--config` (the flag wins when
+/// both are given): one image, one command line, the file chosen by the
+/// environment (a container's, a pod's).
+const CONFIG_ENV: &str = "SEQSVR_CONFIG";
 
 #[derive(Parser)]
 #[command(
@@ -28,13 +34,13 @@ enum Cmd {
     /// Runs one StoreSvr replica from a TOML config.
     Store {
         /// The replica's config file (see config/store-1.toml).
-        #[arg(long)]
+        #[arg(long, env = CONFIG_ENV)]
         config: PathBuf,
     },
     /// Runs one AllocSvr from a TOML config.
     Alloc {
         /// The AllocSvr's config file (see config/alloc-1.toml).
-        #[arg(long)]
+        #[arg(long, env = CONFIG_ENV)]
         config: PathBuf,
         /// Runtime worker threads (1 is fastest when clients share the
         /// machine's cores).
@@ -85,6 +91,7 @@ enum Cmd {
 fn main() -> std::process::ExitCode {
     match run(Cli::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) if e.is_closed_output() => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("seqsvr: error: {e}");
             std::process::ExitCode::FAILURE
@@ -180,26 +187,26 @@ fn certs(dir: &std::path::Path, who: &Identities, overwrite: bool) -> Result<()>
     }
     let issued = seqsvr::certs::issue(dir, who, overwrite)?;
     let pki = seqsvr_net::DevPki::open(dir);
-    println!("CA             {}", pki.ca_path().display());
+    outln!("CA             {}", pki.ca_path().display())?;
     for leaf in who.leaves() {
         let kept = if issued.contains(&leaf.name) {
             ""
         } else {
             "  (kept)"
         };
-        println!(
+        outln!(
             "{:<14} {}  {}{kept}",
             leaf.name,
             pki.cert_path(&leaf.name).display(),
             pki.key_path(&leaf.name).display()
-        );
+        )?;
     }
-    println!(
+    outln!(
         "each process's config: [tls] ca = \"<CA>\", cert = \"<name>.pem\", key = \"<name>-key.pem\""
-    );
-    println!(
+    )?;
+    outln!(
         "{} signs new certificates: keep it off the servers",
         pki.ca_key_path().display()
-    );
+    )?;
     Ok(())
 }

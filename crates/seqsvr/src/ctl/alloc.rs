@@ -16,6 +16,7 @@ use seqsvr_proto::{self as pb};
 
 use super::Ctl;
 use crate::error::{Context, Error, Result};
+use crate::outln;
 
 /// `seqctl alloc …`.
 #[derive(Subcommand, Debug, Clone)]
@@ -116,18 +117,20 @@ async fn hand_off(
         .collect();
     us.sort_unstable();
     for r in results.iter().filter(|r| !r.ok) {
-        println!(
+        outln!(
             "  section {:>5} -> {:<12} FAILED: {}",
-            r.section, r.to_alloc, r.error
-        );
+            r.section,
+            r.to_alloc,
+            r.error
+        )?;
     }
     if let (Some(max), Some(p50)) = (us.last(), us.get(us.len() / 2)) {
-        println!(
+        outln!(
             "{from}: moved {} sections; unavailable per section: p50 {:.1} ms, max {:.1} ms",
             us.len(),
             *p50 as f64 / 1000.0,
             *max as f64 / 1000.0
-        );
+        )?;
     }
     Ok(results)
 }
@@ -149,10 +152,10 @@ async fn assign(ctl: &Ctl, moves: &[pb::Move]) -> Result<Vec<pb::MoveResult>> {
             .collect();
         let outcome = ctl.admin.assign(to, first, epochs).await;
         if let Err(e) = &outcome {
-            println!(
+            outln!(
                 "  sections {first}..{} -> {to:<12} FAILED: {e}",
                 first + run.len() as u32
-            );
+            )?;
         }
         results.extend(run.iter().map(|m| {
             pb::MoveResult {
@@ -170,7 +173,7 @@ async fn assign(ctl: &Ctl, moves: &[pb::Move]) -> Result<Vec<pb::MoveResult>> {
     }
     let ok = results.iter().filter(|r| r.ok).count();
     if ok > 0 {
-        println!("assigned {ok} sections");
+        outln!("assigned {ok} sections")?;
     }
     Ok(results)
 }
@@ -234,7 +237,7 @@ pub async fn drain(ctl: &Ctl, alloc: &str) -> Result<Vec<pb::MoveResult>> {
     let routes = ctl.read.routes().await?;
     let sections = sections_of(&routes, alloc);
     if sections.is_empty() {
-        println!("{alloc} is draining and serves no sections");
+        outln!("{alloc} is draining and serves no sections")?;
         return Ok(Vec::new());
     }
     let (allocs, lease_ms) = leases(ctl).await?;
@@ -262,7 +265,7 @@ pub async fn drain(ctl: &Ctl, alloc: &str) -> Result<Vec<pb::MoveResult>> {
 /// `rebalance` or from the arbiter).
 pub async fn undrain(ctl: &Ctl, alloc: &str) -> Result<()> {
     ctl.admin.set_draining(alloc, false).await?;
-    println!("{alloc} takes sections again; run `seqctl alloc rebalance` to give it its share");
+    outln!("{alloc} takes sections again; run `seqctl alloc rebalance` to give it its share")?;
     Ok(())
 }
 
@@ -323,7 +326,7 @@ pub async fn rebalance(ctl: &Ctl) -> Result<()> {
         moved += moves.len();
         hand_off(ctl, &from.id, &admin_addr, moves).await?;
     }
-    println!("rebalanced: moved {moved} of {total} sections over {n} allocs");
+    outln!("rebalanced: moved {moved} of {total} sections over {n} allocs")?;
     Ok(())
 }
 
@@ -332,7 +335,7 @@ pub async fn rebalance(ctl: &Ctl) -> Result<()> {
 /// with the same id registers then).
 pub async fn fence(ctl: &Ctl, alloc: &str, incarnation: Incarnation) -> Result<()> {
     ctl.admin.fence_alloc(alloc, incarnation).await?;
-    println!("{alloc} incarnation {incarnation:x} is fenced");
+    outln!("{alloc} incarnation {incarnation:x} is fenced")?;
     Ok(())
 }
 

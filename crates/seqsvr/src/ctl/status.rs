@@ -6,13 +6,14 @@ use seqsvr_proto::{self as pb};
 
 use super::Ctl;
 use crate::error::Result;
+use crate::outln;
 
 /// Prints the store group, the set, routes and AllocSvr leases.
 pub async fn status(ctl: &Ctl) -> Result<()> {
-    println!("store replicas:");
+    outln!("store replicas:")?;
     for (addr, st) in &ctl.read.status_all().await {
         match st {
-            Ok(s) => println!(
+            Ok(s) => outln!(
                 "  {:<3} {addr:<22} {:<10} term {:<4} leader {:<3} applied {:<8} fsyncs {}",
                 s.node_id,
                 s.state,
@@ -24,13 +25,13 @@ pub async fn status(ctl: &Ctl) -> Result<()> {
                 },
                 s.last_applied,
                 s.fsyncs
-            ),
-            Err(e) => println!("  ?   {addr:<22} unreachable: {e}"),
+            )?,
+            Err(e) => outln!("  ?   {addr:<22} unreachable: {e}")?,
         }
     }
     let routes = ctl.read.routes().await?;
     let s = &routes.set;
-    println!(
+    outln!(
         "set {}: uids [{}, {}), {} sections of {}, step {}",
         s.set_id,
         s.uid_begin,
@@ -38,27 +39,28 @@ pub async fn status(ctl: &Ctl) -> Result<()> {
         s.section_count(),
         s.section_size,
         s.step
-    );
-    println!("route version {}", routes.version);
+    )?;
+    outln!("route version {}", routes.version)?;
     let owned: u32 = routes.entries.iter().map(|e| e.count).sum();
     match ctl.leader_status().await {
         Some(l) => {
-            println!(
+            outln!(
                 "allocs (lease {} ms + margin {} ms, as the leader sees them):",
-                l.lease_ms, l.margin_ms
-            );
+                l.lease_ms,
+                l.margin_ms
+            )?;
             for a in &l.allocs {
-                print_lease(a);
+                print_lease(a)?;
             }
         }
-        None => println!("allocs: (no leader to ask)"),
+        None => outln!("allocs: (no leader to ask)")?,
     }
-    println!("  (unowned)    {} sections", s.section_count() - owned);
+    outln!("  (unowned)    {} sections", s.section_count() - owned)?;
     Ok(())
 }
 
 /// One AllocSvr's line in `status`.
-fn print_lease(a: &pb::AllocLease) {
+fn print_lease(a: &pb::AllocLease) -> Result<()> {
     let lease = match (a.since_grant_ms, a.expired) {
         (_, true) => "EXPIRED".to_string(),
         (-1, false) => "no renewal yet (new leader)".to_string(),
@@ -66,30 +68,41 @@ fn print_lease(a: &pb::AllocLease) {
     };
     let drain = if a.draining { " draining" } else { "" };
     let fenced = if a.fenced { " FENCED" } else { "" };
-    println!(
+    outln!(
         "  {:<12} {:<22} {:>4} sections  {lease}{drain}{fenced}",
-        a.alloc_id, a.addr, a.sections
-    );
-    println!(
+        a.alloc_id,
+        a.addr,
+        a.sections
+    )?;
+    outln!(
         "  {:<12} incarnation {:x}  peer {}  admin {}",
-        "", a.incarnation, a.peer_addr, a.admin_addr
-    );
+        "",
+        a.incarnation,
+        a.peer_addr,
+        a.admin_addr
+    )
 }
 
 /// Prints sections' ceilings, epochs and owners.
 pub async fn sections(ctl: &Ctl, first: u32, count: Option<u32>) -> Result<()> {
     let total = ctl.read.routes().await?.set.section_count();
     let count = count.unwrap_or(total.saturating_sub(first));
-    println!(
+    outln!(
         "{:>8} {:>20} {:>8}  {:<12} incarnation",
-        "section", "max_seq", "epoch", "owner"
-    );
+        "section",
+        "max_seq",
+        "epoch",
+        "owner"
+    )?;
     for s in ctl.read.read_sections(first, count).await? {
         let owner = s.owner.as_deref().unwrap_or("-");
-        println!(
+        outln!(
             "{:>8} {:>20} {:>8}  {owner:<12} {:x}",
-            s.section, s.max_seq, s.epoch, s.incarnation
-        );
+            s.section,
+            s.max_seq,
+            s.epoch,
+            s.incarnation
+        )?;
     }
     Ok(())
 }

@@ -5,6 +5,7 @@ use seqsvr_core::LeaseTerms;
 
 use super::Ctl;
 use crate::error::{Error, Result};
+use crate::outln;
 
 /// `seqctl store …`.
 #[derive(Subcommand, Debug, Clone)]
@@ -42,11 +43,11 @@ pub async fn run(ctl: &Ctl, op: StoreOp) -> Result<()> {
 pub async fn set_lease(ctl: &Ctl, terms: LeaseTerms) -> Result<()> {
     terms.validate().map_err(Error::Usage)?;
     let now = ctl.admin.set_lease(terms).await?;
-    println!(
+    outln!(
         "lease {} ms + margin {} ms (clock drift tolerated: {:.1} %)",
         now.lease_ms,
         now.margin_ms,
         100.0 * now.margin_ms as f64 / now.lease_ms as f64
-    );
+    )?;
     Ok(())
 }

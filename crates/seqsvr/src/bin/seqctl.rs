@@ -2,10 +2,11 @@
 //! `seqsvr dev` cluster. See `seqctl --help`.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use seqsvr::ctl::{self, Ctl};
-use seqsvr::{defaults, drill, Error, Result};
+use seqsvr::{defaults, drill, outln, Error, Result};
 use seqsvr_client::{ClientOptions, ClientTls, SeqClient};
 use seqsvr_net::TlsConfig;
 
@@ -82,17 +83,30 @@ enum Cmd {
         #[command(subcommand)]
         op: ctl::store::StoreOp,
     },
+    /// Probes one process (store replica or AllocSvr) through its own
+    /// status on its client plane; prints one line. Exit 0: healthy (with
+    /// --ready: ready), 1: answered but not ready, 2: unreachable or bad
+    /// flags.
+    Health(ctl::health::HealthArgs),
     /// Failover drill: drive a workload, inject faults, report regressions,
     /// unavailability and skipped numbers. Exits non-zero on any regression.
     Drill(drill::DrillArgs),
 }
 
-fn main() -> std::process::ExitCode {
-    match run(Cli::parse()) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // A probe's failure to even try (bad address, unreadable CA) is exit
+    // 2, like an unreachable process; other commands fail with 1.
+    let failure = match cli.cmd {
+        Cmd::Health(_) => ExitCode::from(2),
+        _ => ExitCode::FAILURE,
+    };
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) if e.is_closed_output() => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("seqctl: error: {e}");
-            std::process::ExitCode::FAILURE
+            failure
         }
     }
 }
@@ -171,7 +185,7 @@ fn or_dev(given: &[String], dev: fn() -> Vec<String>) -> Vec<String> {
     }
 }
 
-fn run(cli: Cli) -> Result<()> {
+fn run(cli: Cli) -> Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -190,19 +204,19 @@ fn run(cli: Cli) -> Result<()> {
             SeqClient::connect(&seeds, options)
         };
         let ctl = || Ctl::new(&store, &store_admin, dial.tls.clone());
-        match cli.cmd {
+        let done = match cli.cmd {
             Cmd::Next { uid } => {
-                println!("{}", seq().await?.next(uid).await?);
+                outln!("{}", seq().await?.next(uid).await?)?;
                 Ok(())
             }
             Cmd::NextBatch { uids } => {
                 for n in seq().await?.next_batch(&uids).await? {
-                    println!("{n}");
+                    outln!("{n}")?;
                 }
                 Ok(())
             }
             Cmd::Current { uid } => {
-                println!("{}", seq().await?.current(uid).await?);
+                outln!("{}", seq().await?.current(uid).await?)?;
                 Ok(())
             }
             Cmd::Status => ctl::status(&ctl()?).await,
@@ -215,10 +229,19 @@ fn run(cli: Cli) -> Result<()> {
                 dial.need_operator()?;
                 ctl::store::run(&ctl()?, op).await
             }
+            Cmd::Health(args) => {
+                let health = ctl::health::probe(&args, dial.tls.as_ref()).await?;
+                // The exit code is the verdict: a reader gone early does
+                // not turn "unreachable" into success.
+                match outln!("{}", health.line()) {
+                    Err(e) if !e.is_closed_output() => return Err(e),
+                    _ => return Ok(ExitCode::from(health.exit_code())),
+                }
+            }
             Cmd::Drill(args) => {
                 let cfg = args.into_config(&store, &seeds, &dev_dir, dial.tls.clone());
                 let report = drill::run(cfg).await?;
-                report.print(args.json);
+                report.print(args.json)?;
                 if !report.ok() {
                     return Err(Error::Failed(format!(
                         "promise 1 broken: {} regressions, {} repeats",
@@ -227,6 +250,7 @@ fn run(cli: Cli) -> Result<()> {
                 }
                 Ok(())
             }
-        }
+        };
+        done.map(|()| ExitCode::SUCCESS)
     })
 }

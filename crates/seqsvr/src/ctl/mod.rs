@@ -5,6 +5,8 @@
 //! - `alloc`: `seqctl alloc …`: planned moves (drain, undrain, rebalance)
 //!   and fencing an AllocSvr incarnation;
 //! - `store`: `seqctl store …`: store group settings (lease terms);
+//! - `health`: `seqctl health <addr>`: one process's own status, as a
+//!   probe (exit 0 healthy, 1 not ready, 2 unreachable);
 //! - here: [`Ctl`], the cluster as those commands reach it.
 //!
 //! A command group is a clap subcommand enum and a `run` function in its
@@ -12,6 +14,7 @@
 //!
 //! What the commands talk to:
 //!
+//! - one process's **client plane** (`health`): its own `Status`;
 //! - the store's **client plane** ([`ReadClient`]): routes, sections,
 //!   each replica's status;
 //! - the store's **admin plane** ([`AdminClient`], operator certificate
@@ -22,6 +25,7 @@
 //!   `Handoff`.
 
 pub mod alloc;
+pub mod health;
 pub mod status;
 pub mod store;
 

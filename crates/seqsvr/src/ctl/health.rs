@@ -154,10 +154,10 @@ pub fn judge_store(addr: &str, s: &pb::StoreStatus, ready: bool) -> Health {
 
 /// An AllocSvr's verdict from its own status.
 pub fn judge_alloc(addr: &str, s: &pb::AllocStatus, ready: bool) -> Health {
-    let lease = if s.lease_left_ms > 0 {
-        format!("lease {} ms left", s.lease_left_ms)
-    } else {
-        "no valid lease".into()
+    let lease = match s.lease_left_ms {
+        ms if ms > 0 => format!("lease {ms} ms left"),
+        0 => "no lease".into(),
+        ms => format!("lease expired {} ms ago", -ms),
     };
     let facts = format!(
         "{lease}, {} sections, route version {}{}",
@@ -257,6 +257,8 @@ mod tests {
             assert!(h.line().contains(why), "{h:?}");
             assert_eq!(judge_alloc("b:2", &s, false).exit_code(), 0);
         }
+        let late = judge_alloc("b:2", &alloc(0xab, -20), false);
+        assert!(late.line().contains("lease expired 20 ms ago"), "{late:?}");
     }
 
     #[tokio::test]

@@ -348,7 +348,52 @@ impl Cluster {
     fn host_port(&self, offset: u16) -> u16 {
         self.prefix * 1000 + offset
     }
+
+    /// What Docker's health check (`seqctl health --ready` in the
+    /// container) last said of `service`: `starting`, `healthy` or
+    /// `unhealthy`.
+    fn docker_health(&self, service: &str) -> String {
+        let id = ok(
+            Command::new("docker").args([
+                "ps",
+                "-q",
+                "--filter",
+                &format!("label=com.docker.compose.project={}", self.project),
+                "--filter",
+                &format!("label=com.docker.compose.service={service}"),
+            ]),
+            Duration::from_secs(30),
+        );
+        let id = id.lines().next().unwrap_or_default().to_string();
+        assert!(!id.is_empty(), "no container for {service}");
+        ok(
+            Command::new("docker").args(["inspect", "-f", "{{.State.Health.Status}}", &id]),
+            Duration::from_secs(30),
+        )
+        .trim()
+        .to_string()
+    }
+
+    /// `seqctl health --ready` from the host against a published client
+    /// port, with the cluster's CA: exit code and line.
+    fn health(&self, offset: u16) -> (Option<i32>, String) {
+        let out = run(
+            Command::new(&self.seqctl)
+                .arg("--ca")
+                .arg(self.work.path().join("pki/ca.pem"))
+                .args(["health", "--ready"])
+                .arg(format!("127.0.0.1:{}", self.host_port(offset))),
+            Duration::from_secs(30),
+        );
+        let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        (out.status.code(), line)
+    }
 }
+
+/// Every service of the compose cluster.
+const SERVICES: [&str; 6] = [
+    "store-1", "store-2", "store-3", "alloc-1", "alloc-2", "alloc-3",
+];
 
 impl Drop for Cluster {
     /// Removes what this run created, by name: the compose project
@@ -621,6 +666,34 @@ fn compose_cluster_keeps_numbers_going_up_through_container_faults() {
     // 2. Up: time from `compose up` to the first number.
     let first_ms = cluster.up();
     say!("compose up to first number: {first_ms} ms");
+
+    // 2b. Health: every container's own check (`seqctl health --ready`
+    //     against its client plane, under TLS) turns healthy, and the same
+    //     probe from the host through the published ports says ready.
+    let t = Instant::now();
+    for svc in SERVICES {
+        loop {
+            let h = cluster.docker_health(svc);
+            if h == "healthy" {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(90),
+                "{svc}'s health check says {h:?} after {:?}",
+                t.elapsed()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    say!(
+        "health checks: all six containers healthy {:.1} s after the first number",
+        t.elapsed().as_secs_f64()
+    );
+    for offset in [111, 112, 113, 201, 202, 203] {
+        let (code, line) = cluster.health(offset);
+        assert_eq!(code, Some(0), "health of port {offset}: {line}");
+        say!("  {line}");
+    }
 
     // 3. Metrics: a replica's scrape has the store's metrics, and its
     //    counters move (Raft heartbeats and renewals are calls).

@@ -9,8 +9,10 @@
 //!   offline; it installs its validator on first use).
 //! - `compose_cluster_keeps_numbers_going_up_through_container_faults`:
 //!   builds the image (`deploy/docker/build.sh`: one release build), starts
-//!   the compose cluster under a project name of its own, scrapes a
-//!   replica's and an AllocSvr's metrics, runs drills
+//!   the compose cluster under a project name of its own, waits for every
+//!   container's health check (`seqctl health --ready`) and probes each
+//!   published client plane the same way, scrapes a replica's and an
+//!   AllocSvr's metrics, runs drills
 //!   (`deploy/compose/drills.sh`: docker kill, pause past the lease,
 //!   network cuts, a twin, rolling restart, rolling upgrade) and checks
 //!   every report for 0 regressions, 0 repeats, every fault applied and
@@ -31,11 +33,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use seqsvr_alloc::node::AllocNodeConfig;
 use seqsvr_store::StoreConfig;
+
+mod deploy_support;
+
+use deploy_support::{ok, pid_alive, quietly, run, skip_reason};
 
 /// Drills run by default: every one `drills.sh` knows (kill, pause past
 /// the lease, a cut AllocSvr, a store leader cut from its peers, a twin, a
@@ -187,88 +193,6 @@ fn k8s_manifests_validate_offline() {
 }
 
 // ---------------------------------------------------------------------
-// Processes
-// ---------------------------------------------------------------------
-
-/// Runs `cmd` to completion, killing its process group after `limit`.
-fn run(cmd: &mut Command, limit: Duration) -> Output {
-    use std::os::unix::process::CommandExt;
-    let shown = format!("{cmd:?}");
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .unwrap_or_else(|e| panic!("{shown}: {e}"));
-    let pid = child.id() as i32;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(out) => out.unwrap_or_else(|e| panic!("{shown}: {e}")),
-        Err(_) => {
-            // SAFETY: kill(2) on the process group this test started.
-            unsafe { libc::kill(-pid, libc::SIGKILL) };
-            panic!("{shown} did not finish within {limit:?}");
-        }
-    }
-}
-
-/// Runs `cmd`; panics with its output unless it succeeds; returns stdout.
-fn ok(cmd: &mut Command, limit: Duration) -> String {
-    let shown = format!("{cmd:?}");
-    let out = run(cmd, limit);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{shown} failed ({}):\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
-/// Runs a command, ignoring how it ends (teardown).
-fn quietly(cmd: &mut Command) {
-    let _ = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-}
-
-/// Why the container suite cannot run here, if it cannot.
-fn skip_reason() -> Option<String> {
-    if std::env::var("SEQSVR_SKIP_DEPLOY").is_ok_and(|v| v == "1") {
-        return Some("SEQSVR_SKIP_DEPLOY=1".into());
-    }
-    let probe = |bin: &str, args: &[&str]| -> Result<(), String> {
-        match Command::new(bin).args(args).stdin(Stdio::null()).output() {
-            Err(e) => Err(format!("`{bin}` cannot be run: {e}")),
-            Ok(o) if !o.status.success() => Err(format!(
-                "`{bin} {}` failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&o.stderr).trim()
-            )),
-            Ok(_) => Ok(()),
-        }
-    };
-    if let Err(why) = probe("docker", &["info", "--format", "{{.ServerVersion}}"]) {
-        return Some(why);
-    }
-    // docker-compose 1.x, or the compose plugin.
-    let compose = probe("docker-compose", &["version", "--short"])
-        .or_else(|_| probe("docker", &["compose", "version", "--short"]));
-    compose.err()
-}
-
-fn pid_alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
-}
-
-// ---------------------------------------------------------------------
 // The compose cluster under test
 // ---------------------------------------------------------------------
 
@@ -348,7 +272,52 @@ impl Cluster {
     fn host_port(&self, offset: u16) -> u16 {
         self.prefix * 1000 + offset
     }
+
+    /// What Docker's health check (`seqctl health --ready` in the
+    /// container) last said of `service`: `starting`, `healthy` or
+    /// `unhealthy`.
+    fn docker_health(&self, service: &str) -> String {
+        let id = ok(
+            Command::new("docker").args([
+                "ps",
+                "-q",
+                "--filter",
+                &format!("label=com.docker.compose.project={}", self.project),
+                "--filter",
+                &format!("label=com.docker.compose.service={service}"),
+            ]),
+            Duration::from_secs(30),
+        );
+        let id = id.lines().next().unwrap_or_default().to_string();
+        assert!(!id.is_empty(), "no container for {service}");
+        ok(
+            Command::new("docker").args(["inspect", "-f", "{{.State.Health.Status}}", &id]),
+            Duration::from_secs(30),
+        )
+        .trim()
+        .to_string()
+    }
+
+    /// `seqctl health --ready` from the host against a published client
+    /// port, with the cluster's CA: exit code and line.
+    fn health(&self, offset: u16) -> (Option<i32>, String) {
+        let out = run(
+            Command::new(&self.seqctl)
+                .arg("--ca")
+                .arg(self.work.path().join("pki/ca.pem"))
+                .args(["health", "--ready"])
+                .arg(format!("127.0.0.1:{}", self.host_port(offset))),
+            Duration::from_secs(30),
+        );
+        let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        (out.status.code(), line)
+    }
 }
+
+/// Every service of the compose cluster.
+const SERVICES: [&str; 6] = [
+    "store-1", "store-2", "store-3", "alloc-1", "alloc-2", "alloc-3",
+];
 
 impl Drop for Cluster {
     /// Removes what this run created, by name: the compose project
@@ -621,6 +590,34 @@ fn compose_cluster_keeps_numbers_going_up_through_container_faults() {
     // 2. Up: time from `compose up` to the first number.
     let first_ms = cluster.up();
     say!("compose up to first number: {first_ms} ms");
+
+    // 2b. Health: every container's own check (`seqctl health --ready`
+    //     against its client plane, under TLS) turns healthy, and the same
+    //     probe from the host through the published ports says ready.
+    let t = Instant::now();
+    for svc in SERVICES {
+        loop {
+            let h = cluster.docker_health(svc);
+            if h == "healthy" {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(90),
+                "{svc}'s health check says {h:?} after {:?}",
+                t.elapsed()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    say!(
+        "health checks: all six containers healthy {:.1} s after the first number",
+        t.elapsed().as_secs_f64()
+    );
+    for offset in [111, 112, 113, 201, 202, 203] {
+        let (code, line) = cluster.health(offset);
+        assert_eq!(code, Some(0), "health of port {offset}: {line}");
+        say!("  {line}");
+    }
 
     // 3. Metrics: a replica's scrape has the store's metrics, and its
     //    counters move (Raft heartbeats and renewals are calls).

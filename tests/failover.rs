@@ -187,7 +187,7 @@ async fn a_killed_allocs_sections_are_served_elsewhere_within_lease_margin_and_a
         deadline: Duration::from_millis(500),
     };
     let report = seqsvr::drill::run(cfg).await.unwrap();
-    report.print(false);
+    report.print(false).unwrap();
     assert!(report.ok(), "promise 1 broken\n{}", cluster.store.logs());
     assert!(
         report.numbers > 1000,
@@ -217,7 +217,7 @@ async fn a_deposed_store_leader_keeps_no_old_owner_alive() {
         .dir
         .path()
         .join(format!("store-{}", leader + 1))
-        .join(seqsvr_store::node::ISOLATE_FILE);
+        .join(seqsvr_store::fault::ISOLATE_FILE);
     std::fs::write(&isolate, b"").unwrap();
     // At the same time alloc-1 stops renewing (paused): the new leader must
     // move its sections, and the old leader must not renew alloc-1.

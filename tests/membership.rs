@@ -350,7 +350,7 @@ async fn replace_every_replica_under_load() {
         let ctl = s.ctl();
         let started = Instant::now();
         let (added, removed) =
-            seqsvr::ctl_store::replace(&ctl, old, id, peer, Duration::from_secs(20))
+            seqsvr::ctl::members::replace(&ctl, old, id, peer, Duration::from_secs(20))
                 .await
                 .unwrap_or_else(|e| panic!("replace {old} by {id}: {e:#}\n{}", s.logs()));
         println!(
@@ -469,7 +469,7 @@ async fn bad_membership_changes_are_refused_and_change_nothing() {
 
     // A replica that cannot catch up (cut off from its peers) is removed
     // again after the catch-up time.
-    std::fs::write(r5.data_dir.join(seqsvr_store::node::ISOLATE_FILE), b"").unwrap();
+    std::fs::write(r5.data_dir.join(seqsvr_store::fault::ISOLATE_FILE), b"").unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     // A caller that goes away during the catch-up changes nothing either:
     // the change runs to its end, and the learner is removed again.
@@ -488,7 +488,7 @@ async fn bad_membership_changes_are_refused_and_change_nothing() {
     assert!(started.elapsed() >= Duration::from_millis(1500));
     wait_voters(&cluster.client_addrs, &[1, 2, 3], || cluster.logs()).await;
     // Healed, the same replica joins (and leaves again).
-    std::fs::remove_file(r5.data_dir.join(seqsvr_store::node::ISOLATE_FILE)).unwrap();
+    std::fs::remove_file(r5.data_dir.join(seqsvr_store::fault::ISOLATE_FILE)).unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     admin.add_member(add(5, &peer5, 10_000)).await.unwrap();
     let e = refusal(admin.add_member(add(5, &peer5, 0)).await);

@@ -358,5 +358,9 @@ async fn a_drill_across_sets_with_a_move_as_its_fault_repeats_nothing() {
     // The range is set 1's now.
     let (_, status) = seqctl(&a, &["set", "status", "--json"]);
     let v: serde_json::Value = serde_json::from_str(status.trim()).unwrap();
-    assert_eq!(v["sets"][1]["ranges"][0][0].as_u64(), Some(1000), "{status}");
+    assert_eq!(
+        v["sets"][1]["ranges"][0][0].as_u64(),
+        Some(1000),
+        "{status}"
+    );
 }

@@ -124,7 +124,7 @@ twin() { # SERVICE
         --network "$(net backend)" --tmpfs /data:size=1m \
         -v "$SEQSVR_CONFIG_DIR/$svc.toml:/etc/seqsvr/seqsvr.toml:ro" \
         -v "${project}_pki:/etc/seqsvr/tls:ro" \
-        "$image" alloc --config /etc/seqsvr/seqsvr.toml >/dev/null
+        "$image" alloc >/dev/null
     echo "twin of $svc started"
 }
 

@@ -12,6 +12,7 @@ use std::path::Path;
 use seqsvr_net::{DevPki, Leaf, Role};
 
 use crate::defaults::{DEV_ALLOCS, DEV_OPERATOR, DEV_SET1_ALLOCS, DEV_SET1_STORES, DEV_STORES};
+use crate::error::Result;
 
 /// Who needs a certificate.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -70,7 +71,7 @@ impl Identities {
 /// Issues certificates for `who` in `dir`, making the CA first if it is
 /// not there. A certificate that exists is kept (its key may already be
 /// deployed) unless `overwrite`; returns the names issued.
-pub fn issue(dir: &Path, who: &Identities, overwrite: bool) -> anyhow::Result<Vec<String>> {
+pub fn issue(dir: &Path, who: &Identities, overwrite: bool) -> Result<Vec<String>> {
     let pki = DevPki::open(dir);
     let leaves: Vec<Leaf> = who
         .leaves()

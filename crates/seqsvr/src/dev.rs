@@ -16,7 +16,6 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use anyhow::Context;
 use seqsvr_alloc::node::AllocNodeConfig;
 use seqsvr_net::{DevPki, PlaneLimits, TlsConfig};
 use seqsvr_store::node::{InitialAlloc, LeaseSection, Member, RaftTiming};
@@ -28,6 +27,8 @@ use crate::defaults::{
     dev_config_path, dev_pki, dev_sets, dev_store_addrs, DevAlloc, DevSet, DevStore, DEV_OPERATOR,
     DEV_UID_END,
 };
+use crate::error::{Context, Error, Result};
+use crate::outln;
 
 /// Resolves on Ctrl-C or SIGTERM.
 pub async fn shutdown_signal() {
@@ -130,13 +131,13 @@ pub fn dev_set_alloc_config(set: &DevSet, a: &DevAlloc, pki: Option<&DevPki>) ->
 
 /// Writes `cfg` to `path` as TOML, leaving out the `limits` table (the
 /// dev cluster runs with every plane's default limits); returns the path.
-fn write_config(path: PathBuf, cfg: &impl serde::Serialize) -> anyhow::Result<PathBuf> {
+fn write_config(path: PathBuf, cfg: &impl serde::Serialize) -> Result<PathBuf> {
     let mut value = toml::Value::try_from(cfg)?;
     if let Some(t) = value.as_table_mut() {
         t.remove("limits");
     }
     let text = toml::to_string_pretty(&value)?;
-    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    std::fs::write(&path, text).map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
     Ok(path)
 }
 
@@ -151,7 +152,7 @@ async fn add_set1(set: DevSet, tls: Option<seqsvr_net::ClientTls>) {
     for _ in 0..120 {
         match crate::sets::add::add_set(&sets, 1, b, e, &stores).await {
             Ok(r) => {
-                println!("set 1        {}", r.to_string().trim_end());
+                let _ = outln!("set 1        {}", r.to_string().trim_end());
                 return;
             }
             Err(err) => last = err.to_string(),
@@ -162,24 +163,30 @@ async fn add_set1(set: DevSet, tls: Option<seqsvr_net::ClientTls>) {
 }
 
 /// Starts `exe args…` with output to `<dir>/logs/<name>.log`.
-fn spawn(dir: &Path, name: &str, args: &[&str]) -> anyhow::Result<Child> {
-    let exe = std::env::current_exe()?;
+fn spawn(dir: &Path, name: &str, args: &[&str]) -> Result<Child> {
+    let starting = |e| Error::io(format!("starting {name}"), e);
+    let exe = std::env::current_exe().map_err(starting)?;
     let logs = dir.join("logs");
-    std::fs::create_dir_all(&logs)?;
+    let log_path = logs.join(format!("{name}.log"));
+    let log_err = |e| Error::io(format!("opening {}", log_path.display()), e);
+    std::fs::create_dir_all(&logs).map_err(log_err)?;
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(logs.join(format!("{name}.log")))?;
+        .open(&log_path)
+        .map_err(log_err)?;
     let child = Command::new(exe)
         .args(args)
         .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
+        .stdout(log.try_clone().map_err(log_err)?)
         .stderr(log)
         .kill_on_drop(true)
         .spawn()
-        .with_context(|| format!("starting {name}"))?;
+        .map_err(starting)?;
     if let Some(pid) = child.id() {
-        std::fs::write(dir.join(format!("{name}.pid")), pid.to_string())?;
+        let pid_path = dir.join(format!("{name}.pid"));
+        std::fs::write(&pid_path, pid.to_string())
+            .map_err(|e| Error::io(format!("writing {}", pid_path.display()), e))?;
     }
     Ok(child)
 }
@@ -213,10 +220,10 @@ pub struct DevOptions {
 /// Runs the dev cluster until Ctrl-C. A child that dies (a drill's kill -9,
 /// a crash) is started again after `restart_after`, like a supervisor would
 /// (`None`: left dead); a paused child (SIGSTOP) is left alone.
-pub async fn run(opts: DevOptions) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&opts.dir)
-        .with_context(|| format!("creating {}", opts.dir.display()))?;
-    let dir = opts.dir.canonicalize()?;
+pub async fn run(opts: DevOptions) -> Result<()> {
+    let dir_err = |e| Error::io(format!("creating {}", opts.dir.display()), e);
+    std::fs::create_dir_all(&opts.dir).map_err(dir_err)?;
+    let dir = opts.dir.canonicalize().map_err(dir_err)?;
     let pki = if opts.tls {
         let pki = dev_pki(&dir);
         issue(pki.dir(), &Identities::dev(), false)
@@ -226,7 +233,7 @@ pub async fn run(opts: DevOptions) -> anyhow::Result<()> {
         None
     };
     let mut children = Vec::new();
-    let mut start = |name: String, cmd: &str, cfg: PathBuf| -> anyhow::Result<()> {
+    let mut start = |name: String, cmd: &str, cfg: PathBuf| -> Result<()> {
         let args = vec![
             cmd.to_string(),
             "--config".into(),
@@ -252,10 +259,13 @@ pub async fn run(opts: DevOptions) -> anyhow::Result<()> {
                 "store",
                 write_config(dev_config_path(&dir, &name), &cfg)?,
             )?;
-            println!(
+            outln!(
                 "{name:<13}peer {}  client {}  admin {}  (set {})",
-                s.peer, s.client, s.admin, set.spec.set_id
-            );
+                s.peer,
+                s.client,
+                s.admin,
+                set.spec.set_id
+            )?;
         }
         for a in set.allocs {
             let cfg = dev_set_alloc_config(set, a, pki.as_ref());
@@ -264,10 +274,14 @@ pub async fn run(opts: DevOptions) -> anyhow::Result<()> {
                 "alloc",
                 write_config(dev_config_path(&dir, a.id), &cfg)?,
             )?;
-            println!(
+            outln!(
                 "{:<13}client {}  peer {}  admin {}  (set {})",
-                a.id, a.client, a.peer, a.admin, set.spec.set_id
-            );
+                a.id,
+                a.client,
+                a.peer,
+                a.admin,
+                set.spec.set_id
+            )?;
         }
     }
     if let Some(set1) = sets.get(1) {
@@ -277,15 +291,15 @@ pub async fn run(opts: DevOptions) -> anyhow::Result<()> {
         };
         tokio::spawn(add_set1(set1.clone(), tls));
     }
-    println!("data and logs  {}", dir.display());
+    outln!("data and logs  {}", dir.display())?;
     match &pki {
-        Some(pki) => print_tls_usage(&opts.dir, pki),
+        Some(pki) => print_tls_usage(&opts.dir, pki)?,
         None => {
-            println!("try:           seqctl next 42        (prints a sequence number)");
-            println!("               seqctl status");
+            outln!("try:           seqctl next 42        (prints a sequence number)")?;
+            outln!("               seqctl status")?;
         }
     }
-    println!("stop:          Ctrl-C");
+    outln!("stop:          Ctrl-C")?;
     let mut shutdown = std::pin::pin!(shutdown_signal());
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
     loop {
@@ -294,7 +308,7 @@ pub async fn run(opts: DevOptions) -> anyhow::Result<()> {
             _ = tick.tick() => supervise(&dir, &mut children, opts.restart_after)?,
         }
     }
-    println!("stopping…");
+    outln!("stopping…")?;
     // AllocSvrs first, then the store.
     for c in children.iter_mut().rev() {
         if let Some(pid) = c.child.id() {
@@ -312,27 +326,27 @@ pub async fn run(opts: DevOptions) -> anyhow::Result<()> {
 }
 
 /// Prints where the PKI is and the exact `seqctl` flags to use it.
-fn print_tls_usage(dir_as_given: &Path, pki: &DevPki) {
+fn print_tls_usage(dir_as_given: &Path, pki: &DevPki) -> Result<()> {
     let op = pki.tls_config(DEV_OPERATOR);
     let TlsConfig { ca, cert, key } = &op;
-    println!(
+    outln!(
         "TLS            on every plane; CA and certificates in {}",
         pki.dir().display()
-    );
-    println!(
+    )?;
+    outln!(
         "seqctl:        seqctl --ca {} --cert {} --key {} status",
         ca.display(),
         cert.display(),
         key.display()
-    );
-    println!(
+    )?;
+    outln!(
         "               or: seqctl --dev-dir {} status   (finds the dev PKI itself)",
         dir_as_given.display()
-    );
-    println!(
+    )?;
+    outln!(
         "clients:       trust {} (the client plane asks for no certificate)",
         ca.display()
-    );
+    )
 }
 
 /// Notices dead children and restarts them once their delay has passed.
@@ -340,12 +354,12 @@ fn supervise(
     dir: &Path,
     children: &mut [Supervised],
     restart_after: Option<std::time::Duration>,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let now = tokio::time::Instant::now();
     for c in children.iter_mut() {
         if c.died.is_none() {
             if let Ok(Some(status)) = c.child.try_wait() {
-                println!("{} exited ({status})", c.name);
+                outln!("{} exited ({status})", c.name)?;
                 c.died = Some(now);
             }
         }
@@ -354,7 +368,7 @@ fn supervise(
                 let refs: Vec<&str> = c.args.iter().map(String::as_str).collect();
                 c.child = spawn(dir, &c.name, &refs)?;
                 c.died = None;
-                println!("{} restarted", c.name);
+                outln!("{} restarted", c.name)?;
             }
             _ => {}
         }

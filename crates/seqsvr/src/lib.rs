@@ -18,13 +18,19 @@
 //!   binaries so `seqctl` with no flags talks to `seqsvr dev`.
 //! - [`drill`]: `seqctl drill`: workload + faults + report.
 //! - [`logging`]: tracing setup.
+//! - [`out`]: standard output that reports a closed pipe instead of
+//!   panicking (`outln!`).
+//! - [`error`]: [`Error`], the one error type of both binaries.
 
 pub use seqsvr_core::checker;
 pub mod certs;
 pub mod ctl;
-pub mod ctl_store;
 pub mod defaults;
 pub mod dev;
 pub mod drill;
+pub mod error;
 pub mod logging;
+pub mod out;
 pub mod sets;
+
+pub use error::{Error, Result};

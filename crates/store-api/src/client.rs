@@ -15,6 +15,7 @@
 //! (the caller tells the store the newest epoch it installed); handoffs
 //! and assigns are conditional on the epoch, so a repeat is refused.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -263,24 +264,91 @@ impl From<pb::SectionState> for SectionInfo {
         }
     }
 }
-
 fn route(r: &pb::RouteTable) -> Result<RouteTable> {
     RouteTable::try_from(r).map_err(|e| Error::Internal(format!("route table from the store: {e}")))
 }
 
-/// The peer plane as one AllocSvr incarnation uses it: every call names
-/// the AllocSvr and its incarnation.
-#[derive(Clone, Debug)]
-pub struct PeerClient {
-    /// The replicas' peer listeners.
-    pub replicas: Replicas<StorePeerClient<Channel>>,
+/// A generated client of a store plane that serves the reads: the route
+/// table, sections, and the replica's own status. The client plane and the
+/// peer plane both serve them, with the same requests and replies; what is
+/// done with them is written once, in [`PlaneClient`].
+pub trait ReadPlane: Clone + Send + 'static {
+    /// The generated client over `ch`.
+    fn over(ch: Channel) -> Self;
+    /// `GetRoutes`.
+    fn routes(
+        self,
+        req: pb::GetRoutesRequest,
+    ) -> impl Future<Output = std::result::Result<tonic::Response<pb::RouteTable>, tonic::Status>> + Send;
+    /// `ReadSections`.
+    fn sections(
+        self,
+        req: pb::ReadSectionsRequest,
+    ) -> impl Future<
+        Output = std::result::Result<tonic::Response<pb::ReadSectionsReply>, tonic::Status>,
+    > + Send;
+    /// `Status` of the replica called (never forwarded).
+    fn own_status(
+        self,
+    ) -> impl Future<Output = std::result::Result<tonic::Response<pb::StoreStatus>, tonic::Status>> + Send;
 }
 
-impl PeerClient {
-    /// A client of the peer listeners at `addrs`.
+/// Both planes' generated clients have the same read methods; one impl
+/// each, from one text.
+macro_rules! read_plane {
+    ($client:ident) => {
+        impl ReadPlane for $client<Channel> {
+            fn over(ch: Channel) -> Self {
+                $client::new(ch)
+            }
+
+            async fn routes(
+                mut self,
+                req: pb::GetRoutesRequest,
+            ) -> std::result::Result<tonic::Response<pb::RouteTable>, tonic::Status> {
+                $client::get_routes(&mut self, req).await
+            }
+
+            async fn sections(
+                mut self,
+                req: pb::ReadSectionsRequest,
+            ) -> std::result::Result<tonic::Response<pb::ReadSectionsReply>, tonic::Status> {
+                $client::read_sections(&mut self, req).await
+            }
+
+            async fn own_status(
+                mut self,
+            ) -> std::result::Result<tonic::Response<pb::StoreStatus>, tonic::Status> {
+                $client::status(&mut self, pb::StatusRequest {}).await
+            }
+        }
+    };
+}
+
+read_plane!(StoreReadClient);
+read_plane!(StorePeerClient);
+
+/// A client of one store plane that serves the reads ([`ReadPlane`]),
+/// over the failover core. The reads are here, once for both planes; the
+/// peer plane's writes are on [`PeerClient`].
+#[derive(Clone, Debug)]
+pub struct PlaneClient<C> {
+    /// The replicas' listeners of this plane.
+    pub replicas: Replicas<C>,
+}
+
+/// The client plane: read-only calls anyone may make.
+pub type ReadClient = PlaneClient<StoreReadClient<Channel>>;
+
+/// The peer plane as one AllocSvr incarnation uses it: every write names
+/// the AllocSvr and its incarnation.
+pub type PeerClient = PlaneClient<StorePeerClient<Channel>>;
+
+impl<C: ReadPlane> PlaneClient<C> {
+    /// A client of this plane's listeners at `addrs`.
     pub fn new(addrs: &[String], connect: &Connector) -> Result<Self> {
         Ok(Self {
-            replicas: Replicas::new(addrs, connect, StorePeerClient::new)?,
+            replicas: Replicas::new(addrs, connect, C::over)?,
         })
     }
 
@@ -291,6 +359,52 @@ impl PeerClient {
         self
     }
 
+    /// Reads the route table (linearizable).
+    pub async fn routes(&self) -> Result<RouteTable> {
+        let r = self
+            .replicas
+            .call(|c| c.routes(pb::GetRoutesRequest {}))
+            .await?;
+        route(&r)
+    }
+
+    /// Reads sections `first..first+count` (linearizable).
+    pub async fn read_sections(&self, first: SectionId, count: u32) -> Result<Vec<SectionInfo>> {
+        let req = pb::ReadSectionsRequest {
+            first_section: first,
+            count,
+        };
+        let r = self.replicas.call_with(req, C::sections).await?;
+        Ok(r.sections.into_iter().map(SectionInfo::from).collect())
+    }
+
+    /// Every replica's own status (or why it could not be had), in order.
+    pub async fn status_all(&self) -> Vec<(String, Result<pb::StoreStatus>)> {
+        let calls = self.replicas.replicas.iter().map(|(addr, c)| {
+            let call = tokio::time::timeout(Duration::from_secs(2), c.clone().own_status());
+            async move {
+                let r = match call.await {
+                    Ok(Ok(s)) => Ok(s.into_inner()),
+                    Ok(Err(s)) => Err(Error::from_status(&s)),
+                    Err(_) => Err(Error::NoLeader("timed out".into())),
+                };
+                (addr.clone(), r)
+            }
+        });
+        futures::future::join_all(calls).await
+    }
+
+    /// The leader's status, if a leader answers.
+    pub async fn leader_status(&self) -> Option<pb::StoreStatus> {
+        self.status_all()
+            .await
+            .into_iter()
+            .filter_map(|(_, s)| s.ok())
+            .find(|s| s.state == "Leader")
+    }
+}
+
+impl PeerClient {
     /// Registers an AllocSvr incarnation and its addresses.
     pub async fn register_alloc(
         &self,
@@ -408,93 +522,6 @@ impl PeerClient {
             .as_ref()
             .ok_or_else(|| Error::Internal("handoff reply without grant".into()))?;
         Ok((Grant::from(g), r.to_peer_addr))
-    }
-
-    /// Reads sections `first..first+count` (linearizable).
-    pub async fn read_sections(&self, first: SectionId, count: u32) -> Result<Vec<SectionInfo>> {
-        let req = pb::ReadSectionsRequest {
-            first_section: first,
-            count,
-        };
-        let r = self
-            .replicas
-            .call_with(req, |mut c, r| async move { c.read_sections(r).await })
-            .await?;
-        Ok(r.sections.into_iter().map(SectionInfo::from).collect())
-    }
-
-    /// Reads the route table (linearizable).
-    pub async fn routes(&self) -> Result<RouteTable> {
-        let r = self
-            .replicas
-            .call(|mut c| async move { c.get_routes(pb::GetRoutesRequest {}).await })
-            .await?;
-        route(&r)
-    }
-}
-
-/// The client plane: read-only calls anyone may make.
-#[derive(Clone, Debug)]
-pub struct ReadClient {
-    /// The replicas' client listeners.
-    pub replicas: Replicas<StoreReadClient<Channel>>,
-}
-
-impl ReadClient {
-    /// A client of the client-plane listeners at `addrs`.
-    pub fn new(addrs: &[String], connect: &Connector) -> Result<Self> {
-        Ok(Self {
-            replicas: Replicas::new(addrs, connect, StoreReadClient::new)?,
-        })
-    }
-
-    /// Reads the route table (linearizable).
-    pub async fn routes(&self) -> Result<RouteTable> {
-        let r = self
-            .replicas
-            .call(|mut c| async move { c.get_routes(pb::GetRoutesRequest {}).await })
-            .await?;
-        route(&r)
-    }
-
-    /// Reads sections `first..first+count` (linearizable).
-    pub async fn read_sections(&self, first: SectionId, count: u32) -> Result<Vec<SectionInfo>> {
-        let req = pb::ReadSectionsRequest {
-            first_section: first,
-            count,
-        };
-        let r = self
-            .replicas
-            .call_with(req, |mut c, r| async move { c.read_sections(r).await })
-            .await?;
-        Ok(r.sections.into_iter().map(SectionInfo::from).collect())
-    }
-
-    /// Every replica's own status (or why it could not be had), in order.
-    pub async fn status_all(&self) -> Vec<(String, Result<pb::StoreStatus>)> {
-        let calls = self.replicas.replicas.iter().map(|(addr, c)| {
-            let mut c = c.clone();
-            async move {
-                let call =
-                    tokio::time::timeout(Duration::from_secs(2), c.status(pb::StatusRequest {}));
-                let r = match call.await {
-                    Ok(Ok(s)) => Ok(s.into_inner()),
-                    Ok(Err(s)) => Err(Error::from_status(&s)),
-                    Err(_) => Err(Error::NoLeader("timed out".into())),
-                };
-                (addr.clone(), r)
-            }
-        });
-        futures::future::join_all(calls).await
-    }
-
-    /// The leader's status, if a leader answers.
-    pub async fn leader_status(&self) -> Option<pb::StoreStatus> {
-        self.status_all()
-            .await
-            .into_iter()
-            .filter_map(|(_, s)| s.ok())
-            .find(|s| s.state == "Leader")
     }
 }
 

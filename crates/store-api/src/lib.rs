@@ -9,7 +9,9 @@
 //!   one mapping to and from gRPC statuses.
 //! - [`client`]: a client per plane ([`PeerClient`], [`ReadClient`],
 //!   [`AdminClient`]) over one failover core ([`Replicas`]) that moves to
-//!   another replica when one is slow, not only when it is dead.
+//!   another replica when one is slow, not only when it is dead. The reads
+//!   both the peer and the client plane serve (routes, sections, status)
+//!   are written once, in [`PlaneClient`], generic over the plane.
 //! - [`membership`]: why a store membership change was refused
 //!   ([`MemberRefusal`]) and what a change did ([`MembershipChange`]).
 
@@ -19,7 +21,9 @@ pub mod membership;
 pub mod rejection;
 pub mod sets;
 
-pub use client::{AdminClient, AllocAddrs, PeerClient, ReadClient, Replicas, SectionInfo};
+pub use client::{
+    AdminClient, AllocAddrs, PeerClient, PlaneClient, ReadClient, ReadPlane, Replicas, SectionInfo,
+};
 pub use error::{Error, Result};
 pub use membership::{MemberRefusal, MemberRefusalKind, MembershipChange};
 pub use rejection::Rejection;

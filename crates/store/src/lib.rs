@@ -21,6 +21,8 @@
 //! - [`service`]: the gRPC services, one file per plane (read, peer,
 //!   admin, raft).
 //! - [`node`]: configuration, bootstrap and the running replica.
+//! - [`fault`]: test-only fault hooks (the partition switch), compiled in
+//!   only with the `fault-hooks` feature.
 //!
 //! Its callers' side — typed refusals, the error type and its one gRPC
 //! mapping, and the clients — is the `seqsvr-store-api` crate, which
@@ -33,6 +35,7 @@
 pub mod arbiter;
 pub mod auth;
 pub mod disk;
+pub mod fault;
 pub mod log_store;
 pub mod membership;
 pub mod metrics;

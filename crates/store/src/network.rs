@@ -6,7 +6,6 @@
 //! instead of hammering a dead peer.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use openraft::error::{
@@ -25,6 +24,7 @@ use seqsvr_store_api::client::Connector;
 use serde::{de::DeserializeOwned, Serialize};
 use tonic::transport::Channel;
 
+use crate::fault::Isolation;
 use crate::service::raft::check_term;
 
 use crate::types::{NodeId, TypeConfig};
@@ -40,9 +40,9 @@ pub const MAX_MESSAGE: usize = 8 << 20;
 /// per read.
 #[derive(Clone)]
 pub struct Network {
-    /// Set while this replica is cut off from its peers on purpose (the
-    /// drill's partition fault): every Raft RPC fails as unreachable.
-    pub isolated: Arc<AtomicBool>,
+    /// On while this replica is cut off from its peers on purpose (a
+    /// test's partition fault): every Raft RPC fails as unreachable.
+    pub isolated: Isolation,
     /// How to dial a peer (plaintext or mTLS as this replica).
     connect: Connector,
     /// One channel per peer address.
@@ -73,7 +73,7 @@ impl Network {
 /// A connection to one peer replica.
 pub struct Conn {
     /// See [`Network::isolated`].
-    isolated: Arc<AtomicBool>,
+    isolated: Isolation,
     /// The peer's id (for error reports).
     target: NodeId,
     /// The peer's address (for error reports).
@@ -148,7 +148,7 @@ impl Conn {
     {
         let unreachable =
             |msg: String| RPCError::Unreachable(Unreachable::new(&std::io::Error::other(msg)));
-        if self.isolated.load(Ordering::Relaxed) {
+        if self.isolated.is_on() {
             return Err(unreachable(format!("isolated from {}", self.addr)));
         }
         let Some(client) = self.client.clone() else {

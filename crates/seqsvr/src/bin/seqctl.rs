@@ -2,13 +2,12 @@
 //! `seqsvr dev` cluster. See `seqctl --help`.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
-use anyhow::bail;
 use clap::{Parser, Subcommand};
 use seqsvr::ctl::{self, Ctl};
-use seqsvr::{defaults, drill};
+use seqsvr::{defaults, drill, outln, Error, Result};
 use seqsvr_client::{ClientOptions, ClientTls, SeqClient};
-use seqsvr_core::LeaseTerms;
 use seqsvr_net::TlsConfig;
 
 #[derive(Parser)]
@@ -82,112 +81,42 @@ enum Cmd {
     /// fencing.
     Alloc {
         #[command(subcommand)]
-        op: AllocOp,
+        op: ctl::alloc::AllocOp,
     },
-    /// Store group settings and membership (add, remove, replace a
-    /// replica).
+    /// Store group settings.
     Store {
         #[command(subcommand)]
-        op: StoreOp,
+        op: ctl::store::StoreOp,
     },
     /// Sets: add a set, move a uid range between sets, show every set.
     Set {
         #[command(subcommand)]
-        op: SetOp,
+        op: ctl::set::SetOp,
     },
+    /// Probes one process (store replica or AllocSvr) through its own
+    /// status on its client plane; prints one line. Exit 0: healthy (with
+    /// --ready: ready), 1: answered but not ready, 2: unreachable or bad
+    /// flags.
+    Health(ctl::health::HealthArgs),
     /// Failover drill: drive a workload, inject faults, report regressions,
     /// unavailability and skipped numbers. Exits non-zero on any regression.
     Drill(drill::DrillArgs),
 }
 
-#[derive(Subcommand)]
-enum AllocOp {
-    /// Hands every section of an AllocSvr to the others and keeps it empty.
-    Drain {
-        /// The AllocSvr's id.
-        id: String,
-    },
-    /// Lets a drained AllocSvr take sections again.
-    Undrain {
-        /// The AllocSvr's id.
-        id: String,
-    },
-    /// Evens out sections over the live AllocSvrs (after one joins).
-    Rebalance,
-    /// Refuses one incarnation of an AllocSvr from now on (as `seqctl
-    /// status` shows it, in hex): its renewals fail, its sections move once
-    /// its lease has certainly expired.
-    Fence {
-        /// The AllocSvr's id.
-        id: String,
-        /// The incarnation to refuse (hexadecimal).
-        #[arg(value_parser = ctl::parse_incarnation)]
-        incarnation: u64,
-    },
-}
-
-#[derive(Subcommand)]
-enum SetOp {
-    /// Brings a fresh store group (started with this set id, serving
-    /// nothing yet) into service for a free uid range. Running it again
-    /// finishes or reports it done.
-    Add {
-        /// The new set's id (as in its stores' config).
-        #[arg(long)]
-        id: u32,
-        /// The uids it serves, BEGIN..END (whole sections, free).
-        #[arg(long, value_parser = seqsvr::sets::parse_range)]
-        range: (u64, u64),
-        /// Its store replicas' client-plane addresses, comma-separated.
-        #[arg(long = "set-store", value_delimiter = ',', required = true)]
-        set_store: Vec<String>,
-    },
-    /// Moves a uid range (whole sections) to another set, online: freeze in
-    /// the source, install in the destination above the source's final
-    /// ceilings, flip the directory. Running it again resumes or reports it
-    /// done.
-    Move {
-        /// The uids to move, BEGIN..END.
-        #[arg(long, value_parser = seqsvr::sets::parse_range)]
-        range: (u64, u64),
-        /// The destination set.
-        #[arg(long)]
-        to: u32,
-        /// Stop after this step (for drills: crash something, run again).
-        #[arg(long, value_enum)]
-        stop_after: Option<seqsvr::sets::mover::Step>,
-    },
-    /// Shows the directory and every set: ranges, stores (leader, term,
-    /// members), sections served, AllocSvrs.
-    Status {
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-#[derive(Subcommand)]
-enum StoreOp {
-    /// Changes the lease terms (replicated store state; the store config's
-    /// `[lease]` only gives a new group its first terms).
-    Lease {
-        /// How long a granted renewal lets an AllocSvr serve, in ms.
-        #[arg(long)]
-        lease_ms: u64,
-        /// Extra wait before a section moves, for clock-rate drift, in ms.
-        #[arg(long)]
-        margin_ms: u64,
-    },
-    #[command(flatten)]
-    Members(seqsvr::ctl_store::MemberOp),
-}
-
-fn main() -> std::process::ExitCode {
-    match run(Cli::parse()) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // A probe's failure to even try (bad address, unreadable CA) is exit
+    // 2, like an unreachable process; other commands fail with 1.
+    let failure = match cli.cmd {
+        Cmd::Health(_) => ExitCode::from(2),
+        _ => ExitCode::FAILURE,
+    };
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) if e.is_closed_output() => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("seqctl: error: {e:#}");
-            std::process::ExitCode::FAILURE
+            eprintln!("seqctl: error: {e}");
+            failure
         }
     }
 }
@@ -206,7 +135,7 @@ impl Dial {
     /// From the flags: `--ca` (and `--cert`/`--key`), or else the dev
     /// cluster's PKI when seqctl talks to the dev cluster, or else
     /// plaintext.
-    fn from_cli(cli: &Cli) -> anyhow::Result<Dial> {
+    fn from_cli(cli: &Cli) -> Result<Dial> {
         match (&cli.ca, &cli.cert, &cli.key) {
             (Some(ca), Some(cert), Some(key)) => {
                 let cfg = TlsConfig {
@@ -220,7 +149,9 @@ impl Dial {
                 tls: Some(ClientTls::server_only(ca)?),
                 operator: false,
             }),
-            (None, Some(_), _) | (None, _, Some(_)) => bail!("--cert and --key need --ca"),
+            (None, Some(_), _) | (None, _, Some(_)) => {
+                Err(Error::Usage("--cert and --key need --ca".into()))
+            }
             (None, None, None) => {
                 let dev =
                     cli.store.is_empty() && cli.store_admin.is_empty() && cli.alloc.is_empty();
@@ -238,7 +169,7 @@ impl Dial {
         }
     }
 
-    fn operator(cfg: &TlsConfig) -> anyhow::Result<Dial> {
+    fn operator(cfg: &TlsConfig) -> Result<Dial> {
         Ok(Dial {
             tls: Some(cfg.client()?),
             operator: true,
@@ -246,9 +177,11 @@ impl Dial {
     }
 
     /// Fails unless admin planes will take these credentials.
-    fn need_operator(&self) -> anyhow::Result<()> {
+    fn need_operator(&self) -> Result<()> {
         if !self.operator {
-            bail!("this command uses admin planes, which need an operator certificate: give --cert and --key");
+            return Err(Error::Usage(
+                "this command uses admin planes, which need an operator certificate: give --cert and --key".into(),
+            ));
         }
         Ok(())
     }
@@ -262,10 +195,11 @@ fn or_dev(given: &[String], dev: fn() -> Vec<String>) -> Vec<String> {
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+fn run(cli: Cli) -> Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .build()?;
+        .build()
+        .map_err(|e| Error::io("starting the runtime", e))?;
     let dial = Dial::from_cli(&cli)?;
     let store = or_dev(&cli.store, defaults::dev_store_addrs);
     let store_admin = or_dev(&cli.store_admin, defaults::dev_store_admin_addrs);
@@ -280,114 +214,74 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             SeqClient::connect(&seeds, options)
         };
         let ctl = || Ctl::new(&store, &store_admin, dial.tls.clone());
-        match cli.cmd {
+        let done = match cli.cmd {
             Cmd::Next { uid } => {
-                println!("{}", seq().await?.next(uid).await?);
+                outln!("{}", seq().await?.next(uid).await?)?;
                 Ok(())
             }
             Cmd::NextBatch { uids } => {
                 for n in seq().await?.next_batch(&uids).await? {
-                    println!("{n}");
+                    outln!("{n}")?;
                 }
                 Ok(())
             }
             Cmd::Current { uid } => {
-                println!("{}", seq().await?.current(uid).await?);
+                outln!("{}", seq().await?.current(uid).await?)?;
                 Ok(())
             }
             Cmd::Status { json } => {
                 let sets = seqsvr::sets::Sets::new(&store, dial.tls.clone());
                 if json {
-                    let v = seqsvr::sets::view::view(&sets).await?;
-                    println!("{}", serde_json::to_string_pretty(&v)?);
-                    return Ok(());
-                }
-                ctl::status(&ctl()?).await?;
-                if let Ok(v) = seqsvr::sets::view::view(&sets).await {
-                    if v.sets.len() > 1 || v.moving.is_some() {
-                        println!();
-                        print!("{v}");
+                    ctl::set::print_view(&sets, true).await
+                } else {
+                    ctl::status(&ctl()?).await?;
+                    // Every set too, when there are several.
+                    match seqsvr::sets::view::view(&sets).await {
+                        Ok(v) if v.sets.len() > 1 || v.moving.is_some() => {
+                            outln!("\n{}", v.to_string().trim_end())
+                        }
+                        _ => Ok(()),
                     }
                 }
-                Ok(())
+            }
+            Cmd::Set { op } => {
+                if op.needs_operator() {
+                    dial.need_operator()?;
+                }
+                let sets = seqsvr::sets::Sets::new(&store, dial.tls.clone());
+                ctl::set::run(&sets, op).await
             }
             Cmd::Sections { first, count } => ctl::sections(&ctl()?, first, count).await,
             Cmd::Alloc { op } => {
                 dial.need_operator()?;
-                let ctl = ctl()?;
-                match op {
-                    AllocOp::Drain { id } => ctl::drain(&ctl, &id).await.map(drop),
-                    AllocOp::Undrain { id } => ctl::undrain(&ctl, &id).await,
-                    AllocOp::Rebalance => ctl::rebalance(&ctl).await,
-                    AllocOp::Fence { id, incarnation } => ctl::fence(&ctl, &id, incarnation).await,
-                }
+                ctl::alloc::run(&ctl()?, op).await
             }
-            Cmd::Store {
-                op: StoreOp::Members(op),
-            } => {
+            Cmd::Store { op } => {
                 dial.need_operator()?;
-                seqsvr::ctl_store::run(&ctl()?, op).await
+                ctl::store::run(&ctl()?, op).await
             }
-            Cmd::Store {
-                op:
-                    StoreOp::Lease {
-                        lease_ms,
-                        margin_ms,
-                    },
-            } => {
-                dial.need_operator()?;
-                let terms = LeaseTerms {
-                    lease_ms,
-                    margin_ms,
-                };
-                ctl::set_lease(&ctl()?, terms).await
-            }
-            Cmd::Set { op } => {
-                let sets = seqsvr::sets::Sets::new(&store, dial.tls.clone());
-                match op {
-                    SetOp::Add {
-                        id,
-                        range: (b, e),
-                        set_store,
-                    } => {
-                        dial.need_operator()?;
-                        let r = seqsvr::sets::add::add_set(&sets, id, b, e, &set_store).await?;
-                        print!("{r}");
-                    }
-                    SetOp::Move {
-                        range: (b, e),
-                        to,
-                        stop_after,
-                    } => {
-                        dial.need_operator()?;
-                        let r =
-                            seqsvr::sets::mover::move_range(&sets, b, e, to, stop_after).await?;
-                        print!("{r}");
-                    }
-                    SetOp::Status { json } => {
-                        let v = seqsvr::sets::view::view(&sets).await?;
-                        if json {
-                            println!("{}", serde_json::to_string_pretty(&v)?);
-                        } else {
-                            print!("{v}");
-                        }
-                    }
+            Cmd::Health(args) => {
+                let health = ctl::health::probe(&args, dial.tls.as_ref()).await?;
+                // The exit code is the verdict: a reader gone early does
+                // not turn "unreachable" into success.
+                match outln!("{}", health.line()) {
+                    Err(e) if !e.is_closed_output() => return Err(e),
+                    _ => return Ok(ExitCode::from(health.exit_code())),
                 }
-                Ok(())
             }
             Cmd::Drill(args) => {
                 let cfg = args.into_config(&store, &seeds, &dev_dir, dial.tls.clone());
                 let report = drill::run(cfg).await?;
-                report.print(args.json);
+                report.print(args.json)?;
                 if !report.ok() {
-                    bail!(
+                    return Err(Error::Failed(format!(
                         "promise 1 broken: {} regressions, {} repeats",
-                        report.regressions,
-                        report.repeats
-                    );
+                        report.regressions, report.repeats
+                    )));
                 }
                 Ok(())
             }
-        }
+        };
+        done.map(|()| ExitCode::SUCCESS)
     })
 }

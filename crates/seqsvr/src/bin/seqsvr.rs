@@ -2,12 +2,18 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::{Parser, Subcommand};
 use seqsvr::certs::Identities;
 use seqsvr::dev::DevOptions;
+use seqsvr::error::{Context, Error, Result};
+use seqsvr::outln;
 use seqsvr_alloc::node::{AllocListeners, AllocNode, AllocNodeConfig};
 use seqsvr_store::{StoreConfig, StoreListeners, StoreNode};
+
+/// The environment variable that stands for `--config` (the flag wins when
+/// both are given): one image, one command line, the file chosen by the
+/// environment (a container's, a pod's).
+const CONFIG_ENV: &str = "SEQSVR_CONFIG";
 
 #[derive(Parser)]
 #[command(
@@ -28,13 +34,13 @@ enum Cmd {
     /// Runs one StoreSvr replica from a TOML config.
     Store {
         /// The replica's config file (see config/store-1.toml).
-        #[arg(long)]
+        #[arg(long, env = CONFIG_ENV)]
         config: PathBuf,
     },
     /// Runs one AllocSvr from a TOML config.
     Alloc {
         /// The AllocSvr's config file (see config/alloc-1.toml).
-        #[arg(long)]
+        #[arg(long, env = CONFIG_ENV)]
         config: PathBuf,
         /// Runtime worker threads (1 is fastest when clients share the
         /// machine's cores).
@@ -90,14 +96,15 @@ enum Cmd {
 fn main() -> std::process::ExitCode {
     match run(Cli::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) if e.is_closed_output() => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("seqsvr: error: {e:#}");
+            eprintln!("seqsvr: error: {e}");
             std::process::ExitCode::FAILURE
         }
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+fn run(cli: Cli) -> Result<()> {
     seqsvr::logging::init(cli.log_format == "json");
     let threads = match &cli.cmd {
         Cmd::Alloc { threads, .. } => (*threads).max(1),
@@ -106,7 +113,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .enable_all()
-        .build()?;
+        .build()
+        .map_err(|e| Error::io("starting the runtime", e))?;
     rt.block_on(async move {
         match cli.cmd {
             Cmd::Store { config } => run_store(config).await,
@@ -147,13 +155,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     })
 }
 
-async fn run_alloc(path: PathBuf) -> anyhow::Result<()> {
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+async fn run_alloc(path: PathBuf) -> Result<()> {
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
     let cfg = AllocNodeConfig::from_toml(&text).with_context(|| path.display().to_string())?;
     let listeners = AllocListeners::bind(&cfg)
         .await
-        .with_context(|| path.display().to_string())?;
+        .map_err(|e| Error::io(path.display().to_string(), e))?;
     let node = AllocNode::start(cfg, listeners)
         .await
         .with_context(|| path.display().to_string())?;
@@ -163,7 +171,7 @@ async fn run_alloc(path: PathBuf) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn run_store(path: PathBuf) -> anyhow::Result<()> {
+async fn run_store(path: PathBuf) -> Result<()> {
     // Errors name the file and the key (`StoreConfig::from_file`).
     let cfg = StoreConfig::from_file(&path)?;
     let listeners = StoreListeners::bind(&cfg)
@@ -178,32 +186,34 @@ async fn run_store(path: PathBuf) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn certs(dir: &std::path::Path, who: &Identities, overwrite: bool) -> anyhow::Result<()> {
+fn certs(dir: &std::path::Path, who: &Identities, overwrite: bool) -> Result<()> {
     if who.stores.is_empty() && who.allocs.is_empty() && who.operators.is_empty() {
-        anyhow::bail!("nothing to issue: give --store, --alloc and/or --operator");
+        return Err(Error::Usage(
+            "nothing to issue: give --store, --alloc and/or --operator".into(),
+        ));
     }
     let issued = seqsvr::certs::issue(dir, who, overwrite)?;
     let pki = seqsvr_net::DevPki::open(dir);
-    println!("CA             {}", pki.ca_path().display());
+    outln!("CA             {}", pki.ca_path().display())?;
     for leaf in who.leaves() {
         let kept = if issued.contains(&leaf.name) {
             ""
         } else {
             "  (kept)"
         };
-        println!(
+        outln!(
             "{:<14} {}  {}{kept}",
             leaf.name,
             pki.cert_path(&leaf.name).display(),
             pki.key_path(&leaf.name).display()
-        );
+        )?;
     }
-    println!(
+    outln!(
         "each process's config: [tls] ca = \"<CA>\", cert = \"<name>.pem\", key = \"<name>-key.pem\""
-    );
-    println!(
+    )?;
+    outln!(
         "{} signs new certificates: keep it off the servers",
         pki.ca_key_path().display()
-    );
+    )?;
     Ok(())
 }

@@ -36,7 +36,8 @@ pub struct DrillArgs {
     /// `12s:cont:alloc-2`, `5s:kill:store-leader`, `5s:isolate:store-leader`,
     /// `9s:heal:store-1`, `5s:exec:docker kill alloc-2`. kill/stop/cont act on
     /// `seqsvr dev` processes (pid files in seqctl's --dev-dir); isolate/heal
-    /// cut a dev store replica off from its peers and back.
+    /// cut a dev store replica off from its peers and back (builds with
+    /// fault hooks only: see docs/operations.md).
     #[arg(long = "fault", value_name = "AT:ACTION:TARGET", value_parser = parse_fault)]
     pub faults: Vec<Fault>,
     /// Per-call deadline of the drill's client, in ms.

@@ -3,9 +3,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
 use seqsvr_store_api::ReadClient;
 use serde::Serialize;
+
+use crate::error::{Context, Error, Result};
 
 /// The fault actions, as named in `AT:ACTION:TARGET`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -104,7 +105,7 @@ pub(super) async fn run_faults(
         let at = Instant::now();
         let outcome = match act(&fault.action, &targets).await {
             Ok(s) => s,
-            Err(e) => format!("FAILED: {e:#}"),
+            Err(e) => format!("FAILED: {e}"),
         };
         done.push(Applied { fault, at, outcome });
     }
@@ -112,7 +113,7 @@ pub(super) async fn run_faults(
     done
 }
 
-async fn act(action: &Action, targets: &Targets<'_>) -> anyhow::Result<String> {
+async fn act(action: &Action, targets: &Targets<'_>) -> Result<String> {
     let (name, sig) = match action {
         Action::Isolate(n) => return partition(n, true, targets).await,
         Action::Heal(n) => return partition(n, false, targets).await,
@@ -124,41 +125,81 @@ async fn act(action: &Action, targets: &Targets<'_>) -> anyhow::Result<String> {
                 .arg("-c")
                 .arg(cmd)
                 .output()
-                .await?;
+                .await
+                .map_err(|e| Error::io(format!("running `{cmd}`"), e))?;
             return Ok(format!("`{cmd}` exited with {}", out.status));
         }
     };
     let name = resolve(name, targets.store).await?;
     let path = targets.dev_dir.join(format!("{name}.pid"));
-    let pid: i32 = std::fs::read_to_string(&path)
-        .with_context(|| format!("reading {}", path.display()))?
-        .trim()
-        .parse()?;
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+    let pid: i32 = text.trim().parse().map_err(|e| {
+        Error::Failed(format!(
+            "{} holds no pid ({:?}): {e}",
+            path.display(),
+            text.trim()
+        ))
+    })?;
     // SAFETY: kill(2) has no memory effects; the pid is the dev cluster's child.
     if unsafe { libc::kill(pid, sig) } != 0 {
-        bail!("kill({pid}): {}", std::io::Error::last_os_error());
+        return Err(Error::io(
+            format!("kill({pid})"),
+            std::io::Error::last_os_error(),
+        ));
     }
     Ok(format!("signal {sig} sent to {name} (pid {pid})"))
 }
 
+/// Why `isolate` and `heal` cannot run in this build.
+const NO_HOOKS: &str = "the isolate and heal faults need a build with fault hooks \
+     (`cargo build -p seqsvr --features seqsvr-store/fault-hooks`, or the binaries \
+     `cargo test` builds); release builds have none";
+
+/// How long a replica gets to acknowledge `isolate` (it looks every 50 ms).
+const ISOLATE_ACK_WAIT: Duration = Duration::from_secs(2);
+
+/// Refuses, before the drill starts, faults this build cannot run.
+pub(super) fn check(faults: &[Fault]) -> Result<()> {
+    let partitions = faults
+        .iter()
+        .any(|f| matches!(f.action, Action::Isolate(_) | Action::Heal(_)));
+    if partitions && seqsvr_store::fault::isolate_file().is_none() {
+        return Err(Error::Usage(NO_HOOKS.into()));
+    }
+    Ok(())
+}
+
 /// Cuts dev store replica `name` off from its peers (`isolate`), or heals
 /// it, through its partition file (see `docs/architecture/failover.md`).
-async fn partition(name: &str, isolate: bool, targets: &Targets<'_>) -> anyhow::Result<String> {
+/// `isolate` waits for the replica to acknowledge; one that does not (a
+/// stopped process, or a binary without the hook) is left as it was.
+async fn partition(name: &str, isolate: bool, targets: &Targets<'_>) -> Result<String> {
+    let file = seqsvr_store::fault::isolate_file().ok_or_else(|| Error::Usage(NO_HOOKS.into()))?;
     let name = resolve(name, targets.store).await?;
-    let path = targets
-        .dev_dir
-        .join(&name)
-        .join(seqsvr_store::node::ISOLATE_FILE);
-    if isolate {
-        std::fs::write(&path, b"").with_context(|| format!("writing {}", path.display()))?;
-        return Ok(format!("{name} cut off from its peers"));
+    let path = targets.dev_dir.join(&name).join(file);
+    if !isolate {
+        std::fs::remove_file(&path)
+            .map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
+        return Ok(format!("{name} healed"));
     }
-    std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
-    Ok(format!("{name} healed"))
+    std::fs::write(&path, b"").map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+    let deadline = Instant::now() + ISOLATE_ACK_WAIT;
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        if std::fs::metadata(&path).is_ok_and(|m| m.len() > 0) {
+            return Ok(format!("{name} cut off from its peers"));
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+    Err(Error::Failed(format!(
+        "{name} did not acknowledge the partition within {ISOLATE_ACK_WAIT:?} \
+         (stopped, not running, or its binary has no fault hooks); left connected"
+    )))
 }
 
 /// `store-leader` → `store-<id>`; other names as they are.
-async fn resolve(name: &str, store: &ReadClient) -> anyhow::Result<String> {
+async fn resolve(name: &str, store: &ReadClient) -> Result<String> {
     if name != "store-leader" {
         return Ok(name.to_string());
     }
@@ -167,4 +208,71 @@ async fn resolve(name: &str, store: &ReadClient) -> anyhow::Result<String> {
         .await
         .context("no store leader to find")?;
     Ok(format!("store-{}", l.node_id))
+}
+
+#[cfg(test)]
+mod tests {
+    use seqsvr_store::fault::{Isolation, ISOLATE_ACK, ISOLATE_FILE};
+    use seqsvr_store_api::client::plaintext;
+
+    use super::*;
+
+    /// A dev dir with an (empty) replica directory `store-1`.
+    fn dev_dir() -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("store-1")).unwrap();
+        d
+    }
+
+    #[tokio::test]
+    async fn isolate_waits_for_the_replica_and_heal_undoes_it() {
+        let d = dev_dir();
+        // Nothing answers here: only `store-leader` would need the store.
+        let store = ReadClient::new(&["127.0.0.1:1".into()], &plaintext()).unwrap();
+        let targets = Targets {
+            dev_dir: d.path(),
+            store: &store,
+        };
+        let file = d.path().join("store-1").join(ISOLATE_FILE);
+        // No replica watches the file: refused, and nothing is left behind.
+        let err = partition("store-1", true, &targets).await.unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("did not acknowledge the partition"),
+            "{err}"
+        );
+        assert!(!file.exists());
+        // A replica with the hook acknowledges.
+        let iso = Isolation::default();
+        let watcher = tokio::spawn(iso.clone().watch(file.clone()));
+        let said = partition("store-1", true, &targets).await.unwrap();
+        assert_eq!(said, "store-1 cut off from its peers");
+        assert!(iso.is_on());
+        assert_eq!(std::fs::read(&file).unwrap(), ISOLATE_ACK);
+        assert_eq!(
+            partition("store-1", false, &targets).await.unwrap(),
+            "store-1 healed"
+        );
+        assert!(!file.exists());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!iso.is_on());
+        watcher.abort();
+    }
+
+    #[test]
+    fn partitions_are_allowed_in_a_build_with_hooks() {
+        let isolate = Fault {
+            at: Duration::ZERO,
+            action: Action::Isolate("store-1".into()),
+        };
+        assert_eq!(
+            check(std::slice::from_ref(&isolate)).is_ok(),
+            seqsvr_store::fault::FAULT_HOOKS
+        );
+        let kill = Fault {
+            at: Duration::ZERO,
+            action: Action::Kill("alloc-1".into()),
+        };
+        assert!(check(&[kill]).is_ok());
+    }
 }

@@ -35,10 +35,11 @@ mod workload;
 
 use std::time::Instant;
 
-use anyhow::Context;
 use seqsvr_client::{ClientOptions, SeqClient};
 use seqsvr_store_api::client::connector;
 use seqsvr_store_api::ReadClient;
+
+use crate::error::{Context, Result};
 
 pub use args::{parse_duration, parse_fault, parse_uids, DrillArgs, DrillConfig};
 pub use faults::{Action, ActionKind, Fault};
@@ -72,7 +73,8 @@ fn grid(set: seqsvr_core::SetSpec, dir: Option<&seqsvr_core::Directory>) -> seqs
 }
 
 /// Runs a drill.
-pub async fn run(cfg: DrillConfig) -> anyhow::Result<Report> {
+pub async fn run(cfg: DrillConfig) -> Result<Report> {
+    faults::check(&cfg.faults)?;
     let store = ReadClient::new(&cfg.store, &connector(cfg.tls.clone()))?;
     let routes = store.routes().await.context("reading the route table")?;
     let set = grid(routes.set, routes.directory.as_ref());

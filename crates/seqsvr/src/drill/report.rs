@@ -3,6 +3,8 @@
 use serde::Serialize;
 
 use super::faults::Fault;
+use crate::error::Result;
+use crate::outln;
 
 /// A fault as it happened.
 #[derive(Debug, Clone, Serialize)]
@@ -60,35 +62,40 @@ impl Report {
     }
 
     /// Prints the report (text or JSON).
-    pub fn print(&self, json: bool) {
+    pub fn print(&self, json: bool) -> Result<()> {
         if json {
-            println!(
+            outln!(
                 "{}",
                 serde_json::to_string_pretty(self).expect("report serialises")
-            );
-            return;
+            )?;
+            return Ok(());
         }
-        println!(
+        outln!(
             "requests     {} ({} failed), {} numbers for {} uids",
-            self.requests, self.failed, self.numbers, self.uids
-        );
+            self.requests,
+            self.failed,
+            self.numbers,
+            self.uids
+        )?;
         let verdict = if self.ok() { "OK" } else { "BROKEN" };
-        println!(
+        outln!(
             "regressions  {}   repeats {}   => {verdict}",
-            self.regressions, self.repeats
-        );
+            self.regressions,
+            self.repeats
+        )?;
         for e in &self.examples {
-            println!("  {e}");
+            outln!("  {e}")?;
         }
-        println!(
+        outln!(
             "unavailable  per section (gaps with failed calls): max {:.0} ms, p99 {:.0} ms",
-            self.unavailable_max_ms, self.unavailable_p99_ms
-        );
+            self.unavailable_max_ms,
+            self.unavailable_p99_ms
+        )?;
         for (s, range, ms) in &self.worst_sections {
-            println!("  section {s:>5} (uids {range}): {ms:.0} ms");
+            outln!("  section {s:>5} (uids {range}): {ms:.0} ms")?;
         }
         for f in &self.faults {
-            println!(
+            outln!(
                 "fault at {:>7.1} s  {:?}: {}\n    longest outage after it {:.0} ms; largest section jump across it {} (step {})",
                 f.fault.at.as_secs_f64(),
                 f.fault.action,
@@ -96,11 +103,12 @@ impl Report {
                 f.recovery_ms,
                 f.section_skip_max,
                 self.step
-            );
+            )?;
         }
-        println!(
+        outln!(
             "skipped      {} numbers (largest gap for one uid: {})",
-            self.skipped, self.skipped_max_per_uid
-        );
+            self.skipped,
+            self.skipped_max_per_uid
+        )
     }
 }

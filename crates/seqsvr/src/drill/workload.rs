@@ -11,6 +11,8 @@ use seqsvr_core::checker::Observation;
 use seqsvr_core::SetSpec;
 use tokio::task::JoinHandle;
 
+use crate::error::Result;
+
 /// Which uids the callers draw from: every `stride`-th uid from `first`,
 /// `count` of them.
 #[derive(Debug, Clone, Copy)]
@@ -105,7 +107,7 @@ impl Load {
 impl Running {
     /// Waits for the callers to stop; returns the numbers received and the
     /// calls made.
-    pub async fn finish(self) -> anyhow::Result<(Vec<Observation>, Calls)> {
+    pub async fn finish(self) -> Result<(Vec<Observation>, Calls)> {
         for w in self.workers {
             w.await?;
         }

@@ -14,7 +14,8 @@
 //! - `config`: [`StoreConfig`] and its parts ([`Member`], [`InitialAlloc`],
 //!   [`RaftTiming`], [`LeaseSection`]), parsing and validation;
 //! - this file: the listeners, the data directory's identity, start-up,
-//!   the planes served, the isolation switch, the arbiter loop;
+//!   the planes served, the arbiter loop (and, in test builds, the
+//!   partition switch's watcher: see [`crate::fault`]);
 //! - `bootstrap`: initialising a brand-new group and configuring its set
 //!   and initial routes.
 
@@ -25,7 +26,6 @@ mod home;
 pub use config::*;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -236,10 +236,11 @@ impl StoreNode {
                 }
             }));
         }
-        let mut tasks = vec![tokio::spawn(watch_isolation(
-            cfg.data_dir.join(ISOLATE_FILE),
-            isolated,
-        ))];
+        let mut tasks = Vec::new();
+        #[cfg(feature = "fault-hooks")]
+        tasks.push(tokio::spawn(
+            isolated.watch(cfg.data_dir.join(crate::fault::ISOLATE_FILE)),
+        ));
         if may_initialise(&cfg, fresh) {
             tasks.push(tokio::spawn(bootstrap(
                 raft.clone(),
@@ -306,26 +307,6 @@ fn plane_listener(
         cfg.insecure,
     )
     .map_err(|e| config_err(plane.name(), e))
-}
-
-/// A file whose presence in the data directory cuts this replica off from
-/// its peers (while clients can still reach it): the drill's partition
-/// fault, for test and dev clusters. Remove it to heal.
-pub const ISOLATE_FILE: &str = "ISOLATE";
-
-async fn watch_isolation(path: PathBuf, isolated: Arc<std::sync::atomic::AtomicBool>) {
-    let mut tick = tokio::time::interval(Duration::from_millis(50));
-    loop {
-        tick.tick().await;
-        let now = path.exists();
-        if isolated.swap(now, std::sync::atomic::Ordering::Relaxed) != now {
-            tracing::warn!(
-                isolated = now,
-                "partition fault {}",
-                if now { "on" } else { "healed" }
-            );
-        }
-    }
 }
 
 fn report(plane: &str, res: seqsvr_net::Result<()>) {

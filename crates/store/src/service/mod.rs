@@ -78,7 +78,7 @@ pub struct StoreApi {
     /// Who may call what.
     pub(crate) auth: Auth,
     /// While set, nothing is forwarded to or accepted from peers.
-    pub(crate) isolated: Arc<std::sync::atomic::AtomicBool>,
+    pub(crate) isolated: crate::fault::Isolation,
     /// What this replica counts.
     pub(crate) metrics: Arc<crate::metrics::StoreMetrics>,
     /// One membership change at a time (see `membership`).
@@ -152,8 +152,7 @@ impl StoreApi {
         RF: Future<Output = Result<Response<Resp>, Status>>,
     {
         let was_forwarded = forwarded(&req);
-        let isolated = self.isolated.load(std::sync::atomic::Ordering::Relaxed);
-        if was_forwarded && isolated {
+        if was_forwarded && self.isolated.is_on() {
             return Err(Error::NoLeader("isolated from peers".into()).to_status());
         }
         let body = req.into_inner();

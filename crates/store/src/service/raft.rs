@@ -13,6 +13,7 @@ use seqsvr_store_api::Error;
 use tonic::{Request, Response, Status};
 
 use crate::auth::Auth;
+use crate::fault::Isolation;
 use crate::types::{NodeId, Raft};
 
 /// Highest Raft term accepted on the wire: 2^32 elections take decades at
@@ -35,14 +36,14 @@ pub struct RaftService {
     pub(crate) raft: Raft,
     /// Who may call.
     pub(crate) auth: Auth,
-    /// While set, peers' Raft RPCs are refused (partition fault).
-    pub(crate) isolated: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// While on, peers' Raft RPCs are refused (partition fault).
+    pub(crate) isolated: Isolation,
 }
 
 impl RaftService {
     fn check<T>(&self, req: &Request<T>) -> Result<(), Status> {
         self.auth.require_store(req)?;
-        if self.isolated.load(std::sync::atomic::Ordering::Relaxed) {
+        if self.isolated.is_on() {
             return Err(Status::unavailable("isolated from peers (partition fault)"));
         }
         Ok(())

@@ -1,16 +1,5 @@
-//! `seqctl`'s operator commands: status, sections, planned moves (drain,
-//! undrain, rebalance), fencing an AllocSvr incarnation, and lease terms.
-//!
-//! What each talks to:
-//!
-//! - the store's **client plane** ([`ReadClient`]): routes, sections,
-//!   each replica's status;
-//! - the store's **admin plane** ([`AdminClient`], operator certificate
-//!   under TLS): draining marks, `Assign` (conditional on the epochs just
-//!   read, so a section that moved meanwhile is not moved again), lease
-//!   terms, fencing, and the leader's lease view of the AllocSvrs;
-//! - an AllocSvr's **admin plane** (its address from that lease view):
-//!   `Handoff`.
+//! `seqctl alloc …`: planned moves (drain, undrain, rebalance) and fencing
+//! an AllocSvr incarnation.
 //!
 //! Planned moves never route a section away from a live AllocSvr behind its
 //! back: the current owner is asked to hand each section off (it stops
@@ -21,187 +10,49 @@
 //! owner's lease has certainly expired, are routed with `Assign` — and the
 //! store refuses anything else.
 
-use std::time::Duration;
-
-use anyhow::{bail, Context};
-use seqsvr_core::{Incarnation, LeaseTerms, RouteTable, SectionId};
-use seqsvr_net::ClientTls;
-use seqsvr_proto::alloc_admin_client::AllocAdminClient;
-use seqsvr_proto::store_admin_client::StoreAdminClient;
+use clap::Subcommand;
+use seqsvr_core::{Incarnation, RouteTable, SectionId};
 use seqsvr_proto::{self as pb};
-use seqsvr_store_api::client::connector;
-use seqsvr_store_api::{AdminClient, ReadClient};
-use tonic::transport::Channel;
 
-/// How long one replica's status may take.
-const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long dialing an AllocSvr's admin plane may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+use super::Ctl;
+use crate::error::{Context, Error, Result};
+use crate::outln;
 
-/// A cluster as `seqctl` reaches it.
-#[derive(Clone)]
-pub struct Ctl {
-    /// The store replicas' client planes.
-    pub read: ReadClient,
-    /// The store replicas' admin planes.
-    pub admin: AdminClient,
-    /// Each admin plane on its own, for per-replica status (status is not
-    /// forwarded: only the leader knows the leases).
-    admin_replicas: Vec<(String, StoreAdminClient<Channel>)>,
-    /// How AllocSvrs' admin planes are dialed.
-    tls: Option<ClientTls>,
+/// `seqctl alloc …`.
+#[derive(Subcommand, Debug, Clone)]
+pub enum AllocOp {
+    /// Hands every section of an AllocSvr to the others and keeps it empty.
+    Drain {
+        /// The AllocSvr's id.
+        id: String,
+    },
+    /// Lets a drained AllocSvr take sections again.
+    Undrain {
+        /// The AllocSvr's id.
+        id: String,
+    },
+    /// Evens out sections over the live AllocSvrs (after one joins).
+    Rebalance,
+    /// Refuses one incarnation of an AllocSvr from now on (as `seqctl
+    /// status` shows it, in hex): its renewals fail, its sections move once
+    /// its lease has certainly expired.
+    Fence {
+        /// The AllocSvr's id.
+        id: String,
+        /// The incarnation to refuse (hexadecimal).
+        #[arg(value_parser = parse_incarnation)]
+        incarnation: u64,
+    },
 }
 
-impl std::fmt::Debug for Ctl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ctl")
-            .field("read", &self.read)
-            .field("admin", &self.admin)
-            .field("tls", &self.tls.is_some())
-            .finish()
+/// Runs `seqctl alloc <op>`.
+pub async fn run(ctl: &Ctl, op: AllocOp) -> Result<()> {
+    match op {
+        AllocOp::Drain { id } => drain(ctl, &id).await.map(drop),
+        AllocOp::Undrain { id } => undrain(ctl, &id).await,
+        AllocOp::Rebalance => rebalance(ctl).await,
+        AllocOp::Fence { id, incarnation } => fence(ctl, &id, incarnation).await,
     }
-}
-
-impl Ctl {
-    /// A cluster whose store replicas serve their client planes at `read`
-    /// and their admin planes at `admin`, dialed with `tls` (the CA and,
-    /// for the admin planes, an operator certificate) or in plaintext.
-    pub fn new(read: &[String], admin: &[String], tls: Option<ClientTls>) -> anyhow::Result<Ctl> {
-        let connect = connector(tls.clone());
-        let admin_replicas = admin
-            .iter()
-            .map(|a| {
-                let ch = connect(a).map_err(anyhow::Error::msg)?;
-                Ok((a.clone(), StoreAdminClient::new(ch)))
-            })
-            .collect::<anyhow::Result<_>>()?;
-        Ok(Ctl {
-            read: ReadClient::new(read, &connect).context("store client plane")?,
-            admin: AdminClient::new(admin, &connect).context("store admin plane")?,
-            admin_replicas,
-            tls,
-        })
-    }
-
-    /// The store leader's status, with its lease view of every AllocSvr:
-    /// from the admin plane, or, if no admin plane answers (no operator
-    /// certificate, say), from the client plane.
-    pub async fn leader_status(&self) -> Option<pb::StoreStatus> {
-        let calls = self.admin_replicas.iter().map(|(_, c)| {
-            let mut c = c.clone();
-            async move {
-                let call = tokio::time::timeout(STATUS_TIMEOUT, c.status(pb::StatusRequest {}));
-                match call.await {
-                    Ok(Ok(s)) => Some(s.into_inner()),
-                    _ => None,
-                }
-            }
-        });
-        let from_admin = futures::future::join_all(calls)
-            .await
-            .into_iter()
-            .flatten()
-            .find(|s| s.state == "Leader");
-        match from_admin {
-            Some(s) => Some(s),
-            None => self.read.leader_status().await,
-        }
-    }
-
-    /// A client of the AllocSvr admin plane at `addr`.
-    fn alloc_admin(&self, addr: &str) -> anyhow::Result<AllocAdminClient<Channel>> {
-        let ch = seqsvr_net::client::channel(addr, self.tls.as_ref(), CONNECT_TIMEOUT)?;
-        Ok(AllocAdminClient::new(ch))
-    }
-}
-
-/// Prints the store group, the set, routes and AllocSvr leases.
-pub async fn status(ctl: &Ctl) -> anyhow::Result<()> {
-    println!("store replicas:");
-    let replicas = ctl.read.status_all().await;
-    for (addr, st) in &replicas {
-        match st {
-            Ok(s) => println!(
-                "  {:<3} {addr:<22} {:<10} term {:<4} leader {:<3} applied {:<8} fsyncs {}",
-                s.node_id,
-                s.state,
-                s.term,
-                if s.has_leader {
-                    s.leader_id.to_string()
-                } else {
-                    "-".into()
-                },
-                s.last_applied,
-                s.fsyncs
-            ),
-            Err(e) => println!("  ?   {addr:<22} unreachable: {e}"),
-        }
-    }
-    crate::ctl_store::print_membership(&replicas);
-    let routes = ctl.read.routes().await?;
-    let s = &routes.set;
-    println!(
-        "set {}: uids [{}, {}), {} sections of {}, step {}",
-        s.set_id,
-        s.uid_begin,
-        s.uid_end,
-        s.section_count(),
-        s.section_size,
-        s.step
-    );
-    println!("route version {}", routes.version);
-    let owned: u32 = routes.entries.iter().map(|e| e.count).sum();
-    match ctl.leader_status().await {
-        Some(l) => {
-            println!(
-                "allocs (lease {} ms + margin {} ms, as the leader sees them):",
-                l.lease_ms, l.margin_ms
-            );
-            for a in &l.allocs {
-                print_lease(a);
-            }
-        }
-        None => println!("allocs: (no leader to ask)"),
-    }
-    println!("  (unowned)    {} sections", s.section_count() - owned);
-    Ok(())
-}
-
-/// One AllocSvr's line in `status`.
-fn print_lease(a: &pb::AllocLease) {
-    let lease = match (a.since_grant_ms, a.expired) {
-        (_, true) => "EXPIRED".to_string(),
-        (-1, false) => "no renewal yet (new leader)".to_string(),
-        (ms, false) => format!("renewed {ms} ms ago"),
-    };
-    let drain = if a.draining { " draining" } else { "" };
-    let fenced = if a.fenced { " FENCED" } else { "" };
-    println!(
-        "  {:<12} {:<22} {:>4} sections  {lease}{drain}{fenced}",
-        a.alloc_id, a.addr, a.sections
-    );
-    println!(
-        "  {:<12} incarnation {:x}  peer {}  admin {}",
-        "", a.incarnation, a.peer_addr, a.admin_addr
-    );
-}
-
-/// Prints sections' ceilings, epochs and owners.
-pub async fn sections(ctl: &Ctl, first: u32, count: Option<u32>) -> anyhow::Result<()> {
-    let total = ctl.read.routes().await?.set.section_count();
-    let count = count.unwrap_or(total.saturating_sub(first));
-    println!(
-        "{:>8} {:>20} {:>8}  {:<12} incarnation",
-        "section", "max_seq", "epoch", "owner"
-    );
-    for s in ctl.read.read_sections(first, count).await? {
-        let owner = s.owner.as_deref().unwrap_or("-");
-        println!(
-            "{:>8} {:>20} {:>8}  {owner:<12} {:x}",
-            s.section, s.max_seq, s.epoch, s.incarnation
-        );
-    }
-    Ok(())
 }
 
 /// A live AllocSvr that may receive sections.
@@ -212,7 +63,7 @@ struct Target {
 }
 
 /// The leader's lease view: every AllocSvr it knows, and the lease length.
-async fn leases(ctl: &Ctl) -> anyhow::Result<(Vec<pb::AllocLease>, u64)> {
+async fn leases(ctl: &Ctl) -> Result<(Vec<pb::AllocLease>, u64)> {
     let l = ctl
         .leader_status()
         .await
@@ -245,7 +96,7 @@ async fn hand_off(
     from: &str,
     admin_addr: &str,
     moves: Vec<pb::Move>,
-) -> anyhow::Result<Vec<pb::MoveResult>> {
+) -> Result<Vec<pb::MoveResult>> {
     if moves.is_empty() {
         return Ok(Vec::new());
     }
@@ -266,18 +117,20 @@ async fn hand_off(
         .collect();
     us.sort_unstable();
     for r in results.iter().filter(|r| !r.ok) {
-        println!(
+        outln!(
             "  section {:>5} -> {:<12} FAILED: {}",
-            r.section, r.to_alloc, r.error
-        );
+            r.section,
+            r.to_alloc,
+            r.error
+        )?;
     }
     if let (Some(max), Some(p50)) = (us.last(), us.get(us.len() / 2)) {
-        println!(
+        outln!(
             "{from}: moved {} sections; unavailable per section: p50 {:.1} ms, max {:.1} ms",
             us.len(),
             *p50 as f64 / 1000.0,
             *max as f64 / 1000.0
-        );
+        )?;
     }
     Ok(results)
 }
@@ -286,7 +139,7 @@ async fn hand_off(
 /// section has now: for sections with no owner, or whose owner's lease has
 /// certainly expired (the store refuses any other). Consecutive sections
 /// bound for one AllocSvr go in one call.
-async fn assign(ctl: &Ctl, moves: &[pb::Move]) -> anyhow::Result<Vec<pb::MoveResult>> {
+async fn assign(ctl: &Ctl, moves: &[pb::Move]) -> Result<Vec<pb::MoveResult>> {
     let mut results = Vec::with_capacity(moves.len());
     for run in runs(moves) {
         let (first, to) = (run[0].section, &run[0].to_alloc);
@@ -299,10 +152,10 @@ async fn assign(ctl: &Ctl, moves: &[pb::Move]) -> anyhow::Result<Vec<pb::MoveRes
             .collect();
         let outcome = ctl.admin.assign(to, first, epochs).await;
         if let Err(e) = &outcome {
-            println!(
+            outln!(
                 "  sections {first}..{} -> {to:<12} FAILED: {e}",
                 first + run.len() as u32
-            );
+            )?;
         }
         results.extend(run.iter().map(|m| {
             pb::MoveResult {
@@ -320,7 +173,7 @@ async fn assign(ctl: &Ctl, moves: &[pb::Move]) -> anyhow::Result<Vec<pb::MoveRes
     }
     let ok = results.iter().filter(|r| r.ok).count();
     if ok > 0 {
-        println!("assigned {ok} sections");
+        outln!("assigned {ok} sections")?;
     }
     Ok(results)
 }
@@ -379,19 +232,21 @@ fn unowned(routes: &RouteTable) -> Vec<SectionId> {
 /// Drains `alloc`: marks it draining and moves every section it serves to
 /// the live AllocSvrs — handed off by `alloc` itself while it holds a
 /// lease, assigned by the store once its lease has certainly expired.
-pub async fn drain(ctl: &Ctl, alloc: &str) -> anyhow::Result<Vec<pb::MoveResult>> {
+pub async fn drain(ctl: &Ctl, alloc: &str) -> Result<Vec<pb::MoveResult>> {
     ctl.admin.set_draining(alloc, true).await?;
     let routes = ctl.read.routes().await?;
     let sections = sections_of(&routes, alloc);
     if sections.is_empty() {
-        println!("{alloc} is draining and serves no sections");
+        outln!("{alloc} is draining and serves no sections")?;
         return Ok(Vec::new());
     }
     let (allocs, lease_ms) = leases(ctl).await?;
     let mut targets = live_targets(&allocs, lease_ms);
     targets.retain(|t| t.id != alloc);
     if targets.is_empty() {
-        bail!("no live AllocSvr to take {alloc}'s sections");
+        return Err(Error::Failed(format!(
+            "no live AllocSvr to take {alloc}'s sections"
+        )));
     }
     let moves = plan(&sections, &mut targets);
     let results = match allocs.iter().find(|a| a.alloc_id == alloc) {
@@ -399,27 +254,29 @@ pub async fn drain(ctl: &Ctl, alloc: &str) -> anyhow::Result<Vec<pb::MoveResult>
         _ => assign(ctl, &moves).await?,
     };
     if results.iter().any(|r| !r.ok) {
-        bail!("some sections did not move; run the drain again");
+        return Err(Error::Failed(
+            "some sections did not move; run the drain again".into(),
+        ));
     }
     Ok(results)
 }
 
 /// Clears `alloc`'s draining mark (it then gets sections again from
 /// `rebalance` or from the arbiter).
-pub async fn undrain(ctl: &Ctl, alloc: &str) -> anyhow::Result<()> {
+pub async fn undrain(ctl: &Ctl, alloc: &str) -> Result<()> {
     ctl.admin.set_draining(alloc, false).await?;
-    println!("{alloc} takes sections again; run `seqctl alloc rebalance` to give it its share");
+    outln!("{alloc} takes sections again; run `seqctl alloc rebalance` to give it its share")?;
     Ok(())
 }
 
 /// Evens out sections over the live AllocSvrs (how a new AllocSvr gets its
 /// share): sections with no owner are assigned, then the most loaded hand
 /// sections off to the least loaded.
-pub async fn rebalance(ctl: &Ctl) -> anyhow::Result<()> {
+pub async fn rebalance(ctl: &Ctl) -> Result<()> {
     let (allocs, lease_ms) = leases(ctl).await?;
     let mut targets = live_targets(&allocs, lease_ms);
     if targets.is_empty() {
-        bail!("no live AllocSvr");
+        return Err(Error::Failed("no live AllocSvr".into()));
     }
     targets.sort_by(|a, b| a.id.cmp(&b.id));
     let routes = ctl.read.routes().await?;
@@ -427,7 +284,9 @@ pub async fn rebalance(ctl: &Ctl) -> anyhow::Result<()> {
     if !free.is_empty() {
         let results = assign(ctl, &plan(&free, &mut targets)).await?;
         if results.iter().any(|r| !r.ok) {
-            bail!("some unowned sections could not be assigned; run the rebalance again");
+            return Err(Error::Failed(
+                "some unowned sections could not be assigned; run the rebalance again".into(),
+            ));
         }
     }
     let total: u32 = targets.iter().map(|t| t.sections).sum();
@@ -467,30 +326,16 @@ pub async fn rebalance(ctl: &Ctl) -> anyhow::Result<()> {
         moved += moves.len();
         hand_off(ctl, &from.id, &admin_addr, moves).await?;
     }
-    println!("rebalanced: moved {moved} of {total} sections over {n} allocs");
+    outln!("rebalanced: moved {moved} of {total} sections over {n} allocs")?;
     Ok(())
 }
 
 /// Refuses `alloc`'s `incarnation` from now on: its renewals fail, and its
 /// sections move once its lease has certainly expired (or a new process
 /// with the same id registers then).
-pub async fn fence(ctl: &Ctl, alloc: &str, incarnation: Incarnation) -> anyhow::Result<()> {
+pub async fn fence(ctl: &Ctl, alloc: &str, incarnation: Incarnation) -> Result<()> {
     ctl.admin.fence_alloc(alloc, incarnation).await?;
-    println!("{alloc} incarnation {incarnation:x} is fenced");
-    Ok(())
-}
-
-/// Changes the lease terms (replicated, so every leader judges leases by
-/// the terms they were granted under); prints the terms in force.
-pub async fn set_lease(ctl: &Ctl, terms: LeaseTerms) -> anyhow::Result<()> {
-    terms.validate().map_err(anyhow::Error::msg)?;
-    let now = ctl.admin.set_lease(terms).await?;
-    println!(
-        "lease {} ms + margin {} ms (clock drift tolerated: {:.1} %)",
-        now.lease_ms,
-        now.margin_ms,
-        100.0 * now.margin_ms as f64 / now.lease_ms as f64
-    );
+    outln!("{alloc} incarnation {incarnation:x} is fenced")?;
     Ok(())
 }
 

@@ -9,13 +9,14 @@
 
 use std::time::Duration;
 
-use anyhow::{bail, Context};
 use clap::Subcommand;
 use seqsvr_proto::{self as pb};
 use seqsvr_store_api::membership::{describe, Member};
 use seqsvr_store_api::{AdminClient, MembershipChange, NodeId};
 
-use crate::ctl::Ctl;
+use super::Ctl;
+use crate::error::{Context, Error, Result};
+use crate::outln;
 
 /// Membership commands (under `seqctl store`).
 #[derive(Debug, Clone, Subcommand)]
@@ -58,7 +59,7 @@ pub enum MemberOp {
 }
 
 /// Parses `ID=HOST:PORT`.
-pub fn parse_new_member(s: &str) -> Result<(NodeId, String), String> {
+pub fn parse_new_member(s: &str) -> std::result::Result<(NodeId, String), String> {
     let (id, addr) = s
         .split_once('=')
         .ok_or_else(|| format!("{s:?} is not ID=HOST:PORT"))?;
@@ -74,7 +75,7 @@ pub fn parse_new_member(s: &str) -> Result<(NodeId, String), String> {
 }
 
 /// Runs a membership command.
-pub async fn run(ctl: &Ctl, op: MemberOp) -> anyhow::Result<()> {
+pub async fn run(ctl: &Ctl, op: MemberOp) -> Result<()> {
     let secs = Duration::from_secs;
     match op {
         MemberOp::Add {
@@ -96,14 +97,15 @@ pub async fn run(ctl: &Ctl, op: MemberOp) -> anyhow::Result<()> {
 }
 
 /// `voters {1,2,3} -> voters {1,2,3,4} (membership at log index 57, by 1)`.
-fn print_change(c: &MembershipChange) {
-    println!(
+fn print_change(c: &MembershipChange) -> Result<()> {
+    outln!(
         "membership: {} -> {} (log index {}, made by store {})",
         describe(&c.before),
         describe(&c.after),
         c.membership_index,
         c.leader_id
-    );
+    )?;
+    Ok(())
 }
 
 /// Adds replica `id` at `addr`; prints what happened.
@@ -112,28 +114,28 @@ pub async fn add(
     id: NodeId,
     addr: &str,
     catch_up: Duration,
-) -> anyhow::Result<MembershipChange> {
-    println!("adding store {id} at {addr} (catch-up limit {catch_up:?})");
+) -> Result<MembershipChange> {
+    outln!("adding store {id} at {addr} (catch-up limit {catch_up:?})")?;
     let c = admin
         .add_member(id, addr, catch_up)
         .await
         .with_context(|| format!("adding store {id}"))?;
-    println!(
+    outln!(
         "store {id}: caught up in {} ms, promoted to voter",
         c.catch_up.as_millis()
-    );
-    print_change(&c);
+    )?;
+    print_change(&c)?;
     Ok(c)
 }
 
 /// Removes replica `id`; prints what happened.
-pub async fn remove(admin: &AdminClient, id: NodeId) -> anyhow::Result<MembershipChange> {
+pub async fn remove(admin: &AdminClient, id: NodeId) -> Result<MembershipChange> {
     let c = admin
         .remove_member(id)
         .await
         .with_context(|| format!("removing store {id}"))?;
-    println!("store {id} removed; stop its process and retire its data directory");
-    print_change(&c);
+    outln!("store {id} removed; stop its process and retire its data directory")?;
+    print_change(&c)?;
     Ok(c)
 }
 
@@ -145,16 +147,18 @@ pub async fn replace(
     id: NodeId,
     addr: &str,
     catch_up: Duration,
-) -> anyhow::Result<(MembershipChange, MembershipChange)> {
+) -> Result<(MembershipChange, MembershipChange)> {
     if old == id {
-        bail!("--old and --new name the same store {id}");
+        return Err(Error::Usage(format!(
+            "--old and --new name the same store {id}"
+        )));
     }
     let leader = leader_status(ctl).await?;
     if !leader.members.iter().any(|m| m.id == old) {
-        bail!(
+        return Err(Error::Failed(format!(
             "store {old} is not a member ({}); nothing changed",
             describe(&members(&leader))
-        );
+        )));
     }
     let added = add(&ctl.admin, id, addr, catch_up).await?;
     let removed = remove(&ctl.admin, old).await.with_context(|| {
@@ -167,14 +171,16 @@ pub async fn replace(
 /// after the previous change removed the leader takes about a second).
 const LEADER_WAIT: Duration = Duration::from_secs(10);
 
-async fn leader_status(ctl: &Ctl) -> anyhow::Result<pb::StoreStatus> {
+async fn leader_status(ctl: &Ctl) -> Result<pb::StoreStatus> {
     let start = std::time::Instant::now();
     loop {
         if let Some(s) = ctl.leader_status().await {
             return Ok(s);
         }
         if start.elapsed() > LEADER_WAIT {
-            bail!("no store leader answered within {LEADER_WAIT:?}");
+            return Err(Error::Failed(format!(
+                "no store leader answered within {LEADER_WAIT:?}"
+            )));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -186,25 +192,27 @@ fn members(s: &pb::StoreStatus) -> Vec<Member> {
 
 /// The membership lines of `seqctl status`: voters and learners, and each
 /// member's replication lag as the leader reports it.
-pub fn print_membership(replicas: &[(String, seqsvr_store_api::Result<pb::StoreStatus>)]) {
+pub fn print_membership(
+    replicas: &[(String, seqsvr_store_api::Result<pb::StoreStatus>)],
+) -> Result<()> {
     let answered = replicas.iter().filter_map(|(_, s)| s.as_ref().ok());
     let Some(s) = answered
         .clone()
         .find(|s| s.state == "Leader")
         .or(answered.clone().next())
     else {
-        return;
+        return Ok(());
     };
     let joint = if s.joint { " (change under way)" } else { "" };
-    println!(
+    outln!(
         "membership{joint} at log index {}: {}",
         s.membership_index,
         describe(&members(s))
-    );
+    )?;
     if s.replication.is_empty() {
-        return;
+        return Ok(());
     }
-    println!("replication (leader {}):", s.node_id);
+    outln!("replication (leader {}):", s.node_id)?;
     for r in &s.replication {
         let role = if s.voter_ids.contains(&r.id) {
             "voter"
@@ -221,13 +229,14 @@ pub fn print_membership(replicas: &[(String, seqsvr_store_api::Result<pb::StoreS
         } else {
             "-".into()
         };
-        println!(
+        outln!(
             "  {:<3} {role:<7} {:<22} matched {matched:<8} lag {}",
             r.id,
             addr.unwrap_or("?"),
             r.lag
-        );
+        )?;
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,0 +1,57 @@
+//! `seqctl store …`: store group settings, over the store's admin plane.
+
+use clap::Subcommand;
+use seqsvr_core::LeaseTerms;
+
+use super::Ctl;
+use crate::error::{Error, Result};
+use crate::outln;
+
+/// `seqctl store …`.
+#[derive(Subcommand, Debug, Clone)]
+pub enum StoreOp {
+    /// Changes the lease terms (replicated store state; the store config's
+    /// `[lease]` only gives a new group its first terms).
+    Lease {
+        /// How long a granted renewal lets an AllocSvr serve, in ms.
+        #[arg(long)]
+        lease_ms: u64,
+        /// Extra wait before a section moves, for clock-rate drift, in ms.
+        #[arg(long)]
+        margin_ms: u64,
+    },
+    /// Store group membership: add, remove, replace replicas.
+    #[command(flatten)]
+    Members(super::members::MemberOp),
+}
+
+/// Runs `seqctl store <op>`.
+pub async fn run(ctl: &Ctl, op: StoreOp) -> Result<()> {
+    match op {
+        StoreOp::Lease {
+            lease_ms,
+            margin_ms,
+        } => {
+            let terms = LeaseTerms {
+                lease_ms,
+                margin_ms,
+            };
+            set_lease(ctl, terms).await
+        }
+        StoreOp::Members(op) => super::members::run(ctl, op).await,
+    }
+}
+
+/// Changes the lease terms (replicated, so every leader judges leases by
+/// the terms they were granted under); prints the terms in force.
+pub async fn set_lease(ctl: &Ctl, terms: LeaseTerms) -> Result<()> {
+    terms.validate().map_err(Error::Usage)?;
+    let now = ctl.admin.set_lease(terms).await?;
+    outln!(
+        "lease {} ms + margin {} ms (clock drift tolerated: {:.1} %)",
+        now.lease_ms,
+        now.margin_ms,
+        100.0 * now.margin_ms as f64 / now.lease_ms as f64
+    )?;
+    Ok(())
+}

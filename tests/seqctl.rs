@@ -1,0 +1,185 @@
+//! The operator's command lines against real processes: `seqctl health`
+//! on store replicas and AllocSvrs (alive, ready, paused, cut off, dead),
+//! output into a closed pipe, and `SEQSVR_CONFIG` standing for `--config`.
+
+mod support;
+
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use seqsvr_core::SetSpec;
+use support::SetCluster;
+
+fn seqctl_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_seqctl")
+}
+
+/// `seqctl health <addr> [flags]`: exit code and the line printed.
+fn health(addr: &str, flags: &[&str]) -> (i32, String) {
+    let out = Command::new(seqctl_bin())
+        .arg("health")
+        .arg(addr)
+        .args(flags)
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let err = String::from_utf8_lossy(&out.stderr);
+    println!(
+        "health {addr} {flags:?}: {:?} {line} {err}",
+        out.status.code()
+    );
+    (out.status.code().unwrap_or(-1), line)
+}
+
+/// Polls `health` until its exit code is `want` (or fails after `within`).
+fn health_until(addr: &str, flags: &[&str], want: i32, within: Duration) -> String {
+    let start = Instant::now();
+    loop {
+        let (code, line) = health(addr, flags);
+        if code == want {
+            return line;
+        }
+        assert!(
+            start.elapsed() < within,
+            "{addr} {flags:?}: exit {code}, not {want}, after {within:?}: {line}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn health_tells_alive_ready_and_unreachable_apart() {
+    let mut cluster = SetCluster::start(SetSpec::new(0, 0..1_000_000), 2);
+    let store = cluster.store.client_addrs.clone();
+    let alloc = cluster.alloc_addrs.clone();
+    // Ready: every replica knows a leader and has its set; every AllocSvr
+    // holds a lease.
+    for a in &store {
+        let line = health_until(a, &["--ready"], 0, Duration::from_secs(30));
+        assert!(
+            line.starts_with("store ") && line.contains("ready —"),
+            "{line}"
+        );
+    }
+    for a in &alloc {
+        let line = health_until(a, &["--ready"], 0, Duration::from_secs(30));
+        assert!(line.starts_with("alloc alloc-"), "{line}");
+        assert!(line.contains("ms left"), "{line}");
+    }
+
+    // Two replicas paused: the third loses its leader and the AllocSvrs
+    // their leases. Alive all (exit 0) but not ready (exit 1); the paused
+    // ones do not answer (exit 2).
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let leader = rt.block_on(cluster.store.wait_ready(Duration::from_secs(10)));
+    let other = (leader + 1) % 3;
+    let left = (leader + 2) % 3;
+    for i in [leader, other] {
+        support::signal(cluster.store.procs[i].pid().unwrap(), libc::SIGSTOP);
+    }
+    let line = health_until(&store[left], &["--ready"], 1, Duration::from_secs(10));
+    assert!(line.contains("not ready: no leader known"), "{line}");
+    assert_eq!(health(&store[left], &[]).0, 0);
+    let line = health_until(&alloc[0], &["--ready"], 1, Duration::from_secs(10));
+    assert!(line.contains("not ready: no valid lease"), "{line}");
+    assert_eq!(health(&alloc[0], &[]).0, 0);
+    let started = Instant::now();
+    let (code, line) = health(&store[leader], &["--timeout", "500ms"]);
+    assert_eq!(code, 2, "{line}");
+    assert!(line.contains("no answer within 500ms"), "{line}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    for i in [leader, other] {
+        support::signal(cluster.store.procs[i].pid().unwrap(), libc::SIGCONT);
+    }
+    health_until(&store[left], &["--ready"], 0, Duration::from_secs(15));
+    health_until(&alloc[0], &["--ready"], 0, Duration::from_secs(15));
+
+    // A dead process, and a bad address.
+    cluster.allocs[1].kill9();
+    let (code, line) = health(&alloc[1], &[]);
+    assert_eq!(code, 2, "{line}");
+    assert!(line.contains("unreachable"), "{line}");
+    let (code, _) = health("ftp://nowhere:1", &[]);
+    assert_eq!(code, 2);
+}
+
+/// Runs `exe args` with standard output a pipe nobody reads: its read end
+/// is closed before the child starts, so the first line written fails with
+/// EPIPE (the child ignores SIGPIPE, as every Rust program does).
+fn into_closed_pipe(exe: &str, args: &[&str]) -> Output {
+    let mut fds = [0; 2];
+    // SAFETY: pipe(2) fills two new descriptors, each owned exactly once
+    // below.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    Command::new(exe)
+        .args(args)
+        .stdout(Stdio::from(write))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    // `seqctl status | head -1`: status prints before it learns the store
+    // is down; nobody reads, so the command ends there, successfully.
+    let port = support::free_port();
+    let store = format!("127.0.0.1:{port}");
+    let out = into_closed_pipe(seqctl_bin(), &["--store", &store, "status"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {err}", out.status);
+    assert!(!err.contains("panicked"), "{err}");
+    // `seqctl health … | true` and `seqsvr certs … | head -1` alike.
+    let out = into_closed_pipe(seqctl_bin(), &["health", &store]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let out = into_closed_pipe(
+        support::seqsvr_bin(),
+        &[
+            "certs",
+            "--dir",
+            &dir.path().display().to_string(),
+            "--operator",
+            "ops",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {err}", out.status);
+    assert!(dir.path().join("ops.pem").exists());
+}
+
+#[test]
+fn seqsvr_config_env_stands_for_the_flag() {
+    let run = |env: Option<&str>, args: &[&str]| {
+        let mut c = Command::new(support::seqsvr_bin());
+        c.args(args).env_remove("SEQSVR_CONFIG");
+        if let Some(v) = env {
+            c.env("SEQSVR_CONFIG", v);
+        }
+        let out = c.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    // The file the environment names is the one read (it is not there).
+    for kind in ["store", "alloc"] {
+        let (code, err) = run(Some("/nonexistent/from-env.toml"), &[kind]);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(err.contains("/nonexistent/from-env.toml"), "{err}");
+        // The flag wins over the environment.
+        let (_, err) = run(
+            Some("/nonexistent/from-env.toml"),
+            &[kind, "--config", "/nonexistent/from-flag.toml"],
+        );
+        assert!(err.contains("/nonexistent/from-flag.toml"), "{err}");
+        assert!(!err.contains("from-env"), "{err}");
+        // Neither: a usage error.
+        let (code, err) = run(None, &[kind]);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(err.contains("--config"), "{err}");
+    }
+}

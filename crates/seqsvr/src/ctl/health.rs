@@ -87,7 +87,7 @@ pub async fn probe(args: &HealthArgs, tls: Option<&ClientTls>) -> Result<Health>
             .status(pb::StatusRequest {})
             .await
         {
-            Ok(s) => Ok(Answer::Store(s.into_inner())),
+            Ok(s) => Ok(Answer::Store(Box::new(s.into_inner()))),
             // Not a store replica's client plane: an AllocSvr's, maybe.
             Err(s) if s.code() == tonic::Code::Unimplemented => {
                 let s = AllocClient::new(ch)
@@ -111,7 +111,7 @@ pub async fn probe(args: &HealthArgs, tls: Option<&ClientTls>) -> Result<Health>
 
 /// A `Status` reply, from whichever kind of process answered.
 enum Answer {
-    Store(pb::StoreStatus),
+    Store(Box<pb::StoreStatus>),
     Alloc(pb::AllocStatus),
 }
 

@@ -108,12 +108,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let who = Identities::dev();
         let first = issue(dir.path(), &who, false).unwrap();
-        assert_eq!(first.len(), 6);
+        // Both dev sets' stores (6) and AllocSvrs (4), and the operator.
+        assert_eq!(first.len(), 11);
         let pki = DevPki::open(dir.path());
         let cert = std::fs::read(pki.cert_path("store-1")).unwrap();
         assert!(issue(dir.path(), &who, false).unwrap().is_empty());
         assert_eq!(std::fs::read(pki.cert_path("store-1")).unwrap(), cert);
-        assert_eq!(issue(dir.path(), &who, true).unwrap().len(), 6);
+        assert_eq!(issue(dir.path(), &who, true).unwrap().len(), 11);
         assert_ne!(std::fs::read(pki.cert_path("store-1")).unwrap(), cert);
         // Every issued credential loads.
         for name in first {

@@ -560,6 +560,7 @@ async fn call(ch: Channel, m: M, g: &Genuine, fwd: bool) -> (Outcome, Option<Obs
                             first_section: 0,
                             count: SECTIONS,
                             to_set: 9,
+                            move_id: u64::MAX,
                         },
                         fwd,
                     ))
@@ -571,6 +572,7 @@ async fn call(ch: Channel, m: M, g: &Genuine, fwd: bool) -> (Outcome, Option<Obs
                         pb::InstallRequest {
                             first_section: 0,
                             floors: vec![0],
+                            move_id: u64::MAX,
                         },
                         fwd,
                     ))

@@ -364,6 +364,7 @@ mod tests {
         };
         let directory = Directory {
             version: 2,
+            move_id: 0,
             sets: [(0, dir_set(0)), (1, dir_set(1))].into(),
             ranges: vec![
                 DirRange {

@@ -55,6 +55,7 @@ fn dir(
 ) -> Directory {
     Directory {
         version,
+        move_id: 0,
         sets: sets
             .iter()
             .map(|(id, uids)| {

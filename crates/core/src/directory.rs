@@ -83,6 +83,11 @@ pub struct Directory {
     pub ranges: Vec<DirRange>,
     /// The move under way, if any (one at a time).
     pub moving: Option<PendingMove>,
+    /// The move's id: the directory version at which it began. Moves run
+    /// one at a time, so ids grow with time; a store group refuses a freeze
+    /// or install of an older move than one it already applied, so a mover
+    /// that stalled and wakes up after later moves cannot undo them.
+    pub move_id: u64,
 }
 
 /// Why a directory change was refused. Nothing changes when one is.
@@ -279,6 +284,7 @@ impl Directory {
             sets: BTreeMap::from([(home.spec.set_id, home)]),
             ranges: vec![r],
             moving: None,
+            move_id: 0,
         }
     }
 
@@ -436,6 +442,8 @@ impl Directory {
             return Err(DirError::NotServedBy { uid, from: m.from });
         }
         self.moving = Some(*m);
+        // `apply` adds one to the version for this change.
+        self.move_id = self.version + 1;
         Ok(true)
     }
 
@@ -518,6 +526,9 @@ pub struct PlaceRun {
 pub struct Placement {
     /// The non-serving runs.
     pub runs: Vec<PlaceRun>,
+    /// The id of the newest move (or set addition) whose freeze or install
+    /// this group applied: older ones are refused.
+    pub last_move: u64,
 }
 
 impl Placement {
@@ -530,6 +541,7 @@ impl Placement {
                 end: count,
                 place: Place::Absent,
             }],
+            last_move: 0,
         }
     }
 

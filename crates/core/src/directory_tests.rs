@@ -231,7 +231,10 @@ fn a_move_begins_once_flips_and_resumes_idempotently() {
         to: 1,
     };
     assert_eq!(d.apply(&DirChange::BeginMove(m)), Ok(true));
+    // The move's id is the version it began at; repeating the begin keeps it.
+    assert_eq!((d.version, d.move_id), (3, 3));
     assert_eq!(d.apply(&DirChange::BeginMove(m)), Ok(false));
+    assert_eq!(d.move_id, 3);
     let other = PendingMove {
         begin: 0,
         end: 10,

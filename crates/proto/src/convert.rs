@@ -179,7 +179,10 @@ fn placement_of(set: &SetSpec, runs: &[pb::PlaceRun]) -> Result<Placement, Strin
         });
         next_free = r.end_section;
     }
-    Ok(Placement { runs: out })
+    Ok(Placement {
+        runs: out,
+        last_move: 0,
+    })
 }
 
 impl From<&Directory> for pb::Directory {
@@ -204,6 +207,7 @@ impl From<&Directory> for pb::Directory {
                     set_id: r.set,
                 })
                 .collect(),
+            move_id: d.move_id,
             moving: d.moving.map(|m| pb::PendingMove {
                 begin: m.begin,
                 end: m.end,
@@ -257,6 +261,7 @@ impl TryFrom<&pb::Directory> for Directory {
             version: d.version,
             sets,
             ranges,
+            move_id: d.move_id,
             moving: d.moving.as_ref().map(|m| PendingMove {
                 begin: m.begin,
                 end: m.end,

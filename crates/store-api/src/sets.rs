@@ -49,11 +49,18 @@ impl SetsClient {
     }
 
     /// Freezes sections `first..first+count` for a move to `to`.
-    pub async fn freeze(&self, first: SectionId, count: u32, to: SetId) -> Result<Frozen> {
+    pub async fn freeze(
+        &self,
+        first: SectionId,
+        count: u32,
+        to: SetId,
+        move_id: u64,
+    ) -> Result<Frozen> {
         let req = pb::FreezeRequest {
             first_section: first,
             count,
             to_set: to,
+            move_id,
         };
         let r = self
             .replicas
@@ -75,10 +82,11 @@ impl SetsClient {
 
     /// Installs sections `first..first+floors.len()` at their floors plus
     /// a step; returns how many changed.
-    pub async fn install(&self, first: SectionId, floors: Vec<u64>) -> Result<u32> {
+    pub async fn install(&self, first: SectionId, floors: Vec<u64>, move_id: u64) -> Result<u32> {
         let req = pb::InstallRequest {
             first_section: first,
             floors,
+            move_id,
         };
         let r = self
             .replicas

@@ -190,8 +190,17 @@ impl SetState {
                 epoch,
             } => self.handoff(from, *incarnation, to, *section, *epoch, dirty),
             Command::SetDraining { alloc, draining } => self.set_draining(alloc, *draining, dirty),
-            Command::Freeze { first, count, to } => self.freeze(*first, *count, *to, dirty),
-            Command::Install { first, floors } => self.install(*first, floors, dirty),
+            Command::Freeze {
+                first,
+                count,
+                to,
+                move_id,
+            } => self.freeze(*first, *count, *to, *move_id, dirty),
+            Command::Install {
+                first,
+                floors,
+                move_id,
+            } => self.install(*first, floors, *move_id, dirty),
             Command::Directory(change) => self.change_directory(change, dirty),
             Command::CopyDirectory(copy) => self.copy_directory(copy, dirty),
         }

@@ -36,9 +36,11 @@ impl SetState {
         first: SectionId,
         count: u32,
         to: SetId,
+        move_id: u64,
         dirty: &mut Vec<Dirty>,
     ) -> Outcome {
         let range = self.check_sections(first, count as usize)?;
+        self.check_move_id(move_id)?;
         if to == self.spec()?.set_id {
             return Err(Rejection::Invalid("a move to the set itself".into()));
         }
@@ -78,9 +80,12 @@ impl SetState {
             }
             epochs.push(r.epoch);
         }
-        if newly > 0 {
+        if newly > 0 || move_id > self.placement.last_move {
             self.placement = placement;
+            self.placement.last_move = move_id;
             dirty.push(Dirty::Placement);
+        }
+        if newly > 0 {
             // Clients see the frozen sections leave the route table even
             // when no AllocSvr owned them.
             owners.insert(String::new());
@@ -100,9 +105,11 @@ impl SetState {
         &mut self,
         first: SectionId,
         floors: &[u64],
+        move_id: u64,
         dirty: &mut Vec<Dirty>,
     ) -> Outcome {
         let range = self.check_sections(first, floors.len())?;
+        self.check_move_id(move_id)?;
         let step = self.spec()?.step;
         let mut targets = Vec::with_capacity(floors.len());
         for (i, &floor) in range.clone().zip(floors) {
@@ -143,15 +150,31 @@ impl SetState {
             newly += 1;
             dirty.push(Dirty::Section(i as SectionId));
         }
-        if newly > 0 {
+        if newly > 0 || move_id > self.placement.last_move {
             self.placement = placement;
+            self.placement.last_move = move_id;
             dirty.push(Dirty::Placement);
+        }
+        if newly > 0 {
             self.routes_changed(BTreeSet::from([String::new()]), dirty);
         }
         Ok(Reply::Installed {
             newly,
             route_version: self.route_version,
         })
+    }
+
+    /// Refuses a freeze or install of a move older than one this group
+    /// already applied: a mover that stalled and wakes up after later moves
+    /// must not undo them (docs/architecture/sets.md, Crashes and resuming).
+    fn check_move_id(&self, move_id: u64) -> Result<(), Rejection> {
+        if move_id < self.placement.last_move {
+            return Err(Rejection::Directory(format!(
+                "move {move_id} is older than move {} this set already applied",
+                self.placement.last_move
+            )));
+        }
+        Ok(())
     }
 
     /// Applies a directory change: the home group only.

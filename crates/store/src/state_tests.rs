@@ -15,7 +15,8 @@
 //! `take-over <alloc> <inc> <first> <known epoch…>`,
 //! `handoff <from> <inc> <to> <section> <epoch>`, `drain <alloc> [off]`,
 //! `raise <alloc> <inc> <section> <epoch> <to>`,
-//! `freeze <first> <count> <to-set>`, `install <first> <floor…>`,
+//! `freeze <first> <count> <to-set> [<move id>]`,
+//! `install <first> <move id> <floor…>`,
 //! `dir-add <set> <span b..e> <range b..e> <store>`,
 //! `dir-move <b..e> <from> <to>`, `dir-finish <b..e> <from> <to>`,
 //! `copy-dir <version> <set…>` (a directory listing those sets),
@@ -97,10 +98,12 @@ fn parse(line: &str) -> Option<Command> {
             first: n(1) as u32,
             count: n(2) as u32,
             to: n(3) as u32,
+            move_id: w.get(4).map_or(0, |x| x.parse().expect("number")),
         },
         "install" => Command::Install {
             first: n(1) as u32,
-            floors: rest(2),
+            move_id: n(2),
+            floors: rest(3),
         },
         "dir-add" => {
             let (b, e) = range(w[2]);

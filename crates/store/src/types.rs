@@ -161,6 +161,8 @@ pub enum Command {
         count: u32,
         /// The set they move to.
         to: SetId,
+        /// The move's id (refused if older than one applied here).
+        move_id: u64,
     },
     /// Installs sections `first..first+floors.len()` moved in from another
     /// set: each ceiling becomes at least `floors[i] + step` (the source's
@@ -171,6 +173,8 @@ pub enum Command {
         first: SectionId,
         /// Per section, the source's final ceiling.
         floors: Vec<u64>,
+        /// The move's id (refused if older than one applied here).
+        move_id: u64,
     },
     /// A change to the directory (the home group only).
     Directory(DirChange),

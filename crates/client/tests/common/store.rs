@@ -125,6 +125,7 @@ pub fn directory(
 ) -> pb::Directory {
     pb::Directory {
         version,
+        move_id: 0,
         sets: sets
             .iter()
             .map(|(id, uids, section_size, stores)| pb::DirSet {

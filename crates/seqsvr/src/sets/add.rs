@@ -162,7 +162,9 @@ pub async fn add_set(
     let mut first = sections.start;
     while first < sections.end {
         let n = (sections.end - first).min(MAX_SECTIONS_PER_CALL);
-        installed += client.install(first, vec![0; n as usize]).await?;
+        installed += client
+            .install(first, vec![0; n as usize], dir.version)
+            .await?;
         first += n;
     }
     Ok(AddReport {

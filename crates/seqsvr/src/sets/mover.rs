@@ -171,6 +171,7 @@ pub async fn move_range(
     report.from = m.from;
     let home = sets.home(&dir)?;
     let (_, dir) = home.change_directory(&DirChange::BeginMove(m)).await?;
+    let move_id = dir.move_id;
     report.copy_failed = sets.copy_everywhere(&dir).await;
     stop(Step::Begin)?;
 
@@ -188,7 +189,7 @@ pub async fn move_range(
     let mut epochs = Vec::with_capacity(src_sections.len());
     let mut expiry = Duration::ZERO;
     for (first, count) in pieces(src_sections.clone()) {
-        let f = src_client.freeze(first, count, m.to).await?;
+        let f = src_client.freeze(first, count, m.to, move_id).await?;
         report.newly_frozen += f.newly;
         expiry = expiry.max(f.lease_expiry);
         finals.extend(f.finals);
@@ -219,7 +220,7 @@ pub async fn move_range(
     for (first, count) in pieces(dst_sections.clone()) {
         let floors = finals[at..at + count as usize].to_vec();
         at += count as usize;
-        report.newly_installed += dst_client.install(first, floors).await?;
+        report.newly_installed += dst_client.install(first, floors, move_id).await?;
     }
     stop(Step::Install)?;
 

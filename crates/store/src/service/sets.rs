@@ -75,6 +75,7 @@ impl StoreApi {
             first: r.first_section,
             count: r.count,
             to: r.to_set,
+            move_id: r.move_id,
         };
         match self.write(cmd).await? {
             Reply::Frozen {
@@ -99,6 +100,7 @@ impl StoreApi {
         let cmd = Command::Install {
             first: r.first_section,
             floors: r.floors,
+            move_id: r.move_id,
         };
         match self.write(cmd).await? {
             Reply::Installed {

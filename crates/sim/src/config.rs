@@ -91,7 +91,7 @@ impl SimConfig {
             allocs,
             clients: 3,
             spec: SetSpec {
-                set_id: 1,
+                set_id: 0,
                 uid_begin: 1000,
                 uid_end: 1048,
                 section_size: 8,

@@ -25,7 +25,7 @@ use crate::allocator::Allocator;
 use crate::error::CallError;
 use crate::lease::Lease;
 use crate::metrics::AllocMetrics;
-use crate::ownership::{admit, may_act_on_read, NotAdmitted, Released};
+use crate::ownership::{admit, may_act_on_read, release_moved, NotAdmitted, Released};
 
 /// Peer channels by address.
 pub type PeerChannels = std::sync::Mutex<HashMap<String, Channel>>;
@@ -218,14 +218,10 @@ impl Shared {
     /// store never gives a frozen section (docs/architecture/sets.md).
     pub fn release(&self, runs: &[pb::SectionRun]) -> u32 {
         let _own = self.ownership();
-        let mut released = 0;
-        for r in runs {
-            for s in r.first_section..r.first_section + r.count {
-                if self.alloc.drop_section(s) {
-                    released += 1;
-                }
-            }
-        }
+        let sections = runs
+            .iter()
+            .flat_map(|r| r.first_section..r.first_section.saturating_add(r.count));
+        let released = release_moved(&self.alloc, sections).len() as u32;
         if released > 0 {
             tracing::info!(released, "released sections frozen for a move");
         }

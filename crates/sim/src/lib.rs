@@ -67,6 +67,7 @@ mod client;
 mod env;
 mod link;
 mod model;
+mod mover;
 mod operator;
 mod raft;
 mod store;
@@ -75,7 +76,7 @@ mod world;
 pub use check::Violation;
 pub use config::SimConfig;
 pub use env::Stats;
-pub use knobs::Knobs;
+pub use knobs::{InstallAt, Knobs};
 pub use world::{RunReport, World};
 
 /// Runs the simulation of `seed` with `knobs`; `verbose` prints every

@@ -12,7 +12,7 @@ use crate::model::{
     admin_addr, client_addr, peer_addr, Renewal, StoreFail, StoreOk, StoreReq, StoreResp,
 };
 
-use super::{reply, Store, Waiter, Want};
+use super::{Store, Waiter, Want};
 
 impl Store {
     /// Takes the arbiter's lock for `w`, or queues it. Renewals with the
@@ -51,14 +51,14 @@ impl Store {
         match w {
             Want::Renew(term, p) => {
                 let resp = self.grant_renewal(env, r, term, &p.req);
-                reply(env, r, &p, resp);
+                self.reply(env, r, &p, resp);
             }
             Want::Write(p) => match self.decide(env, r, &p.req) {
                 Ok(cmd) => {
                     self.reps[r].locked = true;
                     self.propose(env, r, cmd, Waiter::Locked(p));
                 }
-                Err(e) => reply(env, r, &p, Err(e)),
+                Err(e) => self.reply(env, r, &p, Err(e)),
             },
             Want::Arbiter => self.arbiter_tick(env, r),
         }
@@ -142,6 +142,13 @@ impl Store {
                     .map_err(|_| StoreFail::NoLeader)?;
                 Ok(Command::SetLease(*terms))
             }
+            // `freeze` takes the lock only so that no renewal records a
+            // grant or reads its sections half way through.
+            StoreReq::Freeze { first, count, to } => Ok(Command::Freeze {
+                first: *first,
+                count: *count,
+                to: *to,
+            }),
             other => unreachable!("{other:?} is not decided under the lock"),
         }
     }
@@ -232,14 +239,14 @@ impl Store {
         match w {
             Waiter::Call(p) => {
                 let resp = self.answer(l, &p.req, outcome);
-                reply(env, l, &p, resp);
+                self.reply(env, l, &p, resp);
             }
             Waiter::Locked(p) => {
                 if let (StoreReq::SetLease(_), Ok(_)) = (&p.req, &outcome) {
                     self.reps[l].arbiter.lease_changed(env.store_instant());
                 }
                 let resp = self.answer(l, &p.req, outcome);
-                reply(env, l, &p, resp);
+                self.reply(env, l, &p, resp);
                 self.unlock(env, l);
             }
             Waiter::Arbiter => {
@@ -261,6 +268,20 @@ impl Store {
                 Ok(StoreOk::HandedOff {
                     grant,
                     to_addr: to_addr.unwrap_or_default(),
+                })
+            }
+            (StoreReq::Freeze { .. }, Ok(Reply::Frozen { finals, newly, .. })) => {
+                Ok(StoreOk::Frozen {
+                    finals,
+                    newly,
+                    lease_expiry_ms: self.raft.nodes[l].state.lease.office_wait_ms(),
+                })
+            }
+            (StoreReq::ChangeDirectory(_), Ok(Reply::Directory { version, changed })) => {
+                Ok(StoreOk::Directory {
+                    version,
+                    changed,
+                    directory: self.raft.nodes[l].state.directory.clone(),
                 })
             }
             (_, Ok(reply)) => Ok(StoreOk::Written(reply)),

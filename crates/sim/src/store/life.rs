@@ -45,6 +45,7 @@ impl Store {
         env.after(
             d,
             Ev::Replica {
+                set: self.raft.set,
                 r,
                 life,
                 t: RTimer::Resume,
@@ -64,13 +65,23 @@ impl Store {
         trace!(env, "r{r} resumes");
         for input in std::mem::take(&mut self.reps[r].inbox) {
             let d = env.rng.range(0, 200 * US);
-            env.after(d, Ev::ReplicaResumed { r, life, input });
+            let set = self.raft.set;
+            env.after(
+                d,
+                Ev::ReplicaResumed {
+                    set,
+                    r,
+                    life,
+                    input,
+                },
+            );
         }
         self.reps[r].tick_gen += 1;
         let gen = self.reps[r].tick_gen;
         env.after(
             0,
             Ev::Replica {
+                set: self.raft.set,
                 r,
                 life,
                 t: RTimer::Tick(gen),

@@ -4,11 +4,11 @@
 //! names and addresses of AllocSvr processes.
 //!
 //! The components (`raft`, `store`, `link`, `alloc`, `client`,
-//! `operator`) depend on these types and on the environment (`env`), never
-//! on each other (except `alloc` and `operator` on `link`, the store client
-//! they both use, and `store` on `raft`); the world loop ties them
-//! together. This module depends only on `net` and `faults` (the adopt
-//! fates a fault chooses).
+//! `operator`, `mover`) depend on these types and on the environment
+//! (`env`), never on each other (except `alloc`, `operator` and `mover` on
+//! `link`, the store client they use, `mover` on `operator`'s timing, and
+//! `store` on `raft`); the world loop ties them together. This module
+//! depends only on `net` and `faults` (the adopt fates a fault chooses).
 
 use std::rc::Rc;
 

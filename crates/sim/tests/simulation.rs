@@ -105,7 +105,8 @@ fn every_promise_holds_under_faults() {
 
 /// The checks can fail: a protocol weakened in ways
 /// `docs/architecture/failover.md` forbids is caught within a few dozen
-/// seeds (the search stops at the first failing seed).
+/// seeds (the search stops at the first failing seed); a stale `Current`
+/// answer, rarer, at a seed named below.
 #[test]
 fn weakened_protocols_are_caught() {
     if replay_seed().is_some() {
@@ -114,34 +115,42 @@ fn weakened_protocols_are_caught() {
     let any = |_: &Violation| true;
     let regression = |v: &Violation| v.promise == 1 && !v.what.contains("Current");
     let stale_read = |v: &Violation| v.what.contains("Current");
-    let cases: [(&str, &str, &Matches); 4] = [
+    let cases: [(&str, &str, &Matches, std::ops::Range<u64>); 4] = [
         (
             "a deposed leader grants renewals without a quorum check",
             "unsafe_renewals",
             &any,
+            0..WEAKENED_SEEDS,
         ),
         (
             "AllocSvrs serve without checking their lease (the per-uid checker sees it)",
             "skip_lease_check",
             &regression,
+            0..WEAKENED_SEEDS,
         ),
+        // A stale read needs a client to ask a resumed ex-owner at the
+        // wrong moment: rarer. The first seed of the current generator that
+        // shows one (found with `0..200`; a change to the model's draws
+        // moves it, and this case then says so).
         (
             "AllocSvrs answer Current without checking their lease (the Current check sees it)",
             "skip_lease_check",
             &stale_read,
+            111..112,
         ),
         (
             "AllocSvr clocks drift at twice the documented bound",
             "drift=2",
             &any,
+            0..WEAKENED_SEEDS,
         ),
     ];
-    for (what, knobs, matches) in cases {
+    for (what, knobs, matches, seeds) in cases {
         let knobs = Knobs::parse(knobs).unwrap();
         let fails = |r: &RunReport| r.violations.iter().any(matches);
-        let found = first_failing(0..WEAKENED_SEEDS, &knobs, &fails);
+        let found = first_failing(seeds.clone(), &knobs, &fails);
         let Some(r) = found else {
-            panic!("{what}: no seed of {WEAKENED_SEEDS} failed; the checks are too weak");
+            panic!("{what}: no seed of {seeds:?} failed; the checks are too weak");
         };
         let v = r.violations.iter().find(|v| matches(v)).expect("it failed");
         println!("{what}: first failing seed {}: {v}", r.seed);
@@ -186,7 +195,7 @@ fn current_without_the_lease_check_is_caught() {
 }
 
 /// Seeds whose run with `current_without_lease` answers a stale `Current`.
-const STALE_CURRENT_SEEDS: [u64; 1] = [344];
+const STALE_CURRENT_SEEDS: [u64; 1] = [218];
 
 /// Each fix of the ownership protocol is needed: with its knob (the old
 /// behaviour) some of the first `n` seeds fail (the count is printed), and
@@ -200,7 +209,7 @@ fn each_fix_is_needed() {
         (
             "(a) an adopt installs whatever grant it is sent",
             "adopt_unchecked",
-            30,
+            20,
         ),
         (
             "(b) Handoff is not conditional on the epoch",
@@ -210,12 +219,12 @@ fn each_fix_is_needed() {
         (
             "(c) twins are admitted (no incarnation check)",
             "admit_twins",
-            15,
+            10,
         ),
         (
             "(d) the arbiter judges old grants by the current lease terms",
             "lease_by_current_terms",
-            50,
+            30,
         ),
     ];
     for (what, knobs, n) in cases {
@@ -357,41 +366,77 @@ fn stale_section_after_lease_lapse_is_not_served() {
 /// being moved: two AllocSvrs served them (promise 3). Fixed: the lock
 /// serialises the two.
 ///
-/// The window is one Raft commit, so only random schedules hit it; these
-/// seeds of the current generator do (a change to the model's random draws
-/// moves them: find new ones with `SEQSVR_SIM_KNOBS=renew_during_moves,keep_sections_after_lapse
-/// SEQSVR_SIM_SEEDS=3000 cargo test --release -p seqsvr-sim every_promise`).
+/// The window is one Raft commit. Here a0 is cut off from the store long
+/// enough for its lease to expire in the arbiter's view; the leader is
+/// paused across the moment its arbiter would move a0's sections, and a0's
+/// cut heals meanwhile, so on resume the arbiter's tick (plan, one
+/// `Assign` after the other) and a0's queued renewal race; a0 stalls right
+/// after its lease is extended (its next route read would drop what moved
+/// a few milliseconds later, before any request could show the overlap).
+/// Which one the quorum round trips finish first depends on the messages'
+/// delays: a few pause starts and lengths are tried.
+/// With the retake-after-lapse fix alone the owner would still drop the
+/// sections on its lapse, so the old race shows with both old behaviours;
+/// with the lock it does not, and with bug 2's old behaviour alone it does
+/// not either (the race is the cause).
 #[test]
 fn renewal_between_plan_and_move_is_serialised() {
     if replay_seed().is_some() {
         return;
     }
-    for seed in RACE_SEEDS {
-        // With the retake-after-lapse fix alone the owner would still drop
-        // the sections on its next lapse; both old behaviours show the race.
-        let knobs = Knobs::parse("renew_during_moves,keep_sections_after_lapse").unwrap();
-        let old = run_seed(seed, knobs, false);
-        println!(
-            "seed {seed}, the old race: {}",
-            old.violations
-                .first()
-                .map_or("none".into(), |v| v.to_string())
-        );
+    let faults = |pause_at: u64, dur: u64| {
+        vec![
+            (
+                5 * SEC,
+                Fault::CutAlloc {
+                    a: 0,
+                    replicas: vec![0, 1, 2],
+                    answers_only: false,
+                },
+            ),
+            (
+                pause_at,
+                Fault::PauseReplica {
+                    set: 0,
+                    leader: true,
+                    r: 0,
+                    dur,
+                },
+            ),
+            (pause_at + 50 * MS, Fault::Heal { of: 0 }),
+            (pause_at + 60 * MS, Fault::PauseInRenewal { a: 0, dur: SEC }),
+            (40 * SEC, Fault::HealEverything),
+        ]
+    };
+    let old_race = Knobs::parse("renew_during_moves,keep_sections_after_lapse").unwrap();
+    let bug2 = Knobs::parse("keep_sections_after_lapse").unwrap();
+    let mut shown = 0;
+    for i in 0..6 {
+        let at = 9 * SEC + 880 * MS + i * 20 * MS;
+        let f = || faults(at, 300 * MS);
+        let old = scripted(2, old_race.clone(), f());
+        if let Some(v) = old.violations.iter().find(|v| v.promise == 3) {
+            println!("leader paused at {at} ns, the old race: {v}");
+            shown += 1;
+        }
+        let alone = scripted(2, bug2.clone(), f());
         assert!(
-            old.violations.iter().any(|v| v.promise == 3),
-            "seed {seed} no longer shows the race (model or generator changed?)"
+            alone.ok(),
+            "bug 2's old behaviour alone: {}",
+            alone.violations[0]
         );
-        let now = run_seed(seed, Knobs::default(), false);
+        let now = scripted(2, Knobs::default(), f());
         assert!(
             now.ok(),
-            "seed {seed} as built: {:?}",
-            now.violations.first()
+            "as built, leader paused at {at} ns: {}",
+            now.violations[0]
         );
     }
+    assert!(
+        shown > 0,
+        "the old race no longer shows: the scenario lost its teeth"
+    );
 }
-
-/// Seeds that hit bug 3's race with the old behaviour.
-const RACE_SEEDS: [u64; 2] = [430, 701];
 
 /// Bug 4: a renewal granted under shorter lease terms must not cut short a
 /// lease granted earlier under longer ones. The AllocSvr never shortens

@@ -269,7 +269,7 @@ impl Raft {
                 votes += 1;
             }
         }
-        trace!(env, "r{c} runs for term {term}: {votes} votes");
+        trace!(env, "{} runs for term {term}: {votes} votes", self.node(c));
         if votes >= self.majority() {
             self.become_leader(env, c, out);
         }
@@ -284,7 +284,7 @@ impl Raft {
         rep.tail_from = (rep.term, c);
         rep.matched = vec![0; n];
         rep.next_heartbeat = env.now + HEARTBEAT;
-        trace!(env, "r{c} leads term {}", self.nodes[c].term);
+        trace!(env, "{} leads term {}", self.node(c), self.nodes[c].term);
         self.append(env, c, None);
         self.replicate(env, c, None);
         out.push(RaftOut::KnowsLeader(c));
@@ -292,6 +292,7 @@ impl Raft {
 
     /// Moves `r` to a higher `term`, stepping down if it led.
     fn adopt_term(&mut self, env: &mut Env, r: usize, term: u64, out: &mut Vec<RaftOut>) {
+        let me = self.node(r);
         let rep = &mut self.nodes[r];
         debug_assert!(term > rep.term);
         rep.term = term;
@@ -299,7 +300,7 @@ impl Raft {
         rep.leader = None;
         if rep.leading {
             rep.leading = false;
-            trace!(env, "r{r} steps down (term {term})");
+            trace!(env, "{me} steps down (term {term})");
             out.push(RaftOut::SteppedDown(r));
         }
     }

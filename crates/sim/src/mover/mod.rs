@@ -23,10 +23,14 @@
 //! Store calls go through the store client model (`link`) with the
 //! clients' timings (`SetsClient`: 10 s, 3 s per replica, not hedged;
 //! `ReadClient`: 10 s, 300 ms, hedged). A run may be stopped after a step
-//! (`--stop-after`) or killed anywhere (its calls may still land); running
-//! the same command again resumes the move, every step being idempotent in
-//! the stores. A run that fails (a store call out of time) is run again by
-//! the operator a little later.
+//! (`--stop-after`), killed anywhere (its calls may still land) or
+//! suspended (what reaches it waits until it resumes); running the same
+//! command again resumes the move, every step being idempotent in the
+//! stores. A run that fails (a store call out of time) is run again by the
+//! operator a little later.
+//!
+//! The steps are modelled, not shared: `mover.rs` is an async sequence in
+//! the `seqsvr` binary crate, which this crate does not depend on.
 //!
 //! The knobs `install_below_final` and `install_before_release` change
 //! step 5 (its floors) and skip step 4.

@@ -192,7 +192,8 @@ impl Store {
         env.stats.renewals += 1;
         trace!(
             env,
-            "r{l} grants {alloc} ({incarnation:x}) a lease (term {term}), sections {sections:?}{}",
+            "{} grants {alloc} ({incarnation:x}) a lease (term {term}), sections {sections:?}{}",
+            self.raft.node(l),
             if unchanged { " (unchanged)" } else { "" }
         );
         Ok(StoreOk::Renewed(Renewal {
@@ -214,7 +215,7 @@ impl Store {
         if moves.is_empty() {
             return;
         }
-        trace!(env, "r{r} arbiter plans {moves:?}");
+        trace!(env, "{} arbiter plans {moves:?}", self.raft.node(r));
         self.reps[r].locked = true;
         self.reps[r].moves = moves;
         self.next_move(env, r);
@@ -251,7 +252,11 @@ impl Store {
             }
             Waiter::Arbiter => {
                 if outcome.is_err() {
-                    trace!(env, "r{l} arbiter move refused: {outcome:?}");
+                    trace!(
+                        env,
+                        "{} arbiter move refused: {outcome:?}",
+                        self.raft.node(l)
+                    );
                     self.reps[l].moves.clear();
                 }
                 self.next_move(env, l);

@@ -41,7 +41,7 @@ impl Store {
         }
         node.paused = true;
         let life = node.life;
-        trace!(env, "r{r} paused for {} ms", d / MS);
+        trace!(env, "{} paused for {} ms", self.raft.node(r), d / MS);
         env.after(
             d,
             Ev::Replica {
@@ -62,7 +62,7 @@ impl Store {
         }
         node.paused = false;
         let life = node.life;
-        trace!(env, "r{r} resumes");
+        trace!(env, "{} resumes", self.raft.node(r));
         for input in std::mem::take(&mut self.reps[r].inbox) {
             let d = env.rng.range(0, 200 * US);
             let set = self.raft.set;

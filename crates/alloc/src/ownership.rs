@@ -4,7 +4,7 @@
 //! time a decision depends on is passed in as a fact ("the lease is
 //! valid", "the lease had lapsed"); the few that act on the allocator's
 //! memory ([`take_over_known`], [`served_epochs`], [`release_section`],
-//! [`adopt_pending`]) touch nothing else.
+//! [`adopt_pending`], [`release_moved`]) touch nothing else.
 //!
 //! `node/`, `raiser.rs`, `handoff.rs` and `shared.rs` act on these
 //! decisions; the seeded simulation (`crates/sim`) calls the same
@@ -26,7 +26,9 @@
 //! - `handoff`: [`release_section`] (the checks and the release of a
 //!   move), [`decide_after_handoff`] (a handoff failed or its outcome is
 //!   unknown), [`adopt_pending`] and [`decide_adopt`] (another AllocSvr
-//!   says "this section was handed to you").
+//!   says "this section was handed to you");
+//! - `sets`: [`release_moved`] (a range move's release: the sections
+//!   frozen for another set stop being served here).
 //!
 //! Every decision about what another process may have done takes the
 //! store's word (a linearizable read or a renewal granted by a confirmed
@@ -36,6 +38,7 @@ mod handoff;
 mod raise;
 mod renewal;
 mod routes;
+mod sets;
 
 pub use handoff::{
     adopt_pending, decide_adopt, decide_after_handoff, release_section, AdoptRefusal, Adoption,
@@ -46,6 +49,7 @@ pub use renewal::{
     claim_pieces, listed_sections, reconcile, runs, take_over_known, Reconciliation,
 };
 pub use routes::{after_route_read, served_epochs, RouteRead};
+pub use sets::release_moved;
 
 use seqsvr_store_api::{Error as StoreError, Rejection};
 

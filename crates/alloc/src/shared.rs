@@ -25,7 +25,7 @@ use crate::allocator::Allocator;
 use crate::error::CallError;
 use crate::lease::Lease;
 use crate::metrics::AllocMetrics;
-use crate::ownership::{admit, may_act_on_read, NotAdmitted, Released};
+use crate::ownership::{admit, may_act_on_read, release_moved, NotAdmitted, Released};
 
 /// Peer channels by address.
 pub type PeerChannels = std::sync::Mutex<HashMap<String, Channel>>;
@@ -218,12 +218,8 @@ impl Shared {
     /// store never gives a frozen section (docs/architecture/sets.md).
     pub fn release(&self, sections: &[pb::SectionEpoch]) -> u32 {
         let _own = self.ownership();
-        let mut released = 0;
-        for s in sections {
-            if self.alloc.release_moved(s.section, s.epoch) {
-                released += 1;
-            }
-        }
+        let sections = sections.iter().map(|s| (s.section, s.epoch));
+        let released = release_moved(&self.alloc, sections).len() as u32;
         if released > 0 {
             tracing::info!(released, "released sections frozen for a move");
         }

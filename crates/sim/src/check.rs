@@ -22,11 +22,18 @@
 //!   or restart (`unused = 0` before it) skips at most one step, and each
 //!   take-over whose owner died before handing anything out adds one more.
 //!   The largest skip at a first number after a take-over is measured.
+//!
+//! Sections are those of the grid every set follows (section `s` is the
+//! same uids in every set), so these checks hold across sets: promise 3
+//! compares processes of every set, `hi` is the highest number any set
+//! handed out. A range move's install in the destination counts as one
+//! more take-over (it starts a step above the source's final ceiling); the
+//! largest skip at the first number after a move is measured too.
 
 use std::collections::BTreeMap;
 
 use seqsvr_core::checker::Observation;
-use seqsvr_core::{Grant, SectionId, SetSpec};
+use seqsvr_core::{Epoch, Grant, SectionId, SetSpec};
 
 use crate::net::{fmt_time, Time};
 
@@ -60,14 +67,19 @@ pub(crate) struct Monitor {
     hi: Vec<u64>,
     /// Take-overs since a number was handed out under the latest one.
     unused: Vec<u64>,
-    /// The latest take-over's epoch, per section.
-    grant_epoch: Vec<u64>,
+    /// The latest take-over's set and epoch, per section.
+    grant_epoch: Vec<(usize, Epoch)>,
     /// The latest take-over has not handed anything out yet.
     fresh: Vec<bool>,
+    /// A move installed the section since the last number handed out.
+    moved_in: Vec<bool>,
     /// Largest skip measured at a first number after a take-over.
     max_skip: u64,
     /// The same, after a single take-over (one failover or restart).
     max_single_skip: u64,
+    /// The same, at the first number after a range move (install and
+    /// take-over in the destination).
+    max_move_skip: u64,
     /// When each section last handed out a number.
     last_served: Vec<Time>,
     /// What broke, in order.
@@ -86,10 +98,12 @@ impl Monitor {
             step: spec.step,
             hi: vec![0; n],
             unused: vec![0; n],
-            grant_epoch: vec![0; n],
+            grant_epoch: vec![(0, 0); n],
             fresh: vec![false; n],
+            moved_in: vec![false; n],
             max_skip: 0,
             max_single_skip: 0,
+            max_move_skip: 0,
             last_served: vec![0; n],
             violations: Vec::new(),
             observations: Vec::new(),
@@ -106,12 +120,12 @@ impl Monitor {
         self.hi[s] + self.step * (1 + self.unused[s])
     }
 
-    /// A take-over (or handoff) of one section committed. A grant the
-    /// store had prepared and returned unchanged began nothing new and is
-    /// not counted; returns whether this one began a new epoch.
-    pub(crate) fn on_takeover(&mut self, now: Time, g: &Grant) -> bool {
+    /// A take-over (or handoff) of one section committed in `set`. A
+    /// grant the store had prepared and returned unchanged began nothing
+    /// new and is not counted; returns whether this one began a new epoch.
+    pub(crate) fn on_takeover(&mut self, now: Time, set: usize, g: &Grant) -> bool {
         let s = g.section as usize;
-        if g.epoch == self.grant_epoch[s] {
+        if (set, g.epoch) == self.grant_epoch[s] {
             return false;
         }
         if g.prev_ceiling > self.bound(s) {
@@ -125,9 +139,39 @@ impl Monitor {
             self.violate(now, 4, what);
         }
         self.unused[s] += 1;
-        self.grant_epoch[s] = g.epoch;
+        self.grant_epoch[s] = (set, g.epoch);
         self.fresh[s] = true;
         true
+    }
+
+    /// A range move installed `section` in its destination `set` at
+    /// `ceiling`, under `epoch`: one more step than a take-over may add
+    /// (the install starts a step above the source's final ceiling, itself
+    /// within the bound), and it counts as an unused take-over until a
+    /// number is handed out under a later one. A number the source hands
+    /// out after it (a request admitted before the freeze, its number taken
+    /// after a pause) is not under it.
+    pub(crate) fn on_install(
+        &mut self,
+        now: Time,
+        set: usize,
+        section: SectionId,
+        ceiling: u64,
+        epoch: Epoch,
+    ) {
+        let s = section as usize;
+        if ceiling > self.bound(s) + self.step {
+            let what = format!(
+                "install of section {section} at ceiling {ceiling}: more than {} step(s) above the highest number handed out ({})",
+                2 + self.unused[s],
+                self.hi[s]
+            );
+            self.violate(now, 4, what);
+        }
+        self.unused[s] += 1;
+        self.grant_epoch[s] = (set, epoch);
+        self.fresh[s] = false;
+        self.moved_in[s] = true;
     }
 
     /// A raise committed.
@@ -143,30 +187,36 @@ impl Monitor {
         }
     }
 
-    /// AllocSvr process `a` handed out `v` in section `s`, serving it under
-    /// `epoch`; `ceiling` is the section's committed ceiling now.
+    /// AllocSvr process `a` of `set` handed out `v` in section `s`, serving
+    /// it under `epoch`; `ceiling` is the section's committed ceiling in
+    /// that set now.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_handout(
         &mut self,
         now: Time,
         a: usize,
+        set: usize,
         s: SectionId,
-        epoch: u64,
+        epoch: Epoch,
         v: u64,
         ceiling: u64,
     ) {
         let i = s as usize;
         if v > ceiling {
             let what = format!(
-                "p{a} handed out {v} in section {s}, above the committed ceiling {ceiling}"
+                "p{a} handed out {v} in section {s} of set {set}, above the committed ceiling {ceiling}"
             );
             self.violate(now, 2, what);
         }
-        if epoch == self.grant_epoch[i] {
+        if (set, epoch) == self.grant_epoch[i] {
             if std::mem::take(&mut self.fresh[i]) {
                 let skip = v.saturating_sub(self.hi[i] + 1);
                 self.max_skip = self.max_skip.max(skip);
-                if self.unused[i] == 1 {
+                if self.unused[i] == 1 && !self.moved_in[i] {
                     self.max_single_skip = self.max_single_skip.max(skip);
+                }
+                if std::mem::take(&mut self.moved_in[i]) {
+                    self.max_move_skip = self.max_move_skip.max(skip);
                 }
             }
             self.unused[i] = 0;
@@ -180,13 +230,15 @@ impl Monitor {
         self.last_served[s as usize]
     }
 
-    /// The largest skip at a failover, in steps: after a single take-over,
-    /// and overall (several take-overs before a number was handed out).
-    pub(crate) fn max_skip_steps(&self) -> (f64, f64) {
+    /// The largest skips, in steps: after a single take-over, overall
+    /// (several take-overs before a number was handed out), and after a
+    /// range move.
+    pub(crate) fn max_skip_steps(&self) -> (f64, f64, f64) {
         let step = self.step as f64;
         (
             self.max_single_skip as f64 / step,
             self.max_skip as f64 / step,
+            self.max_move_skip as f64 / step,
         )
     }
 

@@ -1,6 +1,7 @@
 //! Clients: each issues one call at a time (`next` of one uid, a batch of
-//! uids of one section, or `Current` of one uid), to the AllocSvr process
-//! its cached route table names, and records every number it receives as
+//! uids of one section, or `Current` of one uid) for uids of every set, to
+//! the set the directory it last read names and the AllocSvr process that
+//! set's cached route table names, and records every number it receives as
 //! an [`Observation`] with the virtual times the successful attempt was
 //! sent and answered (`Current` answers separately, for their own check).
 //!
@@ -9,12 +10,18 @@
 //! another AllocSvr, an exhausted section at the same one, a timeout
 //! elsewhere; and it refreshes its routes (a linearizable read: the
 //! committed table) when a reply carries a newer route version, after a
-//! timeout, and every few seconds. Caches therefore disagree, and some
-//! calls reach AllocSvrs that no longer own their section, which is what
-//! the lease has to make harmless.
+//! timeout, and every few seconds. Across sets (a simple model of a
+//! directory-aware client): `MOVED` sends the call to the set it names,
+//! `NOT_SERVED` and `OUT_OF_RANGE` re-read the directory (the home group's,
+//! committed) and retry where it points, after a short back-off; a route
+//! table carrying a newer directory copy replaces the directory. Caches
+//! therefore disagree, and some calls reach AllocSvrs, or sets, that no
+//! longer serve their section, which is what the lease and the move
+//! protocol have to make harmless.
 
 use seqsvr_core::checker::Observation;
-use seqsvr_core::SectionId;
+use seqsvr_core::directory::HOME_SET;
+use seqsvr_core::{Directory, SectionId};
 
 use crate::env::{trace, Env};
 use crate::model::{Ask, CTimer, ClientMsg, Ev, Msg, OpRef, Refusal, RouteView, Slot};
@@ -29,7 +36,9 @@ struct Op {
     ask: Ask,
     /// Attempts made, minus one.
     attempt: u32,
-    /// Where the current attempt went.
+    /// The set the current attempt went to.
+    set: usize,
+    /// The process the current attempt went to.
     target: Slot,
     /// When the current attempt was sent.
     sent: Time,
@@ -38,8 +47,10 @@ struct Op {
 /// One client.
 #[derive(Debug)]
 struct Client {
-    /// Cached route table.
-    routes: RouteView,
+    /// The directory last read.
+    dir: Directory,
+    /// Cached route table, per set.
+    routes: Vec<RouteView>,
     /// The call in progress.
     op: Option<Op>,
 }
@@ -55,14 +66,23 @@ pub(crate) struct Clients {
     list: Vec<Client>,
 }
 
+/// The home group's committed directory (a linearizable read of it).
+fn read_directory(env: &Env) -> Directory {
+    env.truth[HOME_SET as usize]
+        .directory
+        .clone()
+        .unwrap_or_default()
+}
+
 impl Clients {
-    /// The clients of `env.cfg`, having read the committed routes, their
-    /// first calls and route refreshes scheduled.
+    /// The clients of `env.cfg`, having read the directory and every set's
+    /// committed routes, their first calls and route refreshes scheduled.
     pub(crate) fn new(env: &mut Env) -> Self {
         let mut list = Vec::new();
         for c in 0..env.cfg.clients {
             list.push(Client {
-                routes: RouteView::of(&env.truth),
+                dir: read_directory(env),
+                routes: env.truth.iter().map(RouteView::of).collect(),
                 op: None,
             });
             let t = env.rng.range(500 * MS, 1500 * MS);
@@ -85,6 +105,13 @@ impl Clients {
         Self { list }
     }
 
+    /// Re-reads the directory and every set's routes.
+    fn refresh(&mut self, env: &Env, c: usize) {
+        let cl = &mut self.list[c];
+        cl.dir = read_directory(env);
+        cl.routes = env.truth.iter().map(RouteView::of).collect();
+    }
+
     /// A client's timer.
     pub(crate) fn timer(&mut self, env: &mut Env, c: usize, t: CTimer) {
         match t {
@@ -95,7 +122,8 @@ impl Clients {
                     .as_ref()
                     .is_some_and(|o| o.id == op && o.attempt == attempt);
                 if current {
-                    self.list[c].routes = RouteView::of(&env.truth);
+                    self.refresh(env, c);
+                    self.reroute(c);
                     let other = self.other_alloc(env, c);
                     self.retry(env, c, Some(other), 0);
                 }
@@ -106,7 +134,7 @@ impl Clients {
                 }
             }
             CTimer::Refresh => {
-                self.list[c].routes = RouteView::of(&env.truth);
+                self.refresh(env, c);
                 let d = env.rng.range(SEC, 4 * SEC);
                 env.after(
                     d,
@@ -120,9 +148,9 @@ impl Clients {
     }
 
     fn issue(&mut self, env: &mut Env, c: usize) {
-        let spec = &env.cfg.spec;
-        let s = env.rng.below(spec.section_count() as u64) as SectionId;
-        let uids = spec.uids_of(s);
+        let grid = env.cfg.grid();
+        let s = env.rng.below(grid.section_count() as u64) as SectionId;
+        let uids = grid.uids_of(s);
         let n = uids.end - uids.start;
         let pick = |rng: &mut crate::rng::Rng| {
             // Two hot uids per section take most calls.
@@ -142,19 +170,28 @@ impl Clients {
             };
             Ask::Next((0..count).map(|_| pick(&mut env.rng)).collect())
         };
-        let target = match self.list[c].routes.slot(s) {
+        let cl = &self.list[c];
+        let set = cl.dir.set_of(uids.start).map_or(0, |s| s as usize);
+        let target = match cl.routes[set].slot(s) {
             Some(a) => a,
-            None => env.rng.pick(env.cfg.allocs),
+            None => Self::any_first(env, set),
         };
         let id = env.fresh_id();
         self.list[c].op = Some(Op {
             id,
             ask,
             attempt: 0,
+            set,
             target,
             sent: 0,
         });
         self.attempt(env, c);
+    }
+
+    /// A first process of `set`, at random.
+    fn any_first(env: &mut Env, set: usize) -> Slot {
+        let i = env.rng.pick(env.cfg.allocs);
+        env.cfg.layout().first_slot(set, i)
     }
 
     fn attempt(&mut self, env: &mut Env, c: usize) {
@@ -213,13 +250,30 @@ impl Clients {
         );
     }
 
-    /// Some AllocSvr process other than the current attempt's target: one
-    /// of the registered addresses, or a first process.
+    /// Points the current call at the set the directory names for it.
+    fn reroute(&mut self, c: usize) {
+        let cl = &mut self.list[c];
+        let Some(op) = cl.op.as_mut() else {
+            return;
+        };
+        let uid = op.ask.uids()[0];
+        if let Some(s) = cl.dir.set_of(uid) {
+            op.set = s as usize;
+        }
+    }
+
+    /// Some AllocSvr process of the current call's set other than the
+    /// current attempt's target: one of the registered addresses, or a
+    /// first process.
     fn other_alloc(&mut self, env: &mut Env, c: usize) -> Slot {
-        let cur = self.list[c].op.as_ref().map_or(0, |o| o.target);
-        let mut known: Vec<Slot> = (env.truth.allocs.values())
+        let (set, cur) = self.list[c]
+            .op
+            .as_ref()
+            .map_or((0, 0), |o| (o.set, o.target));
+        let l = env.cfg.layout();
+        let mut known: Vec<Slot> = (env.truth[set].allocs.values())
             .filter_map(|a| crate::model::slot_of_addr(&a.addr))
-            .chain(0..env.cfg.allocs)
+            .chain((0..l.allocs).map(|i| l.first_slot(set, i)))
             .filter(|&s| s != cur)
             .collect();
         known.sort_unstable();
@@ -230,10 +284,15 @@ impl Clients {
         known[env.rng.pick(known.len())]
     }
 
-    /// The section the current call is about.
-    fn section(env: &Env, op: &Op) -> SectionId {
-        let uid = op.ask.uids()[0];
-        env.cfg.spec.section_of(uid).expect("in set")
+    /// The process the cached routes of the call's set name for `s`, if
+    /// not the current target; else another.
+    fn routed_or_other(&mut self, env: &mut Env, c: usize, s: SectionId) -> Slot {
+        let cl = &self.list[c];
+        let op = cl.op.as_ref().expect("a call");
+        match cl.routes[op.set].slot(s) {
+            Some(o) if o != op.target => o,
+            _ => self.other_alloc(env, c),
+        }
     }
 
     /// An answer arrives.
@@ -255,11 +314,18 @@ impl Clients {
         }
         if let Some(view) = routes {
             let cl = &mut self.list[c];
-            if view.version > cl.routes.version {
-                cl.routes = view;
+            if view.directory_version() > cl.dir.version {
+                cl.dir = view.directory.clone().unwrap_or_default();
+            }
+            if view.version > cl.routes[cur.set].version {
+                cl.routes[cur.set] = view;
             }
         }
-        let s = Self::section(env, &cur);
+        let s = env
+            .cfg
+            .grid()
+            .section_of(cur.ask.uids()[0])
+            .expect("in the grid");
         match result {
             Ok(seqs) => {
                 let now = env.now;
@@ -292,29 +358,41 @@ impl Clients {
                     cur.target,
                     fmt_time(cur.sent)
                 );
-                if version > self.list[c].routes.version {
-                    self.list[c].routes = RouteView::of(&env.truth);
+                if version > self.list[c].routes[cur.set].version {
+                    self.list[c].routes[cur.set] = RouteView::of(&env.truth[cur.set]);
                 }
                 self.next_call(env, c);
             }
             Err(Refusal::NotOwner(s)) => {
-                let to = match self.list[c].routes.slot(s) {
-                    Some(o) if o != cur.target => o,
-                    _ => self.other_alloc(env, c),
-                };
+                let to = self.routed_or_other(env, c, s);
                 self.retry(env, c, Some(to), 0);
             }
             Err(Refusal::LeaseExpired | Refusal::Fenced) => {
-                let to = match self.list[c].routes.slot(s) {
-                    Some(o) if o != cur.target => o,
-                    _ => self.other_alloc(env, c),
-                };
+                let to = self.routed_or_other(env, c, s);
                 self.retry(env, c, Some(to), 5 * MS);
             }
             Err(Refusal::Exhausted(_)) => self.retry(env, c, None, 10 * MS),
             Err(Refusal::Unavailable) => {
                 let to = self.other_alloc(env, c);
                 self.retry(env, c, Some(to), 10 * MS);
+            }
+            Err(Refusal::Moved(s, to)) => {
+                env.stats.moved_answers += 1;
+                let set = to as usize;
+                if set < env.truth.len() {
+                    self.list[c].routes[set] = RouteView::of(&env.truth[set]);
+                    self.list[c].op.as_mut().expect("a call").set = set;
+                }
+                let to = self.routed_or_other(env, c, s);
+                self.retry(env, c, Some(to), 0);
+            }
+            Err(Refusal::NotServed(_) | Refusal::OutOfRange) => {
+                env.stats.moved_answers += 1;
+                self.refresh(env, c);
+                self.reroute(c);
+                let to = self.routed_or_other(env, c, s);
+                let delay = (20 * MS) << cur.attempt.min(4);
+                self.retry(env, c, Some(to), delay);
             }
         }
     }

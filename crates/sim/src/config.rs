@@ -1,13 +1,90 @@
 //! The parameters of one run, all derived from its seed (and the knobs
-//! a test sets), so that a seed alone replays the run.
+//! a test sets), so that a seed alone replays the run; and the layout of
+//! the simulated deployment (which replica and AllocSvr process belongs to
+//! which set).
 
-use seqsvr_core::{LeaseTerms, SetSpec};
+use std::ops::Range;
+
+use seqsvr_core::directory::SetId;
+use seqsvr_core::{LeaseTerms, SectionId, SetSpec, Uid};
 use seqsvr_store::arbiter::ArbiterConfig;
 
 use crate::faults::{self, Fault, Shape};
 use crate::knobs::Knobs;
 use crate::net::{fmt_time, Delays, Time, MS, SEC};
 use crate::rng::Rng;
+
+/// Who is where: every set has `replicas` store replicas and `allocs`
+/// AllocSvr ids, each id with a first process and a twin slot. Replicas
+/// and process slots are numbered across sets, set 0's first: replica
+/// `set · replicas + i`; slot `set · 2 · allocs + i` for AllocSvr `i`'s
+/// first process, `+ allocs` for its twin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// Sets (store groups).
+    pub sets: usize,
+    /// Store replicas per set.
+    pub replicas: usize,
+    /// AllocSvr ids per set.
+    pub allocs: usize,
+}
+
+impl Layout {
+    /// Process slots per set (first processes and twins).
+    pub fn slots_per_set(&self) -> usize {
+        2 * self.allocs
+    }
+
+    /// Process slots in all.
+    pub fn slots(&self) -> usize {
+        self.sets * self.slots_per_set()
+    }
+
+    /// The set process slot `p` belongs to.
+    pub fn set_of_slot(&self, p: usize) -> usize {
+        p / self.slots_per_set()
+    }
+
+    /// The AllocSvr (index within its set) process slot `p` runs.
+    pub fn index_of_slot(&self, p: usize) -> usize {
+        p % self.slots_per_set() % self.allocs
+    }
+
+    /// Whether slot `p` is a twin slot (only a fault starts it).
+    pub fn is_twin(&self, p: usize) -> bool {
+        p % self.slots_per_set() >= self.allocs
+    }
+
+    /// The first process slot of AllocSvr `i` of `set`.
+    pub fn first_slot(&self, set: usize, i: usize) -> usize {
+        set * self.slots_per_set() + i
+    }
+
+    /// The twin slot of AllocSvr `i` of `set`.
+    pub fn twin_slot(&self, set: usize, i: usize) -> usize {
+        self.first_slot(set, i) + self.allocs
+    }
+
+    /// The process slots of `set`.
+    pub fn slots_of(&self, set: usize) -> Range<usize> {
+        set * self.slots_per_set()..(set + 1) * self.slots_per_set()
+    }
+
+    /// Replica `i` of `set`, numbered across sets.
+    pub fn replica(&self, set: usize, i: usize) -> usize {
+        set * self.replicas + i
+    }
+
+    /// The replicas of `set`, numbered across sets.
+    pub fn replicas_of(&self, set: usize) -> Range<usize> {
+        set * self.replicas..(set + 1) * self.replicas
+    }
+
+    /// The set replica `r` (numbered across sets) belongs to.
+    pub fn set_of_replica(&self, r: usize) -> usize {
+        r / self.replicas
+    }
+}
 
 /// Everything that shapes one run.
 #[derive(Debug, Clone)]
@@ -16,17 +93,21 @@ pub struct SimConfig {
     pub seed: u64,
     /// Virtual time simulated.
     pub duration: Time,
-    /// Store replicas.
+    /// Store replicas per set.
     pub replicas: usize,
-    /// AllocSvr ids; each has a first process (slot `i`) and a twin slot
-    /// (`allocs + i`) that only a fault starts.
+    /// AllocSvr ids per set; each has a first process and a twin slot that
+    /// only a fault starts ([`Layout`]).
     pub allocs: usize,
     /// Clients.
     pub clients: usize,
-    /// The set served.
-    pub spec: SetSpec,
-    /// The lease terms the store starts with (replicated state; the
-    /// operator may change them).
+    /// Each set's span (its store group's spec); set 0 is the home set and
+    /// serves its whole span, every other set serves what its span holds
+    /// beyond the sets before it. Every span starts at the same uid with
+    /// the same section size, so a section id names the same uids in every
+    /// set, as in the real grid (`docs/architecture/sets.md`).
+    pub sets: Vec<SetSpec>,
+    /// The lease terms every store group starts with (replicated state;
+    /// the operator may change them).
     pub lease: LeaseTerms,
     /// The arbiter's timing.
     pub arbiter: ArbiterConfig,
@@ -38,12 +119,13 @@ pub struct SimConfig {
     pub wait: Time,
     /// The allocator's raise-ahead fraction.
     pub raise_ahead_fraction: f64,
-    /// Per AllocSvr, relative clock drift `δ = store_rate / alloc_rate - 1`
-    /// (positive: the AllocSvr's clock is slow, the dangerous direction).
+    /// Per AllocSvr (set by set, `set · allocs + i`), relative clock drift
+    /// `δ = store_rate / alloc_rate - 1` (positive: the AllocSvr's clock is
+    /// slow, the dangerous direction).
     pub drift: Vec<f64>,
     /// Message delays.
     pub delays: Delays,
-    /// The fault schedule: what happens when.
+    /// The fault schedule: what happens when (range moves included).
     pub faults: Vec<(Time, Fault)>,
     /// Protocol weakenings (all off normally).
     pub knobs: Knobs,
@@ -58,6 +140,13 @@ pub struct SimConfig {
     pub liveness_window: Time,
 }
 
+/// The uid every span starts at.
+const UID_BEGIN: Uid = 1000;
+/// Uids per section.
+const SECTION_SIZE: u64 = 8;
+/// Sections of set 0's span (set 1's span holds them and as many more).
+const HOME_SECTIONS: u64 = 6;
+
 impl SimConfig {
     /// The configuration of `seed` with `knobs`.
     pub fn for_seed(seed: u64, knobs: Knobs) -> Self {
@@ -65,16 +154,6 @@ impl SimConfig {
         let allocs = 2 + rng.pick(2);
         let lease = LeaseTerms::default();
         let bound = lease.margin_ms as f64 / lease.lease_ms as f64;
-        // Most seeds drift up to 10 % either way; one in four sits just
-        // inside the documented bound, slow (the direction that matters).
-        let near = rng.chance(0.25);
-        let drift = (0..allocs)
-            .map(|_| match knobs.drift_times_bound {
-                Some(k) => k * bound,
-                None if near => bound * (0.9 + 0.099 * rng.unit()),
-                None => 0.2 * rng.unit() - 0.1,
-            })
-            .collect();
         // Small steps exercise raises and exhaustion; large ones give an
         // ex-owner room to hand out many numbers if fencing fails.
         let step = match rng.below(5) {
@@ -82,6 +161,25 @@ impl SimConfig {
             2 | 3 => 64,
             _ => 1000,
         };
+        let span = |set_id: SetId, sections: u64| SetSpec {
+            set_id,
+            uid_begin: UID_BEGIN,
+            uid_end: UID_BEGIN + sections * SECTION_SIZE,
+            section_size: SECTION_SIZE,
+            step,
+        };
+        // Set 1's span covers set 0's too, so ranges can move both ways.
+        let sets = vec![span(0, HOME_SECTIONS), span(1, 2 * HOME_SECTIONS)];
+        // Most seeds drift up to 10 % either way; one in four sits just
+        // inside the documented bound, slow (the direction that matters).
+        let near = rng.chance(0.25);
+        let drift = (0..sets.len() * allocs)
+            .map(|_| match knobs.drift_times_bound {
+                Some(k) => k * bound,
+                None if near => bound * (0.9 + 0.099 * rng.unit()),
+                None => 0.2 * rng.unit() - 0.1,
+            })
+            .collect();
         let duration = 60 * SEC;
         let quiet_tail = 20 * SEC;
         let mut cfg = SimConfig {
@@ -90,13 +188,7 @@ impl SimConfig {
             replicas: 3,
             allocs,
             clients: 3,
-            spec: SetSpec {
-                set_id: 1,
-                uid_begin: 1000,
-                uid_end: 1048,
-                section_size: 8,
-                step,
-            },
+            sets,
             lease,
             arbiter: ArbiterConfig::default(),
             renew_every: 1000 * MS,
@@ -113,9 +205,9 @@ impl SimConfig {
             liveness_window: 6 * SEC,
         };
         let shape = Shape {
-            allocs,
-            replicas: cfg.replicas,
-            sections: cfg.spec.section_count(),
+            layout: cfg.layout(),
+            sections: cfg.sets.iter().map(|s| s.section_count()).collect(),
+            movable: HOME_SECTIONS as u32,
             quiet: duration - quiet_tail,
             terms: lease,
             pause_in_renewal: cfg.knobs.pause_in_renewal,
@@ -124,9 +216,53 @@ impl SimConfig {
         cfg
     }
 
-    /// AllocSvr process slots (first processes and twins).
+    /// Who is where.
+    pub fn layout(&self) -> Layout {
+        Layout {
+            sets: self.sets.len(),
+            replicas: self.replicas,
+            allocs: self.allocs,
+        }
+    }
+
+    /// AllocSvr process slots in all (first processes and twins).
     pub fn slots(&self) -> usize {
-        2 * self.allocs
+        self.layout().slots()
+    }
+
+    /// Set `set`'s spec.
+    pub fn spec(&self, set: usize) -> &SetSpec {
+        &self.sets[set]
+    }
+
+    /// The grid every set follows: its sections cover every span, section
+    /// `s` the same uids in each.
+    pub fn grid(&self) -> SetSpec {
+        let first = &self.sets[0];
+        SetSpec {
+            uid_end: self.sets.iter().map(|s| s.uid_end).max().unwrap_or(0),
+            ..first.clone()
+        }
+    }
+
+    /// The step (the same in every set).
+    pub fn step(&self) -> u64 {
+        self.sets[0].step
+    }
+
+    /// Checks what the model relies on: spans on one grid, one step.
+    pub(crate) fn check(&self) {
+        let g = &self.sets[0];
+        assert_eq!(g.set_id, 0, "set 0 is the home set");
+        for (i, s) in self.sets.iter().enumerate() {
+            assert_eq!(s.set_id as usize, i, "sets are numbered in order");
+            assert!(
+                s.uid_begin == g.uid_begin && s.section_size == g.section_size,
+                "every span starts on the home set's grid"
+            );
+            assert_eq!(s.step, g.step, "one step in every set");
+        }
+        assert_eq!(self.drift.len(), self.sets.len() * self.allocs);
     }
 
     /// The documented drift bound, `margin / lease`.
@@ -144,28 +280,49 @@ impl SimConfig {
     /// store) time (a twin runs on its own machine: the same drift draw is
     /// used for it, so the bound holds).
     pub fn alloc_rate(&self, p: usize) -> f64 {
-        1.0 / (1.0 + self.drift[p % self.allocs])
+        let l = self.layout();
+        let i = l.set_of_slot(p) * self.allocs + l.index_of_slot(p);
+        1.0 / (1.0 + self.drift[i])
+    }
+
+    /// The sections of set 0's span: the uids ranges move within.
+    pub fn movable(&self) -> Range<SectionId> {
+        0..self.sets[0].section_count()
     }
 
     /// The configuration and schedule, for failure reports.
     pub fn describe(&self) -> String {
         let mut s = format!(
-            "seed {}: {} replicas, {} allocs, {} clients, {} simulated; step {}; lease {} ms, margin {} ms; knobs [{}]\n",
+            "seed {}: {} sets of {} replicas and {} allocs, {} clients, {} simulated; step {}; lease {} ms, margin {} ms; knobs [{}]\n",
             self.seed,
+            self.sets.len(),
             self.replicas,
             self.allocs,
             self.clients,
             fmt_time(self.duration),
-            self.spec.step,
+            self.step(),
             self.lease.lease_ms,
             self.lease.margin_ms,
             self.knobs.to_arg()
         );
-        for (a, d) in self.drift.iter().enumerate() {
+        let l = self.layout();
+        for (i, spec) in self.sets.iter().enumerate() {
             s += &format!(
-                "  a{a}: clock drift δ = {:+.2}% (bound {:.0}%)\n",
+                "  set {i}: span [{}, {}), replicas r{}..r{}, processes p{}..p{}\n",
+                spec.uid_begin,
+                spec.uid_end,
+                l.replica(i, 0),
+                l.replica(i, l.replicas - 1),
+                l.first_slot(i, 0),
+                l.twin_slot(i, l.allocs - 1),
+            );
+        }
+        for (i, d) in self.drift.iter().enumerate() {
+            s += &format!(
+                "  {}: clock drift δ = {:+.2}% (bound {:.0}%)\n",
+                crate::model::alloc_name(i / self.allocs, i % self.allocs),
                 d * 100.0,
-                100.0 * self.lease.margin_ms as f64 / self.lease.lease_ms as f64
+                100.0 * self.drift_bound()
             );
         }
         s += "  fault schedule:\n";
@@ -187,5 +344,21 @@ mod tests {
         assert_eq!(a.describe(), b.describe());
         let d = SimConfig::for_seed(3, Knobs::default());
         assert!(d.drift_of_bound() < 1.0, "safe seeds stay inside the bound");
+        d.check();
+    }
+
+    #[test]
+    fn the_layout_numbers_across_sets() {
+        let l = Layout {
+            sets: 2,
+            replicas: 3,
+            allocs: 2,
+        };
+        assert_eq!(l.slots(), 8);
+        assert_eq!((l.first_slot(1, 1), l.twin_slot(1, 1)), (5, 7));
+        assert_eq!((l.set_of_slot(7), l.index_of_slot(7)), (1, 1));
+        assert!(l.is_twin(7) && !l.is_twin(5) && l.is_twin(2));
+        assert_eq!((l.replica(1, 2), l.set_of_replica(5)), (5, 1));
+        assert_eq!(l.slots_of(1), 4..8);
     }
 }

@@ -1,7 +1,7 @@
 //! What every component of the model acts through: virtual time and the
 //! event queue, the one random stream, the network, the checks, the
-//! counters, and the committed state (what clients' route reads and the
-//! checks see).
+//! counters, and each set's committed state (what clients' route reads and
+//! the checks see).
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -60,6 +60,31 @@ pub struct Stats {
     pub lease_changes: u64,
     /// Renewals granted.
     pub renewals: u64,
+    /// Range moves begun in the directory.
+    pub moves_begun: u64,
+    /// Range moves finished (the directory flipped).
+    pub moves_finished: u64,
+    /// Move commands refused (another move under way, a range split
+    /// between sets) or given up (the claim timed out).
+    pub moves_refused: u64,
+    /// Mover runs killed (stopped after a step or crashed).
+    pub movers_killed: u64,
+    /// Sections frozen in a source set.
+    pub frozen: u64,
+    /// Sections installed in a destination set.
+    pub installed: u64,
+    /// Moves whose release every source AllocSvr confirmed.
+    pub releases_confirmed: u64,
+    /// Moves that waited the source's lease + margin instead.
+    pub lease_waits: u64,
+    /// Sections AllocSvrs dropped on a move's release.
+    pub released: u64,
+    /// Client calls answered `MOVED` or `NOT_SERVED`.
+    pub moved_answers: u64,
+    /// Raises refused because their section was frozen for a move
+    /// (`NOT_SERVED`/`MOVED`): retried until a route read or renewal drops
+    /// the section.
+    pub raises_not_served: u64,
 }
 
 /// An event with its time; ordered so the heap pops the earliest first,
@@ -111,9 +136,9 @@ pub(crate) struct Env {
     pub monitor: Monitor,
     /// Counters.
     pub stats: Stats,
-    /// The committed state: the committed log applied in order (what the
-    /// checks and clients' route reads see).
-    pub truth: SetState,
+    /// Per set, the committed state: the group's committed log applied in
+    /// order (what the checks and clients' route reads see).
+    pub truth: Vec<SetState>,
 }
 
 /// Prints a trace line when the run is verbose (formats nothing otherwise).
@@ -140,9 +165,9 @@ impl Env {
             queue: BinaryHeap::new(),
             seq: 0,
             next_id: 1,
-            monitor: Monitor::new(&cfg.spec),
+            monitor: Monitor::new(&cfg.grid()),
             stats: Stats::default(),
-            truth: SetState::default(),
+            truth: vec![SetState::default(); cfg.sets.len()],
             cfg,
         }
     }

@@ -12,12 +12,16 @@
 //! operator assigns with expected epochs, twin processes (a second process
 //! with a live AllocSvr's id), and lease-terms changes (a longer lease,
 //! then back to a shorter one, an AllocSvr cut off and the leader changed
-//! right after). Clock drift is per AllocSvr for the whole run (drawn with
-//! the configuration). No fault starts in the final quiet stretch, whose
-//! start heals everything.
+//! right after). Each of these hits one set. Range moves between the sets
+//! are scheduled too (`seqctl set move`), the mover sometimes stopping
+//! after a step or crashing during one, then run again with the same
+//! command. Clock drift is per AllocSvr for the whole run (drawn with the
+//! configuration). No fault starts in the final quiet stretch, whose start
+//! heals everything (and finishes a half-done move).
 
 use seqsvr_core::LeaseTerms;
 
+use crate::config::Layout;
 use crate::net::{fmt_time, Time, MS, SEC};
 use crate::rng::Rng;
 
@@ -50,8 +54,36 @@ pub enum Forgery {
     Replay,
 }
 
-/// One scheduled fault. `a` is an AllocSvr process slot (slot `i <
-/// allocs` is AllocSvr `ai`'s first process; slot `allocs + i` its twin).
+/// A step of a range move (`seqctl set move --stop-after`): the mover
+/// stops right after it, as if killed between two steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum MoveStep {
+    /// The home group recorded the move (and the copies were sent).
+    Begin,
+    /// The source froze the sections.
+    Freeze,
+    /// The source's AllocSvrs released them (or the leases ran out).
+    Release,
+    /// The destination installed them.
+    Install,
+    /// The destination's AllocSvrs claimed them.
+    Claim,
+}
+
+impl MoveStep {
+    /// Every step that may be stopped after, in order.
+    pub const ALL: [MoveStep; 5] = [
+        MoveStep::Begin,
+        MoveStep::Freeze,
+        MoveStep::Release,
+        MoveStep::Install,
+        MoveStep::Claim,
+    ];
+}
+
+/// One scheduled fault. `a` is an AllocSvr process slot and `r` a store
+/// replica, both numbered across sets ([`Layout`]); a fault that names
+/// neither names its set.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Fault {
     /// Cut a replica from the other replicas (and from every AllocSvr).
@@ -61,13 +93,16 @@ pub enum Fault {
         /// Also from the AllocSvrs.
         allocs_too: bool,
     },
-    /// Cut whichever replica leads from the other replicas, leaving it
-    /// reachable by AllocSvrs; `alloc` (if any) can then reach only it.
+    /// Cut whichever replica of `set` leads from the other replicas,
+    /// leaving it reachable by AllocSvrs; `alloc` (if any) can then reach
+    /// only it.
     DeposeLeader {
-        /// An AllocSvr cut from every other replica.
+        /// The set.
+        set: usize,
+        /// An AllocSvr process of the set cut from every other replica.
         alloc: Option<usize>,
     },
-    /// Cut an AllocSvr from some replicas.
+    /// Cut an AllocSvr from some replicas (of its set).
     CutAlloc {
         /// The AllocSvr.
         a: usize,
@@ -115,8 +150,11 @@ pub enum Fault {
         /// For how long.
         dur: Time,
     },
-    /// kill -9 whichever replica leads.
-    CrashLeader,
+    /// kill -9 whichever replica of `set` leads.
+    CrashLeader {
+        /// The set.
+        set: usize,
+    },
     /// kill -9 a replica.
     CrashReplica {
         /// The replica.
@@ -127,10 +165,12 @@ pub enum Fault {
         /// The fault's index in the schedule.
         of: usize,
     },
-    /// SIGSTOP a store replica for a while: the leader if `leader`, else
-    /// the `r`-th of the others. What reaches it meanwhile is handled when
-    /// it resumes.
+    /// SIGSTOP a store replica of `set` for a while: the leader if
+    /// `leader`, else the `r`-th of the others. What reaches it meanwhile
+    /// is handled when it resumes.
     PauseReplica {
+        /// The set.
+        set: usize,
         /// Pause whichever replica leads.
         leader: bool,
         /// Otherwise the `r`-th replica that does not lead.
@@ -184,10 +224,13 @@ pub enum Fault {
         /// What it names.
         kind: Forgery,
     },
-    /// The operator routes sections `first..first+count` to AllocSvr `to`
-    /// with the epochs it read (`stale`: one of them off by one).
+    /// The operator routes sections `first..first+count` of `set` to its
+    /// AllocSvr `to` with the epochs it read (`stale`: one of them off by
+    /// one).
     OperatorAssign {
-        /// The new owner (AllocSvr index).
+        /// The set.
+        set: usize,
+        /// The new owner (AllocSvr index in the set).
         to: usize,
         /// First section.
         first: u32,
@@ -196,17 +239,59 @@ pub enum Fault {
         /// Expect an epoch one below the one read.
         stale: bool,
     },
-    /// Start a second process with AllocSvr `a`'s id (a twin), at its own
-    /// address; it runs until a `CrashAlloc` of its slot.
+    /// Start a second process with AllocSvr `a`'s id (a twin) of `set`,
+    /// at its own address; it runs until a `CrashAlloc` of its slot.
     StartTwin {
-        /// The AllocSvr index.
+        /// The set.
+        set: usize,
+        /// The AllocSvr index in the set.
         a: usize,
     },
-    /// The operator sets the lease terms (`seqctl lease set`).
+    /// The operator sets the lease terms of `set` (`seqctl lease set`).
     SetLease {
+        /// The set.
+        set: usize,
         /// The terms.
         terms: LeaseTerms,
     },
+    /// The operator moves sections `first..first+count` (cut short to the
+    /// run served by the set serving `first`, as the directory reads then)
+    /// to the other set (`seqctl set move`), stopping after `stop_after`;
+    /// not while a mover still runs.
+    MoveRange {
+        /// First section.
+        first: u32,
+        /// How many.
+        count: u32,
+        /// Stop the mover after this step (`--stop-after`).
+        stop_after: Option<MoveStep>,
+    },
+    /// kill -9 of every running mover, wherever it is (what it sent may
+    /// still land).
+    CrashMover,
+    /// SIGSTOP of every running mover for `dur` (a `seqctl` suspended by
+    /// mistake, a paused VM): what reaches it meanwhile, its timers
+    /// included, is handled when it resumes.
+    PauseMover {
+        /// For how long.
+        dur: Time,
+    },
+    /// The operator runs the move under way (or the last) again from
+    /// another terminal, leaving any mover still running alone.
+    MoveAgain,
+    /// SIGSTOP an AllocSvr right after it next sends a take-over (its
+    /// answer is handled after the pause, in any order with what else
+    /// arrived). Scripted only.
+    PauseAfterClaim {
+        /// The process slot.
+        a: usize,
+        /// For how long.
+        dur: Time,
+    },
+    /// The operator stops any mover still running, then runs the command
+    /// of the move under way again (a stopped or crashed move resumes), or
+    /// else the last move command (a finished one reports it done).
+    ResumeMove,
     /// Heal every link, restart every process.
     HealEverything,
 }
@@ -218,8 +303,8 @@ impl std::fmt::Display for Fault {
                 let to = if *allocs_too { " and every alloc" } else { "" };
                 write!(f, "isolate r{r} from the other replicas{to}")
             }
-            Fault::DeposeLeader { alloc } => {
-                write!(f, "cut the leader off from the other replicas")?;
+            Fault::DeposeLeader { set, alloc } => {
+                write!(f, "cut set {set}'s leader off from the other replicas")?;
                 match alloc {
                     Some(a) => write!(f, "; p{a} reaches only the old leader"),
                     None => Ok(()),
@@ -247,16 +332,19 @@ impl std::fmt::Display for Fault {
                 "pause p{a} for {} right after its lease is next extended",
                 fmt_time(*dur)
             ),
-            Fault::CrashLeader => write!(f, "crash the store leader"),
+            Fault::CrashLeader { set } => write!(f, "crash set {set}'s store leader"),
             Fault::CrashReplica { r } => write!(f, "crash r{r}"),
             Fault::RestartReplica { of } => write!(f, "restart what fault #{of} crashed"),
             Fault::PauseReplica {
-                leader: true, dur, ..
+                set,
+                leader: true,
+                dur,
+                ..
             } => {
-                write!(f, "pause the store leader for {}", fmt_time(*dur))
+                write!(f, "pause set {set}'s store leader for {}", fmt_time(*dur))
             }
-            Fault::PauseReplica { r, dur, .. } => {
-                write!(f, "pause follower #{r} for {}", fmt_time(*dur))
+            Fault::PauseReplica { set, r, dur, .. } => {
+                write!(f, "pause set {set}'s follower #{r} for {}", fmt_time(*dur))
             }
             Fault::SlowNetwork { dur } => write!(f, "slow network for {}", fmt_time(*dur)),
             Fault::Handoff {
@@ -266,7 +354,7 @@ impl std::fmt::Display for Fault {
                 adopt,
             } => write!(
                 f,
-                "operator: p{from} hands {count} section(s) to a{to} (adopt {adopt:?})"
+                "operator: p{from} hands {count} section(s) to its set's AllocSvr #{to} (adopt {adopt:?})"
             ),
             Fault::HandoffRoundTrip {
                 from,
@@ -275,29 +363,60 @@ impl std::fmt::Display for Fault {
                 window,
             } => write!(
                 f,
-                "operator: p{from} hands a section to a{to} (its requests {} late for {})",
+                "operator: p{from} hands a section to its set's AllocSvr #{to} (its requests {} late for {})",
                 fmt_time(*stall),
                 fmt_time(*window)
             ),
             Fault::HandBack { of } => write!(f, "operator: the section of fault #{of} handed back"),
             Fault::ForgeAdopt { to, kind } => write!(f, "forged adopt ({kind:?}) to p{to}"),
             Fault::OperatorAssign {
+                set,
                 to,
                 first,
                 count,
                 stale,
             } => write!(
                 f,
-                "operator: assign sections {first}..{} to a{to}{}",
+                "operator: assign sections {first}..{} of set {set} to {}{}",
                 first + count,
+                crate::model::alloc_name(*set, *to),
                 if *stale { " (a stale epoch)" } else { "" }
             ),
-            Fault::StartTwin { a } => write!(f, "start a twin of a{a}"),
-            Fault::SetLease { terms } => write!(
+            Fault::StartTwin { set, a } => {
+                write!(f, "start a twin of {}", crate::model::alloc_name(*set, *a))
+            }
+            Fault::SetLease { set, terms } => write!(
                 f,
-                "operator: lease terms {} ms + {} ms",
+                "operator: set {set}'s lease terms {} ms + {} ms",
                 terms.lease_ms, terms.margin_ms
             ),
+            Fault::MoveRange {
+                first,
+                count,
+                stop_after,
+            } => {
+                write!(
+                    f,
+                    "operator: move sections {first}..{} to the other set",
+                    first + count
+                )?;
+                match stop_after {
+                    Some(s) => write!(f, ", stopping after {s:?}"),
+                    None => Ok(()),
+                }
+            }
+            Fault::CrashMover => write!(f, "crash the mover"),
+            Fault::PauseMover { dur } => write!(f, "pause the mover for {}", fmt_time(*dur)),
+            Fault::MoveAgain => write!(
+                f,
+                "operator: run the move under way (or the last) again beside the running one"
+            ),
+            Fault::PauseAfterClaim { a, dur } => write!(
+                f,
+                "pause p{a} for {} right after it next sends a take-over",
+                fmt_time(*dur)
+            ),
+            Fault::ResumeMove => write!(f, "operator: run the move under way (or the last) again"),
             Fault::HealEverything => write!(f, "heal everything, restart everything"),
         }
     }
@@ -306,12 +425,12 @@ impl std::fmt::Display for Fault {
 /// What the schedule is drawn for.
 #[derive(Debug, Clone)]
 pub struct Shape {
-    /// AllocSvr ids (each has a first process and a twin slot).
-    pub allocs: usize,
-    /// Store replicas.
-    pub replicas: usize,
-    /// Sections of the set.
-    pub sections: u32,
+    /// Sets, replicas and AllocSvrs.
+    pub layout: Layout,
+    /// Sections of each set's span.
+    pub sections: Vec<u32>,
+    /// Ranges move within sections `0..movable` (set 0's span).
+    pub movable: u32,
     /// When the quiet tail starts (everything healed).
     pub quiet: Time,
     /// The lease terms the store starts with.
@@ -329,47 +448,53 @@ fn duration(rng: &mut Rng, long: Time) -> Time {
     }
 }
 
-/// Draws a fault schedule for `shape`.
+/// Draws a fault schedule for `shape`: faults, each in one set, and range
+/// moves between the sets.
 pub fn generate(rng: &mut Rng, shape: &Shape) -> Vec<(Time, Fault)> {
     let long = shape.terms.expiry_ms() * MS;
     let quiet = shape.quiet;
-    let n = shape.allocs;
+    let l = shape.layout;
+    let n = l.allocs;
     let mut out: Vec<(Time, Fault)> = Vec::new();
     let mut t = rng.range(2 * SEC, 4 * SEC);
     while t < quiet {
-        let a = rng.pick(n);
-        let r = rng.pick(shape.replicas);
-        let i = out.len();
+        let set = rng.pick(l.sets);
+        let i = rng.pick(n);
+        let a = l.first_slot(set, i);
+        let r = l.replica(set, rng.pick(l.replicas));
+        let other = (i + 1 + rng.pick(n - 1)) % n;
+        let at = out.len();
         let dur = duration(rng, long);
         let kinds = if shape.pause_in_renewal { 21 } else { 20 };
         let mut undo = None;
         let fault = match rng.below(kinds) {
             20 => Fault::PauseInRenewal { a, dur },
             19 => {
-                undo = Some((t + SEC, Fault::HandBack { of: i }));
+                undo = Some((t + SEC, Fault::HandBack { of: at }));
                 Fault::HandoffRoundTrip {
                     from: a,
-                    to: (a + 1 + rng.pick(n - 1)) % n,
+                    to: other,
                     stall: rng.range(1500 * MS, 4 * SEC),
                     window: 300 * MS,
                 }
             }
             0 => {
-                undo = Some((t + dur, Fault::Heal { of: i }));
+                undo = Some((t + dur, Fault::Heal { of: at }));
                 Fault::IsolateReplica {
                     r,
                     allocs_too: rng.chance(0.5),
                 }
             }
             1 | 2 => {
-                undo = Some((t + dur, Fault::Heal { of: i }));
+                undo = Some((t + dur, Fault::Heal { of: at }));
                 Fault::DeposeLeader {
+                    set,
                     alloc: rng.chance(0.8).then_some(a),
                 }
             }
             3 => {
-                let replicas = (0..shape.replicas).filter(|_| rng.chance(0.6)).collect();
-                undo = Some((t + dur, Fault::Heal { of: i }));
+                let replicas = l.replicas_of(set).filter(|_| rng.chance(0.6)).collect();
+                undo = Some((t + dur, Fault::Heal { of: at }));
                 Fault::CutAlloc {
                     a,
                     replicas,
@@ -383,19 +508,20 @@ pub fn generate(rng: &mut Rng, shape: &Shape) -> Vec<(Time, Fault)> {
             6 => Fault::PauseAlloc { a, dur },
             7 | 8 => Fault::PauseAfterAdmit { a, dur },
             9 => {
-                undo = Some((t + dur, Fault::RestartReplica { of: i }));
-                Fault::CrashLeader
+                undo = Some((t + dur, Fault::RestartReplica { of: at }));
+                Fault::CrashLeader { set }
             }
             10 => {
-                undo = Some((t + dur, Fault::RestartReplica { of: i }));
+                undo = Some((t + dur, Fault::RestartReplica { of: at }));
                 Fault::CrashReplica { r }
             }
             11 => Fault::SlowNetwork {
                 dur: rng.range(200 * MS, 3 * SEC),
             },
             12 => Fault::PauseReplica {
+                set,
                 leader: rng.chance(0.5),
-                r: rng.pick(shape.replicas - 1),
+                r: rng.pick(l.replicas - 1),
                 dur: if rng.chance(0.3) {
                     rng.range(SEC, 6 * SEC)
                 } else {
@@ -404,7 +530,7 @@ pub fn generate(rng: &mut Rng, shape: &Shape) -> Vec<(Time, Fault)> {
             },
             13 | 14 => Fault::Handoff {
                 from: a,
-                to: (a + 1 + rng.pick(n - 1)) % n,
+                to: other,
                 count: 1 + rng.pick(2),
                 adopt: match rng.below(5) {
                     0 => AdoptFate::Lost,
@@ -423,10 +549,12 @@ pub fn generate(rng: &mut Rng, shape: &Shape) -> Vec<(Time, Fault)> {
                 },
             },
             16 => {
-                let first = rng.below(shape.sections as u64) as u32;
-                let count = 1 + rng.below(2.min((shape.sections - first) as u64)) as u32;
+                let sections = shape.sections[set];
+                let first = rng.below(sections as u64) as u32;
+                let count = 1 + rng.below(2.min((sections - first) as u64)) as u32;
                 Fault::OperatorAssign {
-                    to: a,
+                    set,
+                    to: i,
                     first,
                     count,
                     stale: rng.chance(0.3),
@@ -435,12 +563,14 @@ pub fn generate(rng: &mut Rng, shape: &Shape) -> Vec<(Time, Fault)> {
             17 => {
                 undo = Some((
                     (t + dur.max(2 * SEC)).min(quiet),
-                    Fault::CrashAlloc { a: n + a },
+                    Fault::CrashAlloc {
+                        a: l.twin_slot(set, i),
+                    },
                 ));
-                Fault::StartTwin { a }
+                Fault::StartTwin { set, a: i }
             }
             _ if t + 25 * SEC < quiet => {
-                lease_change(rng, shape, t, a, &mut out);
+                lease_change(rng, shape, t, set, a, &mut out);
                 t += 25 * SEC;
                 continue;
             }
@@ -452,32 +582,80 @@ pub fn generate(rng: &mut Rng, shape: &Shape) -> Vec<(Time, Fault)> {
         if let Some(u) = undo {
             out.push(u);
         }
-        t += rng.range(SEC, 6 * SEC);
+        t += rng.range(SEC, 5 * SEC);
     }
+    moves(rng, shape, &mut out);
     out.push((quiet, Fault::HealEverything));
     sort_schedule(out)
 }
 
-/// A longer lease, then back to the usual terms once the store allows
-/// (`Arbiter::lease_change_allowed`: a full wait after the first change),
-/// then AllocSvr `a` cut off from every replica (its longer lease still
-/// running) and, sometimes, the leader changed.
-fn lease_change(rng: &mut Rng, shape: &Shape, t: Time, a: usize, out: &mut Vec<(Time, Fault)>) {
+/// Range moves every few seconds, each of one to three sections of the
+/// movable ones; some stopped after a step or crashed during one, then run
+/// again (`seqctl set move` is resumable: every step is idempotent).
+fn moves(rng: &mut Rng, shape: &Shape, out: &mut Vec<(Time, Fault)>) {
+    let quiet = shape.quiet;
+    let mut t = rng.range(3 * SEC, 6 * SEC);
+    while t + 2 * SEC < quiet {
+        let first = rng.below(shape.movable as u64) as u32;
+        let count = 1 + rng.below(3.min((shape.movable - first) as u64)) as u32;
+        let stop_after = rng
+            .chance(0.25)
+            .then(|| MoveStep::ALL[rng.pick(MoveStep::ALL.len())]);
+        out.push((
+            t,
+            Fault::MoveRange {
+                first,
+                count,
+                stop_after,
+            },
+        ));
+        let mut resume = stop_after.is_some();
+        if !resume && rng.chance(0.2) {
+            // Killed wherever it is: between steps or with a call in flight.
+            out.push((t + rng.range(MS, 600 * MS), Fault::CrashMover));
+            resume = true;
+        }
+        if resume {
+            let again = (t + rng.range(300 * MS, 8 * SEC)).min(quiet);
+            out.push((again, Fault::ResumeMove));
+        }
+        t += rng.range(3 * SEC, 9 * SEC);
+    }
+}
+
+/// A longer lease in `set`, then back to the usual terms once the store
+/// allows (`Arbiter::lease_change_allowed`: a full wait after the first
+/// change), then AllocSvr process `a` (of `set`) cut off from every replica
+/// (its longer lease still running) and, sometimes, the leader changed.
+fn lease_change(
+    rng: &mut Rng,
+    shape: &Shape,
+    t: Time,
+    set: usize,
+    a: usize,
+    out: &mut Vec<(Time, Fault)>,
+) {
     let lease_ms = rng.range(8000, 12_001);
     let long = LeaseTerms {
         lease_ms,
         margin_ms: lease_ms / 5,
     };
     let back = t + long.expiry_ms().max(shape.terms.expiry_ms()) * MS + rng.range(SEC, 2 * SEC);
-    out.push((t, Fault::SetLease { terms: long }));
-    out.push((back, Fault::SetLease { terms: shape.terms }));
+    out.push((t, Fault::SetLease { set, terms: long }));
+    out.push((
+        back,
+        Fault::SetLease {
+            set,
+            terms: shape.terms,
+        },
+    ));
     let cut_at = back + rng.range(50 * MS, 1500 * MS);
     let i = out.len();
     out.push((
         cut_at,
         Fault::CutAlloc {
             a,
-            replicas: (0..shape.replicas).collect(),
+            replicas: shape.layout.replicas_of(set).collect(),
             answers_only: false,
         },
     ));
@@ -485,7 +663,7 @@ fn lease_change(rng: &mut Rng, shape: &Shape, t: Time, a: usize, out: &mut Vec<(
     if rng.chance(0.5) {
         let at = cut_at + rng.range(100 * MS, 3 * SEC);
         let i = out.len();
-        out.push((at, Fault::CrashLeader));
+        out.push((at, Fault::CrashLeader { set }));
         out.push((
             at + rng.range(SEC, 4 * SEC),
             Fault::RestartReplica { of: i },

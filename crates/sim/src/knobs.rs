@@ -57,10 +57,39 @@ pub struct Knobs {
     /// (not those it was granted under), and a new office waits only the
     /// current terms' `lease + margin` (not the longer replaced ones).
     pub lease_by_current_terms: bool,
+    /// A range move installs the destination below what the protocol
+    /// asks (the final ceiling plus a step): `Some(Zero)` as if the range
+    /// were new (floor 0), `Some(StepsBelow(k))` at `k` steps below the
+    /// final ceiling (`k = 0`: at the final ceiling, without the step).
+    pub install_below_final: Option<InstallAt>,
+    /// A range move installs the destination right after the freeze,
+    /// without the source's release or its lease + margin.
+    pub install_before_release: bool,
+}
+
+/// Where the `install_below_final` knob installs a moved section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstallAt {
+    /// Floor 0: the ceiling becomes one step (or what the destination
+    /// held), as for a range nobody served.
+    Zero,
+    /// This many steps below the source's final ceiling.
+    StepsBelow(u64),
+}
+
+impl InstallAt {
+    /// The floor the mover sends for a final ceiling `fin` (the install
+    /// adds a step to it).
+    pub fn floor(self, fin: u64, step: u64) -> u64 {
+        match self {
+            InstallAt::Zero => 0,
+            InstallAt::StepsBelow(k) => fin.saturating_sub((k + 1).saturating_mul(step)),
+        }
+    }
 }
 
 /// The knob names of [`Knobs::parse`], with their flags.
-const FLAGS: [&str; 11] = [
+const FLAGS: [&str; 12] = [
     "unsafe_renewals",
     "skip_lease_check",
     "current_without_lease",
@@ -72,6 +101,7 @@ const FLAGS: [&str; 11] = [
     "handoff_unconditional",
     "admit_twins",
     "lease_by_current_terms",
+    "install_before_release",
 ];
 
 impl Knobs {
@@ -88,13 +118,15 @@ impl Knobs {
             "handoff_unconditional" => &mut self.handoff_unconditional,
             "admit_twins" => &mut self.admit_twins,
             "lease_by_current_terms" => &mut self.lease_by_current_terms,
+            "install_before_release" => &mut self.install_before_release,
             _ => return None,
         })
     }
 
     /// Parses a comma-separated list of knob names (the format of
-    /// `SEQSVR_SIM_KNOBS`): the flags of this struct by name, and
-    /// `drift=<multiple of the bound>`.
+    /// `SEQSVR_SIM_KNOBS`): the flags of this struct by name,
+    /// `drift=<multiple of the bound>`, and `install_below_final` (floor
+    /// 0) or `install_below_final=<steps below the final ceiling>`.
     pub fn parse(s: &str) -> Result<Self, String> {
         let mut k = Knobs::default();
         for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
@@ -102,6 +134,15 @@ impl Knobs {
                 Some(("drift", x)) => {
                     let x = x.parse().map_err(|e| format!("drift={x}: {e}"))?;
                     k.drift_times_bound = Some(x);
+                }
+                Some(("install_below_final", x)) => {
+                    let x = x
+                        .parse()
+                        .map_err(|e| format!("install_below_final={x}: {e}"))?;
+                    k.install_below_final = Some(InstallAt::StepsBelow(x));
+                }
+                None if item == "install_below_final" => {
+                    k.install_below_final = Some(InstallAt::Zero);
                 }
                 None => *k.flag(item).ok_or(format!("unknown knob {item:?}"))? = true,
                 Some(_) => return Err(format!("unknown knob {item:?}")),
@@ -121,6 +162,11 @@ impl Knobs {
         if let Some(x) = self.drift_times_bound {
             out.push(format!("drift={x}"));
         }
+        match self.install_below_final {
+            Some(InstallAt::Zero) => out.push("install_below_final".into()),
+            Some(InstallAt::StepsBelow(k)) => out.push(format!("install_below_final={k}")),
+            None => {}
+        }
         out.join(",")
     }
 }
@@ -138,6 +184,21 @@ mod tests {
         assert_eq!(Knobs::parse("").unwrap(), Knobs::default());
         assert!(Knobs::parse("nope").is_err());
         assert!(Knobs::parse("nope=1").is_err());
+        for arg in [
+            "install_below_final",
+            "install_below_final=0",
+            "install_below_final=2",
+        ] {
+            let k = Knobs::parse(arg).unwrap();
+            assert_eq!(k.to_arg(), arg);
+        }
+        assert_eq!(InstallAt::Zero.floor(80, 8), 0);
+        assert_eq!(
+            InstallAt::StepsBelow(0).floor(80, 8),
+            72,
+            "at the final ceiling"
+        );
+        assert_eq!(InstallAt::StepsBelow(20).floor(80, 8), 0);
         for name in FLAGS {
             let k = Knobs::parse(name).unwrap();
             assert_ne!(k, Knobs::default(), "{name}");

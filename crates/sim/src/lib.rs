@@ -1,27 +1,32 @@
-//! A seeded, deterministic simulation of seqsvr's ownership protocol.
+//! A seeded, deterministic simulation of seqsvr's ownership protocol and
+//! of range moves between sets.
 //!
 //! It drives the project's *real* pure components — the store's state
-//! machine ([`seqsvr_store::state::SetState`]) and arbiter
-//! ([`seqsvr_store::arbiter::Arbiter`]), the AllocSvr's [`Allocator`],
-//! [`Lease`] and every decision of the AllocSvr's loops
-//! ([`seqsvr_alloc::ownership`]: admission, renewal list and
-//! reconciliation, claims, route reads, raise answers and back-off,
-//! handoff and adopt checks), and the per-uid
-//! checker ([`seqsvr_core::checker`]) — inside a discrete-event model of
-//! everything around them: Raft (terms, votes, majority commit, deposed
-//! leaders), the store API (forwarding, barriers, the arbiter's lock,
-//! renewals, registrations, operator calls), the AllocSvr's loops
-//! (registration, renewal, claims, route refresh, raiser, handoffs,
-//! adopts), twin processes, clients with stale route caches, and the
-//! network. Time is virtual (nanoseconds), everything runs on one thread,
-//! and every random choice comes from one seed, so a seed replays exactly.
+//! machine ([`seqsvr_store::state::SetState`], the sets' commands and the
+//! directory included) and arbiter ([`seqsvr_store::arbiter::Arbiter`]),
+//! the AllocSvr's [`Allocator`], [`Lease`] and every decision of the
+//! AllocSvr's loops ([`seqsvr_alloc::ownership`]: admission, renewal list
+//! and reconciliation, claims, route reads, raise answers and back-off,
+//! handoff and adopt checks, a move's release), and the per-uid checker
+//! ([`seqsvr_core::checker`]) — inside a discrete-event model of
+//! everything around them: two sets, each a Raft group (terms, votes,
+//! majority commit, deposed leaders) with the store API (forwarding,
+//! barriers, the arbiter's lock, renewals, registrations, operator and
+//! sets calls) and its AllocSvrs' loops (registration, renewal, claims,
+//! route refresh, raiser, handoffs, adopts), twin processes, clients that
+//! route by the directory with stale caches, the operator's range mover,
+//! and the network. Time is virtual (nanoseconds), everything runs on one
+//! thread, and every random choice comes from one seed, so a seed replays
+//! exactly.
 //!
 //! Faults per seed ([`faults`]): partitions, crashes and pauses of store
 //! replicas and AllocSvrs, slow messages, planned handoffs with their
 //! adopts lost, delayed or duplicated, forged adopts, operator assigns,
-//! twins, lease-terms changes, and clock-rate drift within the documented
-//! bound. Checks ([`check`]): promise 1 over every number and every
-//! `Current` answer clients received, promises 2, 3 and 4 while running.
+//! twins, lease-terms changes, clock-rate drift within the documented
+//! bound, and range moves between the sets, the mover stopped after a step
+//! or killed during one and run again. Checks ([`check`]): promise 1 over
+//! every number and every `Current` answer clients received, promises 2, 3
+//! and 4 while running, across both sets.
 //! `docs/architecture/simulation.md` says more.
 //!
 //! Replay a seed with `SEQSVR_SIM_SEED=<seed> cargo test -p seqsvr-sim --
@@ -39,18 +44,21 @@
 //! - [`rng`], [`net`]: the seeded PRNG; virtual time, nodes, cut links,
 //!   message delays.
 //! - [`knobs`], [`faults`], [`config`]: protocol variants; the fault
-//!   schedule; a run's parameters, all drawn from its seed.
+//!   schedule; a run's parameters and layout (which replica and process
+//!   belongs to which set), all drawn from its seed.
 //! - [`check`]: the invariants checked while running and at the end.
 //! - `model`: messages, events, timers, AllocSvr names and addresses.
 //! - `env`: time and the event queue, the random stream, the network, the
 //!   monitor, the counters, the committed state.
-//! - `raft`: the Raft model around the real state machine; `store`: the
-//!   store API and the real arbiter's loop on top of it.
+//! - `raft`: the Raft model of one store group around the real state
+//!   machine; `store`: the store API and the real arbiter's loop on top of
+//!   it (one group per set).
 //! - `link`: the store client (hedged attempts, back-off, deadline).
 //! - `alloc`: AllocSvr processes with the real allocator, lease and
 //!   ownership decisions.
-//! - `client`: clients with route caches and retries; `operator`: admin
-//!   calls.
+//! - `client`: clients with a directory, route caches and retries;
+//!   `operator`: admin calls; `mover`: the range mover (`seqctl set
+//!   move`), step by step.
 //! - `world`: the event loop, the fault schedule applied, the report.
 
 #![warn(missing_docs)]
@@ -67,6 +75,7 @@ mod client;
 mod env;
 mod link;
 mod model;
+mod mover;
 mod operator;
 mod raft;
 mod store;
@@ -75,7 +84,7 @@ mod world;
 pub use check::Violation;
 pub use config::SimConfig;
 pub use env::Stats;
-pub use knobs::Knobs;
+pub use knobs::{InstallAt, Knobs};
 pub use world::{RunReport, World};
 
 /// Runs the simulation of `seed` with `knobs`; `verbose` prints every

@@ -31,11 +31,13 @@ pub(crate) struct Timing {
     pub hedge: bool,
 }
 
-/// Who calls: the node, its life (answers to an earlier life are
-/// ignored), its clock rate, and how its timers reach it.
+/// Who calls: the node, the store group it calls, its life (answers to an
+/// earlier life are ignored), its clock rate, and how its timers reach it.
 pub(crate) struct Caller<'a> {
     /// The node.
     pub node: Node,
+    /// The group's replica 0, numbered across sets (`Node::Replica`).
+    pub first: usize,
     /// Its life.
     pub life: u32,
     /// Its clock's rate relative to real time.
@@ -225,7 +227,7 @@ fn launch<P>(env: &mut Env, who: &Caller<'_>, id: u64, call: &mut Call<P>, n: us
     };
     env.send(
         who.node,
-        Node::Replica(replica),
+        Node::Replica(who.first + replica),
         Msg::Store(StoreMsg::Req(p)),
     );
 }

@@ -4,15 +4,18 @@
 //! names and addresses of AllocSvr processes.
 //!
 //! The components (`raft`, `store`, `link`, `alloc`, `client`,
-//! `operator`) depend on these types and on the environment (`env`), never
-//! on each other (except `alloc` and `operator` on `link`, the store client
-//! they both use, and `store` on `raft`); the world loop ties them
-//! together. This module depends only on `net` and `faults` (the adopt
-//! fates a fault chooses).
+//! `operator`, `mover`) depend on these types and on the environment
+//! (`env`), never on each other (except `alloc`, `operator` and `mover` on
+//! `link`, the store client they use, `mover` on `operator`'s timing, and
+//! `store` on `raft`); the world loop ties them together. This module
+//! depends only on `net` and `faults` (the adopt fates a fault chooses).
 
 use std::rc::Rc;
 
-use seqsvr_core::{AllocId, Epoch, Grant, Incarnation, LeaseTerms, SectionId};
+use seqsvr_core::directory::SetId;
+use seqsvr_core::{
+    AllocId, DirChange, Directory, Epoch, Grant, Incarnation, LeaseTerms, Placement, SectionId,
+};
 use seqsvr_store::state::SetState;
 use seqsvr_store::types::{Command, Rejection, Reply};
 use seqsvr_store_api::SectionInfo;
@@ -23,9 +26,10 @@ use crate::net::{Node, Time};
 /// An AllocSvr process slot (`Node::Alloc(slot)`).
 pub(crate) type Slot = usize;
 
-/// The id of AllocSvr `i` in the store.
-pub(crate) fn alloc_name(i: usize) -> AllocId {
-    format!("a{i}")
+/// The id of AllocSvr `i` of `set` in its store group (`a0`, `a1`, … in
+/// set 0, `b0`, … in set 1).
+pub(crate) fn alloc_name(set: usize, i: usize) -> AllocId {
+    format!("{}{i}", char::from(b'a' + set as u8))
 }
 
 /// The client-plane address of process slot `p` (what the route table
@@ -49,8 +53,9 @@ pub(crate) fn slot_of_addr(addr: &str) -> Option<Slot> {
     addr.strip_prefix('p')?.split(':').next()?.parse().ok()
 }
 
-/// A route table as a reader sees it: owner per section, and the process
-/// each owner's registered address leads to.
+/// A route table as a reader sees it: owner per section, the process
+/// each owner's registered address leads to, what the set serves of its
+/// span, and the group's directory (or its copy).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct RouteView {
     /// Route version.
@@ -59,6 +64,10 @@ pub(crate) struct RouteView {
     pub owners: Vec<Option<AllocId>>,
     /// The process at the owner's registered address, per section.
     pub slots: Vec<Option<Slot>>,
+    /// The set's placement (served, absent, moved away).
+    pub placement: Placement,
+    /// The directory (home group) or the copy this group holds.
+    pub directory: Option<Directory>,
 }
 
 impl RouteView {
@@ -75,7 +84,14 @@ impl RouteView {
             version: state.route_version,
             owners,
             slots,
+            placement: state.placement.clone(),
+            directory: state.directory.clone(),
         }
+    }
+
+    /// The directory version this table carries (0: none).
+    pub(crate) fn directory_version(&self) -> u64 {
+        self.directory.as_ref().map_or(0, |d| d.version)
     }
 
     /// The process serving `s`, as this table says.
@@ -167,13 +183,67 @@ pub(crate) enum StoreReq {
     },
     /// Admin: `SetLease` (checked, then written).
     SetLease(LeaseTerms),
+    /// Sets service: `Freeze` (written under the arbiter's lock).
+    Freeze {
+        /// First section.
+        first: SectionId,
+        /// How many.
+        count: u32,
+        /// The destination set.
+        to: SetId,
+        /// The move's id.
+        move_id: u64,
+    },
+    /// Sets service: `Install`.
+    Install {
+        /// First section.
+        first: SectionId,
+        /// The source's final ceilings (the install adds a step).
+        floors: Vec<u64>,
+        /// The move's id.
+        move_id: u64,
+    },
+    /// Sets service: a directory change (home group only).
+    ChangeDirectory(DirChange),
+    /// Sets service: a directory copy (other groups).
+    CopyDirectory(Directory),
+    /// Admin: `Status`, answered by whichever replica it reaches, from its
+    /// own state (the AllocSvr list only if it believes it leads).
+    Status,
+    /// Client plane: a linearizable read of sections `first..first+count`.
+    Sections {
+        /// First section.
+        first: SectionId,
+        /// How many.
+        count: u32,
+    },
 }
 
 impl StoreReq {
     /// Admin-plane calls are not forwarded: a follower answers NO_LEADER.
     pub(crate) fn admin(&self) -> bool {
-        matches!(self, StoreReq::Assign { .. } | StoreReq::SetLease(_))
+        matches!(
+            self,
+            StoreReq::Assign { .. }
+                | StoreReq::SetLease(_)
+                | StoreReq::Freeze { .. }
+                | StoreReq::Install { .. }
+                | StoreReq::ChangeDirectory(_)
+                | StoreReq::CopyDirectory(_)
+                | StoreReq::Status
+        )
     }
+}
+
+/// One registered AllocSvr as a leader's `Status` lists it.
+#[derive(Debug, Clone)]
+pub(crate) struct AllocEntry {
+    /// Its id.
+    pub id: AllocId,
+    /// Its admin-plane address.
+    pub admin_addr: String,
+    /// Fenced by an operator.
+    pub fenced: bool,
 }
 
 /// A granted renewal.
@@ -208,6 +278,38 @@ pub(crate) enum StoreOk {
         grant: Grant,
         /// The new owner's peer address.
         to_addr: String,
+    },
+    /// A committed freeze: the final ceilings, and the group's lease +
+    /// margin as the leader knows it after the write (`FreezeReply`).
+    Frozen {
+        /// Per section, its final ceiling.
+        finals: Vec<u64>,
+        /// Per section, the epoch it is frozen at.
+        epochs: Vec<u64>,
+        /// How many this call froze.
+        newly: u32,
+        /// `LeaseState::office_wait_ms` of the leader's state.
+        lease_expiry_ms: u64,
+    },
+    /// A replica's status: whether it believes it leads, and (if so) the
+    /// registered AllocSvrs of its applied state.
+    Status {
+        /// It believes it leads.
+        leading: bool,
+        /// The AllocSvrs registered (empty unless leading).
+        allocs: Vec<AllocEntry>,
+    },
+    /// Section records.
+    Sections(Vec<SectionInfo>),
+    /// A committed directory change, with the directory after it
+    /// (`DirectoryReply`).
+    Directory {
+        /// Its version.
+        version: u64,
+        /// Whether this change changed it.
+        changed: bool,
+        /// The directory as the leader holds it now.
+        directory: Option<Directory>,
     },
 }
 
@@ -365,6 +467,13 @@ pub(crate) enum Refusal {
     Exhausted(SectionId),
     /// Not serving yet (connection refused).
     Unavailable,
+    /// `MOVED`: this set gave the section to set `to`.
+    Moved(SectionId, SetId),
+    /// `NOT_SERVED`: this set does not serve the section (absent, or
+    /// frozen and not installed anywhere yet).
+    NotServed(SectionId),
+    /// `OUT_OF_RANGE`: the uid is outside this set's span.
+    OutOfRange,
 }
 
 /// What a client asks.
@@ -438,6 +547,27 @@ pub(crate) enum AdminMsg {
         moves: Vec<(SectionId, AllocId)>,
         /// What the network does to their adopts (a fault's choice).
         fate: AdoptFate,
+    },
+    /// `AllocAdmin.Release`: stop serving sections frozen for a move.
+    Release {
+        /// The call (its answer names it).
+        id: u64,
+        /// First section.
+        first: SectionId,
+        /// Per section from `first`, the epoch it is frozen at.
+        epochs: Vec<u64>,
+    },
+    /// `AllocAdmin.Refresh`: renew now.
+    Refresh {
+        /// The call.
+        id: u64,
+    },
+    /// The answer to a `Release` (sections released) or a `Refresh`.
+    Answer {
+        /// The call answered.
+        id: u64,
+        /// Sections released, or why not.
+        result: Result<u32, String>,
     },
 }
 
@@ -553,6 +683,18 @@ pub(crate) enum CTimer {
     Refresh,
 }
 
+/// A mover run's timers.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum MTimer {
+    /// A store call's timer (to `set`'s group).
+    Link(usize, LinkTimer),
+    /// A wait ends (a status or release call's timeout, the lease wait,
+    /// the claim loop's poll); `gen` guards against stale ones.
+    Wake(u64),
+    /// The pause (SIGSTOP) ends.
+    Resume,
+}
+
 /// Something that happens at a virtual time.
 #[derive(Debug)]
 pub(crate) enum Ev {
@@ -567,7 +709,9 @@ pub(crate) enum Ev {
     },
     /// A store replica's timer (ignored if the replica restarted since).
     Replica {
-        /// Which replica.
+        /// Which set.
+        set: usize,
+        /// Which replica of the set.
         r: usize,
         /// The life that set it.
         life: u32,
@@ -576,7 +720,9 @@ pub(crate) enum Ev {
     },
     /// An input a replica queued while paused, handled after it resumed.
     ReplicaResumed {
-        /// Which replica.
+        /// Which set.
+        set: usize,
+        /// Which replica of the set.
         r: usize,
         /// The life that queued it.
         life: u32,
@@ -608,8 +754,15 @@ pub(crate) enum Ev {
         /// What it is for.
         t: CTimer,
     },
-    /// The operator's store client's timer.
-    Operator(LinkTimer),
+    /// The operator's store client's timer, for a call to `set`.
+    Operator(usize, LinkTimer),
+    /// A timer of mover run `run` (ignored once it crashed or ended).
+    Mover {
+        /// The run.
+        run: u32,
+        /// What it is for.
+        t: MTimer,
+    },
     /// The `i`-th fault of the schedule.
     Fault(usize),
 }

@@ -40,6 +40,9 @@ pub enum Node {
     /// The operator (`seqctl`): admin calls to the store and AllocSvrs,
     /// and forged messages.
     Operator,
+    /// The operator's range mover (`seqctl set move`), a process of its
+    /// own that may crash between or during its steps.
+    Mover,
 }
 
 impl std::fmt::Display for Node {
@@ -49,6 +52,7 @@ impl std::fmt::Display for Node {
             Node::Alloc(i) => write!(f, "a{i}"),
             Node::Client(i) => write!(f, "c{i}"),
             Node::Operator => write!(f, "op"),
+            Node::Mover => write!(f, "mover"),
         }
     }
 }

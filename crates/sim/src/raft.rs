@@ -157,9 +157,13 @@ pub(crate) fn apply(state: &mut SetState, cmd: &Command, handoff_unconditional: 
     state.apply(cmd, &mut Vec::new())
 }
 
-/// The store's replicas and the committed log.
+/// One store group's replicas and its committed log.
 #[derive(Debug)]
 pub(crate) struct Raft {
+    /// The group's set.
+    pub set: usize,
+    /// The replicas' numbers across sets start here (`Node::Replica`).
+    pub first: usize,
     /// The replicas.
     pub nodes: Vec<RaftNode>,
     /// The committed Raft log: every replica's log agrees with a prefix.
@@ -169,10 +173,12 @@ pub(crate) struct Raft {
 }
 
 impl Raft {
-    /// `n` replicas whose logs and states hold `log` (committed, applied
-    /// to `env.truth` already), replica 0 leading term 1.
-    pub(crate) fn new(env: &mut Env, n: usize, log: Vec<EntryRef>) -> Self {
+    /// `n` replicas of `set` whose logs and states hold `log` (committed,
+    /// applied to `env.truth[set]` already), replica 0 leading term 1.
+    pub(crate) fn new(env: &mut Env, set: usize, n: usize, log: Vec<EntryRef>) -> Self {
         let mut raft = Raft {
+            set,
+            first: env.cfg.layout().replica(set, 0),
             nodes: Vec::new(),
             log,
             handoff_unconditional: env.cfg.knobs.handoff_unconditional,
@@ -183,12 +189,17 @@ impl Raft {
             node.base = raft.log.len();
             node.commit = raft.log.len();
             node.applied = raft.log.len();
-            node.state = env.truth.clone();
+            node.state = env.truth[set].clone();
             node.leader = Some(0);
             node.election_at = env.election_timeout();
             raft.nodes.push(node);
         }
         raft
+    }
+
+    /// Replica `i` of this group on the network.
+    pub(crate) fn node(&self, i: usize) -> Node {
+        Node::Replica(self.first + i)
     }
 
     pub(crate) fn majority(&self) -> usize {
@@ -245,10 +256,7 @@ impl Raft {
         let (my_term, my_len) = (self.last_term(c), self.nodes[c].len());
         let mut votes = 1;
         for v in 0..self.nodes.len() {
-            if v == c
-                || !self.nodes[v].active()
-                || !env.net.connected(Node::Replica(c), Node::Replica(v))
-            {
+            if v == c || !self.nodes[v].active() || !env.net.connected(self.node(c), self.node(v)) {
                 continue;
             }
             if self.nodes[v].term < term {
@@ -261,7 +269,7 @@ impl Raft {
                 votes += 1;
             }
         }
-        trace!(env, "r{c} runs for term {term}: {votes} votes");
+        trace!(env, "{} runs for term {term}: {votes} votes", self.node(c));
         if votes >= self.majority() {
             self.become_leader(env, c, out);
         }
@@ -276,7 +284,7 @@ impl Raft {
         rep.tail_from = (rep.term, c);
         rep.matched = vec![0; n];
         rep.next_heartbeat = env.now + HEARTBEAT;
-        trace!(env, "r{c} leads term {}", self.nodes[c].term);
+        trace!(env, "{} leads term {}", self.node(c), self.nodes[c].term);
         self.append(env, c, None);
         self.replicate(env, c, None);
         out.push(RaftOut::KnowsLeader(c));
@@ -284,6 +292,7 @@ impl Raft {
 
     /// Moves `r` to a higher `term`, stepping down if it led.
     fn adopt_term(&mut self, env: &mut Env, r: usize, term: u64, out: &mut Vec<RaftOut>) {
+        let me = self.node(r);
         let rep = &mut self.nodes[r];
         debug_assert!(term > rep.term);
         rep.term = term;
@@ -291,7 +300,7 @@ impl Raft {
         rep.leader = None;
         if rep.leading {
             rep.leading = false;
-            trace!(env, "r{r} steps down (term {term})");
+            trace!(env, "{me} steps down (term {term})");
             out.push(RaftOut::SteppedDown(r));
         }
     }
@@ -308,7 +317,7 @@ impl Raft {
     /// follower; `probe` marks a barrier's quorum check.
     pub(crate) fn replicate(&mut self, env: &mut Env, l: usize, probe: Option<u64>) {
         for f in 0..self.nodes.len() {
-            if f == l || !env.net.reaches(Node::Replica(l), Node::Replica(f)) {
+            if f == l || !env.net.reaches(self.node(l), self.node(f)) {
                 continue;
             }
             let rep = &self.nodes[l];
@@ -320,7 +329,7 @@ impl Raft {
                 commit: rep.commit,
                 probe,
             });
-            env.send(Node::Replica(l), Node::Replica(f), Msg::Store(msg));
+            env.send(self.node(l), self.node(f), Msg::Store(msg));
         }
     }
 
@@ -334,7 +343,7 @@ impl Raft {
             commit,
             probe,
         } = m;
-        let me = Node::Replica(f);
+        let me = self.node(f);
         if term < self.nodes[f].term {
             let ack = StoreMsg::Ack(Ack {
                 term: self.nodes[f].term,
@@ -343,7 +352,7 @@ impl Raft {
                 len: 0,
                 probe,
             });
-            return env.send(me, Node::Replica(leader), Msg::Store(ack));
+            return env.send(me, self.node(leader), Msg::Store(ack));
         }
         if term > self.nodes[f].term {
             self.adopt_term(env, f, term, out);
@@ -381,7 +390,7 @@ impl Raft {
             len: self.nodes[f].len(),
             probe,
         });
-        env.send(me, Node::Replica(leader), Msg::Store(ack));
+        env.send(me, self.node(leader), Msg::Store(ack));
     }
 
     /// Applies what replica `r` knows to be committed.
@@ -484,9 +493,11 @@ impl Raft {
     fn commit_effect(&mut self, env: &mut Env, e: &Entry) -> Option<Outcome> {
         env.stats.committed += 1;
         let cmd = e.cmd.as_ref()?;
-        let out = apply(&mut env.truth, cmd, self.handoff_unconditional);
-        trace!(env, "commit #{} {cmd:?} -> {out:?}", self.log.len());
-        record(env, cmd, &out);
+        let set = self.set;
+        let before = env.truth[set].placement.clone();
+        let out = apply(&mut env.truth[set], cmd, self.handoff_unconditional);
+        trace!(env, "commit s{set}#{} {cmd:?} -> {out:?}", self.log.len());
+        record(env, set, cmd, &out, &before);
         Some(out)
     }
 
@@ -501,7 +512,7 @@ impl Raft {
                         f == r
                             || (self.nodes[f].active()
                                 && self.nodes[f].term == rep.term
-                                && env.net.connected(Node::Replica(r), Node::Replica(f)))
+                                && env.net.connected(self.node(r), self.node(f)))
                     })
                     .count()
                     >= self.majority()
@@ -525,19 +536,52 @@ impl Raft {
     }
 }
 
-/// Tells the monitor and the counters what a committed command did.
-pub(crate) fn record(env: &mut Env, cmd: &Command, out: &Outcome) {
+/// Tells the monitor and the counters what a command committed in `set`
+/// did; `before` is the set's placement before it.
+pub(crate) fn record(
+    env: &mut Env,
+    set: usize,
+    cmd: &Command,
+    out: &Outcome,
+    before: &seqsvr_core::Placement,
+) {
     match (cmd, out) {
         (Command::TakeOver { .. }, Ok(Reply::TakenOver { grants, .. })) => {
             for g in grants {
-                if env.monitor.on_takeover(env.now, g) {
+                if env.monitor.on_takeover(env.now, set, g) {
                     env.stats.takeovers += 1;
                 }
             }
         }
         (Command::Handoff { .. }, Ok(Reply::HandedOff { grant, .. })) => {
             env.stats.handoffs += 1;
-            env.monitor.on_takeover(env.now, grant);
+            env.monitor.on_takeover(env.now, set, grant);
+        }
+        (Command::Freeze { .. }, Ok(Reply::Frozen { newly, .. })) => {
+            env.stats.frozen += *newly as u64;
+        }
+        (Command::Install { first, floors, .. }, Ok(Reply::Installed { .. })) => {
+            let serving = seqsvr_core::Place::Serving;
+            for s in *first..*first + floors.len() as u32 {
+                if before.place_of(s) != serving {
+                    env.stats.installed += 1;
+                    let r = &env.truth[set].sections[s as usize];
+                    let (ceiling, epoch) = (r.max_seq, r.epoch);
+                    env.monitor.on_install(env.now, set, s, ceiling, epoch);
+                }
+            }
+        }
+        (
+            Command::Directory(seqsvr_core::DirChange::BeginMove(_)),
+            Ok(Reply::Directory { changed: true, .. }),
+        ) => {
+            env.stats.moves_begun += 1;
+        }
+        (
+            Command::Directory(seqsvr_core::DirChange::FinishMove(_)),
+            Ok(Reply::Directory { changed: true, .. }),
+        ) => {
+            env.stats.moves_finished += 1;
         }
         (Command::Raise { section, .. }, Ok(Reply::Raised { max_seq })) => {
             env.stats.raises += 1;

@@ -65,8 +65,9 @@ impl Allocs {
             raise_ahead_fraction: env.cfg.raise_ahead_fraction,
         };
         let proc_ = &mut self.procs[p];
-        let alloc = Allocator::with_incarnation(env.cfg.spec.clone(), &cfg, proc_.incarnation)
-            .expect("a valid spec");
+        let spec = env.cfg.spec(proc_.set).clone();
+        let alloc =
+            Allocator::with_incarnation(spec, &cfg, proc_.incarnation).expect("a valid spec");
         proc_.alloc = Some(alloc);
         proc_.routes = view;
         trace!(
@@ -84,7 +85,13 @@ impl Allocs {
         if !proc_.up {
             return;
         }
-        let fresh = AllocProc::new(proc_.id.clone(), proc_.twin, proc_.rate, proc_.base);
+        let fresh = AllocProc::new(
+            proc_.set,
+            proc_.id.clone(),
+            proc_.twin,
+            proc_.rate,
+            proc_.base,
+        );
         let life = proc_.life + 1;
         self.procs[p] = AllocProc { life, ..fresh };
     }

@@ -39,6 +39,14 @@
 //!   linearizable read of the section, [`decide_adopt`], and an install
 //!   only if the lease held all along since before the read
 //!   ([`may_act_on_read`]).
+//! - Range moves (`service.rs`, admin plane): `Release` stops serving the
+//!   sections frozen for another set ([`release_moved`], under what the
+//!   ownership lock orders), `Refresh` renews at once; a call for a
+//!   section this set does not serve is answered `MOVED` or `NOT_SERVED`
+//!   by the placement of the route table last read (`Shared::status`).
+//!
+//! Each process belongs to one set: it registers, renews and claims in its
+//! set's store group, with an allocator over its set's span.
 //!
 //! Clock drift: process `p`'s monotonic clock reads `rate · t` at virtual
 //! time `t`; every duration it measures (lease, timers, deadlines) is on
@@ -70,6 +78,7 @@
 //! [`adopt_pending`]: seqsvr_alloc::ownership::adopt_pending
 //! [`decide_adopt`]: seqsvr_alloc::ownership::decide_adopt
 //! [`may_act_on_read`]: seqsvr_alloc::ownership::may_act_on_read
+//! [`release_moved`]: seqsvr_alloc::ownership::release_moved
 
 mod handoff;
 mod life;
@@ -189,7 +198,9 @@ struct AdoptJob {
 /// One AllocSvr process.
 #[derive(Debug)]
 pub(crate) struct AllocProc {
-    /// Its AllocSvr id in the store.
+    /// Its set.
+    pub set: usize,
+    /// Its AllocSvr id in its set's store group.
     pub id: AllocId,
     /// A twin slot: only a fault starts it.
     pub twin: bool,
@@ -209,6 +220,8 @@ pub(crate) struct AllocProc {
     pub pause_on_admit: Option<Time>,
     /// Pause for this long right after the lease is next extended.
     pub pause_on_renewal: Option<Time>,
+    /// Pause for this long right after the next take-over is sent.
+    pub pause_on_claim: Option<Time>,
     /// Inputs that arrived while paused.
     inbox: Vec<AllocInput>,
     /// The servers are up (after the first renewal).
@@ -263,9 +276,10 @@ pub(crate) struct AllocProc {
 }
 
 impl AllocProc {
-    /// A process not started (or down).
-    fn new(id: AllocId, twin: bool, rate: f64, base: Instant) -> Self {
+    /// A process of `set` not started (or down).
+    fn new(set: usize, id: AllocId, twin: bool, rate: f64, base: Instant) -> Self {
         Self {
+            set,
             id,
             twin,
             rate,
@@ -276,6 +290,7 @@ impl AllocProc {
             paused: false,
             pause_on_admit: None,
             pause_on_renewal: None,
+            pause_on_claim: None,
             inbox: Vec::new(),
             started: false,
             fenced: false,
@@ -377,21 +392,26 @@ fn nanos(d: Duration) -> Time {
 }
 
 impl Allocs {
-    /// The processes of `env.cfg`: first processes up with `incarnations`
-    /// (as bootstrapped in the store) and starting, twins down.
-    pub(crate) fn new(env: &mut Env, incarnations: &[Incarnation]) -> Self {
-        let n = env.cfg.allocs;
-        let procs = (0..env.cfg.slots())
+    /// The processes of `env.cfg`: first processes up with
+    /// `incarnations[set]` (as bootstrapped in each set's store group) and
+    /// starting, twins down.
+    pub(crate) fn new(env: &mut Env, incarnations: &[Vec<Incarnation>]) -> Self {
+        let l = env.cfg.layout();
+        let procs = (0..l.slots())
             .map(|p| {
-                let id = alloc_name(p % n);
-                AllocProc::new(id, p >= n, env.cfg.alloc_rate(p), env.base)
+                let set = l.set_of_slot(p);
+                let id = alloc_name(set, l.index_of_slot(p));
+                AllocProc::new(set, id, l.is_twin(p), env.cfg.alloc_rate(p), env.base)
             })
             .collect();
         let mut me = Allocs { procs };
-        for (p, inc) in incarnations.iter().enumerate() {
-            me.procs[p].up = true;
-            me.procs[p].incarnation = *inc;
-            me.start(env, p);
+        for (set, incs) in incarnations.iter().enumerate() {
+            for (i, inc) in incs.iter().enumerate() {
+                let p = l.first_slot(set, i);
+                me.procs[p].up = true;
+                me.procs[p].incarnation = *inc;
+                me.start(env, p);
+            }
         }
         me
     }
@@ -419,6 +439,7 @@ impl Allocs {
         };
         let who = Caller {
             node: Node::Alloc(p),
+            first: env.cfg.layout().replica(proc_.set, 0),
             life,
             rate: proc_.rate,
             wrap: &wrap,
@@ -438,7 +459,22 @@ impl Allocs {
     /// Everything that reaches process `p`.
     pub(crate) fn event(&mut self, env: &mut Env, p: Slot, life: Option<u32>, input: AllocInput) {
         let proc_ = &mut self.procs[p];
-        if !proc_.up || life.is_some_and(|l| l != proc_.life) {
+        if !proc_.up {
+            // The host refuses the connection: an operator's call fails at
+            // once (a cut link, by contrast, leaves it unanswered).
+            if let AllocInput::Msg(from, Msg::Admin(AdminMsg::Release { id, .. }))
+            | AllocInput::Msg(from, Msg::Admin(AdminMsg::Refresh { id })) = input
+            {
+                let result = Err("connection refused".to_string());
+                env.send(
+                    Node::Alloc(p),
+                    from,
+                    Msg::Admin(AdminMsg::Answer { id, result }),
+                );
+            }
+            return;
+        }
+        if life.is_some_and(|l| l != proc_.life) {
             return;
         }
         if let AllocInput::Timer(ATimer::Resume) = input {
@@ -460,6 +496,12 @@ impl Allocs {
             }
             AllocInput::Msg(_, Msg::Peer(PeerMsg::AdoptResp { id, result })) => {
                 self.adopt_answered(env, p, id, result)
+            }
+            AllocInput::Msg(from, Msg::Admin(AdminMsg::Release { id, first, epochs })) => {
+                self.release(env, p, from, id, first, &epochs)
+            }
+            AllocInput::Msg(from, Msg::Admin(AdminMsg::Refresh { id })) => {
+                self.refresh(env, p, from, id)
             }
             AllocInput::Msg(_, Msg::Admin(AdminMsg::Handoff { moves, fate })) => {
                 let job = env.fresh_id();

@@ -169,7 +169,11 @@ impl Allocs {
                 known,
             };
             let t = reader(env.cfg.renew_every);
-            return self.call(env, p, req, Purpose::Claim, t);
+            self.call(env, p, req, Purpose::Claim, t);
+            if let Some(d) = self.procs[p].pause_on_claim.take() {
+                self.pause(env, p, d);
+            }
+            return;
         }
         if std::mem::take(&mut proc_.cycle_refresh) {
             return self.refresh_routes(env, p, false);
@@ -259,7 +263,7 @@ impl Allocs {
         if let Ok(StoreOk::Routes(view)) = resp {
             let proc_ = &self.procs[p];
             let alloc = proc_.allocator();
-            let here: Vec<SectionId> = (0..env.cfg.spec.section_count())
+            let here: Vec<SectionId> = (0..env.cfg.spec(proc_.set).section_count())
                 .filter(|&s| view.routes_to(s, &proc_.id))
                 .collect();
             let read = after_route_read(

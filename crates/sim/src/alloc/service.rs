@@ -1,16 +1,18 @@
 //! Serving (`service.rs`): admitting a request (lease and fence checked
 //! when it starts), the allocation a few microseconds later, waits on
-//! exhausted sections, answers and refusals; and the raiser's rounds
+//! exhausted sections, answers and refusals (`Shared::status`); the admin
+//! plane's `Release` and `Refresh` of a range move; and the raiser's rounds
 //! (`raiser.rs`), settled together.
 
-use seqsvr_alloc::ownership::{admit, settle_raise, NotAdmitted, RaiseOutcome};
+use seqsvr_alloc::ownership::{admit, release_moved, settle_raise, NotAdmitted, RaiseOutcome};
 use seqsvr_alloc::{AllocError, RaiseRequest, StoreErr};
-use seqsvr_core::SectionId;
-use seqsvr_store::types::Reply;
+use seqsvr_core::{Place, SectionId};
+use seqsvr_store::types::{Rejection, Reply};
 
 use crate::env::{trace, Env};
 use crate::model::{
-    ATimer, Ask, ClientMsg, Msg, OpRef, Refusal, Slot, StoreOk, StoreReq, StoreResp, Work,
+    ATimer, AdminMsg, Ask, ClientMsg, Msg, OpRef, Refusal, Slot, StoreFail, StoreOk, StoreReq,
+    StoreResp, Work,
 };
 use crate::net::{Node, US};
 
@@ -39,7 +41,7 @@ impl Allocs {
                 return self.refuse(env, p, op, Refusal::LeaseExpired);
             }
         }
-        let spec = &env.cfg.spec;
+        let spec = env.cfg.spec(proc_.set);
         let mut sections: Vec<SectionId> = ask
             .uids()
             .iter()
@@ -94,6 +96,7 @@ impl Allocs {
                 let result = match alloc.current(*uid) {
                     Ok(v) => Ok(vec![v]),
                     Err(AllocError::NotOwner { section }) => Err(Refusal::NotOwner(section)),
+                    Err(AllocError::OutOfRange { .. }) => Err(Refusal::OutOfRange),
                     Err(e) => panic!("model bug: unexpected allocator error {e}"),
                 };
                 return match result {
@@ -134,6 +137,7 @@ impl Allocs {
             Err(AllocError::NotOwner { section }) => {
                 self.refuse(env, p, work.op, Refusal::NotOwner(section))
             }
+            Err(AllocError::OutOfRange { .. }) => self.refuse(env, p, work.op, Refusal::OutOfRange),
             Err(e) => panic!("model bug: unexpected allocator error {e}"),
         }
         self.raiser_kick(env, p);
@@ -164,24 +168,40 @@ impl Allocs {
 
     pub(super) fn handed_out(&mut self, env: &mut Env, p: Slot, uid: u64, v: u64) {
         env.stats.handed_out += 1;
-        let s = env.cfg.spec.section_of(uid).expect("uid in set");
+        let set = self.procs[p].set;
+        let s = env.cfg.spec(set).section_of(uid).expect("uid in set");
         let epoch = (self.procs[p].alloc.as_ref())
             .and_then(|x| x.section_state(s))
             .map_or(0, |st| st.epoch);
-        let ceiling = env.truth.sections[s as usize].max_seq;
-        env.monitor.on_handout(env.now, p, s, epoch, v, ceiling);
+        let ceiling = env.truth[set].sections[s as usize].max_seq;
+        env.monitor
+            .on_handout(env.now, p, set, s, epoch, v, ceiling);
     }
 
     /// Answers a client with an error (and the route table, for the errors
-    /// that carry one).
+    /// that carry one). A section this process does not serve is answered
+    /// by where its last route table's placement says it stands
+    /// (`Shared::status`): moved to another set, not served by this set,
+    /// or (served here) owned by another AllocSvr.
     pub(super) fn refuse(&mut self, env: &mut Env, p: Slot, op: OpRef, why: Refusal) {
-        trace!(env, "p{p} refuses c{}'s call: {why:?}", op.client);
         let proc_ = &self.procs[p];
+        let why = match why {
+            Refusal::NotOwner(s) => match proc_.routes.placement.place_of(s) {
+                Place::Moved { to } => Refusal::Moved(s, to),
+                Place::Absent => Refusal::NotServed(s),
+                Place::Serving => why,
+            },
+            why => why,
+        };
+        trace!(env, "p{p} refuses c{}'s call: {why:?}", op.client);
         let routes = match why {
-            Refusal::NotOwner(_) | Refusal::LeaseExpired | Refusal::Fenced => {
-                Some(proc_.routes.clone())
-            }
-            _ => None,
+            Refusal::NotOwner(_)
+            | Refusal::LeaseExpired
+            | Refusal::Fenced
+            | Refusal::Moved(..)
+            | Refusal::NotServed(_)
+            | Refusal::OutOfRange => Some(proc_.routes.clone()),
+            Refusal::Exhausted(_) | Refusal::Unavailable => None,
         };
         let m = ClientMsg::Resp {
             op,
@@ -190,6 +210,64 @@ impl Allocs {
             version: proc_.routes.version,
         };
         env.send(Node::Alloc(p), Node::Client(op.client), Msg::Client(m));
+    }
+
+    /// `AllocAdmin.Release` of sections `first..first+count`, frozen in
+    /// the store for a move ([`release_moved`], as `Shared::release`):
+    /// answered once they stop being served. Like the real admin plane it
+    /// answers only once the process serves (after its first renewal), and
+    /// whether or not it was fenced.
+    pub(super) fn release(
+        &mut self,
+        env: &mut Env,
+        p: Slot,
+        from: crate::net::Node,
+        id: u64,
+        first: SectionId,
+        epochs: &[u64],
+    ) {
+        let count = epochs.len() as u32;
+        let proc_ = &self.procs[p];
+        let result = match proc_.alloc.as_ref().filter(|_| proc_.started) {
+            None => Err("unavailable: not serving yet".to_string()),
+            Some(alloc)
+                if count == 0
+                    || first as u64 + count as u64 > alloc.spec().section_count() as u64 =>
+            {
+                Err(format!("unknown sections {first}+{count}"))
+            }
+            Some(alloc) => {
+                let sections = (first..).zip(epochs.iter().copied());
+                let released = release_moved(alloc, sections);
+                trace!(env, "p{p} releases {released:?} for a move");
+                env.stats.released += released.len() as u64;
+                for &s in &released {
+                    self.wake(env, p, s);
+                }
+                Ok(released.len() as u32)
+            }
+        };
+        let m = Msg::Admin(AdminMsg::Answer { id, result });
+        env.send(crate::net::Node::Alloc(p), from, m);
+    }
+
+    /// `AllocAdmin.Refresh`: renew at once (`renew_now.notify_one()`).
+    pub(super) fn refresh(&mut self, env: &mut Env, p: Slot, from: crate::net::Node, id: u64) {
+        let proc_ = &mut self.procs[p];
+        let result = if !proc_.started {
+            Err("unavailable: not serving yet".to_string())
+        } else {
+            if !proc_.fenced {
+                if proc_.renewing {
+                    proc_.renew_early = true;
+                } else {
+                    self.renew_start(env, p);
+                }
+            }
+            Ok(0)
+        };
+        let m = Msg::Admin(AdminMsg::Answer { id, result });
+        env.send(crate::net::Node::Alloc(p), from, m);
     }
 
     /// Starts a round if none is running and raises are queued.
@@ -289,9 +367,14 @@ impl Allocs {
                 }
             }
             RaiseOutcome::Retry { .. } => {
-                // Sanity of the model: only a lost reply or no leader is
-                // expected here, never a refusal.
-                if resp.as_ref().is_err_and(|e| !e.retryable()) {
+                // A section frozen for a move: `StoreErr::from` maps the
+                // store's NOT_SERVED/MOVED to a transient error, so it is
+                // retried until a route read or renewal drops the section.
+                let frozen = matches!(resp, Err(StoreFail::Rejected(Rejection::NotServing { .. })));
+                env.stats.raises_not_served += frozen as u64;
+                // Sanity of the model: only a lost reply or no leader (or
+                // a frozen section) is expected here, never a refusal.
+                if !frozen && resp.as_ref().is_err_and(|e| !e.retryable()) {
                     let what = format!("p{p}: raise {r:?} refused: {resp:?}");
                     env.monitor.violate(env.now, 0, what);
                 }

@@ -12,7 +12,7 @@ use crate::model::{
     admin_addr, client_addr, peer_addr, Renewal, StoreFail, StoreOk, StoreReq, StoreResp,
 };
 
-use super::{reply, Store, Waiter, Want};
+use super::{Store, Waiter, Want};
 
 impl Store {
     /// Takes the arbiter's lock for `w`, or queues it. Renewals with the
@@ -51,14 +51,14 @@ impl Store {
         match w {
             Want::Renew(term, p) => {
                 let resp = self.grant_renewal(env, r, term, &p.req);
-                reply(env, r, &p, resp);
+                self.reply(env, r, &p, resp);
             }
             Want::Write(p) => match self.decide(env, r, &p.req) {
                 Ok(cmd) => {
                     self.reps[r].locked = true;
                     self.propose(env, r, cmd, Waiter::Locked(p));
                 }
-                Err(e) => reply(env, r, &p, Err(e)),
+                Err(e) => self.reply(env, r, &p, Err(e)),
             },
             Want::Arbiter => self.arbiter_tick(env, r),
         }
@@ -142,6 +142,19 @@ impl Store {
                     .map_err(|_| StoreFail::NoLeader)?;
                 Ok(Command::SetLease(*terms))
             }
+            // `freeze` takes the lock only so that no renewal records a
+            // grant or reads its sections half way through.
+            StoreReq::Freeze {
+                first,
+                count,
+                to,
+                move_id,
+            } => Ok(Command::Freeze {
+                move_id: *move_id,
+                first: *first,
+                count: *count,
+                to: *to,
+            }),
             other => unreachable!("{other:?} is not decided under the lock"),
         }
     }
@@ -185,7 +198,8 @@ impl Store {
         env.stats.renewals += 1;
         trace!(
             env,
-            "r{l} grants {alloc} ({incarnation:x}) a lease (term {term}), sections {sections:?}{}",
+            "{} grants {alloc} ({incarnation:x}) a lease (term {term}), sections {sections:?}{}",
+            self.raft.node(l),
             if unchanged { " (unchanged)" } else { "" }
         );
         Ok(StoreOk::Renewed(Renewal {
@@ -207,7 +221,7 @@ impl Store {
         if moves.is_empty() {
             return;
         }
-        trace!(env, "r{r} arbiter plans {moves:?}");
+        trace!(env, "{} arbiter plans {moves:?}", self.raft.node(r));
         self.reps[r].locked = true;
         self.reps[r].moves = moves;
         self.next_move(env, r);
@@ -232,19 +246,23 @@ impl Store {
         match w {
             Waiter::Call(p) => {
                 let resp = self.answer(l, &p.req, outcome);
-                reply(env, l, &p, resp);
+                self.reply(env, l, &p, resp);
             }
             Waiter::Locked(p) => {
                 if let (StoreReq::SetLease(_), Ok(_)) = (&p.req, &outcome) {
                     self.reps[l].arbiter.lease_changed(env.store_instant());
                 }
                 let resp = self.answer(l, &p.req, outcome);
-                reply(env, l, &p, resp);
+                self.reply(env, l, &p, resp);
                 self.unlock(env, l);
             }
             Waiter::Arbiter => {
                 if outcome.is_err() {
-                    trace!(env, "r{l} arbiter move refused: {outcome:?}");
+                    trace!(
+                        env,
+                        "{} arbiter move refused: {outcome:?}",
+                        self.raft.node(l)
+                    );
                     self.reps[l].moves.clear();
                 }
                 self.next_move(env, l);
@@ -261,6 +279,27 @@ impl Store {
                 Ok(StoreOk::HandedOff {
                     grant,
                     to_addr: to_addr.unwrap_or_default(),
+                })
+            }
+            (
+                StoreReq::Freeze { .. },
+                Ok(Reply::Frozen {
+                    finals,
+                    epochs,
+                    newly,
+                    ..
+                }),
+            ) => Ok(StoreOk::Frozen {
+                finals,
+                epochs,
+                newly,
+                lease_expiry_ms: self.raft.nodes[l].state.lease.office_wait_ms(),
+            }),
+            (StoreReq::ChangeDirectory(_), Ok(Reply::Directory { version, changed })) => {
+                Ok(StoreOk::Directory {
+                    version,
+                    changed,
+                    directory: self.raft.nodes[l].state.directory.clone(),
                 })
             }
             (_, Ok(reply)) => Ok(StoreOk::Written(reply)),

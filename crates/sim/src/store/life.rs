@@ -41,10 +41,11 @@ impl Store {
         }
         node.paused = true;
         let life = node.life;
-        trace!(env, "r{r} paused for {} ms", d / MS);
+        trace!(env, "{} paused for {} ms", self.raft.node(r), d / MS);
         env.after(
             d,
             Ev::Replica {
+                set: self.raft.set,
                 r,
                 life,
                 t: RTimer::Resume,
@@ -61,16 +62,26 @@ impl Store {
         }
         node.paused = false;
         let life = node.life;
-        trace!(env, "r{r} resumes");
+        trace!(env, "{} resumes", self.raft.node(r));
         for input in std::mem::take(&mut self.reps[r].inbox) {
             let d = env.rng.range(0, 200 * US);
-            env.after(d, Ev::ReplicaResumed { r, life, input });
+            let set = self.raft.set;
+            env.after(
+                d,
+                Ev::ReplicaResumed {
+                    set,
+                    r,
+                    life,
+                    input,
+                },
+            );
         }
         self.reps[r].tick_gen += 1;
         let gen = self.reps[r].tick_gen;
         env.after(
             0,
             Ev::Replica {
+                set: self.raft.set,
                 r,
                 life,
                 t: RTimer::Tick(gen),

@@ -1,7 +1,7 @@
-//! The store: replicas that run the Raft model of [`crate::raft`] around
-//! the *real* state machine ([`SetState::apply`]) and the *real* arbiter
-//! ([`Arbiter`]), and serve the store API as `crates/store/src/service/`
-//! does.
+//! A store group (one per set): replicas that run the Raft model of
+//! [`crate::raft`] around the *real* state machine ([`SetState::apply`])
+//! and the *real* arbiter ([`Arbiter`]), and serve the store API as
+//! `crates/store/src/service/` does.
 //!
 //! - Routing (`service/mod.rs`, `route`): any replica takes a peer-plane
 //!   call; a follower forwards it once to the leader it knows (answering
@@ -28,6 +28,12 @@
 //! - The arbiter loop (`node/mod.rs`, `arbitrate`): every `tick_ms`, under the
 //!   lock, `observe`, `plan` on this replica's applied state, then propose
 //!   the moves one by one, stopping at the first refused.
+//! - The sets service (`service/sets.rs`): `Freeze` written under the
+//!   arbiter's lock, its answer carrying the leader's lease + margin;
+//!   `Install` and directory changes and copies written like any command;
+//!   all answered by the leader only. `Status` is answered by whichever
+//!   replica it reaches, from its own applied state, listing the AllocSvrs
+//!   only if it believes it leads (a deposed leader does).
 //!
 //! A replica may be paused (SIGSTOP): what reaches it meanwhile is handled
 //! on resume, in a random order. Every replica's clock is exact (drift is
@@ -48,7 +54,8 @@ mod route;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::rc::Rc;
 
-use seqsvr_core::{Incarnation, LeaseTerms};
+use seqsvr_core::directory::{DirSet, HOME_SET};
+use seqsvr_core::{DirChange, Incarnation, LeaseTerms};
 use seqsvr_store::arbiter::Arbiter;
 use seqsvr_store::state::SetState;
 use seqsvr_store::types::Command;
@@ -158,7 +165,7 @@ impl Replica {
     }
 }
 
-/// The store group: consensus plus each replica's API layer.
+/// A store group: consensus plus each replica's API layer.
 #[derive(Debug)]
 pub(crate) struct Store {
     /// Raft: terms, logs, states.
@@ -168,12 +175,12 @@ pub(crate) struct Store {
 }
 
 impl Store {
-    /// The store of `env.cfg`, bootstrapped with `log` (committed and
-    /// applied to `env.truth` already), replica 0 leading term 1.
-    pub(crate) fn new(env: &mut Env, log: Vec<crate::model::EntryRef>) -> Self {
+    /// The store group of `set`, bootstrapped with `log` (committed and
+    /// applied to `env.truth[set]` already), replica 0 leading term 1.
+    pub(crate) fn new(env: &mut Env, set: usize, log: Vec<crate::model::EntryRef>) -> Self {
         let n = env.cfg.replicas;
-        let raft = Raft::new(env, n, log);
-        let terms = env.truth.lease.terms;
+        let raft = Raft::new(env, set, n, log);
+        let terms = env.truth[set].lease.terms;
         let reps = (0..n).map(|_| Replica::new(env, terms)).collect();
         let mut store = Store { raft, reps };
         for r in 0..n {
@@ -181,6 +188,7 @@ impl Store {
             env.after(
                 phase,
                 Ev::Replica {
+                    set,
                     r,
                     life: 0,
                     t: RTimer::Tick(0),
@@ -251,12 +259,12 @@ impl Store {
                         resp,
                         relay: None,
                     };
-                    env.send(Node::Replica(r), p.call.node, Msg::Store(m));
+                    env.send(self.raft.node(r), p.call.node, Msg::Store(m));
                 }
             }
             StoreMsg::Append(m) => self.raft.on_append(env, r, m, &mut out),
             StoreMsg::Ack(m) => {
-                debug_assert_eq!(from, Node::Replica(m.from));
+                debug_assert_eq!(from, self.raft.node(m.from));
                 self.raft.on_ack(env, r, m, &mut out);
             }
         }
@@ -298,6 +306,7 @@ impl Store {
         env.schedule(
             at,
             Ev::Replica {
+                set: self.raft.set,
                 r,
                 life,
                 t: RTimer::Tick(gen),
@@ -396,59 +405,137 @@ impl Store {
     }
 }
 
-/// Answers a call, through the forwarding replica if there was one.
-fn reply(env: &mut Env, r: usize, p: &Pending, resp: StoreResp) {
-    let (to, relay) = match p.via {
-        Some((v, fid)) => (Node::Replica(v), Some(fid)),
-        None => (p.call.node, None),
-    };
-    let m = StoreMsg::Resp {
-        call: p.call,
-        resp,
-        relay,
-    };
-    env.send(Node::Replica(r), to, Msg::Store(m));
+impl Store {
+    /// Answers a call at replica `r`, through the forwarding replica if
+    /// there was one.
+    fn reply(&self, env: &mut Env, r: usize, p: &Pending, resp: StoreResp) {
+        let (to, relay) = match p.via {
+            Some((v, fid)) => (self.raft.node(v), Some(fid)),
+            None => (p.call.node, None),
+        };
+        let m = StoreMsg::Resp {
+            call: p.call,
+            resp,
+            relay,
+        };
+        env.send(self.raft.node(r), to, Msg::Store(m));
+    }
 }
 
-/// The bootstrap log of a fresh cluster: the set, the lease terms, every
-/// AllocSvr's first process registered, and the sections spread over them.
-pub(crate) fn bootstrap_log(
+/// The bootstrap logs of a fresh cluster, one per set. Set 0 (the home
+/// set): its spec, the lease terms, its store addresses in the directory,
+/// every AllocSvr's first process registered, its sections spread over
+/// them; then every other set added to the directory for the range its
+/// span holds beyond the sets before it (`seqctl set add`). Every other
+/// set: its spec, the lease terms, the directory copy, that range
+/// installed (floor 0: nobody ever served it), its AllocSvrs registered
+/// and the range spread over them. `incarnations[set]` are the set's first
+/// processes'.
+pub(crate) fn bootstrap_logs(
     env: &mut Env,
-    incarnations: &[Incarnation],
-) -> Vec<crate::model::EntryRef> {
-    let spec = env.cfg.spec.clone();
-    let mut cmds = vec![Command::ConfigureSet(spec.clone())];
-    if env.cfg.lease != LeaseTerms::default() {
-        cmds.push(Command::SetLease(env.cfg.lease));
+    incarnations: &[Vec<Incarnation>],
+) -> Vec<Vec<crate::model::EntryRef>> {
+    let l = env.cfg.layout();
+    let home = HOME_SET as usize;
+    let entry = |env: &Env, set: usize| {
+        let r = l.replicas_of(set);
+        DirSet {
+            spec: env.cfg.spec(set).clone(),
+            stores: r.clone().map(|r| format!("r{r}:7101")).collect(),
+            admin: r.map(|r| format!("r{r}:7121")).collect(),
+        }
+    };
+    // What each set serves from the start: the home set its span, every
+    // other set what its span holds beyond the sets before it.
+    let mut served = Vec::new();
+    let mut from = env.cfg.spec(home).uid_begin;
+    for set in 0..l.sets {
+        let spec = env.cfg.spec(set);
+        let first = spec.section_of(from).expect("spans grow set by set");
+        served.push(first..spec.section_count());
+        from = spec.uid_end;
     }
-    for (a, inc) in incarnations.iter().enumerate() {
-        cmds.push(Command::RegisterAlloc {
-            alloc: crate::model::alloc_name(a),
-            addr: client_addr(a),
-            peer_addr: peer_addr(a),
-            admin_addr: admin_addr(a),
-            incarnation: *inc,
-            replaces: 0,
-        });
+    let mut logs = vec![Vec::new(); l.sets];
+    for set in 0..l.sets {
+        let spec = env.cfg.spec(set).clone();
+        // Set 0 serves its span and holds the directory; any other set is
+        // one added to the running cluster (`added_set`): it serves what
+        // its addition installs below.
+        let configure = if set == 0 {
+            Command::ConfigureSet(spec.clone())
+        } else {
+            Command::ConfigureAddedSet(spec.clone())
+        };
+        append(env, &mut logs, set, configure);
+        if env.cfg.lease != LeaseTerms::default() {
+            append(env, &mut logs, set, Command::SetLease(env.cfg.lease));
+        }
+        let range = served[set].clone();
+        if set == home {
+            let me = entry(env, set);
+            let change = DirChange::SetStores {
+                set: HOME_SET,
+                stores: me.stores,
+                admin: me.admin,
+            };
+            append(env, &mut logs, set, Command::Directory(change));
+        } else {
+            let change = DirChange::AddSet {
+                set: entry(env, set),
+                begin: spec.uids_of(range.start).start,
+                end: spec.uid_end,
+            };
+            append(env, &mut logs, home, Command::Directory(change));
+            let dir = env.truth[home].directory.clone().expect("the directory");
+            let move_id = dir.version;
+            append(env, &mut logs, set, Command::CopyDirectory(dir));
+            let floors = vec![0; range.len()];
+            let first = range.start;
+            append(
+                env,
+                &mut logs,
+                set,
+                Command::Install {
+                    first,
+                    floors,
+                    move_id,
+                },
+            );
+        }
+        for (a, inc) in incarnations[set].iter().enumerate() {
+            let p = l.first_slot(set, a);
+            let cmd = Command::RegisterAlloc {
+                alloc: crate::model::alloc_name(set, a),
+                addr: client_addr(p),
+                peer_addr: peer_addr(p),
+                admin_addr: admin_addr(p),
+                incarnation: *inc,
+                replaces: 0,
+            };
+            append(env, &mut logs, set, cmd);
+        }
+        for s in range {
+            let cmd = Command::Assign {
+                alloc: crate::model::alloc_name(set, s as usize % incarnations[set].len()),
+                first: s,
+                expected: vec![env.truth[set].sections[s as usize].epoch],
+            };
+            append(env, &mut logs, set, cmd);
+        }
     }
-    for s in 0..spec.section_count() {
-        cmds.push(Command::Assign {
-            alloc: crate::model::alloc_name(s as usize % incarnations.len()),
-            first: s,
-            expected: vec![0],
-        });
-    }
-    let mut log = Vec::new();
-    for cmd in cmds {
-        let id = env.fresh_id();
-        let out = env.truth.apply(&cmd, &mut Vec::new());
-        assert!(out.is_ok(), "bootstrap command {cmd:?} refused: {out:?}");
-        env.stats.committed += 1;
-        log.push(Rc::new(crate::model::Entry {
-            id,
-            term: 1,
-            cmd: Some(cmd),
-        }));
-    }
-    log
+    logs
+}
+
+/// Applies a bootstrap command to `set`'s committed state and appends it
+/// to its log.
+fn append(env: &mut Env, logs: &mut [Vec<crate::model::EntryRef>], set: usize, cmd: Command) {
+    let id = env.fresh_id();
+    let out = env.truth[set].apply(&cmd, &mut Vec::new());
+    assert!(out.is_ok(), "bootstrap command {cmd:?} refused: {out:?}");
+    env.stats.committed += 1;
+    logs[set].push(Rc::new(crate::model::Entry {
+        id,
+        term: 1,
+        cmd: Some(cmd),
+    }));
 }

@@ -11,10 +11,11 @@ use seqsvr_store::types::{Command, Rejection};
 use seqsvr_store_api::SectionInfo;
 
 use crate::env::Env;
-use crate::model::{Msg, Pending, RouteView, StoreFail, StoreMsg, StoreOk, StoreReq, StoreResp};
-use crate::net::Node;
+use crate::model::{
+    AllocEntry, Msg, Pending, RouteView, StoreFail, StoreMsg, StoreOk, StoreReq, StoreResp,
+};
 
-use super::{reply, Barrier, Store, Waiter, Want, BARRIER_WAIT, FORWARD_TIMEOUT, LEADER_WAIT};
+use super::{Barrier, Store, Waiter, Want, BARRIER_WAIT, FORWARD_TIMEOUT, LEADER_WAIT};
 
 impl Store {
     pub(super) fn expire_waits(&mut self, env: &mut Env, r: usize) {
@@ -38,22 +39,26 @@ impl Store {
             .filter_map(|id| rep.forwards.remove(id).map(|(_, p)| p))
             .collect();
         for (_, p) in gone {
-            reply(env, r, &p, Err(StoreFail::NoLeader));
+            self.reply(env, r, &p, Err(StoreFail::NoLeader));
         }
         for b in late {
-            reply(env, r, &b.pending, Err(StoreFail::NoLeader));
+            self.reply(env, r, &b.pending, Err(StoreFail::NoLeader));
         }
         for p in unanswered {
-            reply(env, r, &p, Err(StoreFail::NoLeader));
+            self.reply(env, r, &p, Err(StoreFail::NoLeader));
         }
     }
 
     /// A request reaches replica `r`.
     pub(super) fn request(&mut self, env: &mut Env, r: usize, p: Pending) {
+        if let StoreReq::Status = p.req {
+            let resp = Ok(self.status(r));
+            return self.reply(env, r, &p, resp);
+        }
         if self.raft.nodes[r].leading {
             self.lead(env, r, p);
         } else if p.forwarded || p.req.admin() {
-            reply(env, r, &p, Err(StoreFail::NoLeader));
+            self.reply(env, r, &p, Err(StoreFail::NoLeader));
         } else {
             self.park_or_forward(env, r, p);
         }
@@ -62,7 +67,7 @@ impl Store {
     /// `route()` after the local attempt said "not the leader".
     pub(super) fn not_leader(&mut self, env: &mut Env, r: usize, p: Pending) {
         if p.forwarded || p.req.admin() {
-            reply(env, r, &p, Err(StoreFail::NoLeader));
+            self.reply(env, r, &p, Err(StoreFail::NoLeader));
         } else {
             self.park_or_forward(env, r, p);
         }
@@ -82,8 +87,8 @@ impl Store {
                     .forwards
                     .insert(fid, (env.now + FORWARD_TIMEOUT, p));
                 env.send(
-                    Node::Replica(r),
-                    Node::Replica(l),
+                    self.raft.node(r),
+                    self.raft.node(l),
                     Msg::Store(StoreMsg::Req(fwd)),
                 );
             }
@@ -108,12 +113,26 @@ impl Store {
                 let term = self.raft.nodes[r].term;
                 return self.want(env, r, Want::Renew(term, p));
             }
-            StoreReq::Renew { .. } | StoreReq::Routes | StoreReq::Read { .. } => {
-                return self.start_barrier(env, r, p)
-            }
-            StoreReq::Register { .. } | StoreReq::Assign { .. } | StoreReq::SetLease(_) => {
-                return self.want(env, r, Want::Write(p))
-            }
+            StoreReq::Renew { .. }
+            | StoreReq::Routes
+            | StoreReq::Read { .. }
+            | StoreReq::Sections { .. } => return self.start_barrier(env, r, p),
+            StoreReq::Register { .. }
+            | StoreReq::Assign { .. }
+            | StoreReq::SetLease(_)
+            | StoreReq::Freeze { .. } => return self.want(env, r, Want::Write(p)),
+            StoreReq::Status => unreachable!("answered by any replica"),
+            StoreReq::Install {
+                first,
+                floors,
+                move_id,
+            } => Command::Install {
+                first: *first,
+                floors: floors.clone(),
+                move_id: *move_id,
+            },
+            StoreReq::ChangeDirectory(c) => Command::Directory(c.clone()),
+            StoreReq::CopyDirectory(d) => Command::CopyDirectory(d.clone()),
             StoreReq::TakeOver {
                 alloc,
                 incarnation,
@@ -191,14 +210,49 @@ impl Store {
                 StoreReq::Renew { .. } => self.want(env, l, Want::Renew(b.term, b.pending)),
                 StoreReq::Routes => {
                     let resp = Ok(StoreOk::Routes(RouteView::of(&self.raft.nodes[l].state)));
-                    reply(env, l, &b.pending, resp);
+                    self.reply(env, l, &b.pending, resp);
                 }
                 StoreReq::Read { section } => {
                     let resp = read_section(&self.raft.nodes[l].state, *section);
-                    reply(env, l, &b.pending, resp);
+                    self.reply(env, l, &b.pending, resp);
+                }
+                StoreReq::Sections { first, count } => {
+                    let st = &self.raft.nodes[l].state;
+                    let resp = (*first..first.saturating_add(*count))
+                        .map(|s| match read_section(st, s) {
+                            Ok(StoreOk::Section(info)) => Ok(info),
+                            Err(e) => Err(e),
+                            Ok(other) => unreachable!("{other:?}"),
+                        })
+                        .collect::<Result<Vec<_>, _>>()
+                        .map(StoreOk::Sections);
+                    self.reply(env, l, &b.pending, resp);
                 }
                 other => unreachable!("{other:?} has no barrier"),
             }
+        }
+    }
+}
+
+impl Store {
+    /// `Status` at replica `r` (`status_now`): whether it believes it
+    /// leads, and if so the AllocSvrs its applied state registers.
+    fn status(&self, r: usize) -> StoreOk {
+        let node = &self.raft.nodes[r];
+        let allocs = if node.leading {
+            (node.state.allocs.iter())
+                .map(|(id, rec)| AllocEntry {
+                    id: id.clone(),
+                    admin_addr: rec.admin_addr.clone(),
+                    fenced: rec.fenced,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        StoreOk::Status {
+            leading: node.leading,
+            allocs,
         }
     }
 }

@@ -140,13 +140,29 @@ fn directory_version(home: &SetCluster) -> u64 {
     v["directory_version"].as_u64().unwrap()
 }
 
+/// Replaces store replica 3 of `set`'s group by a new replica 4 with
+/// `seqctl store replace`, kills the old one and deletes its data.
+async fn replace_a_replica(set: &mut SetCluster) {
+    let peer = set.store.start_joining(4);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let new = format!("4={peer}");
+    let (ok, out) = seqctl(set, &["store", "replace", "--old", "3", "--new", &new]);
+    assert!(ok, "replace failed: {out}\n{}", set.store.logs());
+    set.store.procs[2].kill9();
+    std::fs::remove_dir_all(set.store.dir.path().join("store-3")).unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_set_added_and_ranges_moved_under_load_repeat_nothing() {
-    let (a, b) = two_sets().await;
+    let (mut a, mut b) = two_sets().await;
     let w = workload(&a, &b, 8).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    // Set 0 → set 1, then part of it back.
-    for (range, to) in [("500..1200", "1"), ("800..1000", "0")] {
+    // Set 0 → set 1, a store replica of each set replaced, then part of
+    // the range moved back.
+    for (i, (range, to)) in [("500..1200", "1"), ("800..1000", "0")]
+        .into_iter()
+        .enumerate()
+    {
         let (ok, out) = seqctl(&a, &["set", "move", "--range", range, "--to", to]);
         assert!(
             ok,
@@ -155,6 +171,10 @@ async fn a_set_added_and_ranges_moved_under_load_repeat_nothing() {
             b.store.logs()
         );
         assert!(out.contains("unavailable:"), "{out}");
+        if i == 0 {
+            replace_a_replica(&mut a).await;
+            replace_a_replica(&mut b).await;
+        }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     // Running a finished move again reports it done and changes nothing.

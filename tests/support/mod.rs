@@ -210,6 +210,59 @@ impl StoreCluster {
         }
     }
 
+    /// Starts replica `id` with fresh addresses, configured to join this
+    /// running group (`join = true`: it never initialises; its membership
+    /// comes through the log once it is added). Its addresses are appended
+    /// to the cluster's lists; returns its peer-plane address.
+    pub fn start_joining(&mut self, id: u64) -> String {
+        let fresh = |taken: &[String]| loop {
+            let a = format!("127.0.0.1:{}", free_port());
+            if !taken.contains(&a) {
+                return a;
+            }
+        };
+        let peer = fresh(&self.peer_addrs);
+        let client = fresh(std::slice::from_ref(&peer));
+        let admin = fresh(&[peer.clone(), client.clone()]);
+        let cfg = StoreConfig {
+            id,
+            data_dir: self.dir.path().join(format!("store-{id}")),
+            listen: None,
+            client_addr: client.clone(),
+            admin_addr: admin.clone(),
+            client_listen: None,
+            admin_listen: None,
+            tls: None,
+            insecure: false,
+            limits: PlaneLimits::default(),
+            metrics_addr: None,
+            members: vec![Member {
+                id,
+                addr: peer.clone(),
+            }],
+            join: true,
+            added_set: self.set.set_id != 0,
+            set: self.set.clone(),
+            raft: RaftTiming::default(),
+            lease: test_lease(),
+            allocs: Vec::new(),
+        };
+        let path = self.dir.path().join(format!("store-{id}.toml"));
+        std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
+        let args = vec![
+            "store".into(),
+            "--config".into(),
+            path.display().to_string(),
+        ];
+        let log = self.dir.path().join(format!("store-{id}.log"));
+        self.procs
+            .push(Proc::start(&format!("store-{id}"), args, log));
+        self.peer_addrs.push(peer.clone());
+        self.client_addrs.push(client);
+        self.admin_addrs.push(admin);
+        peer
+    }
+
     /// A client-plane client over all replicas.
     pub fn read(&self) -> ReadClient {
         ReadClient::new(&self.client_addrs, &plaintext()).unwrap()

@@ -78,7 +78,7 @@ async fn two_sets() -> (SetCluster, SetCluster) {
             break;
         }
         assert!(
-            start.elapsed() < Duration::from_secs(30),
+            start.elapsed() < Duration::from_secs(60),
             "set add failed: {out}\n{}\n{}",
             a.store.logs(),
             b.store.logs()

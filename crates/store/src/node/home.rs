@@ -15,7 +15,7 @@ use crate::service::StoreApi;
 use crate::types::Command;
 
 /// How often the leader compares the entry with its members.
-const EVERY: Duration = Duration::from_secs(2);
+const EVERY: Duration = Duration::from_secs(1);
 
 pub(super) async fn keep_home_entry(api: StoreApi) {
     let mut tick = tokio::time::interval(EVERY);
@@ -38,10 +38,16 @@ pub(super) async fn keep_home_entry(api: StoreApi) {
                 _ => continue,
             }
         };
-        let Some(want) = member_addrs(&api).await else {
-            continue;
+        let (want, complete) = member_addrs(&api).await;
+        // Every member's addresses once all answered; before the first
+        // list, whichever answered (a slow or down replica must not keep
+        // set 0 out of the directory).
+        let due = if complete {
+            want != have
+        } else {
+            have.0.is_empty() && !want.0.is_empty()
         };
-        if want != have {
+        if due {
             let cmd = Command::Directory(DirChange::SetStores {
                 set: HOME_SET,
                 stores: want.0,
@@ -56,9 +62,9 @@ pub(super) async fn keep_home_entry(api: StoreApi) {
     }
 }
 
-/// Every voter's client and admin address, in member order; `None` unless
-/// all answered.
-async fn member_addrs(api: &StoreApi) -> Option<(Vec<String>, Vec<String>)> {
+/// The client and admin addresses of every voter that answered, in member
+/// order, and whether all did.
+async fn member_addrs(api: &StoreApi) -> ((Vec<String>, Vec<String>), bool) {
     let members: Vec<(u64, String)> = {
         let m = api.raft.metrics().borrow().clone();
         let voters: Vec<u64> = m.membership_config.membership().voter_ids().collect();
@@ -69,25 +75,37 @@ async fn member_addrs(api: &StoreApi) -> Option<(Vec<String>, Vec<String>)> {
             .collect()
     };
     let (mut stores, mut admin) = (Vec::new(), Vec::new());
+    let mut complete = true;
     for (id, addr) in members {
         if id == api.id {
             stores.push(api.client_addr.clone());
             admin.push(api.admin_addr.clone());
             continue;
         }
-        let ch = (api.connect)(&addr).ok()?;
-        let mut c = StorePeerClient::new(ch);
-        let call = c.status(seqsvr_proto::StatusRequest {});
-        let s = tokio::time::timeout(Duration::from_secs(1), call)
-            .await
-            .ok()?
-            .ok()?
-            .into_inner();
-        if s.client_addr.is_empty() || s.admin_addr.is_empty() {
-            return None;
+        match peer_addrs(api, &addr).await {
+            Some((c, a)) => {
+                stores.push(c);
+                admin.push(a);
+            }
+            None => complete = false,
         }
-        stores.push(s.client_addr);
-        admin.push(s.admin_addr);
     }
-    Some((stores, admin))
+    ((stores, admin), complete)
+}
+
+/// The client and admin addresses the replica at peer address `addr`
+/// reports, if it answers in time.
+async fn peer_addrs(api: &StoreApi, addr: &str) -> Option<(String, String)> {
+    let ch = (api.connect)(addr).ok()?;
+    let mut c = StorePeerClient::new(ch);
+    let call = c.status(seqsvr_proto::StatusRequest {});
+    let s = tokio::time::timeout(Duration::from_secs(2), call)
+        .await
+        .ok()?
+        .ok()?
+        .into_inner();
+    if s.client_addr.is_empty() || s.admin_addr.is_empty() {
+        return None;
+    }
+    Some((s.client_addr, s.admin_addr))
 }

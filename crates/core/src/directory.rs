@@ -495,6 +495,66 @@ impl Directory {
     }
 }
 
+/// What a mover does for a move of `[begin, end)` to a set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MovePlan {
+    /// Begin (or resume) this move.
+    Move(PendingMove),
+    /// The range is already the destination's and no move is pending.
+    Done,
+}
+
+impl Directory {
+    /// How to run a move of `[begin, end)` to `to`: resume the move under
+    /// way if it is this one, report it done if the range is already
+    /// `to`'s, else begin it from the set serving `begin` (the home group
+    /// checks the rest when the move begins).
+    pub fn plan_move(&self, begin: Uid, end: Uid, to: SetId) -> Result<MovePlan, String> {
+        if let Some(p) = self.moving {
+            if p.begin == begin && p.end == end && p.to == to {
+                return Ok(MovePlan::Move(p));
+            }
+            return Err(format!(
+                "a move of [{}, {}) from set {} to set {} is under way: run that command again to finish it first",
+                p.begin, p.end, p.from, p.to
+            ));
+        }
+        let overlapping = || {
+            self.ranges
+                .iter()
+                .filter(|r| r.begin < end && begin < r.end)
+        };
+        if self.first_uncovered(begin, end).is_none() && overlapping().all(|r| r.set == to) {
+            return Ok(MovePlan::Done);
+        }
+        let from = self
+            .set_of(begin)
+            .ok_or_else(|| format!("no set serves uid {begin}"))?;
+        Ok(MovePlan::Move(PendingMove {
+            begin,
+            end,
+            from,
+            to,
+        }))
+    }
+
+    /// The first uid of `[begin, end)` in no range, if any.
+    fn first_uncovered(&self, begin: Uid, end: Uid) -> Option<Uid> {
+        let mut at = begin;
+        for r in self
+            .ranges
+            .iter()
+            .filter(|r| r.end > begin && r.begin < end)
+        {
+            if r.begin > at {
+                return Some(at);
+            }
+            at = at.max(r.end);
+        }
+        (at < end).then_some(at)
+    }
+}
+
 /// Where one section of a store group's span stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Place {

@@ -24,7 +24,8 @@
 use std::time::{Duration, Instant};
 
 use seqsvr_core::directory::sections_of;
-use seqsvr_core::{DirChange, Directory, PendingMove, SectionId, SetId, MAX_SECTIONS_PER_CALL};
+use seqsvr_core::directory::MovePlan;
+use seqsvr_core::{DirChange, SectionId, SetId, MAX_SECTIONS_PER_CALL};
 use seqsvr_proto::{self as pb};
 
 use super::{Error, Result, Sets};
@@ -159,14 +160,14 @@ pub async fn move_range(
         to,
         ..Default::default()
     };
-    let m = match plan(&dir, begin, end, to)? {
-        Plan::Done => {
+    let m = match dir.plan_move(begin, end, to).map_err(Error::Refused)? {
+        MovePlan::Done => {
             report.already_done = true;
             report.directory_version = dir.version;
             report.copy_failed = sets.copy_everywhere(&dir).await;
             return Ok(report);
         }
-        Plan::Move(m) => m,
+        MovePlan::Move(m) => m,
     };
     report.from = m.from;
     let home = sets.home(&dir)?;
@@ -234,58 +235,6 @@ pub async fn move_range(
     report.directory_version = dir.version;
     report.copy_failed = sets.copy_everywhere(&dir).await;
     Ok(report)
-}
-
-/// What to do for a move of `[begin, end)` to `to`.
-enum Plan {
-    /// Begin (or resume) this move.
-    Move(PendingMove),
-    /// The range is already the destination's and no move is pending.
-    Done,
-}
-
-fn plan(dir: &Directory, begin: u64, end: u64, to: SetId) -> Result<Plan> {
-    if let Some(p) = dir.moving {
-        if p.begin == begin && p.end == end && p.to == to {
-            return Ok(Plan::Move(p));
-        }
-        return Err(Error::Refused(format!(
-            "a move of [{}, {}) from set {} to set {} is under way: run that command again to finish it first",
-            p.begin, p.end, p.from, p.to
-        )));
-    }
-    if covered(dir, begin, end)
-        && dir
-            .ranges
-            .iter()
-            .filter(|r| r.begin < end && begin < r.end)
-            .all(|r| r.set == to)
-    {
-        return Ok(Plan::Done);
-    }
-    // The home group checks the rest (whole sections, served by one set,
-    // inside the destination's span) and refuses with the reason.
-    let from = dir
-        .set_of(begin)
-        .ok_or_else(|| Error::Refused(format!("no set serves uid {begin}")))?;
-    Ok(Plan::Move(PendingMove {
-        begin,
-        end,
-        from,
-        to,
-    }))
-}
-
-/// Whether every uid of `[begin, end)` is in some directory range.
-fn covered(dir: &Directory, begin: u64, end: u64) -> bool {
-    let mut at = begin;
-    for r in dir.ranges.iter().filter(|r| r.end > begin && r.begin < end) {
-        if r.begin > at {
-            return false;
-        }
-        at = at.max(r.end);
-    }
-    at >= end
 }
 
 /// `range` in pieces one store command accepts.

@@ -3,8 +3,9 @@
 
 use std::collections::VecDeque;
 
+use seqsvr_core::directory::MovePlan;
 use seqsvr_core::directory::{sections_of, SetId, HOME_SET};
-use seqsvr_core::{AllocId, DirChange, Directory, PendingMove, SectionId, Uid};
+use seqsvr_core::{AllocId, DirChange, Directory, SectionId};
 
 use super::{
     caller, wrap, Call, Cmd, End, Input, Movers, Phase, Plan, Run, CALL, CLAIM, HOME, NUDGE, POLL,
@@ -455,43 +456,13 @@ fn stop(run: &Run, step: MoveStep) -> Result<(), End> {
     }
 }
 
-/// `plan`: resume the move under way if it is this one, report the move
-/// done if the range is the destination's already, else begin it from
-/// the set serving `begin` (the home group checks the rest).
+/// How to run `cmd`: the shipped planning of `seqctl set move`.
 fn plan(dir: &Directory, cmd: Cmd) -> Result<Plan, End> {
-    let Cmd { begin, end, to } = cmd;
-    if let Some(p) = dir.moving {
-        if p.begin == begin && p.end == end && p.to == to {
-            return Ok(Plan::Move(p));
-        }
-        return Err(End::Refused(format!(
-            "a move of [{}, {}) to set {} is under way",
-            p.begin, p.end, p.to
-        )));
+    match dir
+        .plan_move(cmd.begin, cmd.end, cmd.to)
+        .map_err(End::Refused)?
+    {
+        MovePlan::Move(m) => Ok(Plan::Move(m)),
+        MovePlan::Done => Ok(Plan::Done),
     }
-    let overlapping = || dir.ranges.iter().filter(|r| r.begin < end && begin < r.end);
-    if covered(dir, begin, end) && overlapping().all(|r| r.set == to) {
-        return Ok(Plan::Done);
-    }
-    let from = dir
-        .set_of(begin)
-        .ok_or_else(|| End::Refused(format!("no set serves uid {begin}")))?;
-    Ok(Plan::Move(PendingMove {
-        begin,
-        end,
-        from,
-        to,
-    }))
-}
-
-/// Whether every uid of `[begin, end)` is in some directory range.
-fn covered(dir: &Directory, begin: Uid, end: Uid) -> bool {
-    let mut at = begin;
-    for r in dir.ranges.iter().filter(|r| r.end > begin && r.begin < end) {
-        if r.begin > at {
-            return false;
-        }
-        at = at.max(r.end);
-    }
-    at >= end
 }

@@ -1,16 +1,19 @@
 //! [`Allocator`]: one set's sections as served by this AllocSvr, and the
 //! calls the gRPC layer makes: `next`, `next_batch`, `current`.
 //!
-//! The section table is a boxed slice indexed by section id whose entries are
-//! set once (`OnceLock`) and never removed, so finding a uid's slot is index
-//! arithmetic and one atomic load: no lock shared by all sections, no
-//! reference count, no allocation (`docs/architecture/alloc.md`, Memory and
-//! the hot path).
+//! The section table is a boxed slice indexed by section id, one
+//! [`SectionSlot`] per section of the set, so finding a uid's slot is index
+//! arithmetic; its cells are behind one pointer the hot path loads with the
+//! thread pinned (epoch-based reclamation): no lock shared by all sections,
+//! no reference count, no allocation. A section lost frees its cells once
+//! the calls that may still read them have finished
+//! (`docs/architecture/alloc.md`, Memory and the hot path).
 
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
+use crossbeam_epoch::Guard;
 use seqsvr_core::{Epoch, Incarnation, SectionId, SetSpec, Uid};
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
@@ -18,7 +21,7 @@ use tokio::time::Instant;
 
 use crate::ceiling::Grant;
 use crate::error::{AllocError, Result};
-use crate::section::{Refused, SectionSlot, SectionState};
+use crate::section::{CellMemory, Refused, SectionSlot, SectionState, Shape};
 
 /// Stand-in incarnations for allocators built by [`Allocator::new`]: unique
 /// within this process, so two allocators sharing one in-memory store are
@@ -79,6 +82,12 @@ pub struct AllocStats {
     pub raises_applied: u64,
     /// Sections that stopped being served (lost, moved, stale epoch).
     pub sections_dropped: u64,
+    /// Bytes of `cur_seq` cells allocated now: 8 a uid of every section
+    /// served, and of sections lost whose last callers have not finished
+    /// yet. Untouched pages of them may not be resident.
+    pub cell_bytes: u64,
+    /// Sections whose cells were freed after they were lost.
+    pub sections_freed: u64,
 }
 
 /// The sequence numbers of one set, as served by this AllocSvr.
@@ -93,10 +102,11 @@ pub struct Allocator {
     uid_count: u64,
     /// Margin below the ceiling at which a section asks for a raise (< step).
     raise_margin: u64,
-    /// One entry per section of the set; filled at the section's first
-    /// take-over, then never cleared (losing a section retires its slot).
-    /// An entry is 32 bytes (a slot is two pointers), empty or not.
-    slots: Box<[OnceLock<SectionSlot>]>,
+    /// One entry per section of the set (24 bytes, served or not): the
+    /// cells while served, the newest epoch installed once taken over.
+    slots: Box<[SectionSlot]>,
+    /// Cell memory allocated and freed (shared with deferred frees).
+    mem: Arc<CellMemory>,
     /// Per section moved to another set: the epoch its store froze it at.
     /// A grant below it was made before the freeze (a take-over whose reply
     /// was still on its way) and is never installed. Checked and changed
@@ -133,7 +143,10 @@ impl Allocator {
             incarnation,
             uid_count: spec.uid_end - spec.uid_begin,
             raise_margin,
-            slots: (0..spec.section_count()).map(|_| OnceLock::new()).collect(),
+            slots: (0..spec.section_count())
+                .map(|_| SectionSlot::empty())
+                .collect(),
+            mem: Arc::default(),
             moved_floor: Mutex::new(Default::default()),
             raise_queue: Mutex::new(Vec::new()),
             raise_signal: Notify::new(),
@@ -166,7 +179,8 @@ impl Allocator {
         self.slot(section).is_some_and(SectionSlot::is_serving)
     }
 
-    /// Finds the slot and cell index of `uid`.
+    /// Finds the slot and cell index of `uid` (whether the section is
+    /// served is answered by the slot).
     #[inline(always)]
     fn locate(&self, uid: Uid) -> Result<(&SectionSlot, SectionId, usize)> {
         let off = uid.wrapping_sub(self.spec.uid_begin);
@@ -175,10 +189,7 @@ impl Allocator {
         }
         let section = (off / self.spec.section_size) as SectionId;
         let idx = (off - section as u64 * self.spec.section_size) as usize;
-        match self.slots[section as usize].get() {
-            Some(slot) => Ok((slot, section, idx)),
-            None => Err(AllocError::NotOwner { section }),
-        }
+        Ok((&self.slots[section as usize], section, idx))
     }
 
     /// Hands out the next sequence number of `uid`: strictly above every
@@ -189,12 +200,20 @@ impl Allocator {
     #[inline(always)]
     pub fn next(&self, uid: Uid) -> Result<u64> {
         let (slot, section, idx) = self.locate(uid)?;
-        self.serve(slot, section, idx)
+        self.serve(slot, section, idx, &crossbeam_epoch::pin())
     }
 
+    /// Serves one uid with the thread pinned by `guard` (held no longer
+    /// than the call: never across an `.await`).
     #[inline(always)]
-    fn serve(&self, slot: &SectionSlot, section: SectionId, idx: usize) -> Result<u64> {
-        match slot.take(idx, || self.queue_raise(section)) {
+    fn serve(
+        &self,
+        slot: &SectionSlot,
+        section: SectionId,
+        idx: usize,
+        guard: &Guard,
+    ) -> Result<u64> {
+        match slot.take_pinned(idx, guard, || self.queue_raise(section)) {
             Ok(v) => Ok(v),
             Err(Refused::Exhausted) => Err(self.exhausted(section)),
             Err(Refused::NotServing) => Err(AllocError::NotOwner { section }),
@@ -224,9 +243,11 @@ impl Allocator {
     /// tried and measured no faster.)
     pub fn next_batch(&self, uids: &[Uid], out: &mut Vec<u64>) -> Result<()> {
         out.reserve(uids.len());
+        // One pin for the batch (no `.await` in it).
+        let guard = crossbeam_epoch::pin();
         for &uid in uids {
             let (slot, section, idx) = self.locate(uid)?;
-            out.push(self.serve(slot, section, idx)?);
+            out.push(self.serve(slot, section, idx, &guard)?);
         }
         Ok(())
     }
@@ -273,10 +294,12 @@ impl Allocator {
                 Err(AllocError::Exhausted { section }) => section,
                 other => return other,
             };
-            let Some(slot) = self.slot(section) else {
+            // The notifier is never freed, so sleeping on it holds no guard
+            // across the `.await` (each attempt pins and unpins on its own).
+            let Some(changed) = self.slot(section).and_then(SectionSlot::changed) else {
                 return Err(AllocError::NotOwner { section });
             };
-            let mut changed = pin!(slot.changed().notified());
+            let mut changed = pin!(changed.notified());
             changed.as_mut().enable();
             // Try again *after* registering: a raise that landed since the
             // first attempt has already fired its notification.
@@ -323,13 +346,11 @@ impl Allocator {
             return false;
         }
         let uids = self.spec.uids_of(g.section);
-        let len = (uids.end - uids.start) as usize;
-        let mut fresh = false;
-        let slot = self.slots[g.section as usize].get_or_init(|| {
-            fresh = true;
-            SectionSlot::new(len, self.raise_margin, g)
-        });
-        let installed = fresh || slot.install(g);
+        let shape = Shape {
+            len: (uids.end - uids.start) as usize,
+            raise_margin: self.raise_margin,
+        };
+        let installed = self.slots[g.section as usize].install(g, shape, &self.mem);
         if installed {
             tracing::info!(
                 section = g.section,
@@ -360,7 +381,8 @@ impl Allocator {
     }
 
     /// Stops serving `section` (lost ownership, lease gone, planned move).
-    /// Its memory is kept for a later take-over. Returns whether it was served.
+    /// Its cells are freed once the calls that may still read them have
+    /// finished; its newest epoch is kept. Returns whether it was served.
     pub fn drop_section(&self, section: SectionId) -> bool {
         self.retire(section, None)
     }
@@ -373,7 +395,9 @@ impl Allocator {
     }
 
     fn retire(&self, section: SectionId, epoch: Option<Epoch>) -> bool {
-        let dropped = self.slot(section).is_some_and(|slot| slot.retire(epoch));
+        let dropped = self
+            .slot(section)
+            .is_some_and(|slot| slot.retire(epoch, &self.mem));
         if dropped {
             self.counters.sections_dropped.fetch_add(1, Relaxed);
             tracing::info!(section, ?epoch, "stopped serving section");
@@ -382,7 +406,17 @@ impl Allocator {
     }
 
     fn slot(&self, section: SectionId) -> Option<&SectionSlot> {
-        self.slots.get(section as usize)?.get()
+        self.slots.get(section as usize)
+    }
+
+    /// Frees the cells of lost sections whose last callers have finished.
+    /// Threads that serve do this on their own as they go (every so many
+    /// calls); an AllocSvr with nothing to serve calls it from its renewal
+    /// loop, so memory is returned even when idle. Cheap: a pin and one
+    /// collection step; a lost section's cells are freed by the second or
+    /// third call after its last caller finished.
+    pub fn reclaim(&self) {
+        crossbeam_epoch::pin().flush();
     }
 
     /// Queues a raise for `section`. Called only by the caller that won the
@@ -453,6 +487,8 @@ impl Allocator {
             raises_queued: c.raises_queued.load(Relaxed),
             raises_applied: c.raises_applied.load(Relaxed),
             sections_dropped: c.sections_dropped.load(Relaxed),
+            cell_bytes: self.mem.bytes(),
+            sections_freed: self.mem.blocks_freed(),
         }
     }
 
@@ -463,8 +499,10 @@ impl Allocator {
 
     /// The sections served here, in order.
     pub fn served_sections(&self) -> Vec<SectionId> {
+        // One pin for the walk: each slot's own pin is then a counter bump.
+        let _pinned = crossbeam_epoch::pin();
         (0..self.slots.len() as SectionId)
-            .filter(|&s| self.slot(s).is_some_and(|slot| slot.is_serving()))
+            .filter(|&s| self.slots[s as usize].is_serving())
             .collect()
     }
 }

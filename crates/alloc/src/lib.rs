@@ -18,8 +18,9 @@
 //! [`Allocator::drop_section`] when it loses a section.
 //!
 //! # Layout
-//! - [`section`]: [`SectionSlot`], one section's `cur_seq` array, ceiling and
-//!   high-water mark; the lock-free hot path and the epoch guard.
+//! - [`section`]: [`SectionSlot`], one section: while served, a block of
+//!   `cur_seq` cells, ceiling and high-water mark; the lock-free hot path,
+//!   the epoch guard, and freeing a lost section's cells.
 //! - [`allocator`]: [`Allocator`], a set's sections indexed by section id:
 //!   `next`, `next_batch`, `current`, waiting variants, take-over install,
 //!   drop, and the raise queue.
@@ -50,13 +51,16 @@
 //!   answers), [`CallError`] (a gRPC call's), and the node's errors.
 //!
 //! # Memory
-//! A slot is allocated at a section's first take-over and kept until the
-//! allocator is dropped, even after the section is lost: that is what lets
-//! the hot path find it without a lock or a reference count (a caller may
-//! still hold it). A later take-over of the same section reuses it. The cost
-//! is that an AllocSvr keeps the memory (8 bytes a uid) of every section it
-//! has owned since its allocator was built. The section table itself costs
-//! 32 bytes a section of the set, owned or not.
+//! A section's cells (8 bytes a uid) are allocated zeroed at its take-over,
+//! which writes none of them (a uid's `cur_seq` is `max(cell, base)`), and
+//! freed after the section is lost, once every call that may still read
+//! them has finished (epoch-based reclamation; the hot path pins its thread
+//! instead of counting references). What promises need after a loss is
+//! kept: the newest epoch installed per section, a few dozen bytes. A
+//! take-over after the free starts every uid at the grant's previous
+//! ceiling (promise 1 across owners). The section table costs 24 bytes a
+//! section of the set, owned or not. [`Allocator::stats`] counts the cell
+//! bytes held and the sections freed.
 //!
 //! # Batches and waiting
 //! [`Allocator::next_batch`] is not all-or-nothing: it stops at the first
@@ -67,9 +71,10 @@
 //! the section (up to a deadline) until its raise lands.
 //!
 //! # Which promise is protected where (`docs/architecture/overview.md`)
-//! - 1 (monotonic): cells only grow (CAS, `fetch_max` on skip ahead); a slot
-//!   stops serving while it skips ahead; memory is served again only under
-//!   the epoch it was built under ([`ownership`]).
+//! - 1 (monotonic): cells only grow (CAS) and so does a block's base; a
+//!   block stops serving while its base moves; a new block starts at the
+//!   grant's previous ceiling, which no owner ever handed out beyond; memory
+//!   is served again only under the epoch it was built under ([`ownership`]).
 //! - 2 (durable): a number is handed out only at or below a ceiling the store
 //!   acknowledged; the ceiling is raised only from store answers.
 //! - 3 (exclusive): every raise carries the epoch and the incarnation; a

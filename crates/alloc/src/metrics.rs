@@ -78,14 +78,14 @@ impl AllocMetrics {
         let allocator = IntCounterVec::new(
             Opts::new(
                 "seqsvr_alloc_allocator_total",
-                "allocator events: exhausted (a caller waited for a raise), raises_queued, raises_applied, sections_dropped",
+                "allocator events: exhausted (a caller waited for a raise), raises_queued, raises_applied, sections_dropped, sections_freed (cells of a lost section freed)",
             ),
             &["event"],
         )?;
         let state = IntGaugeVec::new(
             Opts::new(
                 "seqsvr_alloc_state",
-                "AllocSvr state: sections_served, lease_left_ms, draining, fenced, route_version",
+                "AllocSvr state: sections_served, cell_bytes (cur_seq cells allocated), lease_left_ms, draining, fenced, route_version",
             ),
             &["field"],
         )?;
@@ -146,12 +146,14 @@ impl AllocMetrics {
             ("raises_queued", st.raises_queued),
             ("raises_applied", st.raises_applied),
             ("sections_dropped", st.sections_dropped),
+            ("sections_freed", st.sections_freed),
         ] {
             let c = self.allocator.with_label_values(&[e]);
             c.inc_by(v.saturating_sub(c.get()));
         }
         for (f, v) in [
             ("sections_served", alloc.served_sections().len() as i64),
+            ("cell_bytes", st.cell_bytes as i64),
             ("lease_left_ms", lease_left_ms),
             ("draining", i64::from(draining)),
             ("fenced", i64::from(fenced)),

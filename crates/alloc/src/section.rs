@@ -1,28 +1,62 @@
-//! [`SectionSlot`]: the in-memory state of one section this AllocSvr serves:
-//! a dense array of `cur_seq` (8 bytes a uid) under one ceiling.
+//! [`SectionSlot`]: one section of the set as this AllocSvr holds it.
+//! While the section is served, a [`Block`]: every uid's `cur_seq` (8 bytes
+//! a uid) under one ceiling. Once installed, for the allocator's life, the
+//! newest epoch installed here and the notifier waiting callers sleep on.
 //!
-//! The hot path (`SectionSlot::take`) is a lock-free compare-and-swap on
-//! one uid's cell, checked against the ceiling. Everything else (take-over,
-//! loss, raises) goes through a small per-section mutex that the hot path
-//! never touches.
+//! The hot path (`SectionSlot::take`) pins the thread (epoch-based
+//! reclamation, below), loads the block pointer, reads the ceiling and the
+//! block's base from one cache line and compare-and-swaps the uid's own cell.
+//! Everything else (take-over, loss, raises) goes through a small
+//! per-section mutex the hot path never touches.
 //!
-//! A slot is created the first time its section is taken over and then lives
-//! as long as its [`crate::Allocator`]: losing the section only *retires* it
-//! (ceiling 0), and a later take-over reuses its memory. That is what lets
-//! the hot path read slots without any lock or reference count: no slot is
-//! ever freed while a caller may be looking at it.
+//! # Lazy cells
+//! A block's cells are allocated zeroed, and a uid's `cur_seq` is
+//! `max(cell, base)`, where `base` is the take-over's skip-ahead value. A
+//! take-over therefore writes no cell: installing a section is O(1) whatever
+//! its size, and the pages of uids never called are never written (with an
+//! allocator that hands out fresh zeroed pages for large blocks, they are not
+//! even resident).
+//!
+//! # Memory returned
+//! Losing a section unlinks its block and stops it (ceiling 0, so a caller
+//! still holding it hands out nothing more), then frees it once every call
+//! that may have loaded it has finished. Calls are found by epoch-based
+//! reclamation (crossbeam-epoch): each hot-path call pins its thread for the
+//! few nanoseconds between loading the block pointer and its last touch of
+//! the block; a block unlinked while a thread was pinned is freed only after
+//! that thread unpinned. A guard is never held across an `.await` (callers
+//! that wait for a raise sleep on the section's notifier, which is never
+//! freed). What promises need after a loss stays in the slot: the newest
+//! epoch installed (take-overs tell the store, and a replayed grant is
+//! refused); the moved-floor and released-epoch rules live in the allocator
+//! and the ownership code and read nothing from the block.
+//!
+//! A take-over after the block was freed allocates a new one and starts
+//! every uid at the grant's previous ceiling. That is safe by promise 1
+//! across owners (`docs/architecture/promises.md`): nothing above a ceiling
+//! has ever been handed out (promise 2), this process only ever served under
+//! ceilings the store acknowledged, and the store begins every epoch at its
+//! current ceiling, which never decreases — so the grant's previous ceiling
+//! is at least every number any owner, this one included, handed out for
+//! any uid of the section.
 
+use std::alloc::{alloc_zeroed, handle_alloc_error, Layout};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+// crossbeam-epoch: the standard epoch-based reclamation crate (already in
+// the workspace's lock file through the store's sled). It costs the hot path
+// one uncontended atomic on a thread-local word per call; a reference count
+// per section would put a contended one on a line shared by every core.
+use crossbeam_epoch::{pin, Atomic, Guard, Owned, Shared};
 use seqsvr_core::Epoch;
 use tokio::sync::Notify;
 
 use crate::ceiling::Grant;
 
-/// The ceiling of a slot that is not serving. A served ceiling is never 0:
-/// a take-over raises it by a step of at least 1, so one load of the ceiling
-/// answers both "do we own it" and "how far may we go".
+/// The ceiling of a block that was retired. A served ceiling is never 0: a
+/// take-over raises it by a step of at least 1, so one load of the ceiling
+/// answers both "still served" and "how far may we go".
 pub(crate) const NOT_SERVING: u64 = 0;
 
 /// Why a slot handed out nothing.
@@ -54,42 +88,71 @@ pub struct SectionState {
 #[derive(Debug, Default)]
 struct Padded(AtomicU64);
 
-/// Fields changed only by take-over, loss and raises (never by the hot path).
-#[derive(Debug)]
-struct Meta {
-    /// The epoch of the latest grant installed (even if since retired), so a
-    /// replayed or delayed grant with an older epoch is refused.
-    epoch: Epoch,
-    /// Whether we currently serve the section.
-    serving: bool,
-}
-
-/// The memory of one section: every uid's `cur_seq` and the ceiling.
-///
-/// Small on purpose (two pointers): the allocator's section table holds
-/// slots inline, so the hot path goes from the table straight to the cells,
-/// one dependent load fewer than through a boxed slot. Every load before the
-/// compare-and-swap counts: the CAS is a locked instruction, so the next
-/// call's loads cannot overlap it.
-#[derive(Debug)]
-pub struct SectionSlot {
-    /// `cur_seq` of each uid of the section, indexed from the section's first
-    /// uid: the last number handed out for it (or the skip-ahead value).
-    /// Never decreases (promise 1).
-    cells: Box<[AtomicU64]>,
-    /// Ceiling and bookkeeping.
-    ctl: Box<Control>,
-}
-
-/// A slot's ceiling, raise bookkeeping and ownership.
-#[derive(Debug)]
-struct Control {
-    /// The ceiling (`max_seq`), or [`NOT_SERVING`]. Only grows while serving,
-    /// and only to values the store has made durable (promise 2).
-    ceiling: AtomicU64,
+/// What a section's block looks like; fixed for the section's life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Shape {
+    /// Uids in the section (the last section of a set may be shorter).
+    pub len: usize,
     /// Ask for a raise when `ceiling - high_water <= raise_margin` (a fixed
     /// fraction of the step, always `< step`).
+    pub raise_margin: u64,
+}
+
+/// The cell memory of one allocator: counted when a block is allocated and
+/// when it is freed. Shared with the deferred frees, which may run on any
+/// thread after the allocator is gone.
+#[derive(Debug, Default)]
+pub(crate) struct CellMemory {
+    /// Bytes of cells allocated and not yet freed (retired blocks included
+    /// until their last caller has finished).
+    bytes: AtomicU64,
+    /// Blocks freed since the allocator was built.
+    freed: AtomicU64,
+}
+
+impl CellMemory {
+    fn allocated(&self, bytes: u64) {
+        self.bytes.fetch_add(bytes, Relaxed);
+    }
+
+    fn released(&self, bytes: u64) {
+        self.bytes.fetch_sub(bytes, Relaxed);
+        self.freed.fetch_add(1, Relaxed);
+    }
+
+    /// Bytes of cells allocated now.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes.load(Relaxed)
+    }
+
+    /// Blocks freed so far.
+    pub(crate) fn blocks_freed(&self) -> u64 {
+        self.freed.load(Relaxed)
+    }
+}
+
+/// One take-over's memory of a section: every uid's cell, the ceiling and
+/// the raise bookkeeping. Allocated by [`SectionSlot::install`], freed only
+/// by the deferred destruction [`SectionSlot::retire`] schedules.
+///
+/// The first cache line holds what every call reads (ceiling, base, margin,
+/// the cells' pointer); the high-water mark, written by calls, has its own.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub(crate) struct Block {
+    /// The ceiling (`max_seq`), or [`NOT_SERVING`] once retired. Only grows
+    /// while served, and only to values the store has made durable
+    /// (promise 2).
+    ceiling: AtomicU64,
+    /// The skip-ahead value: a uid's `cur_seq` is `max(cell, base)`. Only
+    /// grows.
+    base: AtomicU64,
+    /// When to ask for a raise (see [`Shape::raise_margin`]).
     raise_margin: u64,
+    /// One cell per uid, indexed from the section's first uid: 0 until the
+    /// uid is first served here, then the last number handed out for it.
+    /// Never decreases (promise 1).
+    cells: Box<[AtomicU64]>,
     /// Set by the caller that queues a raise, cleared when the raise is done
     /// or found unneeded: the hot path queues at most one raise at a time.
     raise_pending: AtomicBool,
@@ -97,35 +160,52 @@ struct Control {
     /// `high_water + step`, so the ceiling is never more than one step above
     /// what was handed out (promise 4, bounded gap).
     high_water: Padded,
-    /// Epoch and serving flag; guards every change of ownership or ceiling.
-    meta: Mutex<Meta>,
-    /// Wakes callers waiting on an exhausted section when its ceiling moves
-    /// or its ownership changes.
-    changed: Notify,
+    /// Set instead of freeing in unit tests, so a caller that still reads a
+    /// block after its destruction ran is caught.
+    #[cfg(test)]
+    freed: AtomicBool,
 }
 
-impl SectionSlot {
-    /// A slot of `len` uids serving `grant`: every uid skips ahead to the
-    /// grant's previous ceiling (promise 1 across owners: nothing above it was
-    /// ever handed out by anyone).
-    pub(crate) fn new(len: usize, raise_margin: u64, grant: &Grant) -> Self {
-        let ctl = Control {
+/// `len` cells, all 0, from a zeroed allocation: no cell is written, so the
+/// allocator may hand out pages that stay untouched until a uid is served.
+fn zeroed_cells(len: usize) -> Box<[AtomicU64]> {
+    if len == 0 {
+        return Box::new([]);
+    }
+    let layout = Layout::array::<AtomicU64>(len).expect("a section's cells fit in memory");
+    // SAFETY: the layout is not zero-sized. The memory comes zeroed and
+    // all-zero bytes are a valid `AtomicU64` (it has the bit validity of
+    // `u64`), so every element is initialized. The box frees it with
+    // `Layout::array::<AtomicU64>(len)` through the global allocator: the
+    // layout and allocator it came from.
+    unsafe {
+        let ptr = alloc_zeroed(layout).cast::<AtomicU64>();
+        if ptr.is_null() {
+            handle_alloc_error(layout);
+        }
+        Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len))
+    }
+}
+
+impl Block {
+    /// A block serving `grant`: every uid starts at the grant's previous
+    /// ceiling (the base), no cell written.
+    fn new(shape: Shape, grant: &Grant) -> Self {
+        Self {
             ceiling: AtomicU64::new(grant.max_seq),
-            raise_margin,
+            base: AtomicU64::new(grant.prev_ceiling),
+            raise_margin: shape.raise_margin,
+            cells: zeroed_cells(shape.len),
             raise_pending: AtomicBool::new(false),
             high_water: Padded(AtomicU64::new(grant.prev_ceiling)),
-            meta: Mutex::new(Meta {
-                epoch: grant.epoch,
-                serving: true,
-            }),
-            changed: Notify::new(),
-        };
-        Self {
-            cells: (0..len)
-                .map(|_| AtomicU64::new(grant.prev_ceiling))
-                .collect(),
-            ctl: Box::new(ctl),
+            #[cfg(test)]
+            freed: AtomicBool::new(false),
         }
+    }
+
+    /// Bytes of cells.
+    fn bytes(&self) -> u64 {
+        (self.cells.len() * std::mem::size_of::<AtomicU64>()) as u64
     }
 
     /// Hands out the next number of the uid at `idx`, or says why not.
@@ -133,37 +213,41 @@ impl SectionSlot {
     /// finds the section low) when a raise must be queued.
     ///
     /// Lock-free: one compare-and-swap on the uid's own cell. The ceiling is
-    /// re-read on every attempt; it only decreases when the slot retires, so
+    /// re-read on every attempt; it only decreases when the block retires, so
     /// a number that passed the check was under a durable ceiling.
     ///
     /// Returns a small `Result` and takes the raise as a closure (instead of
     /// returning a richer enum) so the common path compiles to straight-line
     /// code in registers: every instruction before the next call's CAS counts.
     #[inline(always)]
-    pub(crate) fn take(&self, idx: usize, queue_raise: impl FnOnce()) -> Result<u64, Refused> {
+    fn take(&self, idx: usize, queue_raise: impl FnOnce()) -> Result<u64, Refused> {
         let cell = &self.cells[idx];
-        let mut cur = cell.load(Relaxed);
-        let ceiling = loop {
-            // Acquire pairs with the Release store in `install`: a caller that
-            // sees the new ceiling also sees the skipped-ahead cells, so its
-            // CAS cannot slip in before the skip ahead (promise 1).
-            let ceiling = self.ctl.ceiling.load(Acquire);
+        let mut raw = cell.load(Relaxed);
+        let (v, ceiling) = loop {
+            // Acquire pairs with the Release stores of the ceiling in
+            // `reinstall` (and of the block pointer in `install`): a caller
+            // that sees a take-over's ceiling also sees its base, so it never
+            // serves a uid from below the skip ahead (promise 1).
+            let ceiling = self.ceiling.load(Acquire);
+            let cur = raw.max(self.base.load(Relaxed));
             if cur >= ceiling {
                 return Err(self.refuse(cur, ceiling, queue_raise));
             }
-            // The cell alone orders the numbers of one uid (it has a single
-            // modification order), so Relaxed is enough for the CAS.
-            match cell.compare_exchange_weak(cur, cur + 1, Relaxed, Relaxed) {
-                Ok(_) => break ceiling,
-                Err(seen) => cur = seen,
+            // The cell alone orders the numbers of one uid: every success
+            // writes more than the value it replaced (`cur + 1 > raw`), so
+            // the numbers handed out for a uid rise in the cell's
+            // modification order, whatever base a racing caller read.
+            // Relaxed is enough for the CAS.
+            match cell.compare_exchange_weak(raw, cur + 1, Relaxed, Relaxed) {
+                Ok(_) => break (cur + 1, ceiling),
+                Err(seen) => raw = seen,
             }
         };
-        let v = cur + 1;
         // Load first: the RMW is paid only when the mark actually moves.
-        if v > self.ctl.high_water.0.load(Relaxed) {
-            self.ctl.high_water.0.fetch_max(v, Relaxed);
+        if v > self.high_water.0.load(Relaxed) {
+            self.high_water.0.fetch_max(v, Relaxed);
         }
-        if ceiling - v <= self.ctl.raise_margin {
+        if ceiling - v <= self.raise_margin {
             self.low(queue_raise);
         }
         Ok(v)
@@ -183,10 +267,10 @@ impl SectionSlot {
         if ceiling == NOT_SERVING {
             return Refused::NotServing;
         }
-        // Cells start strictly below the ceiling, so `cur` reached it by
+        // The base starts strictly below the ceiling, so `cur` reached it by
         // being handed out: the high-water mark may lag (its update races),
         // and the raise target must be above the ceiling.
-        self.ctl.high_water.0.fetch_max(cur, Relaxed);
+        self.high_water.0.fetch_max(cur, Relaxed);
         self.low(queue_raise);
         Refused::Exhausted
     }
@@ -195,256 +279,346 @@ impl SectionSlot {
     /// the raise is done.
     #[inline]
     fn claim_raise(&self) -> bool {
-        !self.ctl.raise_pending.load(Relaxed) && !self.ctl.raise_pending.swap(true, AcqRel)
+        !self.raise_pending.load(Relaxed) && !self.raise_pending.swap(true, AcqRel)
+    }
+
+    /// The uid's `cur_seq`, or `None` once retired.
+    fn current(&self, idx: usize) -> Option<u64> {
+        // Ceiling first: its Acquire pairs with the take-over's Release, so
+        // the base read after it is never from before the skip ahead.
+        if self.ceiling.load(Acquire) == NOT_SERVING {
+            return None;
+        }
+        Some(self.cells[idx].load(Relaxed).max(self.base.load(Relaxed)))
+    }
+
+    /// Serves a newer grant in this block, still served: O(1), the base
+    /// moves up and no cell is written.
+    fn reinstall(&self, grant: &Grant) {
+        // Stop serving while the base and the bookkeeping change, so no
+        // caller pairs the new ceiling with the old base (promise 1).
+        self.ceiling.store(NOT_SERVING, Release);
+        // fetch_max: a uid's `cur_seq` never goes down, whatever the grant.
+        self.base.fetch_max(grant.prev_ceiling, Relaxed);
+        self.high_water.0.store(grant.prev_ceiling, Relaxed);
+        self.raise_pending.store(false, Relaxed);
+        self.ceiling.store(grant.max_seq, Release);
+    }
+}
+
+/// Frees a block that was unlinked from its slot and that no caller can
+/// reach any more.
+///
+/// # Safety
+/// `block` was unlinked by [`SectionSlot::retire`], every thread pinned
+/// when it was unlinked has since unpinned, and this is the only free of it.
+unsafe fn free(block: Shared<'_, Block>) {
+    #[cfg(not(test))]
+    // SAFETY: the caller's contract: nobody else holds or frees it.
+    drop(unsafe { block.into_owned() });
+    #[cfg(test)]
+    // SAFETY: unit tests keep the block (leaked) to catch late readers.
+    unsafe { block.deref() }.freed.store(true, SeqCst);
+}
+
+/// Set at a section's first take-over and kept for the allocator's life.
+#[derive(Debug)]
+struct Control {
+    /// The epoch of the latest grant installed, served now or not, so a
+    /// replayed or delayed grant with an older epoch is refused. Its lock
+    /// guards every change of the block or its ceiling.
+    epoch: Mutex<Epoch>,
+    /// Wakes callers waiting on an exhausted section when its ceiling moves
+    /// or its ownership changes. Never freed, so a waiter may sleep on it
+    /// without holding a guard across the `.await`.
+    changed: Notify,
+}
+
+impl Control {
+    fn lock(&self) -> MutexGuard<'_, Epoch> {
+        // One plain value; a panic elsewhere cannot leave it torn, so a
+        // poisoned lock is still sound to use.
+        self.epoch.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// One section of the set, served here or not.
+///
+/// Small on purpose (three words, none of them the cells): the allocator's
+/// section table holds slots inline, one per section of the set.
+#[derive(Debug)]
+pub struct SectionSlot {
+    /// The block served now; null when the section is not served here.
+    /// Changed only under the control's lock. A block unlinked from here is
+    /// freed only after every thread pinned at the time has unpinned.
+    block: Atomic<Block>,
+    /// Epoch and notifier, from the first take-over on.
+    ctl: OnceLock<Box<Control>>,
+}
+
+impl SectionSlot {
+    /// A slot never taken over.
+    pub(crate) fn empty() -> Self {
+        Self {
+            block: Atomic::null(),
+            ctl: OnceLock::new(),
+        }
+    }
+
+    /// The block served now.
+    #[inline(always)]
+    fn block<'g>(&self, guard: &'g Guard) -> Option<&'g Block> {
+        // SAFETY: the pointer is null or a block published by `install` that
+        // is not freed while `guard` pins this thread: `retire` unlinks a
+        // block before it defers the free, and the free waits for every
+        // thread pinned at that time. Acquire pairs with `install`'s Release,
+        // so the block's header and zeroed cells are visible.
+        unsafe { self.block.load(Acquire, guard).as_ref() }
+    }
+
+    /// Hands out the next number of the uid at `idx`, or says why not (see
+    /// [`Block::take`]). The thread is pinned from the block's load to its
+    /// last use, nothing longer: no `.await` in between.
+    #[cfg(test)]
+    pub(crate) fn take(&self, idx: usize, queue_raise: impl FnOnce()) -> Result<u64, Refused> {
+        self.take_pinned(idx, &pin(), queue_raise)
+    }
+
+    /// [`take`](Self::take) under a guard the caller holds (a batch pins
+    /// once for all its uids).
+    #[inline(always)]
+    pub(crate) fn take_pinned(
+        &self,
+        idx: usize,
+        guard: &Guard,
+        queue_raise: impl FnOnce(),
+    ) -> Result<u64, Refused> {
+        let Some(block) = self.block(guard) else {
+            return Err(Refused::NotServing);
+        };
+        #[cfg(test)]
+        hooks::pause();
+        let taken = block.take(idx, queue_raise);
+        #[cfg(test)]
+        hooks::check_live(block);
+        taken
     }
 
     /// The uid's `cur_seq`, or `None` if the section is not served here.
     ///
-    /// This is the last number handed out for the uid, except right after a
-    /// take-over, when it is the skip-ahead value (the previous ceiling),
-    /// which this owner never handed out. Either way it is ≥ every number
-    /// ever handed out for the uid, and the next one will be above it.
+    /// This is the last number handed out for the uid, except before its
+    /// first since the take-over, when it is the skip-ahead value (the
+    /// previous ceiling), which this owner never handed out. Either way it is
+    /// ≥ every number ever handed out for the uid, and the next one will be
+    /// above it.
     pub(crate) fn current(&self, idx: usize) -> Option<u64> {
-        // Ceiling first: its Acquire pairs with `install`'s Release, so the
-        // cell read after it is never from before a completed skip ahead.
-        if self.ctl.ceiling.load(Acquire) == NOT_SERVING {
-            return None;
-        }
-        Some(self.cells[idx].load(Relaxed))
+        let guard = pin();
+        self.block(&guard)?.current(idx)
     }
 
-    fn meta(&self) -> MutexGuard<'_, Meta> {
-        // Meta is two plain fields updated together; a panic elsewhere cannot
-        // leave them torn, so a poisoned lock is still sound to use.
-        self.ctl.meta.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Serves `grant` in a slot that already exists (a later take-over of a
-    /// section we had before). False if the grant is not newer than the
-    /// last one installed (a replay must not skip anything back).
-    pub(crate) fn install(&self, grant: &Grant) -> bool {
-        let mut meta = self.meta();
-        if grant.epoch <= meta.epoch {
+    /// Serves `grant`. False if the grant is not newer than the last one
+    /// installed (a replay must not skip anything back). A section still
+    /// served moves its base up in place; otherwise a new zeroed block is
+    /// allocated: O(1) writes either way.
+    pub(crate) fn install(&self, grant: &Grant, shape: Shape, mem: &Arc<CellMemory>) -> bool {
+        let mut fresh = false;
+        let ctl = self.ctl.get_or_init(|| {
+            fresh = true;
+            Box::new(Control {
+                epoch: Mutex::new(grant.epoch),
+                changed: Notify::new(),
+            })
+        });
+        let mut epoch = ctl.lock();
+        if !fresh && grant.epoch <= *epoch {
             return false;
         }
-        // Stop serving while the cells move up, so no caller hands out a
-        // number from a cell that has not skipped ahead yet (promise 1).
-        self.ctl.ceiling.store(NOT_SERVING, Release);
-        for cell in self.cells.iter() {
-            // fetch_max, not store: a cell never goes down, whatever the grant.
-            cell.fetch_max(grant.prev_ceiling, Relaxed);
+        *epoch = grant.epoch;
+        let guard = pin();
+        match self.block(&guard) {
+            Some(block) => block.reinstall(grant),
+            None => {
+                // Every uid starts at the grant's previous ceiling, whatever
+                // this process handed out before: safe by promise 1 across
+                // owners (see the module docs).
+                let block = Block::new(shape, grant);
+                mem.allocated(block.bytes());
+                self.block.store(Owned::new(block), Release);
+            }
         }
-        self.ctl.high_water.0.store(grant.prev_ceiling, Relaxed);
-        self.ctl.raise_pending.store(false, Relaxed);
-        *meta = Meta {
-            epoch: grant.epoch,
-            serving: true,
-        };
-        self.ctl.ceiling.store(grant.max_seq, Release);
-        drop(meta);
-        self.ctl.changed.notify_waiters();
+        drop(epoch);
+        ctl.changed.notify_waiters();
         true
     }
 
-    /// Stops serving, if `epoch` is `None` or the epoch we serve under.
-    /// Returns whether the slot was serving and now is not.
-    pub(crate) fn retire(&self, epoch: Option<Epoch>) -> bool {
-        let mut meta = self.meta();
-        if !meta.serving || epoch.is_some_and(|e| e != meta.epoch) {
+    /// Stops serving, if `epoch` is `None` or the epoch we serve under, and
+    /// frees the block once its last caller has finished. Returns whether
+    /// the slot was serving and now is not.
+    pub(crate) fn retire(&self, epoch: Option<Epoch>, mem: &Arc<CellMemory>) -> bool {
+        let Some(ctl) = self.ctl.get() else {
+            return false;
+        };
+        let current = ctl.lock();
+        if epoch.is_some_and(|e| e != *current) {
             return false;
         }
-        meta.serving = false;
-        self.ctl.ceiling.store(NOT_SERVING, Release);
-        drop(meta);
-        self.ctl.changed.notify_waiters();
+        let guard = pin();
+        let old = self.block.load(Acquire, &guard);
+        // SAFETY: as in `block` (and under the lock nobody else unlinks it).
+        let Some(block) = (unsafe { old.as_ref() }) else {
+            return false;
+        };
+        // A caller that loaded the block already hands out nothing more: it
+        // re-reads the ceiling before every compare-and-swap.
+        block.ceiling.store(NOT_SERVING, Release);
+        self.block.store(Shared::null(), Release);
+        let (mem, bytes) = (mem.clone(), block.bytes());
+        // SAFETY: `old` is unlinked, so no caller that pins from now on can
+        // reach it; the closure runs once every thread pinned now (any caller
+        // that may have loaded it) has unpinned; and only this retire, under
+        // the lock, unlinked it.
+        unsafe {
+            guard.defer_unchecked(move || {
+                free(old);
+                mem.released(bytes);
+            });
+        }
+        drop(current);
+        // Hand the free to the global queue, so the next collection on any
+        // thread runs it, and try one now.
+        guard.flush();
+        ctl.changed.notify_waiters();
         true
     }
 
     /// The epoch of the latest grant installed, serving or not: the newest
-    /// epoch this process ever installed for the section.
+    /// epoch this process ever installed for the section (0: never).
     pub(crate) fn epoch(&self) -> Epoch {
-        self.meta().epoch
+        self.ctl.get().map_or(0, |c| *c.lock())
+    }
+
+    /// Whether the slot is currently served.
+    pub(crate) fn is_serving(&self) -> bool {
+        let guard = pin();
+        !self.block.load(Acquire, &guard).is_null()
     }
 
     /// The raise this slot wants, if it still wants one: the target is one
     /// step above the high-water mark (promise 4). Clears the pending flag
     /// when no raise is needed any more.
     pub(crate) fn raise_target(&self, step: u64) -> Option<(Epoch, u64)> {
-        let meta = self.meta();
-        if !self.ctl.raise_pending.load(Acquire) {
+        let ctl = self.ctl.get()?;
+        let epoch = ctl.lock();
+        let guard = pin();
+        // Not served: a stale queue entry (the block it was for is gone).
+        let block = self.block(&guard)?;
+        if !block.raise_pending.load(Acquire) {
             return None; // a stale queue entry: nothing was claimed
         }
-        let ceiling = self.ctl.ceiling.load(Acquire);
-        let to = self.ctl.high_water.0.load(Relaxed).saturating_add(step);
-        if !meta.serving || to <= ceiling {
-            self.ctl.raise_pending.store(false, Release);
+        let ceiling = block.ceiling.load(Acquire);
+        let to = block.high_water.0.load(Relaxed).saturating_add(step);
+        if to <= ceiling {
+            block.raise_pending.store(false, Release);
             return None;
         }
-        Some((meta.epoch, to))
+        Some((*epoch, to))
     }
 
     /// Applies a ceiling the store made durable under `epoch`. Ignored (false)
     /// if we no longer serve under that epoch: a late reply must never bring
     /// a lost section back (promise 3).
     pub(crate) fn apply_raise(&self, epoch: Epoch, new_max: u64) -> bool {
-        let meta = self.meta();
-        if !meta.serving || meta.epoch != epoch {
+        let Some(ctl) = self.ctl.get() else {
             return false;
-        }
-        self.ctl.ceiling.fetch_max(new_max, Release);
-        self.ctl.raise_pending.store(false, Release);
-        drop(meta);
-        self.ctl.changed.notify_waiters();
+        };
+        let current = ctl.lock();
+        let guard = pin();
+        let Some(block) = self.block(&guard).filter(|_| *current == epoch) else {
+            return false;
+        };
+        block.ceiling.fetch_max(new_max, Release);
+        block.raise_pending.store(false, Release);
+        drop(current);
+        ctl.changed.notify_waiters();
         true
     }
 
     /// After a raise landed: whether callers already used so much of it that
     /// another raise is due (true: the caller must queue it).
     pub(crate) fn claim_if_low(&self) -> bool {
-        let ceiling = self.ctl.ceiling.load(Acquire);
-        ceiling != NOT_SERVING
-            && ceiling.saturating_sub(self.ctl.high_water.0.load(Relaxed)) <= self.ctl.raise_margin
-            && self.claim_raise()
-    }
-
-    /// Whether the slot is currently served.
-    pub(crate) fn is_serving(&self) -> bool {
-        self.ctl.ceiling.load(Acquire) != NOT_SERVING
+        let guard = pin();
+        self.block(&guard).is_some_and(|b| {
+            let ceiling = b.ceiling.load(Acquire);
+            ceiling != NOT_SERVING
+                && ceiling.saturating_sub(b.high_water.0.load(Relaxed)) <= b.raise_margin
+                && b.claim_raise()
+        })
     }
 
     /// A snapshot, or `None` if not serving.
     pub(crate) fn state(&self) -> Option<SectionState> {
-        let meta = self.meta();
-        meta.serving.then(|| SectionState {
-            epoch: meta.epoch,
-            ceiling: self.ctl.ceiling.load(Acquire),
-            high_water: self.ctl.high_water.0.load(Relaxed),
-            raise_pending: self.ctl.raise_pending.load(Relaxed),
+        let ctl = self.ctl.get()?;
+        let epoch = ctl.lock();
+        let guard = pin();
+        let b = self.block(&guard)?;
+        Some(SectionState {
+            epoch: *epoch,
+            ceiling: b.ceiling.load(Acquire),
+            high_water: b.high_water.0.load(Relaxed),
+            raise_pending: b.raise_pending.load(Relaxed),
         })
     }
 
-    /// The notifier fired whenever the ceiling or ownership changes.
-    pub(crate) fn changed(&self) -> &Notify {
-        &self.ctl.changed
+    /// The notifier fired whenever the ceiling or ownership changes (`None`
+    /// before the first take-over). It lives as long as the slot.
+    pub(crate) fn changed(&self) -> Option<&Notify> {
+        self.ctl.get().map(|c| &c.changed)
+    }
+}
+
+impl Drop for SectionSlot {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: no caller holds the slot, hence none its block,
+        // and a retired block is no longer here (its free is deferred).
+        unsafe {
+            let block = self.block.load(Relaxed, crossbeam_epoch::unprotected());
+            if !block.is_null() {
+                drop(block.into_owned());
+            }
+        }
+    }
+}
+
+/// Test-only hooks on the hot path: widen the window between loading a
+/// block and using it, and catch a use after the block's free ran.
+#[cfg(test)]
+pub(crate) mod hooks {
+    use std::cell::Cell;
+    use std::sync::atomic::Ordering::SeqCst;
+
+    thread_local! {
+        /// Whether this thread yields between loading a block and using it.
+        static PAUSE: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Makes this thread yield inside every `take` (stress tests).
+    pub(crate) fn pause_here(on: bool) {
+        PAUSE.with(|p| p.set(on));
+    }
+
+    pub(super) fn pause() {
+        if PAUSE.with(Cell::get) {
+            std::thread::yield_now();
+        }
+    }
+
+    pub(super) fn check_live(block: &super::Block) {
+        assert!(
+            !block.freed.load(SeqCst),
+            "a caller used a block after its free ran"
+        );
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// One `take`, with whether it asked for a raise, as one value.
-    #[derive(Debug, PartialEq, Eq)]
-    enum Take {
-        Got(u64),
-        GotWantsRaise(u64),
-        Exhausted { wants_raise: bool },
-        NotServing,
-    }
-
-    fn take(s: &SectionSlot, idx: usize) -> Take {
-        let mut asked = false;
-        match s.take(idx, || asked = true) {
-            Ok(v) if asked => Take::GotWantsRaise(v),
-            Ok(v) => Take::Got(v),
-            Err(Refused::Exhausted) => Take::Exhausted { wants_raise: asked },
-            Err(Refused::NotServing) => Take::NotServing,
-        }
-    }
-
-    fn grant(epoch: Epoch, prev: u64, max: u64) -> Grant {
-        Grant {
-            section: 0,
-            epoch,
-            prev_ceiling: prev,
-            max_seq: max,
-        }
-    }
-
-    #[test]
-    fn skips_ahead_then_counts_to_the_ceiling() {
-        let s = SectionSlot::new(3, 0, &grant(1, 100, 103));
-        assert_eq!(
-            s.current(0),
-            Some(100),
-            "skip ahead: cur starts at prev ceiling"
-        );
-        assert_eq!(take(&s, 0), Take::Got(101));
-        assert_eq!(take(&s, 0), Take::Got(102));
-        assert_eq!(take(&s, 1), Take::Got(101), "uids count independently");
-        assert_eq!(
-            take(&s, 0),
-            Take::GotWantsRaise(103),
-            "margin 0: raise at the ceiling"
-        );
-        assert_eq!(take(&s, 0), Take::Exhausted { wants_raise: false });
-        assert_eq!(s.current(0), Some(103));
-        assert_eq!(s.current(2), Some(100));
-    }
-
-    #[test]
-    fn raise_ahead_is_edge_triggered_and_targets_one_step_above_high_water() {
-        let s = SectionSlot::new(2, 2, &grant(7, 0, 10));
-        let takes: Vec<_> = (0..9).map(|_| take(&s, 0)).collect();
-        let wants: Vec<_> = takes
-            .iter()
-            .map(|t| matches!(t, Take::GotWantsRaise(_)))
-            .collect();
-        // ceiling 10, margin 2: the first number with 10 - v <= 2 is 8.
-        assert_eq!(wants.iter().filter(|w| **w).count(), 1);
-        assert_eq!(takes[7], Take::GotWantsRaise(8));
-        assert_eq!(s.raise_target(10), Some((7, 19)));
-        assert!(s.apply_raise(7, 19));
-        assert_eq!(s.state().unwrap().ceiling, 19);
-        assert!(!s.state().unwrap().raise_pending);
-    }
-
-    #[test]
-    fn unneeded_raise_clears_the_flag() {
-        let s = SectionSlot::new(1, 5, &grant(1, 0, 10));
-        assert_eq!(s.raise_target(10), None, "nothing claimed");
-        assert!(s.claim_raise());
-        // high water 0 + step 10 is not above the ceiling 10.
-        assert_eq!(s.raise_target(10), None);
-        assert!(!s.state().unwrap().raise_pending);
-    }
-
-    #[test]
-    fn epoch_guard() {
-        let s = SectionSlot::new(1, 0, &grant(5, 0, 10));
-        assert!(!s.apply_raise(4, 50), "older epoch");
-        assert!(!s.apply_raise(6, 50), "newer epoch");
-        assert!(!s.retire(Some(4)));
-        assert!(s.retire(Some(5)));
-        assert_eq!(take(&s, 0), Take::NotServing);
-        assert_eq!(s.current(0), None);
-        assert!(!s.apply_raise(5, 50), "a late reply must not resurrect");
-        assert_eq!(take(&s, 0), Take::NotServing);
-        assert!(!s.install(&grant(5, 10, 20)), "replayed grant");
-        assert!(s.install(&grant(6, 10, 20)));
-        assert_eq!(take(&s, 0), Take::Got(11));
-    }
-
-    #[test]
-    fn reinstall_never_lowers_a_cell() {
-        let s = SectionSlot::new(2, 0, &grant(1, 0, 100));
-        for _ in 0..50 {
-            let _ = take(&s, 0);
-        }
-        // A (buggy) grant below what was handed out must not move cells back.
-        assert!(s.install(&grant(2, 10, 100)));
-        assert_eq!(take(&s, 0), Take::Got(51));
-        assert_eq!(take(&s, 1), Take::Got(11));
-        assert_eq!(s.state().unwrap().high_water, 51);
-    }
-
-    #[test]
-    fn exhaustion_lifts_a_lagging_high_water_mark() {
-        let s = SectionSlot::new(1, 0, &grant(1, 0, 2));
-        let _ = take(&s, 0);
-        let _ = take(&s, 0);
-        s.ctl.high_water.0.store(0, Relaxed); // as if the update were still racing
-        assert_eq!(take(&s, 0), Take::Exhausted { wants_raise: false });
-        assert_eq!(s.state().unwrap().high_water, 2);
-    }
-}
+mod tests;

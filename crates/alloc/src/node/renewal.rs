@@ -21,6 +21,9 @@ pub(super) async fn renew_loop(ctx: Arc<Ctx>) {
     loop {
         let next = Instant::now() + ctx.renew_every;
         renew_once(&ctx).await;
+        // Free the cells of sections lost earlier whose last callers have
+        // finished, even if nothing is being served to do it.
+        ctx.shared.alloc.reclaim();
         if ctx.shared.is_fenced() {
             return;
         }

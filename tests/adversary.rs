@@ -86,6 +86,7 @@ enum M {
     AdminLease,
     AdminFence,
     AdminStatus,
+    AdminSnapshot,
     RaftAppend,
     RaftVote,
     RaftSnapshot,
@@ -105,7 +106,7 @@ enum M {
     ARefresh,
 }
 
-const METHODS: [M; 33] = [
+const METHODS: [M; 34] = [
     M::ReadRoutes,
     M::ReadSections,
     M::ReadStatus,
@@ -122,6 +123,7 @@ const METHODS: [M; 33] = [
     M::AdminLease,
     M::AdminFence,
     M::AdminStatus,
+    M::AdminSnapshot,
     M::RaftAppend,
     M::RaftVote,
     M::RaftSnapshot,
@@ -148,7 +150,9 @@ impl M {
             ReadRoutes | ReadSections | ReadStatus => Svc::StoreRead,
             PeerRegister | PeerRenew | PeerTakeOver | PeerRaise | PeerHandoff | PeerSections
             | PeerRoutes | PeerStatus => Svc::StorePeer,
-            AdminAssign | AdminDraining | AdminLease | AdminFence | AdminStatus => Svc::StoreAdmin,
+            AdminAssign | AdminDraining | AdminLease | AdminFence | AdminStatus | AdminSnapshot => {
+                Svc::StoreAdmin
+            }
             RaftAppend | RaftVote | RaftSnapshot => Svc::Raft,
             Next | NextBatch | Current | Routes | Status => Svc::Alloc,
             Adopt => Svc::AllocPeer,
@@ -457,6 +461,11 @@ async fn call(ch: Channel, m: M, g: &Genuine, fwd: bool) -> (Outcome, Option<Obs
             M::AdminStatus => Outcome::of(
                 &StoreAdminClient::new(ch)
                     .status(req(pb::StatusRequest {}, fwd))
+                    .await,
+            ),
+            M::AdminSnapshot => Outcome::of(
+                &StoreAdminClient::new(ch)
+                    .snapshot(req(pb::SnapshotRequest {}, fwd))
                     .await,
             ),
             M::RaftAppend => Outcome::of(

@@ -598,6 +598,17 @@ impl AdminClient {
         Ok(())
     }
 
+    /// Builds a snapshot on the first replica of this client that answers
+    /// (each replica keeps its own: give the client one address to choose
+    /// the replica) and reports it.
+    pub async fn snapshot(&self) -> Result<pb::SnapshotReply> {
+        self.replicas
+            .call_with(pb::SnapshotRequest {}, |mut c, r| async move {
+                c.snapshot(r).await
+            })
+            .await
+    }
+
     /// Membership changes wait for the leader: a catch-up may take the
     /// whole `catch_up` time, so one replica is never abandoned for the
     /// next while it works (a second attempt would race the first). A

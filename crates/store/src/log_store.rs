@@ -12,12 +12,14 @@
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{LogState, RaftLogId, RaftLogReader, StorageIOError};
 use seqsvr_core::codec;
 
 use crate::disk::{check_value, Disk};
+use crate::metrics::Stages;
 use crate::types::{Entry, LogId, StorageError, TypeConfig, Vote};
 
 const VOTE: &[u8] = b"vote";
@@ -33,6 +35,8 @@ pub struct LogStore {
     log: sled::Tree,
     /// vote, committed and last purged log id.
     meta: sled::Tree,
+    /// Where the time of an append is recorded.
+    stages: Arc<Stages>,
 }
 
 fn read_err(e: impl std::error::Error + 'static) -> StorageError {
@@ -50,7 +54,14 @@ impl LogStore {
             disk: disk.clone(),
             log: disk.tree("log")?,
             meta: disk.tree("raft")?,
+            stages: Stages::unregistered(),
         })
+    }
+
+    /// The same log store, recording the time of its appends in `stages`.
+    pub fn with_stages(mut self, stages: Arc<Stages>) -> Self {
+        self.stages = stages;
+        self
     }
 
     fn get_meta<T: serde::de::DeserializeOwned>(
@@ -158,6 +169,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
+        let start = std::time::Instant::now();
         let mut batch = sled::Batch::default();
         for entry in entries {
             let bytes = codec::encode(&entry).map_err(write_err)?;
@@ -167,6 +179,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.log.apply_batch(batch).map_err(write_err)?;
         // Acknowledge only what is on disk (promise 2).
         let res = self.disk.sync_async().await;
+        self.stages.append.observe(start.elapsed().as_secs_f64());
         let err = res
             .as_ref()
             .err()

@@ -6,12 +6,16 @@
 //! log and apply positions, sections, route version, lease terms, fsyncs)
 //! are read from the replica when scraped. Calls by method and status code
 //! come from the planes' [`seqsvr_net::calls`] layers.
+//!
+//! [`Stages`] splits a write's time into the steps it goes through on the
+//! leader and the followers (docs/benchmarks.md, raise latency): each is
+//! one histogram handle, observed with a few atomic operations.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::{
-    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
 };
 
 use crate::disk::Disk;
@@ -36,6 +40,68 @@ pub struct StoreMetrics {
     seconds: prometheus::CounterVec,
     raft: IntGaugeVec,
     state: IntGaugeVec,
+    /// Time per step of a write (see [`Stages`]).
+    pub stages: Arc<Stages>,
+}
+
+/// Where the time of a write goes, step by step, as
+/// `seqsvr_store_stage_seconds{stage=…}`. openraft 0.9 runs the leader's
+/// steps in series: queue, append (leader), replicate (which includes a
+/// follower's append), apply; what `seqsvr_store_command_seconds` holds
+/// beyond their sum is openraft's own hand-offs (commit to apply, the
+/// reply to the proposer).
+#[derive(Clone)]
+pub struct Stages {
+    /// `queue`: a command waiting in the proposer for its batch to be
+    /// handed to Raft (group commit: the batch before it is committing).
+    pub queue: Histogram,
+    /// `append`: writing a batch of log entries and making it durable
+    /// (sled flush + fsync), on the leader and on followers alike.
+    pub append: Histogram,
+    /// `replicate`: an AppendEntries call that carries entries, from the
+    /// leader's send to the follower's answer (the follower answers after
+    /// its own append).
+    pub replicate: Histogram,
+    /// `apply`: applying a batch of committed entries to the state machine
+    /// (state logic and the sled batch, no fsync).
+    pub apply: Histogram,
+    /// `snapshot`: building a snapshot and storing it (fsync included).
+    pub snapshot: Histogram,
+}
+
+impl Stages {
+    fn new(vec: &HistogramVec) -> Self {
+        let h = |stage: &str| vec.with_label_values(&[stage]);
+        Self {
+            queue: h("queue"),
+            append: h("append"),
+            replicate: h("replicate"),
+            apply: h("apply"),
+            snapshot: h("snapshot"),
+        }
+    }
+
+    /// Stages registered nowhere: for storage opened outside a node
+    /// (tests, tools).
+    pub fn unregistered() -> Arc<Self> {
+        Arc::new(Self::new(
+            &stage_histograms().expect("valid histogram options"),
+        ))
+    }
+}
+
+fn stage_histograms() -> prometheus::Result<HistogramVec> {
+    HistogramVec::new(
+        HistogramOpts::new(
+            "seqsvr_store_stage_seconds",
+            "time per step of a write: queue (proposer), append (log write + fsync, leader and followers), replicate (AppendEntries with entries, round trip), apply (state machine), snapshot (build + store)",
+        )
+        .buckets(vec![
+            0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.000_75, 0.001, 0.001_5, 0.002, 0.003,
+            0.005, 0.007_5, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0, 5.0,
+        ]),
+        &["stage"],
+    )
 }
 
 fn kind(cmd: &Command) -> &'static str {
@@ -108,8 +174,10 @@ impl StoreMetrics {
             Opts::new("seqsvr_store_state", "replicated state as this replica applied it: sections, owned_sections, allocs, route_version, lease_ms, margin_ms"),
             &["field"],
         )?;
+        let stage_vec = stage_histograms()?;
         for c in [
-            Box::new(commands.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(stage_vec.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(commands.clone()),
             Box::new(command_seconds.clone()),
             Box::new(renewals.clone()),
             Box::new(moves.clone()),
@@ -130,6 +198,7 @@ impl StoreMetrics {
             seconds,
             raft,
             state,
+            stages: Arc::new(Stages::new(&stage_vec)),
         }))
     }
 

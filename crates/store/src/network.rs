@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
@@ -25,6 +26,7 @@ use serde::{de::DeserializeOwned, Serialize};
 use tonic::transport::Channel;
 
 use crate::fault::Isolation;
+use crate::metrics::Stages;
 use crate::service::raft::check_term;
 
 use crate::types::{NodeId, TypeConfig};
@@ -47,15 +49,19 @@ pub struct Network {
     connect: Connector,
     /// One channel per peer address.
     channels: Arc<Mutex<HashMap<String, Channel>>>,
+    /// Where replication round trips are recorded.
+    stages: Arc<Stages>,
 }
 
 impl Network {
-    /// A network that dials peers with `connect`.
-    pub fn new(connect: Connector) -> Self {
+    /// A network that dials peers with `connect` and records replication
+    /// round trips in `stages`.
+    pub fn new(connect: Connector, stages: Arc<Stages>) -> Self {
         Self {
             isolated: Default::default(),
             connect,
             channels: Default::default(),
+            stages,
         }
     }
 
@@ -80,6 +86,8 @@ pub struct Conn {
     addr: String,
     /// A lazily connected channel; tonic reconnects after failures.
     client: Option<RaftClient<Channel>>,
+    /// See [`Network::stages`].
+    stages: Arc<Stages>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -96,6 +104,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             target,
             addr: node.addr.clone(),
             client,
+            stages: self.stages.clone(),
         }
     }
 }
@@ -182,12 +191,19 @@ impl RaftNetwork<TypeConfig> for Conn {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        self.call(
-            |mut c, r| Box::pin(async move { c.append_entries(r).await }),
-            &rpc,
-            &option,
-        )
-        .await
+        // Heartbeats carry no entries: only replication is timed.
+        let timed = (!rpc.entries.is_empty()).then(Instant::now);
+        let r = self
+            .call(
+                |mut c, r| Box::pin(async move { c.append_entries(r).await }),
+                &rpc,
+                &option,
+            )
+            .await;
+        if let (Some(start), Ok(_)) = (timed, &r) {
+            self.stages.replicate.observe(start.elapsed().as_secs_f64());
+        }
+        r
     }
 
     async fn install_snapshot(

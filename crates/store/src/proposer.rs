@@ -10,10 +10,12 @@
 //! replication of batch n.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use openraft::error::{ClientWriteError, RaftError};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
+use crate::metrics::Stages;
 use crate::types::{Command, NodeId, Outcome, Raft, Request};
 use seqsvr_store_api::{Error, Result};
 
@@ -34,6 +36,8 @@ struct Pending {
     size: usize,
     /// Where its outcome goes.
     reply: oneshot::Sender<Result<Outcome>>,
+    /// When it was proposed.
+    at: Instant,
 }
 
 /// A handle to the replica's proposer task.
@@ -44,10 +48,11 @@ pub struct Proposer {
 }
 
 impl Proposer {
-    /// Starts the proposer task for `raft`.
-    pub fn spawn(raft: Raft) -> Self {
+    /// Starts the proposer task for `raft`; the time commands wait for
+    /// their batch goes to `stages`.
+    pub fn spawn(raft: Raft, stages: Arc<Stages>) -> Self {
         let (tx, rx) = mpsc::channel(16 * MAX_BATCH);
-        tokio::spawn(run(raft, rx));
+        tokio::spawn(run(raft, rx, stages));
         Self { tx }
     }
 
@@ -64,7 +69,12 @@ impl Proposer {
         }
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Pending { cmd, size, reply })
+            .send(Pending {
+                cmd,
+                size,
+                reply,
+                at: Instant::now(),
+            })
             .await
             .map_err(|_| Error::Internal("proposer stopped".into()))?;
         rx.await
@@ -72,7 +82,7 @@ impl Proposer {
     }
 }
 
-async fn run(raft: Raft, mut rx: mpsc::Receiver<Pending>) {
+async fn run(raft: Raft, mut rx: mpsc::Receiver<Pending>, stages: Arc<Stages>) {
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
     let mut carry: Option<Pending> = None;
     loop {
@@ -101,6 +111,9 @@ async fn run(raft: Raft, mut rx: mpsc::Receiver<Pending>) {
                 }
                 Err(_) => break,
             }
+        }
+        for p in &batch {
+            stages.queue.observe(p.at.elapsed().as_secs_f64());
         }
         let raft = raft.clone();
         tokio::spawn(async move {

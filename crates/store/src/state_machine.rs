@@ -13,7 +13,8 @@
 
 use std::io::Cursor;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+use std::time::{Duration, Instant};
 
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{EntryPayload, RaftSnapshotBuilder, StorageIOError};
@@ -21,6 +22,7 @@ use seqsvr_core::codec;
 use serde::{Deserialize, Serialize};
 
 use crate::disk::{Disk, MAX_VALUE};
+use crate::metrics::Stages;
 use crate::state::{Dirty, SetState};
 use crate::types::{
     Entry, LogId, Response, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
@@ -68,6 +70,23 @@ pub struct StateMachine {
     apply_nanos: Arc<AtomicU64>,
     /// Snapshots built since start (to make snapshot ids unique).
     builds: Arc<AtomicU64>,
+    /// The last snapshot this replica built (for the admin plane).
+    last_build: Arc<Mutex<SnapshotBuilt>>,
+    /// Where the time of applies and snapshot builds is recorded.
+    stages: Arc<Stages>,
+}
+
+/// A snapshot this replica built, as the admin plane reports it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SnapshotBuilt {
+    /// Snapshots built since start; 0: none yet.
+    pub count: u64,
+    /// The last log index it covers.
+    pub last_log_index: u64,
+    /// Its encoded size.
+    pub bytes: u64,
+    /// Time to encode it and store it durably.
+    pub took: Duration,
 }
 
 fn sm_read_err(e: impl std::error::Error + 'static) -> StorageError {
@@ -112,7 +131,21 @@ impl StateMachine {
             commands: Arc::default(),
             apply_nanos: Arc::default(),
             builds: Arc::default(),
+            last_build: Arc::default(),
+            stages: Stages::unregistered(),
         })
+    }
+
+    /// The same state machine (clones share it), recording the time of its
+    /// applies and snapshot builds in `stages`.
+    pub fn with_stages(mut self, stages: Arc<Stages>) -> Self {
+        self.stages = stages;
+        self
+    }
+
+    /// The last snapshot this replica built since start.
+    pub fn last_build(&self) -> SnapshotBuilt {
+        *self.last_build.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Read access to the applied state.
@@ -280,8 +313,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         batch.insert(MEMBERSHIP, enc(&a.membership)?);
         self.sm.apply_batch(batch).map_err(sm_write_err)?;
         self.commands.fetch_add(n, Ordering::Relaxed);
+        let took = start.elapsed();
         self.apply_nanos
-            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+        self.stages.apply.observe(took.as_secs_f64());
         Ok(responses)
     }
 
@@ -336,6 +371,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let start = Instant::now();
         let n = self.builds.fetch_add(1, Ordering::Relaxed);
         let (meta, data) = {
             let a = self.read();
@@ -348,6 +384,17 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         // Durable before openraft purges the log it covers; the sync also
         // makes every state-machine record up to here durable.
         self.save_snapshot(&meta, &data)?;
+        let took = start.elapsed();
+        self.stages.snapshot.observe(took.as_secs_f64());
+        {
+            let mut last = self.last_build.lock().unwrap_or_else(|e| e.into_inner());
+            *last = SnapshotBuilt {
+                count: last.count + 1,
+                last_log_index: meta.last_log_id.map_or(0, |l| l.index),
+                bytes: data.len() as u64,
+                took,
+            };
+        }
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(data)),

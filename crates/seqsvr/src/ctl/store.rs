@@ -20,6 +20,10 @@ pub enum StoreOp {
         #[arg(long)]
         margin_ms: u64,
     },
+    /// Builds a snapshot now on the first store replica that answers (each
+    /// replica keeps its own: give `--store-admin` one address to choose
+    /// it) and prints its size and build time.
+    Snapshot,
     /// Store group membership: add, remove, replace replicas.
     #[command(flatten)]
     Members(super::members::MemberOp),
@@ -37,6 +41,16 @@ pub async fn run(ctl: &Ctl, op: StoreOp) -> Result<()> {
                 margin_ms,
             };
             set_lease(ctl, terms).await
+        }
+        StoreOp::Snapshot => {
+            let r = ctl.admin.snapshot().await?;
+            outln!(
+                "snapshot up to log index {}: {} bytes, built and stored in {:.1} ms",
+                r.last_log_index,
+                r.bytes,
+                r.build_us as f64 / 1e3
+            )?;
+            Ok(())
         }
         StoreOp::Members(op) => super::members::run(ctl, op).await,
     }

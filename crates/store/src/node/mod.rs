@@ -165,15 +165,21 @@ impl StoreNode {
             Some(t) => Some(Tls::load(t)?),
             None => None,
         };
+        let metrics = crate::metrics::StoreMetrics::new(cfg.id)
+            .map_err(|e| Error::Internal(format!("metrics: {e}")))?;
         let disk = Disk::open(&cfg.data_dir).map_err(|e| at(&e))?;
         claim_identity(&disk, cfg.id)?;
-        let log = LogStore::open(&disk).map_err(|e| at(&e))?;
+        let log = LogStore::open(&disk)
+            .map_err(|e| at(&e))?
+            .with_stages(metrics.stages.clone());
         let fresh = log.is_fresh().map_err(|e| at(&e))?;
-        let sm = StateMachine::open(&disk).map_err(|e| at(&e))?;
+        let sm = StateMachine::open(&disk)
+            .map_err(|e| at(&e))?
+            .with_stages(metrics.stages.clone());
         check_stored_set(&sm, &cfg)?;
         let raft_cfg = Arc::new(cfg.raft_config()?);
         let connect = seqsvr_store_api::client::connector(tls.as_ref().map(|t| t.client.clone()));
-        let network = Network::new(connect.clone());
+        let network = Network::new(connect.clone(), metrics.stages.clone());
         let isolated = network.isolated.clone();
         let raft = Raft::new(cfg.id, raft_cfg, network, log, sm.clone())
             .await
@@ -194,7 +200,7 @@ impl StoreNode {
             admin_addr: cfg.admin_addr.clone(),
             raft: raft.clone(),
             sm,
-            proposer: Proposer::spawn(raft.clone()),
+            proposer: Proposer::spawn(raft.clone(), metrics.stages.clone()),
             disk,
             connect,
             peers: Default::default(),
@@ -203,8 +209,7 @@ impl StoreNode {
             })),
             auth: peer.auth(),
             isolated: isolated.clone(),
-            metrics: crate::metrics::StoreMetrics::new(cfg.id)
-                .map_err(|e| Error::Internal(format!("metrics: {e}")))?,
+            metrics,
             member_changes: Default::default(),
         };
         let calls = |plane: &str, paths: &[&str]| {
@@ -348,6 +353,7 @@ const ADMIN_PATHS: &[&str] = &[
     "/seqsvr.v1.StoreSets/CopyDirectory",
     "/seqsvr.v1.StoreAdmin/AddMember",
     "/seqsvr.v1.StoreAdmin/RemoveMember",
+    "/seqsvr.v1.StoreAdmin/Snapshot",
 ];
 
 type Calls = seqsvr_net::calls::CallMetricsLayer;

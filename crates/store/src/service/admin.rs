@@ -129,6 +129,36 @@ impl StoreApi {
         self.add_member(id, &r.addr, catch_up).await
     }
 
+    /// Builds a snapshot now (openraft's trigger) and waits, within
+    /// `within`, until one built after the call began is stored. A build
+    /// already running when the call arrives is the one reported (openraft
+    /// starts no second one while one runs).
+    async fn snapshot(&self, within: Duration) -> Result<pb::SnapshotReply, Error> {
+        let before = self.sm.last_build().count;
+        self.raft
+            .trigger()
+            .snapshot()
+            .await
+            .map_err(|e| Error::Internal(format!("snapshot: {e}")))?;
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let built = self.sm.last_build();
+            if built.count > before {
+                return Ok(pb::SnapshotReply {
+                    last_log_index: built.last_log_index,
+                    bytes: built.bytes,
+                    build_us: built.took.as_micros() as u64,
+                });
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(Error::Internal(format!(
+                    "no snapshot stored within {within:?}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     async fn simple(&self, cmd: Command) -> Result<pb::RegisterAllocReply, Error> {
         self.require_leader()?;
         match self.write(cmd).await? {
@@ -217,6 +247,16 @@ impl pb::store_admin_server::StoreAdmin for AdminService {
         let (api, r, limit) = (self.0.clone(), req.into_inner(), self.1);
         let change = async move { api.add_member_checked(r, limit).await };
         Ok(Response::new(to_the_end(change).await?))
+    }
+
+    async fn snapshot(
+        &self,
+        req: Request<pb::SnapshotRequest>,
+    ) -> Result<Response<pb::SnapshotReply>, Status> {
+        self.0.auth.require_operator(&req)?;
+        // Leave the admin plane's timeout a second to carry the answer.
+        let within = self.1.saturating_sub(Duration::from_secs(1));
+        Ok(Response::new(self.0.snapshot(within).await?))
     }
 
     async fn remove_member(

@@ -22,11 +22,14 @@
 //! [`Conn`] sits between tonic's HTTP/2 server and the (TLS) stream. It
 //! owns one timer per connection, armed first for the handshake deadline
 //! (TLS done and the 24-byte HTTP/2 preface read) and then for the idle
-//! deadline. Reads only note the time when they carry a request frame; the
-//! timer is re-armed lazily, when it fires early, so a busy connection
-//! costs a clock read per socket read and no timer updates. When a
-//! deadline passes, the connection's next read or stalled write fails and
-//! tonic drops it.
+//! deadline. Reads only set a flag when they carry a request frame; when
+//! the timer fires, a connection used since it was armed gets another
+//! idle period, so a busy connection costs no clock read and no timer
+//! update per socket read (each is a measurable share of a call that
+//! costs tens of microseconds), and an unused one is closed between one
+//! and two idle periods after its last request frame. When a deadline
+//! passes, the connection's next read or stalled write fails and tonic
+//! drops it.
 //!
 //! Idle is judged from HTTP/2 frame headers, which is why the listener
 //! runs TLS itself (below this layer tonic would see only ciphertext):
@@ -355,7 +358,7 @@ impl<IO> Conn<IO> {
                 timer: Box::pin(tokio::time::sleep_until(handshake_deadline)),
                 handshake_deadline: Some(handshake_deadline),
                 idle,
-                last_used: Instant::now(),
+                used: false,
                 frames: Frames::default(),
             },
         }
@@ -375,8 +378,8 @@ struct Watch {
     /// Set until the HTTP/2 preface has been read.
     handshake_deadline: Option<Instant>,
     idle: Duration,
-    /// When the peer last sent a request frame.
-    last_used: Instant,
+    /// Whether the peer sent a request frame since the timer was armed.
+    used: bool,
     frames: Frames,
 }
 
@@ -388,10 +391,10 @@ impl Watch {
             // timer is armed for; everywhere else it only moves later, so
             // this is the one eager re-arm.
             self.handshake_deadline = None;
-            self.last_used = Instant::now();
-            self.timer.as_mut().reset(self.last_used + self.idle);
+            self.used = false;
+            self.timer.as_mut().reset(Instant::now() + self.idle);
         } else if used {
-            self.last_used = Instant::now();
+            self.used = true;
         }
     }
 
@@ -402,13 +405,20 @@ impl Watch {
             if self.timer.as_mut().poll(cx).is_pending() {
                 return None;
             }
-            let (deadline, what) = match self.handshake_deadline {
-                Some(d) => (d, "handshake timed out"),
-                None => (self.last_used + self.idle, "idle timeout"),
+            let now = Instant::now();
+            let deadline = match self.handshake_deadline {
+                Some(d) if now >= d => {
+                    return Some(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "handshake timed out",
+                    ))
+                }
+                Some(d) => d,
+                None if !std::mem::take(&mut self.used) => {
+                    return Some(io::Error::new(io::ErrorKind::TimedOut, "idle timeout"))
+                }
+                None => now + self.idle,
             };
-            if Instant::now() >= deadline {
-                return Some(io::Error::new(io::ErrorKind::TimedOut, what));
-            }
             self.timer.as_mut().reset(deadline);
         }
     }

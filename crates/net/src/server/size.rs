@@ -177,6 +177,17 @@ impl Scan {
                 data = &data[n..];
                 continue;
             }
+            if self.prefix == 0 && data.len() >= 5 {
+                // The common case, a whole prefix in one frame: read it at
+                // once instead of byte by byte.
+                let len = u64::from(u32::from_be_bytes([data[1], data[2], data[3], data[4]]));
+                if len > max as u64 {
+                    return Err(len);
+                }
+                self.skip = len;
+                data = &data[5..];
+                continue;
+            }
             if self.prefix > 0 {
                 self.len = (self.len << 8) | u32::from(data[0]);
             }

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# AllocSvr over gRPC vs Redis 7 INCR (AOF, appendfsync everysec), in one
-# command: issue 3's benchmark. See docs/benchmarks.md.
+# AllocSvr over gRPC vs a bare tonic server and Redis 7 INCR (AOF,
+# appendfsync everysec), in one command. See docs/benchmarks.md.
 #
 #   deploy/bench/alloc_vs_redis.sh [--secs N] [--threads T]
 #
 # Installs Debian's redis-server and redis-tools if redis-server or
 # redis-benchmark is missing (apt-get; root or sudo), then runs
 # `cargo bench -p seqsvr --bench alloc_grpc -- --redis`, which starts a
-# seqsvr cluster (3 stores + 1 AllocSvr) and its own redis-server on free
-# loopback ports, runs every shape against both, prints the figures and the
-# seqsvr/Redis ratios, and stops everything it started.
+# seqsvr cluster (3 stores + 1 AllocSvr), a bare tonic server and its own
+# redis-server on free loopback ports, runs every shape against all three,
+# prints the figures and the seqsvr/bare and seqsvr/Redis ratios, and stops
+# everything it started.
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."

@@ -48,6 +48,38 @@ pub fn signal(pid: u32, sig: i32) {
     unsafe { libc::kill(pid as i32, sig) };
 }
 
+/// CPU seconds (user + system) process `pid` has used, from /proc (0 if
+/// it is gone).
+pub fn cpu_of(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the command name (which may hold spaces): state is 3rd,
+    // utime 14th, stime 15th.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
+        + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
+    // SAFETY: sysconf has no memory effects.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    ticks as f64 / hz
+}
+
+/// Resident memory of process `pid` in bytes, from /proc (0 if it is gone).
+pub fn rss_of(pid: u32) -> u64 {
+    let Ok(statm) = std::fs::read_to_string(format!("/proc/{pid}/statm")) else {
+        return 0;
+    };
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf has no memory effects.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+    pages * page
+}
+
 /// One server process that can be killed and started again.
 pub struct Proc {
     /// Its name (for logs).
@@ -136,6 +168,30 @@ pub struct StoreCluster {
     pub procs: Vec<Proc>,
     /// The set served.
     pub set: SetSpec,
+    /// Replicas' metrics listeners (`GET /metrics`), by index; empty unless
+    /// started with [`StoreOptions::metrics`].
+    pub metrics_addrs: Vec<String>,
+}
+
+/// How a store group is started, beyond its set and initial routes.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Raft timing (default: the store's defaults).
+    pub raft: RaftTiming,
+    /// Lease terms and arbiter tick (default: [`test_lease`]).
+    pub lease: LeaseSection,
+    /// Serve Prometheus metrics on a free loopback port per replica.
+    pub metrics: bool,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            raft: RaftTiming::default(),
+            lease: test_lease(),
+            metrics: false,
+        }
+    }
 }
 
 /// `n` free loopback `host:port`s.
@@ -153,8 +209,23 @@ impl StoreCluster {
 
     /// Starts `n` replicas serving `set`, with initial routes to `allocs`.
     pub fn start_with(n: u64, set: SetSpec, allocs: Vec<InitialAlloc>) -> StoreCluster {
+        Self::start_opts(n, set, allocs, StoreOptions::default())
+    }
+
+    /// [`StoreCluster::start_with`], with `opts`.
+    pub fn start_opts(
+        n: u64,
+        set: SetSpec,
+        allocs: Vec<InitialAlloc>,
+        opts: StoreOptions,
+    ) -> StoreCluster {
         let dir = tempfile::tempdir().unwrap();
         let (peer_addrs, client_addrs, admin_addrs) = (free_addrs(n), free_addrs(n), free_addrs(n));
+        let metrics_addrs = if opts.metrics {
+            free_addrs(n)
+        } else {
+            Vec::new()
+        };
         let members: Vec<Member> = peer_addrs
             .iter()
             .enumerate()
@@ -177,13 +248,13 @@ impl StoreCluster {
                     tls: None,
                     insecure: false,
                     limits: PlaneLimits::default(),
-                    metrics_addr: None,
+                    metrics_addr: metrics_addrs.get(i).cloned(),
                     members: members.clone(),
                     join: false,
                     added_set: set.set_id != 0,
                     set: set.clone(),
-                    raft: RaftTiming::default(),
-                    lease: test_lease(),
+                    raft: opts.raft.clone(),
+                    lease: opts.lease.clone(),
                     allocs: allocs.clone(),
                 };
                 let path = dir.path().join(format!("store-{id}.toml"));
@@ -207,6 +278,7 @@ impl StoreCluster {
             admin_addrs,
             procs,
             set,
+            metrics_addrs,
         }
     }
 
@@ -387,6 +459,11 @@ pub struct SetCluster {
 impl SetCluster {
     /// Starts 3 store replicas and `n_allocs` AllocSvrs for `set`.
     pub fn start(set: SetSpec, n_allocs: usize) -> SetCluster {
+        Self::start_opts(set, n_allocs, StoreOptions::default())
+    }
+
+    /// [`SetCluster::start`], the store group started with `opts`.
+    pub fn start_opts(set: SetSpec, n_allocs: usize, opts: StoreOptions) -> SetCluster {
         let sections = set.section_count();
         let share = sections / n_allocs as u32;
         let alloc_addrs: Vec<String> = (0..n_allocs)
@@ -403,7 +480,7 @@ impl SetCluster {
                 },
             })
             .collect();
-        let store = StoreCluster::start_with(3, set, initial);
+        let store = StoreCluster::start_opts(3, set, initial, opts);
         let allocs = alloc_addrs
             .iter()
             .enumerate()
@@ -463,6 +540,41 @@ impl SetCluster {
             }
         }
     }
+}
+
+/// The Prometheus text a metrics listener at `addr` serves (empty if it
+/// does not answer).
+pub fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let req = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return String::new();
+    }
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+/// The sum of every sample of metric `name` (exact name, any labels) whose
+/// labels contain every `key="value"` of `labels`.
+pub fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (head, value) = l.rsplit_once(' ')?;
+            let (n, rest) = match head.split_once('{') {
+                Some((n, rest)) => (n, rest),
+                None => (head, ""),
+            };
+            (n == name && labels.iter().all(|kv| rest.contains(kv)))
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
+        })
+        .sum()
 }
 
 /// Runs the per-uid checker over `obs` and fails the test (with `logs`) on

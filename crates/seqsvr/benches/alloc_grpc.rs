@@ -1,40 +1,52 @@
-//! AllocSvr over gRPC on loopback, and the same load shapes against Redis
-//! `INCR` (AOF on, `appendfsync everysec`) — issue 3's comparison.
+//! AllocSvr over gRPC on loopback, against the same API on a bare tonic
+//! server and against Redis `INCR` (AOF on, `appendfsync everysec`).
 //!
 //! Run: `cargo bench -p seqsvr --bench alloc_grpc -- [--secs N] [--threads T]
-//! [--rounds R] [--redis]`, or the whole comparison (installs Redis if
-//! missing) with `deploy/bench/alloc_vs_redis.sh [same options]`. Prints
-//! figures; asserts nothing about speed.
+//! [--rounds R] [--redis] [--exhaust] [--shape K]`, or the whole comparison (installs
+//! Redis if missing) with `deploy/bench/alloc_vs_redis.sh [same options]`.
+//! Prints figures; asserts nothing about speed. What it does and how to
+//! read it: `docs/benchmarks.md`.
 //!
 //! - seqsvr: a real cluster of the real binary — 3 store replicas and ONE
 //!   AllocSvr (`seqsvr alloc --threads T`, default 1) owning all 10
 //!   sections of uids `[0, 1_000_000)`, step 1,000,000 so that ceiling
 //!   raises are rare.
+//! - bare: a tonic server in a process of its own on the same runtime,
+//!   serving the same `Alloc` service with handlers that only bump a
+//!   counter (`alloc_grpc/bare.rs`): what the transport costs. The ratio
+//!   seqsvr / bare is what the AllocSvr adds per call.
 //! - Load: a current-thread tokio runtime in this process (one core, like
 //!   redis-benchmark), N tasks each in a closed loop, uids uniform over 1 M
 //!   (xorshift), latency per call in an HDR histogram (µs). Each phase warms
 //!   up for 1 s, then measures for `--secs` (default 5).
 //! - Shapes: `next` with 1 and 50 callers, `next_batch` of 16 uids with 1
-//!   and 50 callers, through `seqsvr_client::SeqClient`; and at 50 callers
-//!   the same through a raw tonic `AllocClient`, to show the client
-//!   library's own cost.
+//!   and 50 callers; each against seqsvr and the bare server, through
+//!   `seqsvr_client::SeqClient` and through a raw tonic `AllocClient` on
+//!   one channel (no routing, retries or deadlines).
 //! - `--redis`: also starts its own `redis-server` (free loopback port,
 //!   temp dir, `--save '' --appendonly yes --appendfsync everysec`) and,
-//!   right after each seqsvr shape, runs its counterpart
+//!   right after each shape, runs its counterpart
 //!   `redis-benchmark -t incr -r 1000000` with `-c 1`, `-c 50`, `-c 1 -P 16`
-//!   or `-c 50 -P 16` (pairs run back to back, so that load from elsewhere
-//!   on a shared machine skews both sides alike); then prints the ratios
-//!   seqsvr / Redis against issue 3's targets.
-//! - `--rounds R` (default 1) runs every shape R times and reports each
-//!   side's best round (on a shared machine, the least disturbed one).
+//!   or `-c 50 -P 16` (back to back, so that load from elsewhere on a
+//!   shared machine skews every side alike).
+//! - `--rounds R` (default 1) runs every shape R times, interleaved, and
+//!   reports each side's median round.
+//! - `--shape K` runs only the K-th shape (1–4, in the order above), e.g.
+//!   to profile one.
+//! - `--exhaust`: `next` at 50 callers on 50 hot uids, with step 1,000,000
+//!   (steady state) and on a second cluster with step 100 (every hot uid
+//!   runs through its section's ceiling in milliseconds): raise-ahead
+//!   should keep the p99 within 2× of the steady state.
 //! - CPU: each phase prints the CPU used by the load generator and the
 //!   servers, in % of one core, to show which side was the bottleneck.
 //!
 //! Files: this one holds the options and the driver; beside it in
 //! `alloc_grpc/`, `setup.rs` starts the cluster and reads CPU times,
-//! `load.rs` is the load generator, `redis.rs` the Redis peer and
-//! `report.rs` the figures and the ratio table.
+//! `bare.rs` is the bare server, `load.rs` the load generator, `redis.rs`
+//! the Redis peer and `report.rs` the figures and the ratio tables.
 
+#[path = "alloc_grpc/bare.rs"]
+mod bare;
 #[path = "alloc_grpc/load.rs"]
 mod load;
 #[path = "alloc_grpc/redis.rs"]
@@ -49,11 +61,13 @@ mod support;
 use std::process::Command;
 use std::time::Duration;
 
-use load::{phase, Caller};
+use bare::BareServer;
+use load::{phase, Caller, Uids};
 use redis::{redis_cmd, redis_shape, start_redis};
-use report::{keep, ratio_table, Best};
+use report::{bare_table, ratio_table, Sides};
+use seqsvr_client::{ClientOptions, SeqClient};
 use seqsvr_proto::alloc_client::AllocClient;
-use setup::start_cluster;
+use setup::{scrape, start_cluster, Target};
 use tonic::transport::Endpoint;
 
 /// Uids served (and drawn from): `[0, UIDS)`.
@@ -62,6 +76,11 @@ const UIDS: u64 = 1_000_000;
 const SECTION_SIZE: u64 = 100_000;
 /// A large step: raises are rare, so the figures are the hot path's.
 const STEP: u64 = 1_000_000;
+/// The step of `--exhaust`'s second cluster: a hot uid runs through it in
+/// a few milliseconds.
+const SMALL_STEP: u64 = 100;
+/// Hot uids of `--exhaust` (spread over the 10 sections).
+const HOT_UIDS: u64 = 50;
 /// Uids per `next_batch` call.
 const BATCH: usize = 16;
 /// Warm-up before each measured phase.
@@ -75,8 +94,12 @@ struct Args {
     threads: usize,
     /// Also run the Redis comparison.
     redis: bool,
-    /// Rounds of every shape; each side's best round counts.
+    /// Rounds of every shape; each side's median round counts.
     rounds: usize,
+    /// Also run the step-exhaustion comparison.
+    exhaust: bool,
+    /// Only this shape (1-based index into `SHAPES`), e.g. to profile one.
+    shape: Option<usize>,
 }
 
 impl Args {
@@ -86,6 +109,8 @@ impl Args {
             threads: 1,
             redis: false,
             rounds: 1,
+            exhaust: false,
+            shape: None,
         };
         let mut it = std::env::args().skip(1);
         while let Some(arg) = it.next() {
@@ -95,6 +120,15 @@ impl Args {
                     a.threads = it.next().and_then(|v| v.parse().ok()).expect("--threads T")
                 }
                 "--redis" => a.redis = true,
+                "--exhaust" => a.exhaust = true,
+                "--shape" => {
+                    a.shape = it.next().and_then(|v| v.parse().ok());
+                    assert!(
+                        a.shape.is_some_and(|i| (1..=SHAPES.len()).contains(&i)),
+                        "--shape 1..={}",
+                        SHAPES.len()
+                    );
+                }
                 "--rounds" => {
                     a.rounds = it.next().and_then(|v| v.parse().ok()).expect("--rounds R")
                 }
@@ -121,22 +155,48 @@ const NEXT_C50: usize = 1;
 const BATCH_C1: usize = 2;
 const BATCH_C50: usize = 3;
 
-async fn run(args: &Args) {
-    let mut redis = args.redis.then(start_redis);
-    let cluster = start_cluster(args.threads);
-    cluster.store.wait_ready(Duration::from_secs(30)).await;
-    let client = cluster.client().await;
-    cluster.wait_serving(&client).await;
-    let addr = &cluster.alloc_addrs[0];
+/// Connects a raw tonic stub to `addr`.
+async fn raw_stub(addr: &str) -> Caller {
     let channel = Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
         .await
-        .expect("connect to the AllocSvr");
+        .expect("connect to the server");
+    Caller::Raw(AllocClient::new(channel))
+}
+
+/// A `SeqClient` through `seed`.
+async fn lib_client(seed: &str) -> Caller {
+    let opts = ClientOptions {
+        deadline: Duration::from_secs(5),
+        ..Default::default()
+    };
+    Caller::Lib(
+        SeqClient::connect(&[seed.to_string()], opts)
+            .await
+            .expect("a client through the server"),
+    )
+}
+
+async fn run(args: &Args) {
+    let mut redis = args.redis.then(start_redis);
+    let (cluster, _) = start_cluster(args.threads, STEP);
+    cluster.store.wait_ready(Duration::from_secs(30)).await;
+    let client = cluster.client().await;
+    cluster.wait_serving(&client).await;
+    let seqsvr = Target::seqsvr(&cluster);
     let lib = Caller::Lib(client);
-    let raw = Caller::Raw(AllocClient::new(channel));
+    let raw = raw_stub(&cluster.alloc_addrs[0]).await;
+    let bare_server = BareServer::start(args.threads);
+    let bare = Target {
+        name: "bare",
+        server: Some(bare_server.pid()),
+        stores: Vec::new(),
+    };
+    let bare_lib = lib_client(&bare_server.addr).await;
+    let bare_raw = raw_stub(&bare_server.addr).await;
     println!(
-        "seqsvr: 3 store replicas + 1 AllocSvr (`seqsvr alloc --threads {}`), {} sections of {SECTION_SIZE} uids, step {STEP};\n        load: this process, 1 current-thread tokio runtime, N tasks in closed loops; 1 s warm-up + {} s per phase",
+        "seqsvr: 3 store replicas + 1 AllocSvr (`seqsvr alloc --threads {}`), {} sections of {SECTION_SIZE} uids, step {STEP};\n        bare:   a tonic server on the same runtime whose handlers only bump a counter;\n        load: this process, 1 current-thread tokio runtime, N tasks in closed loops; 1 s warm-up + {} s per phase",
         args.threads,
         UIDS / SECTION_SIZE,
         args.secs
@@ -153,25 +213,27 @@ async fn run(args: &Args) {
         );
     }
     let s = args.secs;
-    let mut best: Vec<Best> = SHAPES.iter().map(|_| Best::default()).collect();
+    let mut sides: Vec<Sides> = SHAPES.iter().map(|_| Sides::default()).collect();
     for round in 1..=args.rounds {
         if args.rounds > 1 {
             println!("\n== round {round} of {}", args.rounds);
         }
-        for (&(title, batch, callers), best) in SHAPES.iter().zip(&mut best) {
-            println!("\n{title}");
-            keep(
-                &mut best.lib,
-                phase(&cluster, &lib, batch, callers, s).await,
-            );
-            if callers > 1 {
-                keep(
-                    &mut best.raw,
-                    phase(&cluster, &raw, batch, callers, s).await,
-                );
+        for (i, (&(title, batch, callers), side)) in SHAPES.iter().zip(&mut sides).enumerate() {
+            if args.shape.is_some_and(|k| k != i + 1) {
+                continue;
             }
+            println!("\n{title}");
+            let u = Uids::Uniform;
+            side.lib
+                .push(phase(&seqsvr, &lib, batch, u, callers, s).await);
+            side.bare_lib
+                .push(phase(&bare, &bare_lib, batch, u, callers, s).await);
+            side.raw
+                .push(phase(&seqsvr, &raw, batch, u, callers, s).await);
+            side.bare_raw
+                .push(phase(&bare, &bare_raw, batch, u, callers, s).await);
             if let Some(r) = redis.as_mut() {
-                keep(&mut best.redis, redis_shape(r, callers, batch.max(1), s));
+                side.redis.push(redis_shape(r, callers, batch.max(1), s));
             }
         }
     }
@@ -184,24 +246,83 @@ async fn run(args: &Args) {
         println!("\n(redis-server {})", aof.trim());
     }
     drop(redis);
+    drop(bare_server);
+    if args.exhaust {
+        exhaust(args, &seqsvr, &lib).await;
+    }
     drop(cluster);
     if args.rounds > 1 {
-        println!("\nbest of {} rounds (most seqs/s), per side", args.rounds);
-        for (&(title, ..), b) in SHAPES.iter().zip(&best) {
+        println!("\nmedian of {} rounds (by seqs/s), per side", args.rounds);
+        for (&(title, ..), side) in SHAPES.iter().zip(&sides) {
             println!("{title}");
-            for f in [&b.lib, &b.raw, &b.redis].into_iter().flatten() {
+            for f in side.medians() {
                 f.print();
             }
         }
     }
-    if args.redis {
-        ratio_table(&best);
+    bare_table(&sides, &SHAPES);
+    if args.redis && args.shape.is_none() {
+        ratio_table(&sides);
     } else {
-        println!("\n(add --redis for the Redis comparison and the ratio table)");
+        println!("\n(add --redis for the Redis comparison and its ratio table)");
     }
 }
 
+/// Callers that run through steps quickly: `next` at 50 callers on a few
+/// hot uids, first on the main cluster (step 1,000,000: no raise in
+/// sight, the steady state), then on a cluster whose step is
+/// [`SMALL_STEP`], where every hot uid exhausts its section's ceiling
+/// within milliseconds and raise-ahead must keep callers from waiting.
+async fn exhaust(args: &Args, seqsvr: &Target, lib: &Caller) {
+    let hot = Uids::Hot(HOT_UIDS);
+    println!(
+        "\nnext on {HOT_UIDS} hot uids, 50 callers: step {STEP} (steady) vs step {SMALL_STEP}"
+    );
+    let steady = phase(seqsvr, lib, 0, hot, 50, args.secs).await;
+    let (small, metrics) = start_cluster(args.threads, SMALL_STEP);
+    small.store.wait_ready(Duration::from_secs(30)).await;
+    let client = small.client().await;
+    small.wait_serving(&client).await;
+    let target = Target::seqsvr(&small);
+    let before = raises(&metrics);
+    let f = phase(&target, &Caller::Lib(client), 0, hot, 50, args.secs).await;
+    let after = raises(&metrics);
+    println!(
+        "  raises during the run (warm-up included): {}, calls that found their section exhausted: {}",
+        after.0 - before.0,
+        after.1 - before.1
+    );
+    println!(
+        "  p99 {:.0} µs vs {:.0} µs steady: {:.2}×  (target ≤ 2×: {}); p999 {:.0} vs {:.0} µs",
+        f.p99,
+        steady.p99,
+        f.p99 / steady.p99,
+        if f.p99 <= 2.0 * steady.p99 {
+            "met"
+        } else {
+            "NOT met"
+        },
+        f.p999,
+        steady.p999
+    );
+}
+
+/// The AllocSvr's raises applied and calls that found their section
+/// exhausted so far, from its metrics.
+fn raises(metrics: &str) -> (u64, u64) {
+    let n = "seqsvr_alloc_allocator_total";
+    (
+        scrape(metrics, n, "raises_applied"),
+        scrape(metrics, n, "exhausted"),
+    )
+}
+
 fn main() {
+    let mut argv = std::env::args().skip(1);
+    if argv.next().as_deref() == Some(bare::FLAG) {
+        let threads = argv.next().and_then(|t| t.parse().ok()).unwrap_or(1);
+        return bare::serve(threads);
+    }
     let args = Args::parse();
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let load: Vec<&str> = load.split_whitespace().take(3).collect();

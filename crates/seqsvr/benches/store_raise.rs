@@ -1,10 +1,13 @@
 //! Store raise latency and throughput with 3 replicas (real processes,
-//! real fsync) on loopback, for 1 and 32 concurrent callers.
+//! real fsync) on loopback, for 1 and 32 concurrent callers, and where a
+//! raise's time goes (the stores' stage histograms: `store_raise/stages.rs`).
 //!
 //! Run: `cargo bench -p seqsvr --bench store_raise` (add `-- <seconds>` to
 //! change the duration of each phase; default 10). Prints figures; asserts
 //! nothing about speed.
 
+#[path = "store_raise/stages.rs"]
+mod stages;
 #[path = "../../../tests/support/mod.rs"]
 mod support;
 
@@ -14,7 +17,8 @@ use hdrhistogram::Histogram;
 use seqsvr_core::{Incarnation, SetSpec};
 use seqsvr_store_api::client::plaintext;
 use seqsvr_store_api::{AllocAddrs, PeerClient, ReadClient};
-use support::StoreCluster;
+use stages::{print_breakdown, Scrapes};
+use support::{StoreCluster, StoreOptions};
 
 const SECTIONS: u32 = 64;
 const STEP: u64 = 10_000;
@@ -47,6 +51,7 @@ async fn phase(
     let leader_read =
         ReadClient::new(&[cluster.client_addrs[leader].clone()], &plaintext()).unwrap();
     let leader_before = fsyncs(&leader_read).await;
+    let scrapes = Scrapes::take(&cluster.metrics_addrs);
     let deadline = Instant::now() + Duration::from_secs(secs);
     let tasks: Vec<_> = (0..callers)
         .map(|k| {
@@ -95,6 +100,12 @@ async fn phase(
         total as f64 / n as f64,
         on_leader as f64 / n as f64,
     );
+    print_breakdown(
+        &scrapes,
+        &Scrapes::take(&cluster.metrics_addrs),
+        leader,
+        h.mean(),
+    );
     out.sort();
     out
 }
@@ -115,7 +126,11 @@ fn main() {
             ..SetSpec::new(0, 0..SECTIONS as u64 * 1000)
         };
         let set = SetSpec { step: STEP, ..set };
-        let cluster = StoreCluster::start(3, set);
+        let opts = StoreOptions {
+            metrics: true,
+            ..Default::default()
+        };
+        let cluster = StoreCluster::start_opts(3, set, Vec::new(), opts);
         let leader = cluster.wait_ready(Duration::from_secs(30)).await;
         let c = cluster.peer();
         let addrs = AllocAddrs {

@@ -12,8 +12,7 @@ use seqsvr_proto::{NextBatchRequest, NextRequest};
 use tonic::transport::Channel;
 
 use crate::report::Figures;
-use crate::setup::{pct, Cpu};
-use crate::support::SetCluster;
+use crate::setup::{pct, Cpu, Target};
 use crate::{UIDS, WARMUP};
 
 /// xorshift64: a few cycles per number, so the PRNG costs nothing.
@@ -37,6 +36,25 @@ impl XorShift {
     }
 }
 
+/// Which uids the callers draw.
+#[derive(Clone, Copy, Debug)]
+pub enum Uids {
+    /// Uniform over every uid served.
+    Uniform,
+    /// Only `n` hot uids, spread evenly over the sections: each is called
+    /// often enough to run through a small step quickly.
+    Hot(u64),
+}
+
+impl Uids {
+    fn draw(self, rng: &mut XorShift) -> u64 {
+        match self {
+            Uids::Uniform => rng.below(UIDS),
+            Uids::Hot(n) => rng.below(n) * (UIDS / n),
+        }
+    }
+}
+
 /// How a caller reaches the AllocSvr.
 #[derive(Clone)]
 pub enum Caller {
@@ -56,9 +74,9 @@ impl Caller {
 
     /// One call of `batch` uids (`0` = a single `next`); returns the seqs
     /// handed out.
-    async fn call(&mut self, rng: &mut XorShift, batch: usize) -> Result<u64, String> {
+    async fn call(&mut self, rng: &mut XorShift, batch: usize, uids: Uids) -> Result<u64, String> {
         if batch == 0 {
-            let uid = rng.below(UIDS);
+            let uid = uids.draw(rng);
             match self {
                 Caller::Lib(c) => c.next(uid).await.map_err(|e| e.to_string())?,
                 Caller::Raw(c) => {
@@ -71,7 +89,7 @@ impl Caller {
             };
             return Ok(1);
         }
-        let uids: Vec<u64> = (0..batch).map(|_| rng.below(UIDS)).collect();
+        let uids: Vec<u64> = (0..batch).map(|_| uids.draw(rng)).collect();
         let n = match self {
             Caller::Lib(c) => c.next_batch(&uids).await.map_err(|e| e.to_string())?.len(),
             Caller::Raw(c) => c
@@ -94,9 +112,10 @@ const STOPPED: u8 = 2;
 /// 1 s of warm-up, then `secs` measured. A call counts if it started and
 /// ended while measuring.
 pub async fn phase(
-    cluster: &SetCluster,
+    target: &Target,
     caller: &Caller,
     batch: usize,
+    uids: Uids,
     callers: usize,
     secs: u64,
 ) -> Figures {
@@ -107,18 +126,19 @@ pub async fn phase(
                 caller.clone(),
                 state.clone(),
                 batch,
+                uids,
                 k as u64 + 1,
             ))
         })
         .collect();
     tokio::time::sleep(WARMUP).await;
-    let cpu0 = Cpu::now(cluster);
+    let cpu0 = Cpu::now(target);
     state.store(MEASURING, Ordering::Relaxed);
     let start = Instant::now();
     tokio::time::sleep(Duration::from_secs(secs)).await;
     state.store(STOPPED, Ordering::Relaxed);
     let wall = start.elapsed().as_secs_f64();
-    let cpu1 = Cpu::now(cluster);
+    let cpu1 = Cpu::now(target);
     let mut all = Tally::new();
     for t in tasks {
         all.add(t.await.unwrap());
@@ -129,16 +149,21 @@ pub async fn phase(
         errors,
         last_error,
     } = all;
-    let shape = if batch == 0 { "next" } else { "batch-16" };
+    let shape = match (batch, uids) {
+        (0, Uids::Uniform) => "next".to_string(),
+        (0, Uids::Hot(n)) => format!("next hot {n}"),
+        (_, _) => "batch-16".to_string(),
+    };
     let f = Figures {
-        label: format!("seqsvr {shape} c={callers} {}", caller.name()),
+        label: format!("{} {shape} c={callers} {}", target.name, caller.name()),
         cpu: format!(
-            "bench {:.0} alloc {:.0} stores {:.0}",
+            "bench {:.0} server {:.0} stores {:.0}",
             pct(cpu1.bench - cpu0.bench, wall),
-            pct(cpu1.alloc - cpu0.alloc, wall),
+            pct(cpu1.server - cpu0.server, wall),
             pct(cpu1.stores - cpu0.stores, wall),
         ),
         calls_per_s: h.len() as f64 / wall,
+        server_us_per_call: (cpu1.server - cpu0.server) * 1e6 / h.len().max(1) as f64,
         seqs_per_s: seqs as f64 / wall,
         p50: h.value_at_quantile(0.5) as f64,
         p99: h.value_at_quantile(0.99) as f64,
@@ -186,7 +211,13 @@ impl Tally {
 
 /// One caller: calls in a closed loop until `state` is `STOPPED`, counting
 /// the calls that started and ended while `MEASURING`.
-async fn call_loop(mut caller: Caller, state: Arc<AtomicU8>, batch: usize, seed: u64) -> Tally {
+async fn call_loop(
+    mut caller: Caller,
+    state: Arc<AtomicU8>,
+    batch: usize,
+    uids: Uids,
+    seed: u64,
+) -> Tally {
     let mut rng = XorShift::new(seed);
     let mut tally = Tally::new();
     loop {
@@ -195,7 +226,7 @@ async fn call_loop(mut caller: Caller, state: Arc<AtomicU8>, batch: usize, seed:
             break;
         }
         let t = Instant::now();
-        let r = caller.call(&mut rng, batch).await;
+        let r = caller.call(&mut rng, batch, uids).await;
         let us = t.elapsed().as_micros() as u64;
         if s != MEASURING || state.load(Ordering::Relaxed) != MEASURING {
             continue;

@@ -1,5 +1,6 @@
-//! Figures: one line per run, each side's best round, and the ratio table
-//! against issue 3's targets.
+//! Figures: one line per run, each side's median round, and the ratio
+//! tables: against Redis and against a bare tonic server, with the
+//! targets of `docs/benchmarks.md`.
 
 use crate::{BATCH_C1, BATCH_C50, NEXT_C1, NEXT_C50};
 
@@ -11,6 +12,9 @@ pub struct Figures {
     pub cpu: String,
     /// Requests (round trips) per second: calls, or pipelines for Redis.
     pub calls_per_s: f64,
+    /// CPU time the server process spent per call, µs (what a call costs
+    /// the server whatever else the machine runs; 0 for Redis).
+    pub server_us_per_call: f64,
     /// Sequence numbers handed out per second.
     pub seqs_per_s: f64,
     /// Latency quantiles and max, in µs (per call; for a Redis pipeline,
@@ -26,37 +30,100 @@ impl Figures {
     pub fn print(&self) {
         let f = self;
         println!(
-            "  {:<31} {:>10.0} seqs/s {:>8.0} req/s  p50 {:>5.0} p99 {:>5.0} p999 {:>6.0} max {:>6.0} µs  cpu% {}",
-            f.label, f.seqs_per_s, f.calls_per_s, f.p50, f.p99, f.p999, f.max, f.cpu,
+            "  {:<31} {:>10.0} seqs/s {:>8.0} req/s  p50 {:>5.0} p99 {:>5.0} p999 {:>6.0} max {:>6.0} µs  server {:>4.1} µs/call  cpu% {}",
+            f.label, f.seqs_per_s, f.calls_per_s, f.p50, f.p99, f.p999, f.max, f.server_us_per_call, f.cpu,
         );
     }
 }
 
-/// Keeps in `best` whichever of it and `f` handed out more seqs/s.
-pub fn keep(best: &mut Option<Figures>, f: Figures) {
-    if best.as_ref().is_none_or(|b| f.seqs_per_s > b.seqs_per_s) {
-        *best = Some(f);
+/// Every round's figures of one side of one shape.
+#[derive(Default)]
+pub struct Runs(Vec<Figures>);
+
+impl Runs {
+    /// Adds a round.
+    pub fn push(&mut self, f: Figures) {
+        self.0.push(f);
+    }
+
+    /// The median round by seqs/s (the lower middle one for an even
+    /// count): what a typical round gave, not the luckiest.
+    pub fn median(&self) -> Option<&Figures> {
+        let mut v: Vec<&Figures> = self.0.iter().collect();
+        v.sort_by(|a, b| a.seqs_per_s.total_cmp(&b.seqs_per_s));
+        v.get(v.len().saturating_sub(1) / 2).copied()
     }
 }
 
-/// One shape's best run per side (most seqs/s over the rounds).
+/// One shape's rounds, per side.
 #[derive(Default)]
-pub struct Best {
+pub struct Sides {
     /// seqsvr through `SeqClient`.
-    pub lib: Option<Figures>,
-    /// seqsvr through a raw tonic stub (50 callers only).
-    pub raw: Option<Figures>,
+    pub lib: Runs,
+    /// seqsvr through a raw tonic stub.
+    pub raw: Runs,
+    /// The bare tonic server through `SeqClient`.
+    pub bare_lib: Runs,
+    /// The bare tonic server through a raw tonic stub.
+    pub bare_raw: Runs,
     /// Redis.
-    pub redis: Option<Figures>,
+    pub redis: Runs,
 }
 
-/// Prints seqsvr / Redis per shape, against issue 3's targets.
-pub fn ratio_table(best: &[Best]) {
+impl Sides {
+    /// Every side's median, in print order.
+    pub fn medians(&self) -> impl Iterator<Item = &Figures> {
+        [
+            &self.lib,
+            &self.raw,
+            &self.bare_lib,
+            &self.bare_raw,
+            &self.redis,
+        ]
+        .into_iter()
+        .filter_map(Runs::median)
+    }
+}
+
+/// Prints seqsvr / bare tonic per shape and client, against the target
+/// of `docs/benchmarks.md` (≥ 0.97× for `next` and batch-16 at 50
+/// callers).
+pub fn bare_table(sides: &[Sides], shapes: &[(&str, usize, usize)]) {
+    println!("\nseqsvr AllocSvr / bare tonic server (same client, same run; medians)");
+    println!(
+        "  {:<30} {:<10} {:>10} {:>10} {:>7}  {:>16}  target",
+        "shape", "client", "seqsvr", "bare", "ratio", "server µs/call"
+    );
+    for (i, (&(title, _, callers), s)) in shapes.iter().zip(sides).enumerate() {
+        for (client, a, b) in [
+            ("SeqClient", &s.lib, &s.bare_lib),
+            ("raw tonic", &s.raw, &s.bare_raw),
+        ] {
+            let (Some(a), Some(b)) = (a.median(), b.median()) else {
+                continue;
+            };
+            let r = a.seqs_per_s / b.seqs_per_s;
+            let target = if callers > 1 && (i == NEXT_C50 || i == BATCH_C50) {
+                format!("≥ 0.97×  {}", if r >= 0.97 { "met" } else { "NOT met" })
+            } else {
+                String::new()
+            };
+            println!(
+                "  {title:<30} {client:<10} {:>10.0} {:>10.0} {r:>6.2}×  {:>7.1} vs {:>5.1}  {target}",
+                a.seqs_per_s, b.seqs_per_s, a.server_us_per_call, b.server_us_per_call
+            );
+        }
+    }
+}
+
+/// Prints seqsvr / Redis per shape, against the targets of
+/// `docs/benchmarks.md`.
+pub fn ratio_table(sides: &[Sides]) {
     let met = |ok: bool| if ok { "met" } else { "NOT met" };
-    let lib = |i: usize| best[i].lib.as_ref().expect("every shape ran");
-    let redis = |i: usize, q: fn(&Figures) -> f64| best[i].redis.as_ref().map_or(f64::NAN, q);
+    let lib = |i: usize| sides[i].lib.median().expect("every shape ran");
+    let redis = |i: usize, q: fn(&Figures) -> f64| sides[i].redis.median().map_or(f64::NAN, q);
     let seqs = |f: &Figures| f.seqs_per_s;
-    println!("\nseqsvr (SeqClient) / Redis");
+    println!("\nseqsvr (SeqClient) / Redis (medians)");
     println!(
         "  {:<38} {:>10} {:>10} {:>7}  target",
         "shape", "seqsvr", "Redis", "ratio"

@@ -5,30 +5,35 @@ use seqsvr_alloc::node::AllocNodeConfig;
 use seqsvr_core::SetSpec;
 use seqsvr_store::node::InitialAlloc;
 
+pub use crate::support::cpu_of;
 use crate::support::{free_port, Proc, SetCluster, StoreCluster};
-use crate::{SECTION_SIZE, STEP, UIDS};
+use crate::{SECTION_SIZE, UIDS};
 
 /// Starts 3 store replicas and one AllocSvr with `threads` workers owning
-/// every section.
-pub fn start_cluster(threads: usize) -> SetCluster {
+/// every section, which take ceilings `step` at a time.
+///
+/// Returns the cluster and the AllocSvr's metrics address.
+pub fn start_cluster(threads: usize, step: u64) -> (SetCluster, String) {
     let set = SetSpec {
         section_size: SECTION_SIZE,
-        step: STEP,
+        step,
         ..SetSpec::new(0, 0..UIDS)
     };
     let id = "alloc-1".to_string();
-    let [addr, peer_addr, admin_addr] = [(); 3].map(|()| format!("127.0.0.1:{}", free_port()));
+    let [addr, peer_addr, admin_addr, metrics_addr] =
+        [(); 4].map(|()| format!("127.0.0.1:{}", free_port()));
     let initial = vec![InitialAlloc {
         id: id.clone(),
         first: 0,
         count: set.section_count(),
     }];
     let store = StoreCluster::start_with(3, set, initial);
-    // Only the required fields: everything else takes `AllocNodeConfig`'s
-    // defaults, as an operator's minimal file would.
+    // Only the required fields and the metrics address: everything else
+    // takes `AllocNodeConfig`'s defaults, as an operator's minimal file
+    // would.
     let store_list: Vec<String> = store.peer_addrs.iter().map(|a| format!("{a:?}")).collect();
     let text = format!(
-        "id = {id:?}\naddr = {addr:?}\npeer_addr = {peer_addr:?}\nadmin_addr = {admin_addr:?}\nstore = [{}]\n",
+        "id = {id:?}\naddr = {addr:?}\npeer_addr = {peer_addr:?}\nadmin_addr = {admin_addr:?}\nmetrics_addr = {metrics_addr:?}\nstore = [{}]\n",
         store_list.join(", ")
     );
     AllocNodeConfig::from_toml(&text).expect("a valid AllocSvr config");
@@ -42,27 +47,32 @@ pub fn start_cluster(threads: usize) -> SetCluster {
         threads.to_string(),
     ];
     let alloc = Proc::start(&id, args, store.dir.path().join(format!("{id}.log")));
-    SetCluster {
+    let cluster = SetCluster {
         store,
         alloc_addrs: vec![addr],
         allocs: vec![alloc],
-    }
+    };
+    (cluster, metrics_addr)
 }
 
-/// CPU seconds (user + system) of process `pid`, from /proc.
-pub fn cpu_of(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
+/// The value of counter `name` with first label `event="{event}"` in the
+/// Prometheus text served on `addr` (0 if absent).
+pub fn scrape(addr: &str, name: &str, event: &str) -> u64 {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return 0;
     };
-    // Fields after the command name (which may hold spaces): state is 3rd,
-    // utime 14th, stime 15th.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
-        + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
-    // SAFETY: sysconf has no memory effects.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    ticks as f64 / hz
+    let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n");
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    // `name{event="X",other="…"} value`: the label order is the
+    // registry's, so match the name and the event label, take the value.
+    let key = format!("{name}{{event=\"{event}\"");
+    text.lines()
+        .filter(|l| l.starts_with(&key))
+        .find_map(|l| l.rsplit(' ').next())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
 }
 
 /// CPU seconds of this process (`RUSAGE_SELF`) or of its reaped children
@@ -75,26 +85,42 @@ pub fn rusage(who: i32) -> f64 {
     tv(r.ru_utime) + tv(r.ru_stime)
 }
 
-/// CPU seconds of the bench process, the AllocSvr and the stores (summed).
+/// The server a phase drives: its name in the figures and the processes
+/// whose CPU it reports.
+pub struct Target {
+    /// `seqsvr` or `bare`.
+    pub name: &'static str,
+    /// The process serving the calls.
+    pub server: Option<u32>,
+    /// The store replicas behind it (none for the bare server).
+    pub stores: Vec<u32>,
+}
+
+impl Target {
+    /// The seqsvr cluster's AllocSvr and stores.
+    pub fn seqsvr(cluster: &SetCluster) -> Target {
+        Target {
+            name: "seqsvr",
+            server: cluster.allocs[0].pid(),
+            stores: cluster.store.procs.iter().filter_map(|p| p.pid()).collect(),
+        }
+    }
+}
+
+/// CPU seconds of the bench process, the server and the stores (summed).
 #[derive(Clone, Copy)]
 pub struct Cpu {
     pub bench: f64,
-    pub alloc: f64,
+    pub server: f64,
     pub stores: f64,
 }
 
 impl Cpu {
-    pub fn now(cluster: &SetCluster) -> Cpu {
+    pub fn now(target: &Target) -> Cpu {
         Cpu {
             bench: rusage(libc::RUSAGE_SELF),
-            alloc: cluster.allocs[0].pid().map(cpu_of).unwrap_or(0.0),
-            stores: cluster
-                .store
-                .procs
-                .iter()
-                .filter_map(|p| p.pid())
-                .map(cpu_of)
-                .sum(),
+            server: target.server.map(cpu_of).unwrap_or(0.0),
+            stores: target.stores.iter().copied().map(cpu_of).sum(),
         }
     }
 }

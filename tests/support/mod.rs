@@ -33,13 +33,40 @@ pub fn seqsvr_bin() -> &'static str {
     env!("CARGO_BIN_EXE_seqsvr")
 }
 
-/// A free loopback port (bound, then released for the child to take).
+/// Ports [`free_port`] hands out: below the kernel's ephemeral range
+/// (Linux: 32768–60999), so that no outgoing connection of this machine
+/// takes a port between its release here and a child binding it.
+const PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+/// A free loopback port for a child process to bind: one that binds now,
+/// drawn from [`PORTS`] and never handed out twice by this process.
+///
+/// A port bound to `127.0.0.1:0` and released comes from the ephemeral
+/// range, where the many client connections of a running test also take
+/// their local ports: one of them sometimes took a port in the moment
+/// before the child bound it ("Address already in use"). Test binaries run
+/// one at a time, and within one the counter keeps parallel tests apart.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let span = u32::from(PORTS.end - PORTS.start);
+    if NEXT.load(Ordering::Relaxed) == u32::MAX {
+        // A different start per process, so that a port a previous test
+        // binary's child may still hold (in TIME_WAIT) is not first in line.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let seed = (nanos ^ std::process::id().wrapping_mul(2_654_435_761)) % span;
+        let _ = NEXT.compare_exchange(u32::MAX, seed, Ordering::Relaxed, Ordering::Relaxed);
+    }
+    for _ in 0..span {
+        let k = NEXT.fetch_add(1, Ordering::Relaxed) % span;
+        let port = PORTS.start + k as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {PORTS:?}")
 }
 
 /// Sends `sig` to `pid`.

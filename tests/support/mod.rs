@@ -75,6 +75,15 @@ pub fn signal(pid: u32, sig: i32) {
     unsafe { libc::kill(pid as i32, sig) };
 }
 
+/// "N CPUs, load average a b c at start": the first line of a bench's
+/// report, so figures are read against how busy the machine was.
+pub fn machine_banner() -> String {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load: Vec<&str> = load.split_whitespace().take(3).collect();
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{cpus} CPUs, load average {} at start", load.join(" "))
+}
+
 /// CPU seconds (user + system) process `pid` has used, from /proc (0 if
 /// it is gone).
 pub fn cpu_of(pid: u32) -> f64 {

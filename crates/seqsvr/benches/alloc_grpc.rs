@@ -324,12 +324,9 @@ fn main() {
         return bare::serve(threads);
     }
     let args = Args::parse();
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load: Vec<&str> = load.split_whitespace().take(3).collect();
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
-        "alloc_grpc: {cpus} CPUs, load average {} at start (figures vary run to run)",
-        load.join(" ")
+        "alloc_grpc: {} (figures vary run to run)",
+        support::machine_banner()
     );
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

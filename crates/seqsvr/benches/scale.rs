@@ -130,12 +130,9 @@ impl Args {
 
 fn main() {
     let args = Args::parse();
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load: Vec<&str> = load.split_whitespace().take(3).collect();
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
-        "scale: {cpus} CPUs, load average {} at start (figures vary run to run); phases {}",
-        load.join(" "),
+        "scale: {} (figures vary run to run); phases {}",
+        support::machine_banner(),
         args.phases.join(",")
     );
     let rt = tokio::runtime::Builder::new_multi_thread()

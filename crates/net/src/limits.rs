@@ -12,7 +12,7 @@
 //! | `idle_timeout_ms` | 300 000 | 300 000 | 300 000 |
 //! | `handshake_timeout_ms` | 5 000 | 5 000 | 5 000 |
 //! | `request_timeout_ms` | 5 000 | 30 000 | 60 000 |
-//! | `keepalive_interval_ms` | 30 000 | 10 000 | 30 000 |
+//! | `keepalive_interval_ms` | 0 (off) | 10 000 | 30 000 |
 //! | `keepalive_timeout_ms` | 10 000 | 5 000 | 10 000 |
 //!
 //! - Client-plane requests are a user id or a short batch of them, so 64
@@ -25,6 +25,18 @@
 //!   timeout; the shorter keepalive finds a dead replica sooner.
 //! - Admin calls are few, from few operators, and may wait for a Raft
 //!   commit (membership changes), hence the longest request timeout.
+//! - The client plane sends no keepalive pings of its own. They would find
+//!   a vanished client sooner than the idle timeout does, but nothing else:
+//!   pings do not count as use, so they cannot keep a connection open past
+//!   `idle_timeout`, and a call whose client vanished ends at
+//!   `request_timeout`. (Clients ping from their side while they have
+//!   calls open, as `SeqClient` does, to find a dead server fast.)
+//!   What they would cost is on every call: with keepalive on, the HTTP/2
+//!   server records the time of every frame it reads under a lock, a
+//!   measurable share of a call on the busiest plane. A vanished client's
+//!   connection therefore holds its slot under `max_connections` until the
+//!   idle timeout closes it; set `keepalive_interval_ms` to find it sooner.
+//!   `keepalive_interval_ms = 0` turns keepalive off on any plane.
 //!
 //! In configuration each plane is a table whose missing keys take that
 //! plane's defaults ([`PlaneLimits`]); durations are whole milliseconds:
@@ -78,6 +90,7 @@ pub struct Limits {
     #[serde(rename = "request_timeout_ms", with = "ms")]
     pub request_timeout: Duration,
     /// The server pings a connection it has heard nothing from this long…
+    /// (zero: it never pings)
     #[serde(rename = "keepalive_interval_ms", with = "ms")]
     pub keepalive_interval: Duration,
     /// …and closes it if the ping is not answered within this.
@@ -102,7 +115,7 @@ impl Limits {
                 idle_timeout: s(300),
                 handshake_timeout: s(5),
                 request_timeout: s(5),
-                keepalive_interval: s(30),
+                keepalive_interval: Duration::ZERO,
                 keepalive_timeout: s(10),
             },
             Plane::Peer => Limits {
@@ -148,7 +161,6 @@ impl Limits {
             ("idle_timeout_ms", self.idle_timeout),
             ("handshake_timeout_ms", self.handshake_timeout),
             ("request_timeout_ms", self.request_timeout),
-            ("keepalive_interval_ms", self.keepalive_interval),
             ("keepalive_timeout_ms", self.keepalive_timeout),
         ] {
             if d.is_zero() {
@@ -164,6 +176,11 @@ impl Limits {
             ));
         }
         Ok(())
+    }
+
+    /// The keepalive interval, if the server pings at all.
+    pub fn keepalive(&self) -> Option<Duration> {
+        (!self.keepalive_interval.is_zero()).then_some(self.keepalive_interval)
     }
 }
 
@@ -287,6 +304,28 @@ mod tests {
         assert_eq!(all.peer.max_message, 8 * 1024 * 1024);
         // Raft snapshot chunks are at most 4 MiB and must fit with framing.
         assert!(all.peer.max_message > 4 * 1024 * 1024);
+        // The client plane does not ping (see the module doc); the others do.
+        assert_eq!(all.client.keepalive(), None);
+        assert_eq!(all.peer.keepalive(), Some(Duration::from_secs(10)));
+        assert_eq!(all.admin.keepalive(), Some(Duration::from_secs(30)));
+    }
+
+    #[test]
+    fn keepalive_is_turned_on_and_off_by_its_interval() {
+        let l: PlaneLimits = toml::from_str(
+            "[client]\nkeepalive_interval_ms = 20000\n[admin]\nkeepalive_interval_ms = 0\n",
+        )
+        .unwrap();
+        l.validate().unwrap();
+        assert_eq!(l.client.keepalive(), Some(Duration::from_secs(20)));
+        assert_eq!(l.admin.keepalive(), None);
+        let e = Limits {
+            keepalive_timeout: Duration::ZERO,
+            ..Limits::for_plane(Plane::Peer)
+        }
+        .validate(Plane::Peer)
+        .unwrap_err();
+        assert!(e.to_string().contains("keepalive_timeout_ms"), "{e}");
     }
 
     #[test]

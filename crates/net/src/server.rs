@@ -26,8 +26,8 @@
 //! | `max_connections` | accept loop: extra connections are accepted and closed at once |
 //! | `handshake_timeout`, `idle_timeout` | per-connection timer under HTTP/2 |
 //! | `max_concurrent_streams`, keepalive | HTTP/2 settings of tonic's server |
-//! | `request_timeout` | tonic's `Server::timeout` |
-//! | `max_message` | [`MaxMessageLayer`], answering `RESOURCE_EXHAUSTED` |
+//! | `request_timeout` | [`PlaneLayer`], a timer only for calls that wait |
+//! | `max_message` | [`PlaneLayer`], answering `RESOURCE_EXHAUSTED` |
 //!
 //! # Plaintext
 //!
@@ -40,18 +40,21 @@
 //! # Cost per call
 //!
 //! The layers add no allocation per call: the message-size check wraps
-//! the request body in a generic type and reads one response header; the
-//! connection-level work is per socket read, not per call. The
+//! the request body in a generic type and reads one response header, and
+//! the request timeout makes its timer only for a call that has to wait;
+//! the connection-level work is per socket read, not per call. The
 //! `allocs` test counts allocations per call through plain tonic and
 //! through a listener to keep it so. With TLS the listener makes one
 //! allocation fewer per call than tonic's own TLS, because its connection
 //! info is one request extension instead of two.
 
+mod call;
 mod conn;
 mod size;
 
+pub use call::{PlaneFuture, PlaneLayer, PlaneService};
 pub use conn::Connections;
-pub use size::{Limited, MaxMessage, MaxMessageLayer, TooLargeAsResourceExhausted};
+pub use size::Limited;
 
 use crate::auth::Auth;
 use crate::error::{Error, Result};
@@ -72,8 +75,11 @@ use tower_service::Service;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The layers of a [`PlaneServer`].
+pub type PlaneLayers = Stack<PlaneLayer, Identity>;
+
 /// The tonic server builder a [`Listener`] hands out.
-pub type PlaneServer = Server<Stack<MaxMessageLayer, Identity>>;
+pub type PlaneServer = Server<PlaneLayers>;
 
 /// One plane's listener, not yet serving.
 pub struct Listener {
@@ -173,7 +179,7 @@ impl Listener {
     }
 
     /// A tonic server builder with this plane's limits: streams per
-    /// connection, keepalive, request timeout and message size. Add
+    /// connection, keepalive (if on), request timeout and message size. Add
     /// services (and more layers, if wanted) and pass the router to
     /// [`serve`](Listener::serve).
     ///
@@ -186,10 +192,9 @@ impl Listener {
         let l = &self.limits;
         Server::builder()
             .max_concurrent_streams(l.max_concurrent_streams)
-            .http2_keepalive_interval(Some(l.keepalive_interval))
+            .http2_keepalive_interval(l.keepalive())
             .http2_keepalive_timeout(Some(l.keepalive_timeout))
-            .timeout(l.request_timeout)
-            .layer(MaxMessageLayer::new(l.max_message))
+            .layer(PlaneLayer::new(l.max_message, l.request_timeout))
     }
 
     /// Serves `router` (built from [`server`](Listener::server)) until

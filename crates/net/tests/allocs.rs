@@ -77,7 +77,7 @@ async fn plaintext() {
     let plain = tokio::spawn(
         Server::builder()
             .max_concurrent_streams(limits.max_concurrent_streams)
-            .http2_keepalive_interval(Some(limits.keepalive_interval))
+            .http2_keepalive_interval(limits.keepalive())
             .http2_keepalive_timeout(Some(limits.keepalive_timeout))
             .timeout(limits.request_timeout)
             .add_service(health)
@@ -131,7 +131,7 @@ async fn mutual_tls() {
             .tls_config(server.tonic_server(Plane::Peer).unwrap())
             .unwrap()
             .max_concurrent_streams(limits.max_concurrent_streams)
-            .http2_keepalive_interval(Some(limits.keepalive_interval))
+            .http2_keepalive_interval(limits.keepalive())
             .http2_keepalive_timeout(Some(limits.keepalive_timeout))
             .timeout(limits.request_timeout)
             .add_service(health)

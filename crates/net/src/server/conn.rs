@@ -43,7 +43,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -356,6 +356,7 @@ impl<IO> Conn<IO> {
             _slot: slot,
             watch: Watch {
                 timer: Box::pin(tokio::time::sleep_until(handshake_deadline)),
+                armed_for: None,
                 handshake_deadline: Some(handshake_deadline),
                 idle,
                 used: false,
@@ -375,6 +376,10 @@ impl<IO: Connected> Connected for Conn<IO> {
 
 struct Watch {
     timer: Pin<Box<Sleep>>,
+    /// The waker the timer was last polled with, if it has not been reset
+    /// since: while the connection's task polls with the same waker and
+    /// the timer has not fired, there is no need to poll it again.
+    armed_for: Option<Waker>,
     /// Set until the HTTP/2 preface has been read.
     handshake_deadline: Option<Instant>,
     idle: Duration,
@@ -392,17 +397,41 @@ impl Watch {
             // this is the one eager re-arm.
             self.handshake_deadline = None;
             self.used = false;
-            self.timer.as_mut().reset(Instant::now() + self.idle);
+            self.reset(Instant::now() + self.idle);
         } else if used {
             self.used = true;
         }
     }
 
+    fn reset(&mut self, deadline: Instant) {
+        self.timer.as_mut().reset(deadline);
+        self.armed_for = None;
+    }
+
     /// Whether the current deadline has passed; otherwise makes sure the
     /// task is woken when it does.
+    ///
+    /// Called whenever a read or write must wait, so it must be cheap: a
+    /// timer already polled with this task's waker, and not fired since,
+    /// will wake the task when it fires, so it is not polled again (a
+    /// poll of tokio's timer costs far more than these two checks).
+    #[inline]
     fn expired(&mut self, cx: &mut Context<'_>) -> Option<io::Error> {
+        let armed = self
+            .armed_for
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()));
+        if armed && !self.timer.is_elapsed() {
+            return None;
+        }
+        self.check(cx)
+    }
+
+    #[cold]
+    fn check(&mut self, cx: &mut Context<'_>) -> Option<io::Error> {
         loop {
             if self.timer.as_mut().poll(cx).is_pending() {
+                self.armed_for = Some(cx.waker().clone());
                 return None;
             }
             let now = Instant::now();
@@ -419,7 +448,7 @@ impl Watch {
                 }
                 None => now + self.idle,
             };
-            self.timer.as_mut().reset(deadline);
+            self.reset(deadline);
         }
     }
 }
@@ -551,6 +580,14 @@ impl Frames {
                 let n = data.len().min(self.skip as usize);
                 self.skip -= n as u32;
                 data = &data[n..];
+                continue;
+            }
+            if self.header == 0 && data.len() >= 9 {
+                // The common case, a whole frame header in hand: read it
+                // at once instead of byte by byte.
+                used |= is_call_frame(data[3]);
+                self.skip = u32::from_be_bytes([0, data[0], data[1], data[2]]);
+                data = &data[9..];
                 continue;
             }
             let b = data[0];

@@ -5,11 +5,13 @@
 //! caller adds, and tonic answers a message over it with `OUT_OF_RANGE`,
 //! a code that tells a client "your argument is wrong" rather than "too
 //! big for this server". So the limit is enforced one step earlier:
-//! [`MaxMessageLayer`] wraps each request body in [`Limited`], which reads
+//! the plane's layer wraps each request body in [`Limited`], which reads
 //! the 5-byte gRPC length prefix of every message as the body's frames go
 //! by and fails the body with a `RESOURCE_EXHAUSTED` status as soon as a
 //! prefix announces more than the limit, before the message is buffered.
-//! tonic's decoder passes that status on as the call's answer.
+//! tonic's decoder passes that status on as the call's answer. (The layer
+//! is the plane's [`PlaneLayer`](super::PlaneLayer), which also enforces
+//! the request timeout.)
 //!
 //! A service whose own tonic limit is *smaller* than the plane's still
 //! answers `OUT_OF_RANGE` from tonic; the layer rewrites that status (when
@@ -28,67 +30,11 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
-use std::future::Future;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use tonic::Status;
-use tower_layer::Layer;
-use tower_service::Service;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// Applies a message-size limit to every call (see the module doc).
-#[derive(Clone, Copy, Debug)]
-pub struct MaxMessageLayer {
-    max: usize,
-}
-
-impl MaxMessageLayer {
-    /// Refuses request messages over `max` bytes.
-    pub fn new(max: usize) -> MaxMessageLayer {
-        MaxMessageLayer { max }
-    }
-}
-
-impl<S> Layer<S> for MaxMessageLayer {
-    type Service = MaxMessage<S>;
-
-    fn layer(&self, inner: S) -> MaxMessage<S> {
-        MaxMessage {
-            inner,
-            max: self.max,
-        }
-    }
-}
-
-/// The service [`MaxMessageLayer`] makes.
-#[derive(Clone, Debug)]
-pub struct MaxMessage<S> {
-    inner: S,
-    max: usize,
-}
-
-impl<S, B, ResBody> Service<http::Request<B>> for MaxMessage<S>
-where
-    S: Service<http::Request<Limited<B>>, Response = http::Response<ResBody>>,
-{
-    type Response = http::Response<ResBody>;
-    type Error = S::Error;
-    type Future = TooLargeAsResourceExhausted<S::Future>;
-
-    #[inline]
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    #[inline]
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let max = self.max;
-        TooLargeAsResourceExhausted {
-            inner: self.inner.call(req.map(|body| Limited::new(body, max))),
-        }
-    }
-}
 
 pin_project! {
     /// A request body that fails once a gRPC message in it announces more
@@ -102,7 +48,7 @@ pin_project! {
 }
 
 impl<B> Limited<B> {
-    fn new(inner: B, max: usize) -> Limited<B> {
+    pub(crate) fn new(inner: B, max: usize) -> Limited<B> {
         Limited {
             inner,
             max,
@@ -207,31 +153,6 @@ impl Scan {
     }
 }
 
-pin_project! {
-    /// The response future: rewrites tonic's "message too large"
-    /// `OUT_OF_RANGE` to `RESOURCE_EXHAUSTED`.
-    pub struct TooLargeAsResourceExhausted<F> {
-        #[pin]
-        inner: F,
-    }
-}
-
-impl<F, ResBody, E> Future for TooLargeAsResourceExhausted<F>
-where
-    F: Future<Output = Result<http::Response<ResBody>, E>>,
-{
-    type Output = F::Output;
-
-    #[inline]
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let mut out = ready!(self.project().inner.poll(cx));
-        if let Ok(res) = &mut out {
-            rewrite_too_large(res.headers_mut());
-        }
-        Poll::Ready(out)
-    }
-}
-
 static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 static GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
 
@@ -239,7 +160,7 @@ static GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
 /// percent-encoded in `grpc-message`.
 const TONIC_TOO_LARGE: &[u8] = b"Error,%20decoded%20message%20length%20too%20large";
 
-fn rewrite_too_large(headers: &mut HeaderMap) {
+pub(crate) fn rewrite_too_large(headers: &mut HeaderMap) {
     // A successful unary answer carries its status in trailers, so this
     // look-up misses on the fast path.
     let Some(status) = headers.get(&GRPC_STATUS) else {

@@ -1,7 +1,7 @@
 //! Servers, clients and certificates for the tests. Every server binds
 //! 127.0.0.1:0, so tests run in parallel.
 
-use seqsvr_net::server::{listener, Connections, MaxMessageLayer};
+use seqsvr_net::server::{listener, Connections, PlaneLayers};
 use seqsvr_net::{ClientTls, DevPki, Leaf, Limits, Plane, Role, ServerTls};
 use std::convert::Infallible;
 use std::future::Future;
@@ -24,9 +24,8 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_health::pb::{health_check_response::ServingStatus, HealthCheckRequest};
 use tonic_health::server::{HealthReporter, HealthService};
-use tower_layer::{Identity, Stack};
 
-pub type TestRouter = Router<Stack<MaxMessageLayer, Identity>>;
+pub type TestRouter = Router<PlaneLayers>;
 
 pub const CONNECT: Duration = Duration::from_secs(2);
 

@@ -30,7 +30,9 @@
 //!   or `-c 50 -P 16` (back to back, so that load from elsewhere on a
 //!   shared machine skews every side alike).
 //! - `--rounds R` (default 1) runs every shape R times, interleaved, and
-//!   reports each side's median round.
+//!   reports each side's median round. Within a shape, the AllocSvr and
+//!   the bare server run back to back, the AllocSvr first in odd rounds
+//!   and the bare server first in even ones.
 //! - `--shape K` runs only the K-th shape (1–4, in the order above), e.g.
 //!   to profile one.
 //! - `--exhaust`: `next` at 50 callers on 50 hot uids, with step 1,000,000
@@ -224,14 +226,22 @@ async fn run(args: &Args) {
             }
             println!("\n{title}");
             let u = Uids::Uniform;
-            side.lib
-                .push(phase(&seqsvr, &lib, batch, u, callers, s).await);
-            side.bare_lib
-                .push(phase(&bare, &bare_lib, batch, u, callers, s).await);
-            side.raw
-                .push(phase(&seqsvr, &raw, batch, u, callers, s).await);
-            side.bare_raw
-                .push(phase(&bare, &bare_raw, batch, u, callers, s).await);
+            // Each pair runs back to back; which server goes first
+            // alternates by round, so that neither always follows the
+            // other's load (or the Redis run).
+            let bare_first = round % 2 == 0;
+            for (caller, bare_caller, seqsvr_side, bare_side) in [
+                (&lib, &bare_lib, &mut side.lib, &mut side.bare_lib),
+                (&raw, &bare_raw, &mut side.raw, &mut side.bare_raw),
+            ] {
+                if bare_first {
+                    bare_side.push(phase(&bare, bare_caller, batch, u, callers, s).await);
+                }
+                seqsvr_side.push(phase(&seqsvr, caller, batch, u, callers, s).await);
+                if !bare_first {
+                    bare_side.push(phase(&bare, bare_caller, batch, u, callers, s).await);
+                }
+            }
             if let Some(r) = redis.as_mut() {
                 side.redis.push(redis_shape(r, callers, batch.max(1), s));
             }

@@ -164,6 +164,7 @@ pub async fn phase(
         ),
         calls_per_s: h.len() as f64 / wall,
         server_us_per_call: (cpu1.server - cpu0.server) * 1e6 / h.len().max(1) as f64,
+        detail: cpu1.counters.per_call(&cpu0.counters, h.len() as f64),
         seqs_per_s: seqs as f64 / wall,
         p50: h.value_at_quantile(0.5) as f64,
         p99: h.value_at_quantile(0.99) as f64,

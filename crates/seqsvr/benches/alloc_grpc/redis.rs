@@ -175,6 +175,7 @@ fn redis_bench(server: &mut RedisServer, clients: usize, pipeline: usize, n: u64
             cpu: String::new(),
             calls_per_s: rps / pipeline as f64,
             server_us_per_call: cpu_server * 1e6 / (rps / pipeline as f64 * wall).max(1.0),
+            detail: String::new(),
             seqs_per_s: rps,
             p50: summary[2] * 1000.0,
             p99: summary[4] * 1000.0,

@@ -15,6 +15,9 @@ pub struct Figures {
     /// CPU time the server process spent per call, µs (what a call costs
     /// the server whatever else the machine runs; 0 for Redis).
     pub server_us_per_call: f64,
+    /// The server's user and kernel time, writes and context switches per
+    /// call, as printed (empty for Redis).
+    pub detail: String,
     /// Sequence numbers handed out per second.
     pub seqs_per_s: f64,
     /// Latency quantiles and max, in µs (per call; for a Redis pipeline,
@@ -33,6 +36,9 @@ impl Figures {
             "  {:<31} {:>10.0} seqs/s {:>8.0} req/s  p50 {:>5.0} p99 {:>5.0} p999 {:>6.0} max {:>6.0} µs  server {:>4.1} µs/call  cpu% {}",
             f.label, f.seqs_per_s, f.calls_per_s, f.p50, f.p99, f.p999, f.max, f.server_us_per_call, f.cpu,
         );
+        if !f.detail.is_empty() {
+            println!("  {:<31} {}", "", f.detail);
+        }
     }
 }
 
@@ -53,6 +59,23 @@ impl Runs {
         v.sort_by(|a, b| a.seqs_per_s.total_cmp(&b.seqs_per_s));
         v.get(v.len().saturating_sub(1) / 2).copied()
     }
+}
+
+/// Each round's ratio `a / b` in seqs/s (the two sides of a round ran back
+/// to back), and their median (the lower middle one for an even count).
+pub fn paired_ratios(a: &Runs, b: &Runs) -> (Vec<f64>, f64) {
+    let rounds: Vec<f64> =
+        a.0.iter()
+            .zip(&b.0)
+            .map(|(a, b)| a.seqs_per_s / b.seqs_per_s)
+            .collect();
+    let mut sorted = rounds.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted
+        .get(sorted.len().saturating_sub(1) / 2)
+        .copied()
+        .unwrap_or(f64::NAN);
+    (rounds, median)
 }
 
 /// One shape's rounds, per side.
@@ -89,7 +112,13 @@ impl Sides {
 /// of `docs/benchmarks.md` (≥ 0.97× for `next` and batch-16 at 50
 /// callers).
 pub fn bare_table(sides: &[Sides], shapes: &[(&str, usize, usize)]) {
-    println!("\nseqsvr AllocSvr / bare tonic server (same client, same run; medians)");
+    println!("\nseqsvr AllocSvr / bare tonic server (same client, same run)");
+    println!(
+        "  seqsvr, bare: median rounds. ratio: the median of the rounds' ratios (a round's two"
+    );
+    println!(
+        "  sides ran back to back); below it, the ratio of the medians and each round's ratio"
+    );
     println!(
         "  {:<30} {:<10} {:>10} {:>10} {:>7}  {:>16}  target",
         "shape", "client", "seqsvr", "bare", "ratio", "server µs/call"
@@ -99,10 +128,11 @@ pub fn bare_table(sides: &[Sides], shapes: &[(&str, usize, usize)]) {
             ("SeqClient", &s.lib, &s.bare_lib),
             ("raw tonic", &s.raw, &s.bare_raw),
         ] {
-            let (Some(a), Some(b)) = (a.median(), b.median()) else {
+            if a.median().is_none() || b.median().is_none() {
                 continue;
-            };
-            let r = a.seqs_per_s / b.seqs_per_s;
+            }
+            let (rounds, r) = paired_ratios(a, b);
+            let (a, b) = (a.median().unwrap(), b.median().unwrap());
             let target = if callers > 1 && (i == NEXT_C50 || i == BATCH_C50) {
                 format!("≥ 0.97×  {}", if r >= 0.97 { "met" } else { "NOT met" })
             } else {
@@ -111,6 +141,13 @@ pub fn bare_table(sides: &[Sides], shapes: &[(&str, usize, usize)]) {
             println!(
                 "  {title:<30} {client:<10} {:>10.0} {:>10.0} {r:>6.2}×  {:>7.1} vs {:>5.1}  {target}",
                 a.seqs_per_s, b.seqs_per_s, a.server_us_per_call, b.server_us_per_call
+            );
+            let each: Vec<String> = rounds.iter().map(|r| format!("{r:.2}")).collect();
+            println!(
+                "  {:<41} {:>29.2}×  rounds: {}",
+                "",
+                a.seqs_per_s / b.seqs_per_s,
+                each.join(" ")
             );
         }
     }

@@ -107,12 +107,14 @@ impl Target {
     }
 }
 
-/// CPU seconds of the bench process, the server and the stores (summed).
+/// CPU seconds of the bench process, the server and the stores (summed),
+/// and the server's own counters.
 #[derive(Clone, Copy)]
 pub struct Cpu {
     pub bench: f64,
     pub server: f64,
     pub stores: f64,
+    pub counters: Counters,
 }
 
 impl Cpu {
@@ -121,7 +123,66 @@ impl Cpu {
             bench: rusage(libc::RUSAGE_SELF),
             server: target.server.map(cpu_of).unwrap_or(0.0),
             stores: target.stores.iter().copied().map(cpu_of).sum(),
+            counters: target.server.map(Counters::of).unwrap_or_default(),
         }
+    }
+}
+
+/// Where a server process's time goes, from /proc: user and kernel CPU
+/// seconds, write system calls (`write`, `writev`: on a gRPC server, one
+/// per flush of a connection's send buffer, so fewer per call means
+/// answers went out in larger batches) and context switches over all its
+/// threads.
+#[derive(Clone, Copy, Default)]
+pub struct Counters {
+    pub user: f64,
+    pub kernel: f64,
+    pub writes: u64,
+    pub switches: u64,
+}
+
+impl Counters {
+    pub fn of(pid: u32) -> Counters {
+        let read = |path: String| std::fs::read_to_string(path).unwrap_or_default();
+        let field = |text: &str, key: &str| -> u64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        let stat = read(format!("/proc/{pid}/stat"));
+        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        // SAFETY: sysconf has no memory effects.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) as f64;
+        let switches = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|t| {
+                let s = read(format!("{}/status", t.path().display()));
+                field(&s, "voluntary_ctxt_switches:") + field(&s, "nonvoluntary_ctxt_switches:")
+            })
+            .sum();
+        Counters {
+            user: ticks(11) / hz,
+            kernel: ticks(12) / hz,
+            writes: field(&read(format!("/proc/{pid}/io")), "syscw:"),
+            switches,
+        }
+    }
+
+    /// `self - before`, per call, as printed under a phase's figures.
+    pub fn per_call(&self, before: &Counters, calls: f64) -> String {
+        let calls = calls.max(1.0);
+        format!(
+            "server per call: user {:.1} µs, kernel {:.1} µs, {:.3} writes, {:.3} context switches",
+            (self.user - before.user) * 1e6 / calls,
+            (self.kernel - before.kernel) * 1e6 / calls,
+            self.writes.saturating_sub(before.writes) as f64 / calls,
+            self.switches.saturating_sub(before.switches) as f64 / calls,
+        )
     }
 }
 

@@ -124,6 +124,8 @@ pub struct Proc {
     args: Vec<String>,
     /// Its log file.
     log: PathBuf,
+    /// A program (and its arguments) that runs `seqsvr` (empty: none).
+    under: Vec<String>,
     /// The running child, if any.
     child: Option<Child>,
 }
@@ -131,10 +133,17 @@ pub struct Proc {
 impl Proc {
     /// Starts `seqsvr args…`, logging to `log`.
     pub fn start(name: &str, args: Vec<String>, log: PathBuf) -> Proc {
+        Proc::start_under(Vec::new(), name, args, log)
+    }
+
+    /// Starts `under… seqsvr args…` (e.g. under a profiler), logging to
+    /// `log`.
+    pub fn start_under(under: Vec<String>, name: &str, args: Vec<String>, log: PathBuf) -> Proc {
         let mut p = Proc {
             name: name.into(),
             args,
             log,
+            under,
             child: None,
         };
         p.restart();
@@ -149,7 +158,15 @@ impl Proc {
             .append(true)
             .open(&self.log)
             .unwrap();
-        let child = Command::new(seqsvr_bin())
+        let mut cmd = match self.under.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(seqsvr_bin());
+                c
+            }
+            None => Command::new(seqsvr_bin()),
+        };
+        let child = cmd
             .args(&self.args)
             .env("RUST_LOG", "info,openraft=warn")
             .stdin(Stdio::null())

@@ -2,7 +2,7 @@
 //! server and against Redis `INCR` (AOF on, `appendfsync everysec`).
 //!
 //! Run: `cargo bench -p seqsvr --bench alloc_grpc -- [--secs N] [--threads T]
-//! [--rounds R] [--redis] [--exhaust] [--shape K]`, or the whole comparison (installs
+//! [--rounds R] [--redis] [--exhaust] [--shape K] [--instructions]`, or the whole comparison (installs
 //! Redis if missing) with `deploy/bench/alloc_vs_redis.sh [same options]`.
 //! Prints figures; asserts nothing about speed. What it does and how to
 //! read it: `docs/benchmarks.md`.
@@ -40,7 +40,13 @@
 //!   runs through its section's ceiling in milliseconds): raise-ahead
 //!   should keep the p99 within 2× of the steady state.
 //! - CPU: each phase prints the CPU used by the load generator and the
-//!   servers, in % of one core, to show which side was the bottleneck.
+//!   servers, in % of one core, to show which side was the bottleneck,
+//!   and the server's user and kernel time, writes and context switches
+//!   per call.
+//! - `--instructions`: instead of timing, runs both servers under
+//!   callgrind and counts the instructions each spends per call, for the
+//!   50-caller shapes (or `--shape K`) and both clients: a figure that does
+//!   not move with the machine's load (`alloc_grpc/instructions.rs`).
 //!
 //! Files: this one holds the options and the driver; beside it in
 //! `alloc_grpc/`, `setup.rs` starts the cluster and reads CPU times,
@@ -49,6 +55,8 @@
 
 #[path = "alloc_grpc/bare.rs"]
 mod bare;
+#[path = "alloc_grpc/instructions.rs"]
+mod instructions;
 #[path = "alloc_grpc/load.rs"]
 mod load;
 #[path = "alloc_grpc/redis.rs"]
@@ -69,7 +77,7 @@ use redis::{redis_cmd, redis_shape, start_redis};
 use report::{bare_table, ratio_table, Sides};
 use seqsvr_client::{ClientOptions, SeqClient};
 use seqsvr_proto::alloc_client::AllocClient;
-use setup::{scrape, start_cluster, Target};
+use setup::{scrape, start_cluster, start_cluster_under, Target};
 use tonic::transport::Endpoint;
 
 /// Uids served (and drawn from): `[0, UIDS)`.
@@ -102,6 +110,8 @@ struct Args {
     exhaust: bool,
     /// Only this shape (1-based index into `SHAPES`), e.g. to profile one.
     shape: Option<usize>,
+    /// Count instructions per call under callgrind instead of timing.
+    instructions: bool,
 }
 
 impl Args {
@@ -113,6 +123,7 @@ impl Args {
             rounds: 1,
             exhaust: false,
             shape: None,
+            instructions: false,
         };
         let mut it = std::env::args().skip(1);
         while let Some(arg) = it.next() {
@@ -123,6 +134,7 @@ impl Args {
                 }
                 "--redis" => a.redis = true,
                 "--exhaust" => a.exhaust = true,
+                "--instructions" => a.instructions = true,
                 "--shape" => {
                     a.shape = it.next().and_then(|v| v.parse().ok());
                     assert!(
@@ -180,7 +192,74 @@ async fn lib_client(seed: &str) -> Caller {
     )
 }
 
+/// `--instructions`: instructions per call, AllocSvr and bare server
+/// under callgrind (see `alloc_grpc/instructions.rs`).
+async fn run_instructions(args: &Args) {
+    if !instructions::available() {
+        println!("--instructions needs valgrind (with callgrind_control) on PATH; not run");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let under = instructions::under(dir.path());
+    let (cluster, _) = start_cluster_under(args.threads, STEP, under.clone());
+    cluster.store.wait_ready(Duration::from_secs(30)).await;
+    let client = cluster.client().await;
+    cluster.wait_serving(&client).await;
+    let bare_server = BareServer::start_under(args.threads, &under);
+    let callers = [
+        (
+            "SeqClient",
+            Caller::Lib(client),
+            lib_client(&bare_server.addr).await,
+        ),
+        (
+            "raw tonic",
+            raw_stub(&cluster.alloc_addrs[0]).await,
+            raw_stub(&bare_server.addr).await,
+        ),
+    ];
+    println!(
+        "instructions per call under callgrind: {} calls counted per shape, client and server,\n\
+         after a warm-up; each server's idle work over the same span subtracted",
+        instructions::COUNTED_CALLS,
+    );
+    let alloc_pid = cluster.allocs[0].pid().expect("the AllocSvr runs");
+    let (seqsvr, bare) = tokio::join!(
+        instructions::Counted::new(alloc_pid, dir.path()),
+        instructions::Counted::new(bare_server.pid(), dir.path()),
+    );
+    println!(
+        "\n  {:<30} {:<10} {:>10} {:>10} {:>9}   (before subtracting idle work)",
+        "shape", "client", "seqsvr", "bare", "bare/seqsvr"
+    );
+    for (i, &(title, batch, n)) in SHAPES.iter().enumerate() {
+        let picked = match args.shape {
+            Some(k) => k == i + 1,
+            None => n > 1,
+        };
+        if !picked {
+            continue;
+        }
+        for (client, ours, theirs) in &callers {
+            let (a, a_raw) = seqsvr.per_call(ours, batch, n).await;
+            let (b, b_raw) = bare.per_call(theirs, batch, n).await;
+            println!(
+                "  {title:<30} {client:<10} {a:>10.0} {b:>10.0} {:>10.3}×   ({a_raw:.0} vs {b_raw:.0})",
+                b / a
+            );
+        }
+    }
+    println!(
+        "\n  bare/seqsvr is the AllocSvr's expected speed relative to the bare server where\n  user-space work limits both (kernel time is not counted)"
+    );
+    drop(bare_server);
+    drop(cluster);
+}
+
 async fn run(args: &Args) {
+    if args.instructions {
+        return run_instructions(args).await;
+    }
     let mut redis = args.redis.then(start_redis);
     let (cluster, _) = start_cluster(args.threads, STEP);
     cluster.store.wait_ready(Duration::from_secs(30)).await;

@@ -147,8 +147,22 @@ pub struct BareServer {
 impl BareServer {
     /// Starts the bare server with `threads` runtime workers.
     pub fn start(threads: usize) -> BareServer {
+        BareServer::start_under(threads, &[])
+    }
+
+    /// [`start`](BareServer::start), run under `under` (a profiler and its
+    /// arguments; empty: none).
+    pub fn start_under(threads: usize, under: &[String]) -> BareServer {
         let exe = std::env::current_exe().expect("the bench's own executable");
-        let mut child = Command::new(exe)
+        let mut cmd = match under.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        let mut child = cmd
             .args([FLAG, &threads.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

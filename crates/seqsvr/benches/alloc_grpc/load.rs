@@ -245,3 +245,30 @@ async fn call_loop(
     }
     tally
 }
+
+/// Makes `calls` calls of `batch` uids (`0`: `next`) from `callers`
+/// closed-loop tasks, as [`phase`] does but by count rather than time;
+/// returns the calls that failed.
+pub async fn calls(caller: &Caller, batch: usize, callers: usize, calls: u64) -> u64 {
+    let each = calls / callers as u64;
+    let tasks: Vec<_> = (0..callers)
+        .map(|k| {
+            let mut caller = caller.clone();
+            tokio::spawn(async move {
+                let mut rng = XorShift::new(k as u64 + 1);
+                let mut failed = 0;
+                for _ in 0..each {
+                    if caller.call(&mut rng, batch, Uids::Uniform).await.is_err() {
+                        failed += 1;
+                    }
+                }
+                failed
+            })
+        })
+        .collect();
+    let mut failed = 0;
+    for t in tasks {
+        failed += t.await.unwrap();
+    }
+    failed
+}

@@ -14,6 +14,12 @@ use crate::{SECTION_SIZE, UIDS};
 ///
 /// Returns the cluster and the AllocSvr's metrics address.
 pub fn start_cluster(threads: usize, step: u64) -> (SetCluster, String) {
+    start_cluster_under(threads, step, Vec::new())
+}
+
+/// [`start_cluster`], with the AllocSvr run under `under` (a profiler and
+/// its arguments; empty: none).
+pub fn start_cluster_under(threads: usize, step: u64, under: Vec<String>) -> (SetCluster, String) {
     let set = SetSpec {
         section_size: SECTION_SIZE,
         step,
@@ -46,7 +52,8 @@ pub fn start_cluster(threads: usize, step: u64) -> (SetCluster, String) {
         "--threads".into(),
         threads.to_string(),
     ];
-    let alloc = Proc::start(&id, args, store.dir.path().join(format!("{id}.log")));
+    let log = store.dir.path().join(format!("{id}.log"));
+    let alloc = Proc::start_under(under, &id, args, log);
     let cluster = SetCluster {
         store,
         alloc_addrs: vec![addr],

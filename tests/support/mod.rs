@@ -116,6 +116,19 @@ pub fn rss_of(pid: u32) -> u64 {
     pages * page
 }
 
+/// A command that runs `program` under `under` (a profiler and its
+/// arguments), or `program` itself if `under` is empty.
+pub fn command_under(under: &[String], program: impl AsRef<std::ffi::OsStr>) -> Command {
+    match under.split_first() {
+        Some((runner, args)) => {
+            let mut c = Command::new(runner);
+            c.args(args).arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
+}
+
 /// One server process that can be killed and started again.
 pub struct Proc {
     /// Its name (for logs).
@@ -158,15 +171,7 @@ impl Proc {
             .append(true)
             .open(&self.log)
             .unwrap();
-        let mut cmd = match self.under.split_first() {
-            Some((program, args)) => {
-                let mut c = Command::new(program);
-                c.args(args).arg(seqsvr_bin());
-                c
-            }
-            None => Command::new(seqsvr_bin()),
-        };
-        let child = cmd
+        let child = command_under(&self.under, seqsvr_bin())
             .args(&self.args)
             .env("RUST_LOG", "info,openraft=warn")
             .stdin(Stdio::null())

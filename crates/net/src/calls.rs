@@ -21,6 +21,8 @@ use prometheus::{
 use tower_layer::Layer;
 use tower_service::Service;
 
+use crate::server::GRPC_STATUS;
+
 /// The gRPC status names, indexed by code.
 const CODES: [&str; 17] = [
     "OK",
@@ -41,10 +43,6 @@ const CODES: [&str; 17] = [
     "DATA_LOSS",
     "UNAUTHENTICATED",
 ];
-
-/// Looked up by a ready-made name: a `&str` would be parsed into a header
-/// name on every call.
-static GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
 
 /// A `grpc-status` value as a code; anything but a number in range counts
 /// as `UNKNOWN`.

@@ -55,6 +55,7 @@ mod size;
 pub use call::{PlaneFuture, PlaneLayer, PlaneService};
 pub use conn::Connections;
 pub use size::Limited;
+pub(crate) use size::GRPC_STATUS;
 
 use crate::auth::Auth;
 use crate::error::{Error, Result};

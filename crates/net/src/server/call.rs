@@ -198,9 +198,9 @@ mod tests {
     async fn a_call_answered_at_once_makes_no_timer() {
         let (mut s, polls) = svc(false);
         let mut f = Box::pin(s.call(http::Request::new(())));
-        let waker = futures_waker();
-        let mut cx = Context::from_waker(&waker);
-        let res = f.as_mut().poll(&mut cx);
+        let res = f
+            .as_mut()
+            .poll(&mut Context::from_waker(std::task::Waker::noop()));
         assert!(matches!(res, Poll::Ready(Ok(_))));
         assert!(f.timer.is_none());
         assert_eq!(polls.load(Ordering::Relaxed), 1);
@@ -221,9 +221,5 @@ mod tests {
         headers
             .get("grpc-status")
             .is_some_and(|v| v.as_bytes() == code.as_bytes())
-    }
-
-    fn futures_waker() -> std::task::Waker {
-        std::task::Waker::noop().clone()
     }
 }

@@ -153,7 +153,10 @@ impl Scan {
     }
 }
 
-static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+/// The `grpc-status` header, looked up by a ready-made name (a `&str`
+/// would be parsed into a header name on every call); the call metrics
+/// use it too.
+pub(crate) static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 static GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
 
 /// tonic's message for a decoded message over its limit, as it appears

@@ -13,7 +13,7 @@
 //! `SeqClient` drives it exactly as it drives the AllocSvr.
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -154,15 +154,7 @@ impl BareServer {
     /// arguments; empty: none).
     pub fn start_under(threads: usize, under: &[String]) -> BareServer {
         let exe = std::env::current_exe().expect("the bench's own executable");
-        let mut cmd = match under.split_first() {
-            Some((program, args)) => {
-                let mut c = Command::new(program);
-                c.args(args).arg(exe);
-                c
-            }
-            None => Command::new(exe),
-        };
-        let mut child = cmd
+        let mut child = crate::support::command_under(under, exe)
             .args([FLAG, &threads.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -79,8 +79,9 @@ impl Counted {
         c
     }
 
-    /// Instructions per call for `n` calls made by `caller` (after a
-    /// warm-up), less the idle work of the same span; and the raw figure.
+    /// Instructions per call over [`COUNTED_CALLS`] calls of `batch` uids
+    /// by `callers` tasks (after a warm-up), less the idle work of the
+    /// same span; and the figure before that subtraction.
     pub async fn per_call(&self, caller: &Caller, batch: usize, callers: usize) -> (f64, f64) {
         let failed = calls(caller, batch, callers, WARM_UP_CALLS).await;
         assert_eq!(failed, 0, "calls failed during the warm-up");

@@ -238,13 +238,24 @@ impl Allocator {
     /// Costs what `next` costs per uid (a range check, a table load, one
     /// compare-and-swap) and no allocation beyond `out`'s growth, reserved
     /// once. A batch's saving is per request (one RPC, one lease check, one
-    /// reply), not per uid: every uid still needs its own CAS. (Loading all
-    /// cells of a batch before the CASes, so their cache misses overlap, was
-    /// tried and measured no faster.)
+    /// reply), not per uid: every uid still needs its own CAS.
+    ///
+    /// The uids of a batch are usually far apart, so each cell is a cache
+    /// miss; and on x86 each CAS is a locked instruction, which lets no
+    /// later load start before it completes, so in the CAS loop alone the
+    /// misses would be paid one after another. A first pass therefore
+    /// prefetches every cell of the batch: the misses overlap, and the CAS
+    /// loop finds the cells in cache (`docs/benchmarks.md` has the
+    /// profile).
     pub fn next_batch(&self, uids: &[Uid], out: &mut Vec<u64>) -> Result<()> {
         out.reserve(uids.len());
         // One pin for the batch (no `.await` in it).
         let guard = crossbeam_epoch::pin();
+        for &uid in uids {
+            if let Ok((slot, _, idx)) = self.locate(uid) {
+                slot.prefetch_pinned(idx, &guard);
+            }
+        }
         for &uid in uids {
             let (slot, section, idx) = self.locate(uid)?;
             out.push(self.serve(slot, section, idx, &guard)?);
@@ -609,6 +620,13 @@ mod tests {
         assert_eq!(err, Err(AllocError::NotOwner { section: 1 }));
         assert_eq!(out, vec![1], "prefix handed out, rest untouched");
         assert_eq!(a.next(102), Ok(2));
+        // A uid outside the set: the prefetch pass skips it, the serving
+        // pass stops there.
+        out.clear();
+        let err = a.next_batch(&[101, u64::MAX, 101], &mut out);
+        assert_eq!(err, Err(AllocError::OutOfRange { uid: u64::MAX }));
+        assert_eq!(out, vec![2]);
+        assert_eq!(a.next(101), Ok(3));
     }
 
     #[test]

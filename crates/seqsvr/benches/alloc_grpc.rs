@@ -2,7 +2,7 @@
 //! server and against Redis `INCR` (AOF on, `appendfsync everysec`).
 //!
 //! Run: `cargo bench -p seqsvr --bench alloc_grpc -- [--secs N] [--threads T]
-//! [--rounds R] [--redis] [--exhaust] [--shape K] [--instructions]`, or the whole comparison (installs
+//! [--rounds R] [--redis] [--exhaust] [--shape K] [--hot N] [--instructions]`, or the whole comparison (installs
 //! Redis if missing) with `deploy/bench/alloc_vs_redis.sh [same options]`.
 //! Prints figures; asserts nothing about speed. What it does and how to
 //! read it: `docs/benchmarks.md`.
@@ -35,6 +35,11 @@
 //!   and the bare server first in even ones.
 //! - `--shape K` runs only the K-th shape (1–4, in the order above), e.g.
 //!   to profile one.
+//! - `--hot N`: the shapes draw their uids from N uids spread evenly over
+//!   the sections instead of uniformly from 1 M. With N = 1,000 every
+//!   uid's cell stays in the CPU's caches, so the ratio to the bare server
+//!   shows the serving path alone, without the cache misses of the
+//!   AllocSvr's per-uid table (which the bare server has none of).
 //! - `--exhaust`: `next` at 50 callers on 50 hot uids, with step 1,000,000
 //!   (steady state) and on a second cluster with step 100 (every hot uid
 //!   runs through its section's ceiling in milliseconds): raise-ahead
@@ -112,6 +117,8 @@ struct Args {
     shape: Option<usize>,
     /// Count instructions per call under callgrind instead of timing.
     instructions: bool,
+    /// Draw uids from this many hot uids instead of uniformly.
+    hot: Option<u64>,
 }
 
 impl Args {
@@ -124,6 +131,7 @@ impl Args {
             exhaust: false,
             shape: None,
             instructions: false,
+            hot: None,
         };
         let mut it = std::env::args().skip(1);
         while let Some(arg) = it.next() {
@@ -142,6 +150,14 @@ impl Args {
                         "--shape 1..={}",
                         SHAPES.len()
                     );
+                }
+                "--hot" => {
+                    let n = it.next().and_then(|v| v.parse().ok());
+                    assert!(
+                        n.is_some_and(|n| (1..=UIDS).contains(&n)),
+                        "--hot 1..={UIDS}"
+                    );
+                    a.hot = n;
                 }
                 "--rounds" => {
                     a.rounds = it.next().and_then(|v| v.parse().ok()).expect("--rounds R")
@@ -277,10 +293,14 @@ async fn run(args: &Args) {
     let bare_lib = lib_client(&bare_server.addr).await;
     let bare_raw = raw_stub(&bare_server.addr).await;
     println!(
-        "seqsvr: 3 store replicas + 1 AllocSvr (`seqsvr alloc --threads {}`), {} sections of {SECTION_SIZE} uids, step {STEP};\n        bare:   a tonic server on the same runtime whose handlers only bump a counter;\n        load: this process, 1 current-thread tokio runtime, N tasks in closed loops; 1 s warm-up + {} s per phase",
+        "seqsvr: 3 store replicas + 1 AllocSvr (`seqsvr alloc --threads {}`), {} sections of {SECTION_SIZE} uids, step {STEP};\n        bare:   a tonic server on the same runtime whose handlers only bump a counter;\n        load: this process, 1 current-thread tokio runtime, N tasks in closed loops; 1 s warm-up + {} s per phase;\n        uids: {}",
         args.threads,
         UIDS / SECTION_SIZE,
-        args.secs
+        args.secs,
+        match args.hot {
+            Some(n) => format!("{n} hot uids spread over the sections (--hot)"),
+            None => format!("uniform over {UIDS}"),
+        }
     );
     if let Some(r) = &redis {
         let version = Command::new("redis-server")
@@ -304,7 +324,7 @@ async fn run(args: &Args) {
                 continue;
             }
             println!("\n{title}");
-            let u = Uids::Uniform;
+            let u = args.hot.map_or(Uids::Uniform, Uids::Hot);
             // Each pair runs back to back; which server goes first
             // alternates by round, so that neither always follows the
             // other's load (or the Redis run).

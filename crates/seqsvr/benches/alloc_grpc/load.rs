@@ -152,7 +152,8 @@ pub async fn phase(
     let shape = match (batch, uids) {
         (0, Uids::Uniform) => "next".to_string(),
         (0, Uids::Hot(n)) => format!("next hot {n}"),
-        (_, _) => "batch-16".to_string(),
+        (_, Uids::Uniform) => "batch-16".to_string(),
+        (_, Uids::Hot(n)) => format!("batch-16 hot {n}"),
     };
     let f = Figures {
         label: format!("{} {shape} c={callers} {}", target.name, caller.name()),

@@ -342,6 +342,9 @@ fn with_raises(ops: u64) {
 }
 
 fn main() {
+    // As the AllocSvr binary does: lost sections' cells are unmapped,
+    // every time (`seqsvr_alloc::malloc`).
+    seqsvr_alloc::malloc::fix_mmap_threshold();
     // First, before freed allocations can be recycled and hide growth.
     bytes_per_uid();
     cold_start();

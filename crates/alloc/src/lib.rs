@@ -91,6 +91,7 @@ pub mod ceiling;
 pub mod error;
 pub mod handoff;
 pub mod lease;
+pub mod malloc;
 pub mod mem;
 pub mod metrics;
 pub mod node;

@@ -107,7 +107,12 @@ fn main() -> std::process::ExitCode {
 fn run(cli: Cli) -> Result<()> {
     seqsvr::logging::init(cli.log_format == "json");
     let threads = match &cli.cmd {
-        Cmd::Alloc { threads, .. } => (*threads).max(1),
+        Cmd::Alloc { threads, .. } => {
+            // Before any cells are allocated: the cells of lost sections
+            // go back to the operating system, not only to malloc.
+            seqsvr_alloc::malloc::fix_mmap_threshold();
+            (*threads).max(1)
+        }
         _ => 2,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()

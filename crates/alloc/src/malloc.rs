@@ -13,9 +13,9 @@
 //!
 //! [`fix_mmap_threshold`] sets the threshold explicitly, which turns the
 //! dynamic adjustment off for the process. The AllocSvr binary calls it
-//! before it allocates anything; a library never should (it changes every
-//! allocation of the process), hence a function and not a side effect of
-//! [`Allocator::new`](crate::Allocator::new).
+//! at startup, before any cells are allocated; a library never should (it
+//! changes every allocation of the process), hence a function and not a
+//! side effect of [`Allocator::new`](crate::Allocator::new).
 
 /// The threshold set: glibc's own default, 128 KiB (cells of 16,384
 /// uids). Blocks this large or larger get pages of their own.

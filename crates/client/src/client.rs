@@ -166,10 +166,14 @@ impl SeqClient {
     /// good, or runs out of time.
     async fn single(&self, uid: u64, op: Op) -> Result<u64> {
         let mut retry = Retry::new(&self.inner.options);
+        let mut answered = None;
         loop {
             match self.try_single(uid, op, &retry).await {
                 Ok(seq) => return Ok(seq),
-                Err(f) => self.recover(&mut retry, f).await?,
+                Err(f) => {
+                    let f = retry.settle(f, &mut answered);
+                    self.recover(&mut retry, f).await?
+                }
             }
         }
     }

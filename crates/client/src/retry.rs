@@ -253,6 +253,26 @@ impl Retry {
         self.attempt_timeout.min(self.remaining())
     }
 
+    /// The failure to act on after an attempt failed with `f`, given the
+    /// last failure an owner answered with (`answered`, updated here).
+    ///
+    /// An attempt gets at most the time left before the deadline, so the
+    /// last one may be cut to a fraction of a millisecond and time out at
+    /// the deadline. Such a timeout says nothing about the owner beyond what
+    /// it last answered, so that answer stands for it: a call whose owner
+    /// kept answering "busy" ends `Unavailable` with the owner's reason, not
+    /// `DeadlineExceeded`. Any other failure becomes the last answer.
+    pub(crate) fn settle(&self, f: Failure, answered: &mut Option<Failure>) -> Failure {
+        match f {
+            Failure::Transport { .. } if self.expired() => answered.clone().unwrap_or(f),
+            Failure::Transport { .. } => f,
+            f => {
+                *answered = Some(f.clone());
+                f
+            }
+        }
+    }
+
     /// Whether another retry without a pause is allowed (and counts it).
     pub(crate) fn at_once(&mut self) -> bool {
         self.at_once += 1;
@@ -299,6 +319,35 @@ mod tests {
             version: 1,
             addr: "a:1".into(),
         }
+    }
+
+    #[test]
+    fn a_timeout_at_the_deadline_does_not_hide_the_last_answer() {
+        let busy = Failure::Busy {
+            kind: ErrorKind::CeilingExhausted,
+            message: "raising".into(),
+        };
+        let timeout = Failure::Transport {
+            message: "no answer within 408µs".into(),
+            set: Some(0),
+        };
+        let open = Retry::new(&ClientOptions::default());
+        let done = Retry::new(&ClientOptions {
+            deadline: Duration::ZERO,
+            ..Default::default()
+        });
+        assert!(done.expired() && !open.expired());
+        let mut answered = None;
+        // Before the deadline a timeout is acted on as it is, and an
+        // answer is remembered.
+        assert_eq!(open.settle(timeout.clone(), &mut answered), timeout);
+        assert_eq!(answered, None);
+        assert_eq!(open.settle(busy.clone(), &mut answered), busy);
+        assert_eq!(answered, Some(busy.clone()));
+        // At the deadline the last answer stands for the timeout...
+        assert_eq!(done.settle(timeout.clone(), &mut answered), busy);
+        // ...and with no answer at all, the timeout is what there is.
+        assert_eq!(done.settle(timeout.clone(), &mut None), timeout);
     }
 
     #[test]

@@ -522,22 +522,13 @@ impl SetCluster {
 
     /// [`SetCluster::start`], the store group started with `opts`.
     pub fn start_opts(set: SetSpec, n_allocs: usize, opts: StoreOptions) -> SetCluster {
-        let sections = set.section_count();
-        let share = sections / n_allocs as u32;
         let alloc_addrs: Vec<String> = (0..n_allocs)
             .map(|_| format!("127.0.0.1:{}", free_port()))
             .collect();
-        let initial = (0..n_allocs)
-            .map(|i| InitialAlloc {
-                id: format!("alloc-{}", i + 1),
-                first: i as u32 * share,
-                count: if i + 1 == n_allocs {
-                    sections - i as u32 * share
-                } else {
-                    share
-                },
-            })
-            .collect();
+        let initial = InitialAlloc::even_split(
+            (0..n_allocs).map(|i| format!("alloc-{}", i + 1)),
+            set.section_count(),
+        );
         let store = StoreCluster::start_opts(3, set, initial, opts);
         let allocs = alloc_addrs
             .iter()

@@ -66,14 +66,12 @@ fn serving(spec: SetSpec, max_seq: u64) -> Allocator {
     a
 }
 
-/// Resident set size of this process, in bytes (Linux).
+#[path = "../tests/common/rss.rs"]
+mod rss;
+
+/// Resident set size of this process, in bytes (Linux; 0 elsewhere).
 fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
+    rss::rss_bytes().unwrap_or(0)
 }
 
 /// Nanoseconds this thread has spent on a CPU (Linux schedstat), so a

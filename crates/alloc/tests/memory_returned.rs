@@ -17,14 +17,11 @@ const SECTION_SIZE: u64 = 100_000;
 /// resident.
 const UIDS_PER_PAGE: u64 = 512;
 
+#[path = "common/rss.rs"]
+mod rss;
+
 fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-        .expect("VmRSS in /proc/self/status")
+    rss::rss_bytes().expect("VmRSS in /proc/self/status")
 }
 
 /// Takes every section over at `epoch`, serves one uid per page of

@@ -84,21 +84,10 @@ pub fn dev_set_store_config(
 
 /// The dev cluster's AllocSvrs, each first routed an equal share of sections.
 fn dev_initial_allocs(set: &DevSet) -> Vec<InitialAlloc> {
-    let sections = set.spec.section_count();
-    let share = sections / set.allocs.len() as u32;
-    set.allocs
-        .iter()
-        .enumerate()
-        .map(|(i, a)| InitialAlloc {
-            id: a.id.to_string(),
-            first: i as u32 * share,
-            count: if i + 1 == set.allocs.len() {
-                sections - i as u32 * share
-            } else {
-                share
-            },
-        })
-        .collect()
+    InitialAlloc::even_split(
+        set.allocs.iter().map(|a| a.id.to_string()),
+        set.spec.section_count(),
+    )
 }
 
 /// The dev cluster's config for AllocSvr `a`, with TLS files from `pki` if

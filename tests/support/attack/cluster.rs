@@ -110,19 +110,10 @@ impl Cluster {
         } else {
             (None, None)
         };
-        let sections = set.section_count();
-        let share = sections / n_allocs as u32;
-        let initial: Vec<InitialAlloc> = (0..n_allocs)
-            .map(|i| InitialAlloc {
-                id: format!("alloc-{}", i + 1),
-                first: i as u32 * share,
-                count: if i + 1 == n_allocs {
-                    sections - i as u32 * share
-                } else {
-                    share
-                },
-            })
-            .collect();
+        let initial = InitialAlloc::even_split(
+            (0..n_allocs).map(|i| format!("alloc-{}", i + 1)),
+            set.section_count(),
+        );
         let peers: Vec<String> = (0..3).map(|_| addr()).collect();
         let members: Vec<Member> = peers
             .iter()

@@ -106,16 +106,9 @@ impl Drop for Keeper {
 pub async fn run(args: &Args, sections: u32) {
     println!("\n== store alone: 3 replicas, {sections} sections of {SECTION_SIZE} uids");
     let set = SetSpec::new(0, 0..sections as u64 * SECTION_SIZE);
+    let initial = InitialAlloc::even_split(FAKES.iter().map(|(id, _)| id.to_string()), sections);
+    // Each fake AllocSvr's share (the last one's holds the remainder too).
     let third = sections / 3;
-    let initial = FAKES
-        .iter()
-        .enumerate()
-        .map(|(i, (id, _))| InitialAlloc {
-            id: id.to_string(),
-            first: i as u32 * third,
-            count: if i == 2 { sections - 2 * third } else { third },
-        })
-        .collect();
     let opts = StoreOptions {
         metrics: true,
         ..Default::default()

@@ -38,6 +38,35 @@ pub struct InitialAlloc {
     pub count: u32,
 }
 
+impl InitialAlloc {
+    /// `sections` split among `ids` in order: equal shares of consecutive
+    /// sections, the last AllocSvr taking the remainder as well.
+    pub fn even_split<I>(ids: I, sections: u32) -> Vec<InitialAlloc>
+    where
+        I: IntoIterator,
+        I::IntoIter: ExactSizeIterator,
+        I::Item: Into<String>,
+    {
+        let ids = ids.into_iter();
+        let n = ids.len() as u32;
+        let share = sections / n.max(1);
+        ids.enumerate()
+            .map(|(i, id)| {
+                let first = i as u32 * share;
+                InitialAlloc {
+                    id: id.into(),
+                    first,
+                    count: if i as u32 + 1 == n {
+                        sections - first
+                    } else {
+                        share
+                    },
+                }
+            })
+            .collect()
+    }
+}
+
 /// Raft timing, in milliseconds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -334,6 +363,21 @@ impl StoreConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn even_split_gives_the_remainder_to_the_last() {
+        let a = |id: &str, first, count| InitialAlloc {
+            id: id.into(),
+            first,
+            count,
+        };
+        assert_eq!(
+            InitialAlloc::even_split(["a", "b", "c"], 100),
+            vec![a("a", 0, 33), a("b", 33, 33), a("c", 66, 34)]
+        );
+        assert_eq!(InitialAlloc::even_split(["a"], 7), vec![a("a", 0, 7)]);
+        assert_eq!(InitialAlloc::even_split(Vec::<String>::new(), 7), vec![]);
+    }
 
     #[test]
     fn sample_configs_parse() {

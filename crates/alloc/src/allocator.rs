@@ -146,7 +146,7 @@ impl Allocator {
             slots: (0..spec.section_count())
                 .map(|_| SectionSlot::empty())
                 .collect(),
-            mem: Arc::default(),
+            mem: Arc::new(CellMemory::new(spec.section_size as usize)),
             moved_floor: Mutex::new(Default::default()),
             raise_queue: Mutex::new(Vec::new()),
             raise_signal: Notify::new(),
@@ -201,6 +201,17 @@ impl Allocator {
     pub fn next(&self, uid: Uid) -> Result<u64> {
         let (slot, section, idx) = self.locate(uid)?;
         self.serve(slot, section, idx, &crossbeam_epoch::pin())
+    }
+
+    /// Starts loading `uid`'s cell into the CPU's cache, so that a
+    /// [`next`](Self::next) for it soon after finds it there. Changes
+    /// nothing; a uid out of range or in a section not served here is
+    /// ignored (the call that follows reports it). See `warm.rs`.
+    #[inline]
+    pub fn prefetch(&self, uid: Uid) {
+        if let Ok((slot, _, idx)) = self.locate(uid) {
+            slot.prefetch_pinned(idx, &crossbeam_epoch::pin());
+        }
     }
 
     /// Serves one uid with the thread pinned by `guard` (held no longer

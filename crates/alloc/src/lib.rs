@@ -101,6 +101,7 @@ pub mod section;
 pub mod service;
 pub mod shared;
 pub mod store_link;
+pub mod warm;
 
 pub use allocator::{AllocConfig, AllocStats, Allocator, RaiseRequest};
 pub use ceiling::{CeilingStore, Grant};

@@ -1,7 +1,9 @@
 //! Getting the memory of lost sections back to the operating system.
 //!
-//! A section's cells are one zeroed block per take-over (`section.rs`),
-//! 800 KB for the default 100,000 uids. glibc's malloc serves a block of
+//! On Linux a section's cells come from the AllocSvr's own arena
+//! (`section/cells.rs`), which returns them itself. Elsewhere, or when the
+//! arena cannot map its chunks, they are one zeroed block per take-over
+//! from the global allocator, 800 KB for the default 100,000 uids. glibc's malloc serves a block of
 //! at least its *mmap threshold* with pages of its own: fresh pages, so
 //! cells never written stay out of RSS (lazy cells), and `free` unmaps
 //! them, so a lost section's memory goes back at once. But the threshold

@@ -13,9 +13,9 @@
 //! A block's cells are allocated zeroed, and a uid's `cur_seq` is
 //! `max(cell, base)`, where `base` is the take-over's skip-ahead value. A
 //! take-over therefore writes no cell: installing a section is O(1) whatever
-//! its size, and the pages of uids never called are never written (with an
-//! allocator that hands out fresh zeroed pages for large blocks, they are not
-//! even resident).
+//! its size, and the pages of uids never called are never written (nor
+//! resident: cells come from fresh or dropped anonymous pages, see
+//! `section/cells.rs`, which also puts them on huge pages).
 //!
 //! # Memory returned
 //! Losing a section unlinks its block and stops it (ceiling 0, so a caller
@@ -40,7 +40,6 @@
 //! is at least every number any owner, this one included, handed out for
 //! any uid of the section.
 
-use std::alloc::{alloc_zeroed, handle_alloc_error, Layout};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -53,6 +52,9 @@ use seqsvr_core::Epoch;
 use tokio::sync::Notify;
 
 use crate::ceiling::Grant;
+
+mod cells;
+use cells::{CellArena, Cells};
 
 /// The ceiling of a block that was retired. A served ceiling is never 0: a
 /// take-over raises it by a step of at least 1, so one load of the ceiling
@@ -103,6 +105,8 @@ pub(crate) struct Shape {
 /// thread after the allocator is gone.
 #[derive(Debug, Default)]
 pub(crate) struct CellMemory {
+    /// Where cells come from, if not the heap (`section/cells.rs`).
+    arena: Option<Arc<CellArena>>,
     /// Bytes of cells allocated and not yet freed (retired blocks included
     /// until their last caller has finished).
     bytes: AtomicU64,
@@ -111,6 +115,15 @@ pub(crate) struct CellMemory {
 }
 
 impl CellMemory {
+    /// Cell memory for sections of up to `section_len` uids, on huge pages
+    /// where the system allows.
+    pub(crate) fn new(section_len: usize) -> Self {
+        Self {
+            arena: CellArena::new(section_len),
+            ..Self::default()
+        }
+    }
+
     fn allocated(&self, bytes: u64) {
         self.bytes.fetch_add(bytes, Relaxed);
     }
@@ -152,7 +165,7 @@ pub(crate) struct Block {
     /// One cell per uid, indexed from the section's first uid: 0 until the
     /// uid is first served here, then the last number handed out for it.
     /// Never decreases (promise 1).
-    cells: Box<[AtomicU64]>,
+    cells: Cells,
     /// Set by the caller that queues a raise, cleared when the raise is done
     /// or found unneeded: the hot path queues at most one raise at a time.
     raise_pending: AtomicBool,
@@ -164,27 +177,6 @@ pub(crate) struct Block {
     /// block after its destruction ran is caught.
     #[cfg(test)]
     freed: AtomicBool,
-}
-
-/// `len` cells, all 0, from a zeroed allocation: no cell is written, so the
-/// allocator may hand out pages that stay untouched until a uid is served.
-fn zeroed_cells(len: usize) -> Box<[AtomicU64]> {
-    if len == 0 {
-        return Box::new([]);
-    }
-    let layout = Layout::array::<AtomicU64>(len).expect("a section's cells fit in memory");
-    // SAFETY: the layout is not zero-sized. The memory comes zeroed and
-    // all-zero bytes are a valid `AtomicU64` (it has the bit validity of
-    // `u64`), so every element is initialized. The box frees it with
-    // `Layout::array::<AtomicU64>(len)` through the global allocator: the
-    // layout and allocator it came from.
-    unsafe {
-        let ptr = alloc_zeroed(layout).cast::<AtomicU64>();
-        if ptr.is_null() {
-            handle_alloc_error(layout);
-        }
-        Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len))
-    }
 }
 
 /// Asks the CPU to bring `cell`'s cache line in, without waiting for it and
@@ -211,12 +203,12 @@ fn prefetch_line(cell: &AtomicU64) {
 impl Block {
     /// A block serving `grant`: every uid starts at the grant's previous
     /// ceiling (the base), no cell written.
-    fn new(shape: Shape, grant: &Grant) -> Self {
+    fn new(shape: Shape, grant: &Grant, mem: &CellMemory) -> Self {
         Self {
             ceiling: AtomicU64::new(grant.max_seq),
             base: AtomicU64::new(grant.prev_ceiling),
             raise_margin: shape.raise_margin,
-            cells: zeroed_cells(shape.len),
+            cells: Cells::zeroed(shape.len, mem.arena.as_ref()),
             raise_pending: AtomicBool::new(false),
             high_water: Padded(AtomicU64::new(grant.prev_ceiling)),
             #[cfg(test)]
@@ -482,7 +474,7 @@ impl SectionSlot {
                 // Every uid starts at the grant's previous ceiling, whatever
                 // this process handed out before: safe by promise 1 across
                 // owners (see the module docs).
-                let block = Block::new(shape, grant);
+                let block = Block::new(shape, grant, mem);
                 mem.allocated(block.bytes());
                 self.block.store(Owned::new(block), Release);
             }

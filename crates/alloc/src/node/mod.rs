@@ -66,6 +66,7 @@ use crate::raiser::{Raiser, RaiserConfig};
 use crate::service::{AdminService, ClientService, PeerService};
 use crate::shared::{Ownership, Shared};
 use crate::store_link::StoreCeilings;
+use crate::warm::Warmed;
 
 use registration::{read_routes, register};
 use renewal::{renew_loop, renew_once};
@@ -269,9 +270,12 @@ impl AllocNode {
         let client_router = client_l
             .server()
             .layer(calls(Plane::Client, CLIENT_PATHS)?)
-            .add_service(AllocServer::new(ClientService {
-                shared: shared.clone(),
-            }));
+            .add_service(Warmed::new(
+                AllocServer::new(ClientService {
+                    shared: shared.clone(),
+                }),
+                alloc.clone(),
+            ));
         let peer_router = peer_l
             .server()
             .layer(calls(Plane::Peer, PEER_PATHS)?)

@@ -23,7 +23,7 @@ impl Slot {
         let s = Slot {
             slot: SectionSlot::empty(),
             shape: Shape { len, raise_margin },
-            mem: Arc::default(),
+            mem: Arc::new(CellMemory::new(len)),
         };
         assert!(s.install(grant));
         s

@@ -83,11 +83,11 @@ impl Cells {
                 from: Source::None,
             };
         }
-        if let Some(ptr) = arena.and_then(|a| a.take(len)) {
+        if let Some((arena, ptr)) = arena.and_then(|a| Some((a, a.take(len)?))) {
             return Self {
                 ptr,
                 len,
-                from: Source::Arena(arena.expect("taken from it").clone()),
+                from: Source::Arena(arena.clone()),
             };
         }
         let layout = Layout::array::<AtomicU64>(len).expect("a section's cells fit in memory");

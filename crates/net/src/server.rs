@@ -12,6 +12,11 @@
 //! l.serve(router, shutdown).await?;
 //! ```
 //!
+//! A plane that serves a single service can skip tonic's router with
+//! [`serve_one`](Listener::serve_one): the same server, layers and
+//! connection handling, and every call goes straight to the service (no
+//! path table, no boxed service or future per call).
+//!
 //! `serve` runs tonic's `serve_with_incoming_shutdown` on the listener's
 //! own stream of connections, which adds what tonic leaves out for a
 //! caller-supplied listener: TCP_NODELAY on every socket (tonic ignores
@@ -214,6 +219,60 @@ impl Listener {
         ResBody::Error: Into<BoxError>,
         F: Future<Output = ()>,
     {
+        let incoming = self.start();
+        match incoming {
+            Either::Tls(i) => router.serve_with_incoming_shutdown(i, shutdown).await?,
+            Either::Plain(i) => router.serve_with_incoming_shutdown(i, shutdown).await?,
+        }
+        Ok(())
+    }
+
+    /// Serves the one service `svc` under `server` (built from
+    /// [`server`](Listener::server), with any layers added) until
+    /// `shutdown` completes, like [`serve`](Listener::serve) but without
+    /// tonic's router: every call goes to `svc`, which answers the paths it
+    /// does not know itself (a tonic-generated server answers
+    /// `UNIMPLEMENTED`, as the router would).
+    ///
+    /// For a plane that serves a single gRPC service on its hot path: the
+    /// router (path matching, a boxed service and a boxed future per call)
+    /// is per-call work with nothing to choose between.
+    pub async fn serve_one<L, S, ResBody, F>(
+        self,
+        server: Server<L>,
+        svc: S,
+        shutdown: F,
+    ) -> Result<()>
+    where
+        L: Layer<S>,
+        L::Service: Service<http::Request<Body>, Response = http::Response<ResBody>>
+            + Clone
+            + Send
+            + 'static,
+        <L::Service as Service<http::Request<Body>>>::Future: Send,
+        <L::Service as Service<http::Request<Body>>>::Error: Into<BoxError> + Send + 'static,
+        ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+        ResBody::Error: Into<BoxError>,
+        F: Future<Output = ()>,
+    {
+        let incoming = self.start();
+        match incoming {
+            Either::Tls(i) => {
+                server
+                    .serve_with_incoming_shutdown(svc, i, shutdown)
+                    .await?
+            }
+            Either::Plain(i) => {
+                server
+                    .serve_with_incoming_shutdown(svc, i, shutdown)
+                    .await?
+            }
+        }
+        Ok(())
+    }
+
+    /// The stream of connections to serve (TLS or plain), logged.
+    fn start(self) -> Either {
         let timeouts = Timeouts {
             handshake: self.limits.handshake_timeout,
             idle: self.limits.idle_timeout,
@@ -224,10 +283,13 @@ impl Listener {
             Some(tls) => {
                 tracing::info!(%plane, addr = %self.local, mutual = tls.is_mutual(), "serving with TLS");
                 let acceptor = tokio_rustls::TlsAcceptor::from(tls.config);
-                let incoming = Incoming::new(self.tcp, Tls(acceptor), plane, conns, timeouts);
-                router
-                    .serve_with_incoming_shutdown(incoming, shutdown)
-                    .await?;
+                Either::Tls(Incoming::new(
+                    self.tcp,
+                    Tls(acceptor),
+                    plane,
+                    conns,
+                    timeouts,
+                ))
             }
             None => {
                 if self.exposed_plaintext {
@@ -240,14 +302,16 @@ impl Listener {
                 } else {
                     tracing::info!(%plane, addr = %self.local, "serving in plaintext on loopback");
                 }
-                let incoming = Incoming::new(self.tcp, Plain, plane, conns, timeouts);
-                router
-                    .serve_with_incoming_shutdown(incoming, shutdown)
-                    .await?;
+                Either::Plain(Incoming::new(self.tcp, Plain, plane, conns, timeouts))
             }
         }
-        Ok(())
     }
+}
+
+/// A listener's stream of connections, with or without TLS.
+enum Either {
+    Tls(Incoming<Tls>),
+    Plain(Incoming<Plain>),
 }
 
 #[cfg(test)]

@@ -267,15 +267,14 @@ impl AllocNode {
             CallMetrics::register(&shared.metrics.registry, plane.name(), paths)
                 .map(CallMetricsLayer)
         };
-        let client_router = client_l
-            .server()
-            .layer(calls(Plane::Client, CLIENT_PATHS)?)
-            .add_service(Warmed::new(
-                AllocServer::new(ClientService {
-                    shared: shared.clone(),
-                }),
-                alloc.clone(),
-            ));
+        // The client plane serves one service, the hot path: no router.
+        let client_server = client_l.server().layer(calls(Plane::Client, CLIENT_PATHS)?);
+        let client_svc = Warmed::new(
+            AllocServer::new(ClientService {
+                shared: shared.clone(),
+            }),
+            alloc.clone(),
+        );
         let peer_router = peer_l
             .server()
             .layer(calls(Plane::Peer, PEER_PATHS)?)
@@ -295,7 +294,7 @@ impl AllocNode {
         let mut tasks = vec![
             tokio::spawn(serve(
                 Plane::Client,
-                client_l.serve(client_router, stopped(&stop)),
+                client_l.serve_one(client_server, client_svc, stopped(&stop)),
             )),
             tokio::spawn(serve(
                 Plane::Peer,

@@ -75,6 +75,20 @@ pub struct Served {
 }
 
 impl Served {
+    pub fn new(
+        addr: SocketAddr,
+        conns: Connections,
+        stop: oneshot::Sender<()>,
+        task: JoinHandle<seqsvr_net::Result<()>>,
+    ) -> Served {
+        Served {
+            addr,
+            conns,
+            stop: Some(stop),
+            task,
+        }
+    }
+
     pub async fn stop(mut self) {
         let _ = self.stop.take().unwrap().send(());
         let r = tokio::time::timeout(Duration::from_secs(5), &mut self.task).await;

@@ -2,4 +2,5 @@
 
 mod common;
 mod limits;
+mod one;
 mod tls;

@@ -2,7 +2,8 @@
 //! server and against Redis `INCR` (AOF on, `appendfsync everysec`).
 //!
 //! Run: `cargo bench -p seqsvr --bench alloc_grpc -- [--secs N] [--threads T]
-//! [--rounds R] [--redis] [--exhaust] [--shape K] [--hot N] [--instructions]`, or the whole comparison (installs
+//! [--rounds R] [--redis] [--exhaust] [--shape K] [--hot N] [--instructions]
+//! [--bare-no-router]`, or the whole comparison (installs
 //! Redis if missing) with `deploy/bench/alloc_vs_redis.sh [same options]`.
 //! Prints figures; asserts nothing about speed. What it does and how to
 //! read it: `docs/benchmarks.md`.
@@ -48,6 +49,10 @@
 //!   servers, in % of one core, to show which side was the bottleneck,
 //!   and the server's user and kernel time, writes and context switches
 //!   per call.
+//! - `--bare-no-router`: the bare server is served without tonic's router,
+//!   as the AllocSvr's client plane is, instead of through it as a tonic
+//!   user writes it by default: the ratio then shows the AllocSvr's own
+//!   work alone (`alloc_grpc/bare.rs`).
 //! - `--instructions`: instead of timing, runs both servers under
 //!   callgrind and counts the instructions each spends per call, for the
 //!   50-caller shapes (or `--shape K`) and both clients: a figure that does
@@ -119,6 +124,8 @@ struct Args {
     instructions: bool,
     /// Draw uids from this many hot uids instead of uniformly.
     hot: Option<u64>,
+    /// Serve the bare server without tonic's router.
+    bare_no_router: bool,
 }
 
 impl Args {
@@ -132,6 +139,7 @@ impl Args {
             shape: None,
             instructions: false,
             hot: None,
+            bare_no_router: false,
         };
         let mut it = std::env::args().skip(1);
         while let Some(arg) = it.next() {
@@ -143,6 +151,7 @@ impl Args {
                 "--redis" => a.redis = true,
                 "--exhaust" => a.exhaust = true,
                 "--instructions" => a.instructions = true,
+                "--bare-no-router" => a.bare_no_router = true,
                 "--shape" => {
                     a.shape = it.next().and_then(|v| v.parse().ok());
                     assert!(
@@ -221,7 +230,7 @@ async fn run_instructions(args: &Args) {
     cluster.store.wait_ready(Duration::from_secs(30)).await;
     let client = cluster.client().await;
     cluster.wait_serving(&client).await;
-    let bare_server = BareServer::start_under(args.threads, &under);
+    let bare_server = BareServer::start_under(args.threads, args.bare_no_router, &under);
     let callers = [
         (
             "SeqClient",
@@ -284,7 +293,7 @@ async fn run(args: &Args) {
     let seqsvr = Target::seqsvr(&cluster);
     let lib = Caller::Lib(client);
     let raw = raw_stub(&cluster.alloc_addrs[0]).await;
-    let bare_server = BareServer::start(args.threads);
+    let bare_server = BareServer::start(args.threads, args.bare_no_router);
     let bare = Target {
         name: "bare",
         server: Some(bare_server.pid()),
@@ -293,9 +302,14 @@ async fn run(args: &Args) {
     let bare_lib = lib_client(&bare_server.addr).await;
     let bare_raw = raw_stub(&bare_server.addr).await;
     println!(
-        "seqsvr: 3 store replicas + 1 AllocSvr (`seqsvr alloc --threads {}`), {} sections of {SECTION_SIZE} uids, step {STEP};\n        bare:   a tonic server on the same runtime whose handlers only bump a counter;\n        load: this process, 1 current-thread tokio runtime, N tasks in closed loops; 1 s warm-up + {} s per phase;\n        uids: {}",
+        "seqsvr: 3 store replicas + 1 AllocSvr (`seqsvr alloc --threads {}`), {} sections of {SECTION_SIZE} uids, step {STEP};\n        bare:   a tonic server on the same runtime whose handlers only bump a counter ({});\n        load: this process, 1 current-thread tokio runtime, N tasks in closed loops; 1 s warm-up + {} s per phase;\n        uids: {}",
         args.threads,
         UIDS / SECTION_SIZE,
+        if args.bare_no_router {
+            "served without tonic's router, --bare-no-router"
+        } else {
+            "through tonic's router, as by default"
+        },
         args.secs,
         match args.hot {
             Some(n) => format!("{n} hot uids spread over the sections (--hot)"),
@@ -430,7 +444,8 @@ fn main() {
     let mut argv = std::env::args().skip(1);
     if argv.next().as_deref() == Some(bare::FLAG) {
         let threads = argv.next().and_then(|t| t.parse().ok()).unwrap_or(1);
-        return bare::serve(threads);
+        let no_router = argv.next().as_deref() == Some(bare::NO_ROUTER);
+        return bare::serve(threads, no_router);
     }
     let args = Args::parse();
     println!(

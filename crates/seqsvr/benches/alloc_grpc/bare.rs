@@ -11,6 +11,12 @@
 //!
 //! `Routes` answers one table that puts every section on this server, so
 //! `SeqClient` drives it exactly as it drives the AllocSvr.
+//!
+//! By default it is served the way a tonic user writes it
+//! (`Server::builder().add_service(..)`, through tonic's router). With
+//! `--bare-no-router` it is served without the router, as the AllocSvr's
+//! client plane is (`Listener::serve_one`): the transport alone, to show
+//! what the AllocSvr's own work costs.
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Stdio};
@@ -88,8 +94,12 @@ impl Alloc for Bare {
     }
 }
 
-/// The child's side: serve on a free loopback port until stdin closes.
-pub fn serve(threads: usize) {
+/// The flag (after the thread count) that serves without tonic's router.
+pub const NO_ROUTER: &str = "--bare-no-router";
+
+/// The child's side: serve on a free loopback port until stdin closes;
+/// without tonic's router if `no_router`.
+pub fn serve(threads: usize, no_router: bool) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads.max(1))
         .enable_all()
@@ -129,11 +139,18 @@ pub fn serve(threads: usize) {
             .await;
         };
         let incoming = tonic::transport::server::TcpIncoming::from(tcp).with_nodelay(Some(true));
-        tonic::transport::Server::builder()
-            .add_service(AllocServer::new(svc))
-            .serve_with_incoming_shutdown(incoming, stdin_closed)
-            .await
-            .unwrap();
+        if no_router {
+            tonic::transport::Server::builder()
+                .serve_with_incoming_shutdown(AllocServer::new(svc), incoming, stdin_closed)
+                .await
+                .unwrap();
+        } else {
+            tonic::transport::Server::builder()
+                .add_service(AllocServer::new(svc))
+                .serve_with_incoming_shutdown(incoming, stdin_closed)
+                .await
+                .unwrap();
+        }
     });
 }
 
@@ -145,17 +162,22 @@ pub struct BareServer {
 }
 
 impl BareServer {
-    /// Starts the bare server with `threads` runtime workers.
-    pub fn start(threads: usize) -> BareServer {
-        BareServer::start_under(threads, &[])
+    /// Starts the bare server with `threads` runtime workers, without
+    /// tonic's router if `no_router`.
+    pub fn start(threads: usize, no_router: bool) -> BareServer {
+        BareServer::start_under(threads, no_router, &[])
     }
 
     /// [`start`](BareServer::start), run under `under` (a profiler and its
     /// arguments; empty: none).
-    pub fn start_under(threads: usize, under: &[String]) -> BareServer {
+    pub fn start_under(threads: usize, no_router: bool, under: &[String]) -> BareServer {
         let exe = std::env::current_exe().expect("the bench's own executable");
-        let mut child = crate::support::command_under(under, exe)
-            .args([FLAG, &threads.to_string()])
+        let mut cmd = crate::support::command_under(under, exe);
+        cmd.args([FLAG, &threads.to_string()]);
+        if no_router {
+            cmd.arg(NO_ROUTER);
+        }
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

@@ -67,6 +67,9 @@ struct PartOutcome {
 pub(crate) fn split(routes: &RouteCache, uids: &[u64], pending: &[usize]) -> Attempt<Split> {
     let mut split = Split::default();
     let mut by_owner: HashMap<(SetId, &str), usize> = HashMap::new();
+    // The part the previous uid went to: a batch's uids mostly share an
+    // owner, and comparing with it is cheaper than hashing the key.
+    let mut last: Option<((SetId, &str), usize)> = None;
     for &i in pending {
         let uid = uids[i];
         let (t, e) = match routes.locate(uid) {
@@ -88,13 +91,20 @@ pub(crate) fn split(routes: &RouteCache, uids: &[u64], pending: &[usize]) -> Att
             Located::NoSet => return Err(Failure::NoSet { uid }),
         };
         let key = (t.set.set_id, e.addr.as_str());
-        let n = *by_owner.entry(key).or_insert_with(|| {
-            split.parts.push(Part {
-                target: Target::new(t, e),
-                idx: Vec::new(),
-            });
-            split.parts.len() - 1
-        });
+        let n = match last {
+            Some((k, n)) if k == key => n,
+            _ => {
+                let n = *by_owner.entry(key).or_insert_with(|| {
+                    split.parts.push(Part {
+                        target: Target::new(t, e),
+                        idx: Vec::new(),
+                    });
+                    split.parts.len() - 1
+                });
+                last = Some((key, n));
+                n
+            }
+        };
         split.parts[n].idx.push(i);
     }
     Ok(split)
@@ -344,6 +354,54 @@ mod tests {
         );
         let s = split(&cache(), &uids, &[3, 6]).unwrap();
         assert_eq!(parts(&s), vec![(1, "b", 3, vec![3]), (1, "a", 3, vec![6])]);
+    }
+
+    /// `split`'s parts against a grouping that scans the parts for each
+    /// uid, over many pseudo-random batches (runs of one owner, owners
+    /// interleaved, one address in two sets, held uids).
+    #[test]
+    fn grouping_matches_a_plain_scan() {
+        let naive = |c: &RouteCache, uids: &[u64], pending: &[usize]| {
+            let mut parts: Vec<(u32, String, Vec<usize>)> = Vec::new();
+            for &i in pending {
+                if let Located::Owner(t, e) = c.locate(uids[i]) {
+                    let key = (t.set.set_id, e.addr.clone());
+                    match parts.iter_mut().find(|p| (p.0, &p.1) == (key.0, &key.1)) {
+                        Some(p) => p.2.push(i),
+                        None => parts.push((key.0, key.1, vec![i])),
+                    }
+                }
+            }
+            parts
+        };
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for (c, span) in [(cache(), 0..200u64), (two_sets(true), 0..100)] {
+            for _ in 0..500 {
+                let len = (next() % 40) as usize;
+                let mut uids = Vec::with_capacity(len);
+                while uids.len() < len {
+                    let uid = span.start + next() % (span.end - span.start);
+                    // Runs of one uid's neighbours, as real batches have.
+                    for d in 0..(next() % 4) {
+                        uids.push((uid + d).min(span.end - 1));
+                    }
+                }
+                let all: Vec<usize> = (0..uids.len()).collect();
+                let got = split(&c, &uids, &all).unwrap();
+                let got: Vec<(u32, String, Vec<usize>)> = got
+                    .parts
+                    .iter()
+                    .map(|p| (p.target.set_id, p.target.addr.clone(), p.idx.clone()))
+                    .collect();
+                assert_eq!(got, naive(&c, &uids, &all), "uids {uids:?}");
+            }
+        }
     }
 
     #[test]

@@ -219,8 +219,7 @@ impl Listener {
         ResBody::Error: Into<BoxError>,
         F: Future<Output = ()>,
     {
-        let incoming = self.start();
-        match incoming {
+        match self.start() {
             Either::Tls(i) => router.serve_with_incoming_shutdown(i, shutdown).await?,
             Either::Plain(i) => router.serve_with_incoming_shutdown(i, shutdown).await?,
         }
@@ -255,8 +254,7 @@ impl Listener {
         ResBody::Error: Into<BoxError>,
         F: Future<Output = ()>,
     {
-        let incoming = self.start();
-        match incoming {
+        match self.start() {
             Either::Tls(i) => {
                 server
                     .serve_with_incoming_shutdown(svc, i, shutdown)

@@ -151,7 +151,7 @@ impl Args {
                 "--redis" => a.redis = true,
                 "--exhaust" => a.exhaust = true,
                 "--instructions" => a.instructions = true,
-                "--bare-no-router" => a.bare_no_router = true,
+                bare::NO_ROUTER => a.bare_no_router = true,
                 "--shape" => {
                     a.shape = it.next().and_then(|v| v.parse().ok());
                     assert!(

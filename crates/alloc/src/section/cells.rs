@@ -83,12 +83,14 @@ impl Cells {
                 from: Source::None,
             };
         }
-        if let Some((arena, ptr)) = arena.and_then(|a| Some((a, a.take(len)?))) {
-            return Self {
-                ptr,
-                len,
-                from: Source::Arena(arena.clone()),
-            };
+        if let Some(arena) = arena {
+            if let Some(ptr) = arena.take(len) {
+                return Self {
+                    ptr,
+                    len,
+                    from: Source::Arena(arena.clone()),
+                };
+            }
         }
         let layout = Layout::array::<AtomicU64>(len).expect("a section's cells fit in memory");
         // SAFETY: the layout is not zero-sized.

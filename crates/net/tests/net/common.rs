@@ -1,7 +1,7 @@
 //! Servers, clients and certificates for the tests. Every server binds
 //! 127.0.0.1:0, so tests run in parallel.
 
-use seqsvr_net::server::{listener, Connections, PlaneLayers};
+use seqsvr_net::server::{listener, Connections, Listener, PlaneLayers};
 use seqsvr_net::{ClientTls, DevPki, Leaf, Limits, Plane, Role, ServerTls};
 use std::convert::Infallible;
 use std::future::Future;
@@ -75,24 +75,40 @@ pub struct Served {
 }
 
 impl Served {
-    pub fn new(
-        addr: SocketAddr,
-        conns: Connections,
-        stop: oneshot::Sender<()>,
-        task: JoinHandle<seqsvr_net::Result<()>>,
-    ) -> Served {
-        Served {
-            addr,
-            conns,
-            stop: Some(stop),
-            task,
-        }
-    }
-
     pub async fn stop(mut self) {
         let _ = self.stop.take().unwrap().send(());
         let r = tokio::time::timeout(Duration::from_secs(5), &mut self.task).await;
         r.expect("server did not stop").unwrap().unwrap();
+    }
+}
+
+/// Binds a listener for `plane` and runs `run` on it (with a shutdown
+/// signal) in a task of its own.
+pub async fn start<F>(
+    plane: Plane,
+    limits: &Limits,
+    tls: Option<&ServerTls>,
+    run: impl FnOnce(Listener, Pin<Box<dyn Future<Output = ()> + Send>>) -> F,
+) -> Served
+where
+    F: Future<Output = seqsvr_net::Result<()>> + Send + 'static,
+{
+    let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let l = listener(tcp, plane, limits, tls, false).unwrap();
+    let addr = l.local_addr();
+    let conns = l.connections();
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(run(
+        l,
+        Box::pin(async move {
+            let _ = rx.await;
+        }),
+    ));
+    Served {
+        addr,
+        conns,
+        stop: Some(tx),
+        task,
     }
 }
 
@@ -103,21 +119,11 @@ pub async fn serve(
     tls: Option<&ServerTls>,
     build: impl FnOnce(seqsvr_net::server::PlaneServer) -> TestRouter,
 ) -> Served {
-    let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let l = listener(tcp, plane, limits, tls, false).unwrap();
-    let addr = l.local_addr();
-    let conns = l.connections();
-    let router = build(l.server());
-    let (tx, rx) = oneshot::channel();
-    let task = tokio::spawn(l.serve(router, async move {
-        let _ = rx.await;
-    }));
-    Served {
-        addr,
-        conns,
-        stop: Some(tx),
-        task,
-    }
+    start(plane, limits, tls, |l, stop| {
+        let router = build(l.server());
+        l.serve(router, stop)
+    })
+    .await
 }
 
 pub fn health() -> HealthServer<impl Health> {

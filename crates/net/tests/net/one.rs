@@ -1,10 +1,7 @@
 //! `serve_one`: a plane serving a single service with no router.
 
 use crate::common::*;
-use seqsvr_net::server::listener;
 use seqsvr_net::Plane;
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Channel;
 use tonic::Code;
@@ -13,17 +10,11 @@ use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
 /// Serves `health()` alone on `plane` through `serve_one`.
 async fn serve_one(plane: Plane, tls: Option<&seqsvr_net::ServerTls>) -> Served {
-    let limits = quick(plane);
-    let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let l = listener(tcp, plane, &limits, tls, false).unwrap();
-    let addr = l.local_addr();
-    let conns = l.connections();
-    let server = l.server();
-    let (tx, rx) = oneshot::channel();
-    let task = tokio::spawn(l.serve_one(server, health(), async move {
-        let _ = rx.await;
-    }));
-    Served::new(addr, conns, tx, task)
+    start(plane, &quick(plane), tls, |l, stop| {
+        let server = l.server();
+        l.serve_one(server, health(), stop)
+    })
+    .await
 }
 
 /// A unary call with a health request to any `path`.

@@ -15,10 +15,29 @@ pub use seqsvr_net::auth::Auth;
 pub const FORWARDED: &str = "x-seqsvr-forwarded";
 
 /// Checks a peer-plane call made in the name of AllocSvr `id`: from alloc
-/// `id` itself, or forwarded by a store replica (which checked it).
-pub fn require_alloc_or_forward<T>(auth: Auth, req: &Request<T>, id: &str) -> Result<(), Status> {
+/// `id` itself, or forwarded by a store replica that is one of `members`
+/// of this group (which checked the AllocSvr itself).
+///
+/// Only members may forward: a member is trusted with the group's log
+/// anyway (as leader it writes any entry it likes), so trusting it to
+/// have checked the AllocSvr's certificate adds no power. A store
+/// certificate of anything else — another set's replica, a removed one
+/// still running, one issued to no group — would otherwise act as every
+/// AllocSvr (`docs/architecture/security.md`, "Forwarded calls").
+pub fn require_alloc_or_forward<T>(
+    auth: Auth,
+    req: &Request<T>,
+    id: &str,
+    members: &[u64],
+) -> Result<(), Status> {
     if req.metadata().contains_key(FORWARDED) {
-        auth.require_store(req)?;
+        if let seqsvr_net::role::Role::Store(n) = auth.require_store(req)? {
+            if auth != Auth::Insecure && !members.contains(&n) {
+                return Err(Status::permission_denied(format!(
+                    "store {n} is not a member of this group and may not forward AllocSvr calls"
+                )));
+            }
+        }
     } else {
         auth.require_alloc(req, id)?;
     }

@@ -148,6 +148,7 @@ impl Conn {
         &mut self,
         rpc: Rpc,
         req: &Req,
+        sent: &openraft::Vote<NodeId>,
         option: &RPCOption,
     ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
     where
@@ -178,7 +179,9 @@ impl Conn {
                 .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let resp = result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))?;
         if let Some(v) = resp.vote() {
-            check_term(v)
+            // The reply's term is bounded against the term this replica
+            // sent with: its own at the time.
+            check_term(v, sent.leader_id().term)
                 .map_err(|e| RPCError::Network(NetworkError::new(&std::io::Error::other(e))))?;
         }
         Ok(resp)
@@ -197,6 +200,7 @@ impl RaftNetwork<TypeConfig> for Conn {
             .call(
                 |mut c, r| Box::pin(async move { c.append_entries(r).await }),
                 &rpc,
+                &rpc.vote,
                 &option,
             )
             .await;
@@ -217,6 +221,7 @@ impl RaftNetwork<TypeConfig> for Conn {
         self.call(
             |mut c, r| Box::pin(async move { c.install_snapshot(r).await }),
             &rpc,
+            &rpc.vote,
             &option,
         )
         .await
@@ -230,6 +235,7 @@ impl RaftNetwork<TypeConfig> for Conn {
         self.call(
             |mut c, r| Box::pin(async move { c.vote(r).await }),
             &rpc,
+            &rpc.vote,
             &option,
         )
         .await

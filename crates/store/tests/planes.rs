@@ -19,6 +19,7 @@ use tonic::Code;
 
 struct Cluster {
     nodes: Vec<StoreNode>,
+    cfgs: Vec<StoreConfig>,
     pki: DevPki,
     peer: Vec<String>,
     client: Vec<String>,
@@ -39,6 +40,7 @@ async fn cluster() -> Cluster {
         Leaf::new("store-1", Role::Store(1)),
         Leaf::new("store-2", Role::Store(2)),
         Leaf::new("store-3", Role::Store(3)),
+        Leaf::new("store-9", Role::Store(9)),
         Leaf::new("alloc-a", Role::Alloc("a".into())),
         Leaf::new("alloc-b", Role::Alloc("b".into())),
         Leaf::new("ops", Role::Operator("ops".into())),
@@ -64,6 +66,7 @@ async fn cluster() -> Cluster {
     let peer = members.iter().map(|m| m.addr.clone()).collect();
     let client = listeners.iter().map(|l| addr(&l.client)).collect();
     let mut nodes = Vec::new();
+    let mut cfgs = Vec::new();
     for (i, l) in listeners.into_iter().enumerate() {
         let id = i as u64 + 1;
         let text = format!(
@@ -100,10 +103,12 @@ election_max_ms = 400
         let mut cfg: StoreConfig = toml::from_str(&text).unwrap();
         cfg.members = members.clone();
         cfg.validate().unwrap();
+        cfgs.push(cfg.clone());
         nodes.push(StoreNode::start(cfg, l).await.unwrap());
     }
     Cluster {
         nodes,
+        cfgs,
         pki,
         peer,
         client,
@@ -116,6 +121,55 @@ fn tls(pki: &DevPki, name: &str) -> seqsvr_net::ClientTls {
 }
 
 impl Cluster {
+    /// Stops every replica, stores a vote of `term` on each (as if that
+    /// many elections had happened), and starts them again on the same
+    /// addresses with their logs and state as they were.
+    async fn restart_at_term(&mut self, term: u64) {
+        use openraft::storage::RaftLogStorage;
+        let addrs: Vec<_> = self.nodes.iter().map(|n| n.addrs).collect();
+        for n in std::mem::take(&mut self.nodes) {
+            n.shutdown().await;
+        }
+        for (cfg, a) in self.cfgs.clone().into_iter().zip(addrs) {
+            let mut tries = 0;
+            let disk = loop {
+                // The replica's last handles go away with its connections.
+                match seqsvr_store::disk::Disk::open(&cfg.data_dir) {
+                    Ok(d) => break d,
+                    Err(e) if tries < 100 => {
+                        tries += 1;
+                        let _ = e;
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    Err(e) => panic!("reopening {}: {e}", cfg.data_dir.display()),
+                }
+            };
+            {
+                let mut log = seqsvr_store::log_store::LogStore::open(&disk).unwrap();
+                log.save_vote(&openraft::Vote::new(term, cfg.id))
+                    .await
+                    .unwrap();
+            }
+            drop(disk);
+            let bind_at = |addr: std::net::SocketAddr| async move {
+                for _ in 0..100 {
+                    if let Ok(l) = TcpListener::bind(addr).await {
+                        return l;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                panic!("{addr} stayed taken");
+            };
+            let l = StoreListeners {
+                peer: bind_at(a.peer).await,
+                client: bind_at(a.client).await,
+                admin: bind_at(a.admin).await,
+                metrics: Some(bind_at(a.metrics.unwrap()).await),
+            };
+            self.nodes.push(StoreNode::start(cfg, l).await.unwrap());
+        }
+    }
+
     fn peer_as(&self, name: &str) -> PeerClient {
         PeerClient::new(&self.peer, &connector(Some(tls(&self.pki, name))))
             .unwrap()
@@ -246,6 +300,147 @@ async fn strangers_wrong_roles_and_forgers_are_refused_and_change_nothing() {
     for n in &c.nodes {
         assert!(n.raft.metrics().borrow().current_term < 1 << 32);
     }
+}
+
+/// The group's own elections carry its term past 2^32 (the absolute cap
+/// the wire once had, which left a group with no possible leader there)
+/// and it keeps electing and writing; a jump of more than 2^24 over a
+/// replica's term is still refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elections_carry_the_term_past_2_pow_32() {
+    let mut c = cluster().await;
+    c.wait_configured().await;
+    c.alive("a", 1, 0).await;
+    c.restart_at_term((1 << 32) - 3).await;
+    c.wait_configured().await;
+    let term = |i: usize| c.nodes[i].raft.metrics().borrow().current_term;
+    let leader = || {
+        c.nodes.iter().position(|n| {
+            let m = n.raft.metrics().borrow().clone();
+            m.current_leader == Some(m.id)
+        })
+    };
+    // Force elections on followers until the term is past 2^32.
+    let mut elections = 0;
+    while term(0) <= (1 << 32) + 1 {
+        let Some(l) = leader() else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let before = term(l);
+        c.nodes[(l + 1) % 3].raft.trigger().elect().await.unwrap();
+        elections += 1;
+        assert!(elections < 50, "the term stopped at {}", term(0));
+        for _ in 0..100 {
+            if leader().is_some_and(|l| term(l) > before) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    println!("term {} after {elections} forced elections", term(0));
+    // Still electing and writing.
+    let g = c.alive("b", 2, 0).await;
+    assert_eq!(g.epoch, 1);
+
+    // A genuine member's vote that jumps too far is refused.
+    let own = term(0);
+    let mut raft = RaftClient::new(c.raw(0, Some("store-2")));
+    let vote = VoteRequest::<u64>::new(openraft::Vote::new(own + (1 << 25), 2), None);
+    let data = seqsvr_core::codec::encode(&vote).unwrap();
+    let e = raft.vote(pb::RaftPayload { data }).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("jumps more than 2^24"), "{e:?}");
+}
+
+/// A store certificate speaks only for its own replica, and only while
+/// that replica is a member of the group: a vote or an append in another
+/// replica's name, or from a store no membership names (another set's
+/// replica, a removed one), is refused before openraft sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raft_and_forwarded_calls_only_from_members() {
+    let c = cluster().await;
+    c.wait_configured().await;
+    let terms_before: Vec<u64> = c
+        .nodes
+        .iter()
+        .map(|n| n.raft.metrics().borrow().current_term)
+        .collect();
+    for (i, &own) in terms_before.iter().enumerate() {
+        // store-1 in store-2's name.
+        let mut raft = RaftClient::new(c.raw(i, Some("store-1")));
+        let vote = VoteRequest::<u64>::new(openraft::Vote::new(own + 1, 2), None);
+        let data = seqsvr_core::codec::encode(&vote).unwrap();
+        let e = raft.vote(pb::RaftPayload { data }).await.unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+        assert!(e.message().contains("may not speak for store 2"), "{e:?}");
+        // store-9, a member of no group here, in its own name: an append
+        // as a leader of a higher term would make the replica follow it.
+        let mut raft = RaftClient::new(c.raw(i, Some("store-9")));
+        let append = openraft::raft::AppendEntriesRequest::<seqsvr_store::types::TypeConfig> {
+            vote: openraft::Vote::new_committed(own + 1, 9),
+            prev_log_id: None,
+            entries: vec![],
+            leader_commit: None,
+        };
+        let data = seqsvr_core::codec::encode(&append).unwrap();
+        let e = raft
+            .append_entries(pb::RaftPayload { data })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+        assert!(e.message().contains("not a member"), "{e:?}");
+    }
+    // A forwarded AllocSvr call is taken only from a member: store-9's
+    // forged hand-off of a's sections (and its registration of a made-up
+    // AllocSvr) are refused on every replica.
+    let a = c.alive("a", 1, 0).await;
+    for i in 0..3 {
+        let mut peer = StorePeerClient::new(c.raw(i, Some("store-9")));
+        let mut req = tonic::Request::new(pb::HandoffRequest {
+            from_alloc: "a".into(),
+            incarnation: 1,
+            to_alloc: "b".into(),
+            section: 0,
+            epoch: a.epoch,
+        });
+        req.metadata_mut()
+            .insert(seqsvr_store::auth::FORWARDED, "1".parse().unwrap());
+        let e = peer.handoff(req).await.unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+        assert!(e.message().contains("not a member"), "{e:?}");
+        let mut req = tonic::Request::new(pb::RegisterAllocRequest {
+            alloc_id: "ghost".into(),
+            addr: "127.0.0.1:9".into(),
+            peer_addr: "127.0.0.1:9".into(),
+            incarnation: 1,
+            admin_addr: "127.0.0.1:9".into(),
+        });
+        req.metadata_mut()
+            .insert(seqsvr_store::auth::FORWARDED, "1".parse().unwrap());
+        let e = peer.register_alloc(req).await.unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    }
+    // A member's forwarded call gets past the check (and is then served
+    // or refused as the leader decides).
+    let mut peer = StorePeerClient::new(c.raw(0, Some("store-2")));
+    let mut req = tonic::Request::new(pb::RenewRequest {
+        alloc_id: "a".into(),
+        incarnation: 1,
+        known_sections_version: 0,
+    });
+    req.metadata_mut()
+        .insert(seqsvr_store::auth::FORWARDED, "1".parse().unwrap());
+    if let Err(e) = peer.renew(req).await {
+        assert_ne!(e.code(), Code::PermissionDenied, "{e:?}");
+    }
+
+    // Nothing moved: the term is the one before, and the group writes.
+    for (n, before) in c.nodes.iter().zip(&terms_before) {
+        assert_eq!(n.raft.metrics().borrow().current_term, *before);
+    }
+    let after = c.alive("a", 1, a.epoch).await;
+    assert_eq!(after.prev_ceiling, a.max_seq, "the section stayed a's");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

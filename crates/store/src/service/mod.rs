@@ -90,6 +90,14 @@ fn forwarded<T>(req: &Request<T>) -> bool {
 }
 
 impl StoreApi {
+    /// The group's members (voters and learners) as this replica knows
+    /// them: who may forward AllocSvr calls to it.
+    pub(crate) fn members(&self) -> Vec<NodeId> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        m.membership_config.nodes().map(|(id, _)| *id).collect()
+    }
+
     fn peer(&self, addr: &str) -> Result<StorePeerClient<Channel>, Status> {
         let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = peers.get(addr) {

@@ -212,7 +212,7 @@ impl pb::store_peer_server::StorePeer for PeerService {
         req: Request<pb::RegisterAllocRequest>,
     ) -> Result<Response<pb::RegisterAllocReply>, Status> {
         let api = &self.0;
-        require_alloc_or_forward(api.auth, &req, &req.get_ref().alloc_id)?;
+        require_alloc_or_forward(api.auth, &req, &req.get_ref().alloc_id, &api.members())?;
         api.route(
             req,
             |r| api.register(r),
@@ -226,7 +226,7 @@ impl pb::store_peer_server::StorePeer for PeerService {
         req: Request<pb::RenewRequest>,
     ) -> Result<Response<pb::RenewReply>, Status> {
         let api = &self.0;
-        require_alloc_or_forward(api.auth, &req, &req.get_ref().alloc_id)?;
+        require_alloc_or_forward(api.auth, &req, &req.get_ref().alloc_id, &api.members())?;
         api.route(
             req,
             |r| api.renew(r),
@@ -240,7 +240,7 @@ impl pb::store_peer_server::StorePeer for PeerService {
         req: Request<pb::TakeOverRequest>,
     ) -> Result<Response<pb::TakeOverReply>, Status> {
         let api = &self.0;
-        require_alloc_or_forward(api.auth, &req, &req.get_ref().alloc_id)?;
+        require_alloc_or_forward(api.auth, &req, &req.get_ref().alloc_id, &api.members())?;
         api.route(
             req,
             |r| api.take_over(r),
@@ -254,7 +254,7 @@ impl pb::store_peer_server::StorePeer for PeerService {
         req: Request<pb::RaiseRequest>,
     ) -> Result<Response<pb::RaiseReply>, Status> {
         let api = &self.0;
-        require_alloc_or_forward(api.auth, &req, &req.get_ref().alloc_id)?;
+        require_alloc_or_forward(api.auth, &req, &req.get_ref().alloc_id, &api.members())?;
         api.route(
             req,
             |r| api.raise(r),
@@ -268,7 +268,7 @@ impl pb::store_peer_server::StorePeer for PeerService {
         req: Request<pb::HandoffRequest>,
     ) -> Result<Response<pb::HandoffReply>, Status> {
         let api = &self.0;
-        require_alloc_or_forward(api.auth, &req, &req.get_ref().from_alloc)?;
+        require_alloc_or_forward(api.auth, &req, &req.get_ref().from_alloc, &api.members())?;
         api.route(
             req,
             |r| api.handoff(r),

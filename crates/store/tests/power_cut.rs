@@ -1,0 +1,361 @@
+//! Promise 2 at the disk: every raise acknowledged is on the disk of a
+//! majority of the replicas when the power is cut, not merely in their page
+//! cache (which survives `kill -9`, so killing processes cannot show it).
+//!
+//! A child process runs a three-replica group on a disk that keeps only
+//! what was fsynced (`lazy_disk`: LazyFS's model), with slow fsyncs; raisers
+//! raise until enough raises are acknowledged, then the power is cut on all
+//! three replicas at once. This process then opens each replica's database
+//! from what reached the disk and reads every raise its log holds.
+//!
+//! The test fails if `Disk::sync` skips its `fsync` (sled's flush ends in
+//! `sync_file_range`, which is not durable) or if the log store
+//! acknowledges an append before its sync returns.
+
+#![cfg(all(target_os = "linux", target_arch = "x86_64", target_env = "gnu"))]
+
+mod lazy_disk;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use openraft::{EntryPayload, RaftLogReader};
+use seqsvr_core::SectionId;
+use seqsvr_store::disk::Disk;
+use seqsvr_store::log_store::LogStore;
+use seqsvr_store::node::{Member, StoreConfig, StoreListeners};
+use seqsvr_store::state_machine::StateMachine;
+use seqsvr_store::types::Command;
+use seqsvr_store::{Rejection, StoreNode};
+use seqsvr_store_api::client::plaintext;
+use seqsvr_store_api::{AllocAddrs, Error, PeerClient};
+use tokio::net::TcpListener;
+
+/// Names the child's task and where it works.
+const CHILD: &str = "SEQSVR_LAZY_DISK_CHILD";
+const CHILD_DIR: &str = "SEQSVR_LAZY_DISK_DIR";
+/// Concurrent raisers, one section each.
+const RAISERS: u32 = 4;
+/// Acknowledged raises before the power is cut.
+const ACKS: usize = 60;
+/// How much longer every fsync takes: an acknowledgement sent before its
+/// fsync returned comes this much too early, and is caught at the cut.
+const SLOW_FSYNC: Duration = Duration::from_millis(40);
+
+/// Runs the child task `mode` in `dir` and waits for it (at most 3 min).
+fn run_child(mode: &str, dir: &Path) {
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+        .env(CHILD, mode)
+        .env(CHILD_DIR, dir)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(
+                dir.join("done").exists(),
+                "the child ({mode}) ended without reporting: {status}"
+            );
+            return;
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("the child ({mode}) hung");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The child's side of every test here (does nothing unless asked).
+#[test]
+fn child() {
+    let (Some(mode), Some(dir)) = (std::env::var_os(CHILD), std::env::var_os(CHILD_DIR)) else {
+        return;
+    };
+    let dir = Path::new(&dir);
+    match mode.to_str().unwrap() {
+        "files-cut" => write_files(dir, true),
+        "files-kill" => write_files(dir, false),
+        "group" => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(raise_then_cut(dir)),
+        m => panic!("unknown child task {m}"),
+    }
+}
+
+/// Writes a synced and an unsynced line, then cuts the power (or dies, as
+/// under `kill -9`).
+fn write_files(dir: &Path, cut: bool) {
+    use std::io::Write;
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    lazy_disk::track(&data);
+    let mut a = std::fs::File::create(data.join("a")).unwrap();
+    a.write_all(b"synced\n").unwrap();
+    a.sync_all().unwrap();
+    a.write_all(b"lost\n").unwrap();
+    let mut b = std::fs::File::create(data.join("b")).unwrap();
+    b.write_all(b"never synced\n").unwrap();
+    if cut {
+        let d = lazy_disk::power_cut();
+        assert_eq!((d.files, d.writes), (2, 2), "{d:?}");
+    }
+    std::fs::write(dir.join("done"), b"").unwrap();
+    unsafe { libc::_exit(0) }
+}
+
+#[test]
+fn the_lazy_disk_keeps_only_what_was_fsynced() {
+    let dir = tempfile::tempdir().unwrap();
+    run_child("files-cut", dir.path());
+    let read = |f: &str| std::fs::read_to_string(dir.path().join("data").join(f)).unwrap();
+    assert_eq!(read("a"), "synced\n");
+    assert_eq!(read("b"), "");
+    // Killing the process loses nothing: the page cache keeps it.
+    let dir = tempfile::tempdir().unwrap();
+    run_child("files-kill", dir.path());
+    let read = |f: &str| std::fs::read_to_string(dir.path().join("data").join(f)).unwrap();
+    assert_eq!(read("a"), "synced\nlost\n");
+    assert_eq!(read("b"), "never synced\n");
+}
+
+async fn bind() -> TcpListener {
+    TcpListener::bind("127.0.0.1:0").await.unwrap()
+}
+
+fn addr(l: &TcpListener) -> String {
+    l.local_addr().unwrap().to_string()
+}
+
+/// Acknowledged raises: (section, ceiling).
+type Acked = Vec<(SectionId, u64)>;
+
+/// Starts a three-replica group in `dir/store-{1,2,3}` (plaintext, on
+/// loopback); returns the nodes and their peer-plane addresses.
+async fn start_group(dir: &Path) -> (Vec<StoreNode>, Vec<String>) {
+    let mut listeners = Vec::new();
+    for _ in 0..3 {
+        listeners.push(StoreListeners {
+            peer: bind().await,
+            client: bind().await,
+            admin: bind().await,
+            metrics: None,
+        });
+    }
+    let members: Vec<Member> = listeners
+        .iter()
+        .enumerate()
+        .map(|(i, l)| Member {
+            id: i as u64 + 1,
+            addr: addr(&l.peer),
+        })
+        .collect();
+    let peer = members.iter().map(|m| m.addr.clone()).collect();
+    let mut nodes = Vec::new();
+    for (i, l) in listeners.into_iter().enumerate() {
+        let id = i as u64 + 1;
+        let text = format!(
+            r#"
+id = {id}
+data_dir = "{data}"
+client_addr = "{client}"
+admin_addr = "{admin}"
+members = []
+[set]
+set_id = 0
+uid_begin = 0
+uid_end = 1000
+section_size = 100
+step = 100
+[raft]
+heartbeat_ms = 50
+election_min_ms = 300
+election_max_ms = 600
+[lease]
+lease_ms = 60000
+margin_ms = 6000
+"#,
+            data = dir.join(format!("store-{id}")).display(),
+            client = addr(&l.client),
+            admin = addr(&l.admin),
+        );
+        let mut cfg: StoreConfig = toml::from_str(&text).unwrap();
+        cfg.members = members.clone();
+        nodes.push(StoreNode::start(cfg, l).await.unwrap());
+    }
+    (nodes, peer)
+}
+
+/// Retries `f` until it succeeds (the group is electing and configuring
+/// its set meanwhile).
+async fn until_ok<T, F, Fut>(what: &str, f: F) -> T
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = seqsvr_store_api::Result<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match f().await {
+            Ok(v) => return v,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("{what}: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
+}
+
+/// In the child: a group on the lazy disk, raisers raising until [`ACKS`]
+/// raises are acknowledged, then a power cut; writes the acknowledged
+/// ceilings (`section value` lines) to `dir/acked` and exits. The
+/// replicas live in `dir/data`, the only directory on the lazy disk.
+async fn raise_then_cut(dir: &Path) {
+    let data = dir.join("data");
+    for id in 1..=3 {
+        std::fs::create_dir_all(data.join(format!("store-{id}"))).unwrap();
+    }
+    lazy_disk::track(&data);
+    lazy_disk::slow_fsync(SLOW_FSYNC);
+    let (_nodes, peer_addrs) = start_group(&data).await;
+    let peer = PeerClient::new(&peer_addrs, &plaintext()).unwrap();
+    let addrs = AllocAddrs {
+        client: "127.0.0.1:1".into(),
+        peer: "127.0.0.1:2".into(),
+        admin: "127.0.0.1:3".into(),
+    };
+    until_ok("register", || peer.register_alloc("a", 1, &addrs)).await;
+    let (grants, _) = until_ok("take over", || {
+        peer.take_over("a", 1, 0, vec![0; RAISERS as usize])
+    })
+    .await;
+    // Acknowledged (section, ceiling); whoever takes the lock after the
+    // cut finds `None`.
+    let acked: Arc<Mutex<Option<Acked>>> = Arc::new(Mutex::new(Some(Vec::new())));
+    let (cut_tx, mut cut_rx) = tokio::sync::mpsc::channel::<(Acked, String)>(1);
+    for g in grants {
+        let (peer, acked, cut_tx) = (peer.clone(), acked.clone(), cut_tx.clone());
+        tokio::spawn(async move {
+            let mut ceiling = g.max_seq;
+            loop {
+                let to = ceiling + 7;
+                let got = match peer.raise("a", 1, g.section, g.epoch, to).await {
+                    Ok(m) => m,
+                    // A hedged repeat of this raise, after the raise itself.
+                    Err(Error::Rejected(Rejection::NotAbove { current, .. })) if current >= to => {
+                        to
+                    }
+                    Err(e) => panic!("raise section {} to {to}: {e}", g.section),
+                };
+                assert!(got >= to);
+                ceiling = got;
+                let mut guard = acked.lock().unwrap();
+                let Some(list) = guard.as_mut() else {
+                    return; // after the cut
+                };
+                list.push((g.section, to));
+                if list.len() == ACKS {
+                    // The power goes off right after this acknowledgement,
+                    // on every replica at once.
+                    let d = lazy_disk::power_cut();
+                    let list = guard.take().unwrap();
+                    let _ = cut_tx.try_send((list, format!("{d:?}")));
+                    return;
+                }
+            }
+        });
+    }
+    let (list, dropped) = cut_rx.recv().await.unwrap();
+    let text: String = list.iter().map(|(s, v)| format!("{s} {v}\n")).collect();
+    std::fs::write(dir.join("acked"), text).unwrap();
+    std::fs::write(dir.join("done"), dropped).unwrap();
+    unsafe { libc::_exit(0) }
+}
+
+/// The highest ceiling of `section` on a replica's disk: the highest raise
+/// in its log, or its state machine's record if higher.
+async fn durable_ceiling(dir: &Path, section: SectionId) -> u64 {
+    let disk = Disk::open(dir).unwrap();
+    let mut log = LogStore::open(&disk).unwrap();
+    let entries = log.try_get_log_entries(0..).await.unwrap();
+    let in_log = entries
+        .iter()
+        .filter_map(|e| match &e.payload {
+            EntryPayload::Normal(r) => Some(&r.commands),
+            _ => None,
+        })
+        .flatten()
+        .filter_map(|c| match c {
+            Command::Raise { section: s, to, .. } if *s == section => Some(*to),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    let sm = StateMachine::open(&disk).unwrap();
+    let applied = sm
+        .read()
+        .state
+        .sections
+        .get(section as usize)
+        .map_or(0, |r| r.max_seq);
+    in_log.max(applied)
+}
+
+#[tokio::test]
+async fn every_acknowledged_raise_is_on_a_majority_of_disks_after_a_power_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    run_child("group", dir.path());
+    let dropped = std::fs::read_to_string(dir.path().join("done")).unwrap();
+    let acked: Vec<(SectionId, u64)> = std::fs::read_to_string(dir.path().join("acked"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (s, v) = l.split_once(' ').unwrap();
+            (s.parse().unwrap(), v.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(acked.len(), ACKS);
+    let mut lost = Vec::new();
+    let mut report = Vec::new();
+    for section in 0..RAISERS {
+        let mut on_disk = Vec::new();
+        for id in 1..=3 {
+            on_disk
+                .push(durable_ceiling(&dir.path().join(format!("data/store-{id}")), section).await);
+        }
+        // What a majority (two of three) holds at least.
+        let mut sorted = on_disk.clone();
+        sorted.sort_unstable();
+        let majority = sorted[1];
+        let mine: Vec<u64> = acked
+            .iter()
+            .filter(|(s, _)| *s == section)
+            .map(|(_, v)| *v)
+            .collect();
+        let top = mine.iter().copied().max().unwrap_or(0);
+        lost.extend(
+            mine.iter()
+                .filter(|v| **v > majority)
+                .map(|v| (section, *v)),
+        );
+        report.push(format!(
+            "section {section}: {} acknowledged, up to {top}; on the replicas' disks {on_disk:?}",
+            mine.len()
+        ));
+    }
+    let report = report.join("\n");
+    eprintln!("{report}\npower cut: {dropped}");
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged raises are not on a majority of disks after the power cut \
+         (first: {:?})\n{report}\npower cut: {dropped}",
+        lost.len(),
+        acked.len(),
+        &lost[..lost.len().min(8)]
+    );
+}

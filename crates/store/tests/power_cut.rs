@@ -6,7 +6,8 @@
 //! what was fsynced (`lazy_disk`: LazyFS's model), with slow fsyncs; raisers
 //! raise until enough raises are acknowledged, then the power is cut on all
 //! three replicas at once. This process then opens each replica's database
-//! from what reached the disk and reads every raise its log holds.
+//! from what reached the disk and reads every raise its log holds, and
+//! restarts the group from those disks and reads the ceilings back.
 //!
 //! The test fails if `Disk::sync` skips its `fsync` (sled's flush ends in
 //! `sync_file_range`, which is not durable) or if the log store
@@ -29,7 +30,7 @@ use seqsvr_store::state_machine::StateMachine;
 use seqsvr_store::types::Command;
 use seqsvr_store::{Rejection, StoreNode};
 use seqsvr_store_api::client::plaintext;
-use seqsvr_store_api::{AllocAddrs, Error, PeerClient};
+use seqsvr_store_api::{AllocAddrs, Error, PeerClient, ReadClient};
 use tokio::net::TcpListener;
 
 /// Names the child's task and where it works.
@@ -135,13 +136,36 @@ fn addr(l: &TcpListener) -> String {
 /// Acknowledged raises: (section, ceiling).
 type Acked = Vec<(SectionId, u64)>;
 
+/// Binds `addr` again (a restarted replica keeps its peer address: the
+/// membership in its log names it).
+async fn rebind(addr: &str) -> TcpListener {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match TcpListener::bind(addr).await {
+            Ok(l) => return l,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("bind {addr}: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("cannot bind {addr} again: {e}"),
+        }
+    }
+}
+
 /// Starts a three-replica group in `dir/store-{1,2,3}` (plaintext, on
-/// loopback); returns the nodes and their peer-plane addresses.
-async fn start_group(dir: &Path) -> (Vec<StoreNode>, Vec<String>) {
+/// loopback), on the peer addresses `again` if given (a restart); returns
+/// the nodes, their peer-plane and their client-plane addresses.
+async fn start_group(
+    dir: &Path,
+    again: Option<&[String]>,
+) -> (Vec<StoreNode>, Vec<String>, Vec<String>) {
     let mut listeners = Vec::new();
-    for _ in 0..3 {
+    for i in 0..3 {
         listeners.push(StoreListeners {
-            peer: bind().await,
+            peer: match again {
+                Some(a) => rebind(&a[i]).await,
+                None => bind().await,
+            },
             client: bind().await,
             admin: bind().await,
             metrics: None,
@@ -156,6 +180,7 @@ async fn start_group(dir: &Path) -> (Vec<StoreNode>, Vec<String>) {
         })
         .collect();
     let peer = members.iter().map(|m| m.addr.clone()).collect();
+    let client = listeners.iter().map(|l| addr(&l.client)).collect();
     let mut nodes = Vec::new();
     for (i, l) in listeners.into_iter().enumerate() {
         let id = i as u64 + 1;
@@ -188,7 +213,7 @@ margin_ms = 6000
         cfg.members = members.clone();
         nodes.push(StoreNode::start(cfg, l).await.unwrap());
     }
-    (nodes, peer)
+    (nodes, peer, client)
 }
 
 /// Retries `f` until it succeeds (the group is electing and configuring
@@ -222,7 +247,8 @@ async fn raise_then_cut(dir: &Path) {
     }
     lazy_disk::track(&data);
     lazy_disk::slow_fsync(SLOW_FSYNC);
-    let (_nodes, peer_addrs) = start_group(&data).await;
+    let (_nodes, peer_addrs, _) = start_group(&data, None).await;
+    std::fs::write(dir.join("peers"), peer_addrs.join("\n")).unwrap();
     let peer = PeerClient::new(&peer_addrs, &plaintext()).unwrap();
     let addrs = AllocAddrs {
         client: "127.0.0.1:1".into(),
@@ -306,7 +332,7 @@ async fn durable_ceiling(dir: &Path, section: SectionId) -> u64 {
     in_log.max(applied)
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_acknowledged_raise_is_on_a_majority_of_disks_after_a_power_cut() {
     let dir = tempfile::tempdir().unwrap();
     run_child("group", dir.path());
@@ -358,4 +384,31 @@ async fn every_acknowledged_raise_is_on_a_majority_of_disks_after_a_power_cut() 
         acked.len(),
         &lost[..lost.len().min(8)]
     );
+
+    // The group restarted from those disks serves every acknowledged
+    // ceiling.
+    let peers: Vec<String> = std::fs::read_to_string(dir.path().join("peers"))
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    let (nodes, _, client) = start_group(&dir.path().join("data"), Some(&peers)).await;
+    let read = ReadClient::new(&client, &plaintext()).unwrap();
+    let sections = until_ok("read sections", || read.read_sections(0, RAISERS)).await;
+    for (section, info) in sections.iter().enumerate() {
+        let top = acked
+            .iter()
+            .filter(|(s, _)| *s as usize == section)
+            .map(|(_, v)| *v)
+            .max()
+            .unwrap_or(0);
+        assert!(
+            info.max_seq >= top,
+            "after the restart section {section} reads {}, below the acknowledged {top}",
+            info.max_seq
+        );
+    }
+    for n in nodes {
+        n.shutdown().await;
+    }
 }

@@ -11,7 +11,10 @@
 //!
 //! The test fails if `Disk::sync` skips its `fsync` (sled's flush ends in
 //! `sync_file_range`, which is not durable) or if the log store
-//! acknowledges an append before its sync returns.
+//! acknowledges an append before its sync returns. A second test cuts the
+//! power right after `save_vote` returns and right after a snapshot is
+//! built, on the log store and state machine alone: both must be on the
+//! disk.
 
 #![cfg(all(target_os = "linux", target_arch = "x86_64", target_env = "gnu"))]
 
@@ -21,13 +24,15 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use openraft::{EntryPayload, RaftLogReader};
-use seqsvr_core::SectionId;
+use openraft::storage::{RaftLogStorage, RaftStateMachine};
+use openraft::{CommittedLeaderId, EntryPayload, RaftLogReader, RaftSnapshotBuilder};
+use seqsvr_core::{SectionId, SetSpec};
 use seqsvr_store::disk::Disk;
 use seqsvr_store::log_store::LogStore;
 use seqsvr_store::node::{Member, StoreConfig, StoreListeners};
+use seqsvr_store::state::SetState;
 use seqsvr_store::state_machine::StateMachine;
-use seqsvr_store::types::Command;
+use seqsvr_store::types::{Command, Entry, LogId, Request, Vote};
 use seqsvr_store::{Rejection, StoreNode};
 use seqsvr_store_api::client::plaintext;
 use seqsvr_store_api::{AllocAddrs, Error, PeerClient, ReadClient};
@@ -79,6 +84,11 @@ fn child() {
     match mode.to_str().unwrap() {
         "files-cut" => write_files(dir, true),
         "files-kill" => write_files(dir, false),
+        "storage" => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(vote_and_snapshot_then_cut(dir)),
         "group" => tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -123,6 +133,106 @@ fn the_lazy_disk_keeps_only_what_was_fsynced() {
     let read = |f: &str| std::fs::read_to_string(dir.path().join("data").join(f)).unwrap();
     assert_eq!(read("a"), "synced\nlost\n");
     assert_eq!(read("b"), "never synced\n");
+}
+
+/// The vote the child saves last.
+fn the_vote() -> Vote {
+    Vote::new_committed(4, 2)
+}
+
+/// In the child: on the lazy disk, one replica saves a vote, another
+/// applies a few entries and builds a snapshot; then the power goes off.
+/// Each sync has to be the one the write did itself: nothing else is
+/// written to either database after it.
+async fn vote_and_snapshot_then_cut(dir: &Path) {
+    let data = dir.join("data");
+    std::fs::create_dir_all(data.join("vote")).unwrap();
+    std::fs::create_dir_all(data.join("snapshot")).unwrap();
+    lazy_disk::track(&data);
+
+    let disk = Disk::open(&data.join("vote")).unwrap();
+    let mut log = LogStore::open(&disk).unwrap();
+    log.save_vote(&Vote::new(3, 1)).await.unwrap();
+    log.save_vote(&the_vote()).await.unwrap();
+
+    let disk = Disk::open(&data.join("snapshot")).unwrap();
+    let mut sm = StateMachine::open(&disk).unwrap();
+    let spec = SetSpec {
+        set_id: 0,
+        uid_begin: 0,
+        uid_end: 1000,
+        section_size: 100,
+        step: 100,
+    };
+    let commands = vec![
+        vec![Command::ConfigureSet(spec)],
+        vec![Command::RegisterAlloc {
+            alloc: "a".into(),
+            addr: "127.0.0.1:1".into(),
+            peer_addr: "127.0.0.1:2".into(),
+            admin_addr: "127.0.0.1:3".into(),
+            incarnation: 1,
+            replaces: 0,
+        }],
+        vec![Command::TakeOver {
+            alloc: "a".into(),
+            incarnation: 1,
+            first: 0,
+            known: vec![0; 10],
+        }],
+    ];
+    for (i, c) in commands.into_iter().enumerate() {
+        let e = Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), i as u64 + 1),
+            payload: EntryPayload::Normal(Request { commands: c }),
+        };
+        let out = sm.apply([e]).await.unwrap();
+        assert!(out[0].outcomes.iter().all(|o| o.is_ok()), "{out:?}");
+    }
+    let snap = sm
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    let d = lazy_disk::power_cut();
+    std::fs::write(dir.join("snapshot_id"), &snap.meta.snapshot_id).unwrap();
+    std::fs::write(dir.join("done"), format!("{d:?}")).unwrap();
+    unsafe { libc::_exit(0) }
+}
+
+/// A vote `save_vote` returned from, and a snapshot `build_snapshot`
+/// returned, are on the disk when the power is cut right after.
+#[tokio::test]
+async fn a_saved_vote_and_a_built_snapshot_survive_a_power_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    run_child("storage", dir.path());
+    let dropped = std::fs::read_to_string(dir.path().join("done")).unwrap();
+    let data = dir.path().join("data");
+
+    let disk = Disk::open(&data.join("vote")).unwrap();
+    let mut log = LogStore::open(&disk).unwrap();
+    assert_eq!(
+        log.read_vote().await.unwrap(),
+        Some(the_vote()),
+        "the vote saved last (power cut: {dropped})"
+    );
+
+    let disk = Disk::open(&data.join("snapshot")).unwrap();
+    let mut sm = StateMachine::open(&disk).unwrap();
+    let snap = sm.get_current_snapshot().await.unwrap();
+    let snap = snap.unwrap_or_else(|| panic!("no snapshot after the power cut: {dropped}"));
+    let id = std::fs::read_to_string(dir.path().join("snapshot_id")).unwrap();
+    assert_eq!(snap.meta.snapshot_id, id);
+    assert_eq!(snap.meta.last_log_id.map(|l| l.index), Some(3));
+    let state: SetState = seqsvr_core::codec::decode("snapshot", snap.snapshot.get_ref()).unwrap();
+    assert_eq!(state.sections.len(), 10);
+    assert!(state
+        .sections
+        .iter()
+        .all(|r| r.owner.as_deref() == Some("a")));
+    // The records the snapshot's sync made durable.
+    assert_eq!(sm.read().state, state);
 }
 
 async fn bind() -> TcpListener {

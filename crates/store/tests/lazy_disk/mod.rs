@@ -18,7 +18,8 @@
 //! is linked, so every call the test binary makes — std's `File`, hence
 //! sled's and the store's — lands here; calls on the tracked files are
 //! recorded, and all of them reach the kernel through raw system calls.
-//! (sled 0.34 writes with `pwrite` and `write` and syncs with
+//! (sled 0.34 changes its files with `pwrite`, `write` and `ftruncate`
+//! only — no shared mappings, no `fallocate` — and syncs them with
 //! `sync_file_range` and `fsync`; `sync_file_range` is deliberately not a
 //! durability point here, as it is not one on a real disk.)
 //!
@@ -106,7 +107,7 @@ pub struct Dropped {
     pub writes: usize,
     /// Bytes cut off the files' ends.
     pub truncated: u64,
-    /// Writes and fsyncs seen on tracked files before the cut.
+    /// Writes to tracked files before the cut.
     pub writes_seen: u64,
     /// fsyncs completed on tracked files before the cut.
     pub fsyncs_seen: u64,

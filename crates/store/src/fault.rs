@@ -116,7 +116,7 @@ mod tests {
 
     #[test]
     fn without_the_feature_there_is_no_switch() {
-        assert!(!FAULT_HOOKS);
+        const { assert!(!FAULT_HOOKS) };
         assert_eq!(isolate_file(), None);
         assert!(!Isolation::default().is_on());
         assert_eq!(std::mem::size_of::<Isolation>(), 0);

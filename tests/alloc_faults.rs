@@ -1,7 +1,8 @@
-//! AllocSvr under faults, with real processes: a workload of `next` and
-//! `next_batch` calls runs while AllocSvrs (or every process) are killed
-//! with SIGKILL and restarted; the per-uid checker then looks at every
-//! number the clients received.
+//! AllocSvr under faults, with real processes: a workload of `next`,
+//! `next_batch` and `current` calls runs while AllocSvrs (or every process)
+//! are killed with SIGKILL and restarted; the per-uid checker then looks at
+//! every answer the clients received (a batch's copies of a uid in request
+//! order, each `current` against the numbers around it).
 //!
 //! Promise 1 (no regression, no repeat), promise 2 (restart of every
 //! process), promise 4 (a restart skips at most about one step per
@@ -9,10 +10,9 @@
 
 mod support;
 
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use seqsvr::checker::Observation;
+use seqsvr::checker::{Kind, Observation};
 use seqsvr_client::SeqClient;
 use seqsvr_core::SetSpec;
 use support::{assert_monotonic, SetCluster, Workload};
@@ -30,54 +30,32 @@ fn set() -> SetSpec {
     }
 }
 
-/// `callers` tasks calling `next` (and every 4th call `next_batch` of 4
-/// uids, one of them twice) on uids spread over the whole set.
+/// `callers` tasks calling `next` (every 4th call `next_batch` of 4 uids,
+/// one of them twice; every 5th `current`) on uids spread over the whole
+/// set.
 fn start_workload(c: &SeqClient, callers: u64) -> Workload {
     let mut w = Workload::new();
-    let (obs, errors, stop) = (w.obs.clone(), w.errors.clone(), w.stop.clone());
     w.tasks = (0..callers)
         .map(|k| {
-            let (c, obs, errors, stop) = (c.clone(), obs.clone(), errors.clone(), stop.clone());
+            let (c, r) = (c.clone(), w.recorder());
             tokio::spawn(async move {
                 let mut x = 0x9e3779b97f4a7c15u64 ^ k;
                 let mut i = 0u64;
-                while !stop.load(Ordering::Relaxed) {
+                while !r.stopped() {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
                     // Few uids, so each sees many calls.
                     let uid = (x % 64) * 61 % 4000;
-                    let start = Instant::now();
                     i += 1;
                     if i.is_multiple_of(4) {
+                        // The checker orders the two copies of `uid`.
                         let uids = [uid, (uid + 500) % 4000, uid, (uid + 1500) % 4000];
-                        match c.next_batch(&uids).await {
-                            Ok(seqs) => {
-                                let end = Instant::now();
-                                // A uid listed twice gets increasing numbers in order.
-                                assert!(seqs[2] > seqs[0], "batch order: {uids:?} -> {seqs:?}");
-                                let mut o = obs.lock().unwrap();
-                                for (u, s) in uids.iter().zip(seqs) {
-                                    o.push(Observation {
-                                        uid: *u,
-                                        seq: s,
-                                        start,
-                                        end,
-                                    });
-                                }
-                            }
-                            Err(_) => drop(errors.fetch_add(1, Ordering::Relaxed)),
-                        }
+                        r.batch(&c, &uids).await;
+                    } else if i.is_multiple_of(5) {
+                        r.current(&c, uid).await;
                     } else {
-                        match c.next(uid).await {
-                            Ok(seq) => obs.lock().unwrap().push(Observation {
-                                uid,
-                                seq,
-                                start,
-                                end: Instant::now(),
-                            }),
-                            Err(_) => drop(errors.fetch_add(1, Ordering::Relaxed)),
-                        }
+                        r.next(&c, uid).await;
                     }
                 }
             })
@@ -93,7 +71,8 @@ fn max_skip(obs: &[Observation], at: Instant, sections: &[u32]) -> u64 {
     sections
         .iter()
         .map(|&s| {
-            let in_s = |o: &&Observation| set.section_of(o.uid) == Some(s);
+            // Numbers handed out only: a `current` read hands out nothing.
+            let in_s = |o: &&Observation| o.kind == Kind::Next && set.section_of(o.uid) == Some(s);
             let before = obs
                 .iter()
                 .filter(in_s)

@@ -1,7 +1,9 @@
 //! Failover with leases, the arbiter and planned moves, on real processes.
 //!
-//! Every test drives a workload and runs the per-uid checker over every
-//! number clients received (promise 1). The faults: an AllocSvr paused for
+//! Every test drives a workload of `next` and `current` calls and runs the
+//! per-uid checker over every answer clients received (promise 1: numbers
+//! in real-time order, each `current` not below a number returned before it
+//! and below every number asked for after it). The faults: an AllocSvr paused for
 //! longer than its lease (promises 1, 3), a store leader cut off from its
 //! peers while allocs can still reach it (3), an AllocSvr killed (3, and the
 //! time its sections take to move), the store leader killed during
@@ -12,7 +14,6 @@
 
 mod support;
 
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use seqsvr_client::SeqClient;
@@ -35,32 +36,29 @@ fn set() -> SetSpec {
     }
 }
 
-/// Callers hitting 16 uids in every section, in a closed loop.
+/// Callers hitting 16 uids in every section, in a closed loop; every 4th
+/// call reads `current` instead (checked against the numbers around it).
 fn start_workload(c: &SeqClient, callers: u64) -> Workload {
     let mut w = Workload::new();
-    let (obs, errors, stop) = (w.obs.clone(), w.errors.clone(), w.stop.clone());
     w.tasks = (0..callers)
         .map(|k| {
-            let (c, obs, errors, stop) = (c.clone(), obs.clone(), errors.clone(), stop.clone());
+            let (c, r) = (c.clone(), w.recorder());
             tokio::spawn(async move {
                 let mut x = 0x2545_f491_4f6c_dd1du64 ^ (k + 1);
-                while !stop.load(Ordering::Relaxed) {
+                let mut i = 0u64;
+                while !r.stopped() {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
                     let uid = (x % 8) * 1000 + (x >> 8) % 16;
-                    let start = Instant::now();
-                    match c.next(uid).await {
-                        Ok(seq) => obs.lock().unwrap().push(Observation {
-                            uid,
-                            seq,
-                            start,
-                            end: Instant::now(),
-                        }),
-                        Err(_) => {
-                            errors.fetch_add(1, Ordering::Relaxed);
-                            tokio::time::sleep(Duration::from_millis(5)).await;
-                        }
+                    i += 1;
+                    let ok = if i.is_multiple_of(4) {
+                        r.current(&c, uid).await
+                    } else {
+                        r.next(&c, uid).await
+                    };
+                    if !ok {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
                     }
                 }
             })
@@ -108,12 +106,7 @@ async fn numbers_from(addr: &str, sections: &[u32], until: Instant) -> Vec<Obser
             let start = Instant::now();
             if let Ok(r) = c.next(seqsvr_proto::NextRequest { uid }).await {
                 let seq = r.into_inner().seq;
-                got.push(Observation {
-                    uid,
-                    seq,
-                    start,
-                    end: Instant::now(),
-                });
+                got.push(Observation::next(uid, seq, start, Instant::now()));
             }
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -38,10 +38,10 @@ use std::time::{Duration, Instant};
 
 use attack::{
     alloc_lease, burst, channel, direct_next, eventually, kind, start_load, uid, uids_of, Cluster,
-    Options, Outcome, Read, StoreOrder, SECTIONS, STEP,
+    Options, Outcome, StoreOrder, SECTIONS, STEP,
 };
 use seqsvr_client::SeqClient;
-use seqsvr_core::checker::Observation;
+use seqsvr_core::checker::{Kind, Observation};
 use seqsvr_core::LeaseTerms;
 use seqsvr_proto::alloc_admin_client::AllocAdminClient;
 use seqsvr_proto::alloc_client::AllocClient;

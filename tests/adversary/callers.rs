@@ -436,12 +436,8 @@ async fn call(ch: Channel, m: M, g: &Genuine, fwd: bool) -> (Outcome, Option<Obs
                     .await;
                 return (
                     Outcome::of(&r),
-                    r.ok().map(|r| Observation {
-                        uid: 1,
-                        seq: r.into_inner().seq,
-                        start,
-                        end: Instant::now(),
-                    }),
+                    r.ok()
+                        .map(|r| Observation::next(1, r.into_inner().seq, start, Instant::now())),
                 );
             }
             M::NextBatch => {
@@ -452,12 +448,7 @@ async fn call(ch: Channel, m: M, g: &Genuine, fwd: bool) -> (Outcome, Option<Obs
                     Outcome::of(&r),
                     r.ok()
                         .and_then(|r| r.into_inner().seqs.first().copied())
-                        .map(|seq| Observation {
-                            uid: 2,
-                            seq,
-                            start,
-                            end: Instant::now(),
-                        }),
+                        .map(|seq| Observation::next(2, seq, start, Instant::now())),
                 );
             }
             M::Current => Outcome::of(

@@ -26,12 +26,10 @@ async fn probe(allocs: Vec<String>, until: Instant) -> Probe {
                     let uid = uid(s, 0);
                     let start = Instant::now();
                     match c.next(pb::NextRequest { uid }).await {
-                        Ok(r) => obs.push(Observation {
-                            uid,
-                            seq: r.into_inner().seq,
-                            start,
-                            end: Instant::now(),
-                        }),
+                        Ok(r) => {
+                            let seq = r.into_inner().seq;
+                            obs.push(Observation::next(uid, seq, start, Instant::now()))
+                        }
                         Err(st) => {
                             errors.push((Instant::now(), Outcome::of::<()>(&Err(st)).short()))
                         }

@@ -112,12 +112,8 @@ async fn a_shorter_lease_and_a_new_leader_move_nothing_early() {
             tokio::spawn(async move {
                 let start = Instant::now();
                 let r = a1.next(pb::NextRequest { uid }).await;
-                r.ok().map(|r| Observation {
-                    uid,
-                    seq: r.into_inner().seq,
-                    start,
-                    end: Instant::now(),
-                })
+                r.ok()
+                    .map(|r| Observation::next(uid, r.into_inner().seq, start, Instant::now()))
             })
         })
         .collect();

@@ -3,7 +3,7 @@
 //! the project's own generated gRPC clients used as plain clients.
 //!
 //! - the set every test serves, its workload and the checks of what clients
-//!   received ([`set`], [`start_load`], [`burst`], [`reads_below`]);
+//!   received ([`set`], [`start_load`], [`burst`]);
 //! - raw calls: [`channel`] (with or without a certificate), [`Retarget`]
 //!   (any message to any method), [`kind`] and [`Outcome`];
 //! - a cluster of real processes with TLS from a development PKI and
@@ -81,32 +81,30 @@ pub fn uids_of(sections: impl IntoIterator<Item = u32>) -> Vec<u64> {
 }
 
 /// `callers` tasks calling `next` in a closed loop on the workload's uids
-/// of every section (through the client library, as an IM backend would).
+/// of every section (through the client library, as an IM backend would);
+/// every 4th call reads `current` instead (checked against the numbers
+/// around it).
 pub fn start_load(c: &SeqClient, callers: u64) -> Workload {
     let mut w = Workload::new();
-    let (obs, errors, stop) = (w.obs.clone(), w.errors.clone(), w.stop.clone());
     w.tasks = (0..callers)
         .map(|k| {
-            let (c, obs, errors, stop) = (c.clone(), obs.clone(), errors.clone(), stop.clone());
+            let (c, r) = (c.clone(), w.recorder());
             tokio::spawn(async move {
                 let mut x = 0x2545_f491_4f6c_dd1du64 ^ (k + 1);
-                while !stop.load(Ordering::Relaxed) {
+                let mut i = 0u64;
+                while !r.stopped() {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
                     let uid = uid((x % SECTIONS as u64) as u32, (x >> 8) % UIDS_PER_SECTION);
-                    let start = Instant::now();
-                    match c.next(uid).await {
-                        Ok(seq) => obs.lock().unwrap().push(Observation {
-                            uid,
-                            seq,
-                            start,
-                            end: Instant::now(),
-                        }),
-                        Err(_) => {
-                            errors.fetch_add(1, Ordering::Relaxed);
-                            tokio::time::sleep(Duration::from_millis(5)).await;
-                        }
+                    i += 1;
+                    let ok = if i.is_multiple_of(4) {
+                        r.current(&c, uid).await
+                    } else {
+                        r.next(&c, uid).await
+                    };
+                    if !ok {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
                     }
                 }
             })
@@ -129,12 +127,7 @@ pub async fn burst(c: &SeqClient, rounds: usize) -> (Vec<Observation>, u64) {
                     for &uid in &mine {
                         let start = Instant::now();
                         match c.next(uid).await {
-                            Ok(seq) => got.push(Observation {
-                                uid,
-                                seq,
-                                start,
-                                end: Instant::now(),
-                            }),
+                            Ok(seq) => got.push(Observation::next(uid, seq, start, Instant::now())),
                             Err(_) => failed += 1,
                         }
                     }
@@ -156,38 +149,6 @@ pub async fn burst(c: &SeqClient, rounds: usize) -> (Vec<Observation>, u64) {
 pub fn violations(obs: &[Observation]) -> (usize, usize) {
     let r = seqsvr_core::checker::check(obs);
     (r.regressions.len(), r.repeats.len())
-}
-
-/// A `current` read: the uid, what it answered, and when it was sent.
-#[derive(Debug, Clone, Copy)]
-pub struct Read {
-    /// The uid read.
-    pub uid: u64,
-    /// The number it answered.
-    pub seq: u64,
-    /// When the call was sent.
-    pub start: Instant,
-}
-
-/// Reads that answered below a number some `next` call had already
-/// returned before the read was sent (promise 1 for `current`).
-pub fn reads_below(obs: &[Observation], reads: &[Read]) -> Vec<String> {
-    reads
-        .iter()
-        .filter_map(|r| {
-            let before = obs
-                .iter()
-                .filter(|o| o.uid == r.uid && o.end < r.start)
-                .map(|o| o.seq)
-                .max()?;
-            (r.seq < before).then(|| {
-                format!(
-                    "uid {}: current answered {} after {before} was handed out",
-                    r.uid, r.seq
-                )
-            })
-        })
-        .collect()
 }
 
 /// The longest time after `at` that a section in `sections` went without
@@ -345,12 +306,8 @@ pub async fn direct_next(
             }
             let start = Instant::now();
             if let Ok(r) = c.next(seqsvr_proto::NextRequest { uid }).await {
-                got.push(Observation {
-                    uid,
-                    seq: r.into_inner().seq,
-                    start,
-                    end: Instant::now(),
-                });
+                let seq = r.into_inner().seq;
+                got.push(Observation::next(uid, seq, start, Instant::now()));
             }
         }
         tokio::time::sleep(Duration::from_millis(10)).await;

@@ -626,16 +626,22 @@ pub fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
         .sum()
 }
 
-/// Runs the per-uid checker over `obs` and fails the test (with `logs`) on
-/// any regression or repeat (promise 1).
+/// Runs the per-uid checker over `obs` — numbers handed out (a batch's
+/// copies of a uid in request order) and `current` answers — and fails the
+/// test (with `logs`) on any regression, repeat or out-of-order read
+/// (promise 1).
 pub fn assert_monotonic(obs: &[seqsvr_core::checker::Observation], logs: impl Fn() -> String) {
     let r = seqsvr_core::checker::check(obs);
     println!(
-        "checked {} numbers for {} uids: {} regressions, {} repeats",
+        "checked {} numbers and {} current answers for {} uids: {} regressions, {} repeats, \
+         {} current answers below an earlier number, {} not below a later number",
         r.observations,
+        r.reads,
         r.uids,
         r.regressions.len(),
-        r.repeats.len()
+        r.repeats.len(),
+        r.stale_reads.len(),
+        r.reads_ahead.len()
     );
     assert!(
         r.observations > 500,
@@ -644,16 +650,18 @@ pub fn assert_monotonic(obs: &[seqsvr_core::checker::Observation], logs: impl Fn
     );
     assert!(
         r.ok(),
-        "promise 1 broken: {:?} {:?}\n{}",
+        "promise 1 broken: {:?} {:?} {:?} {:?}\n{}",
         r.regressions.first(),
         r.repeats.first(),
+        r.stale_reads.first(),
+        r.reads_ahead.first(),
         logs()
     );
 }
 
 /// A running client workload: what it received and how often it failed.
 pub struct Workload {
-    /// Every number received.
+    /// Every answer received: numbers handed out and `current` reads.
     pub obs: std::sync::Arc<std::sync::Mutex<Vec<seqsvr_core::checker::Observation>>>,
     /// Calls that failed (expected while processes die).
     pub errors: std::sync::Arc<std::sync::atomic::AtomicU64>,
@@ -664,7 +672,8 @@ pub struct Workload {
 }
 
 impl Workload {
-    /// Empty shared state; the caller spawns `tasks` with clones of it.
+    /// Empty shared state; the caller spawns `tasks` with clones of it (or
+    /// of a [`Recorder`]).
     pub fn new() -> Workload {
         Workload {
             obs: Default::default(),
@@ -674,7 +683,17 @@ impl Workload {
         }
     }
 
-    /// Stops the callers; returns every number received and the failures.
+    /// A caller's handle on the shared state: makes calls and records them.
+    pub fn recorder(&self) -> Recorder {
+        Recorder {
+            obs: self.obs.clone(),
+            errors: self.errors.clone(),
+            stop: self.stop.clone(),
+        }
+    }
+
+    /// Stops the callers; returns every answer received (numbers and
+    /// `current` reads, for [`assert_monotonic`]) and the failures.
     pub async fn finish(self) -> (Vec<seqsvr_core::checker::Observation>, u64) {
         use std::sync::atomic::Ordering;
         self.stop.store(true, Ordering::Relaxed);
@@ -684,5 +703,64 @@ impl Workload {
         let errors = self.errors.load(Ordering::Relaxed);
         println!("{errors} failed calls");
         (std::mem::take(&mut *self.obs.lock().unwrap()), errors)
+    }
+}
+
+/// Makes calls through the client library and records what each received,
+/// with when it was sent and when it returned, for the per-uid checker.
+/// Every method returns whether the call succeeded (a failure is counted).
+#[derive(Clone)]
+pub struct Recorder {
+    obs: std::sync::Arc<std::sync::Mutex<Vec<seqsvr_core::checker::Observation>>>,
+    errors: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Recorder {
+    /// Whether the workload was told to stop.
+    pub fn stopped(&self) -> bool {
+        self.stop.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn record(
+        &self,
+        r: Result<Vec<seqsvr_core::checker::Observation>, seqsvr_client::Error>,
+    ) -> bool {
+        match r {
+            Ok(got) => {
+                self.obs.lock().unwrap().extend(got);
+                true
+            }
+            Err(_) => {
+                self.errors
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                false
+            }
+        }
+    }
+
+    /// `next(uid)`.
+    pub async fn next(&self, c: &seqsvr_client::SeqClient, uid: u64) -> bool {
+        use seqsvr_core::checker::Observation;
+        let start = Instant::now();
+        let r = c.next(uid).await;
+        self.record(r.map(|seq| vec![Observation::next(uid, seq, start, Instant::now())]))
+    }
+
+    /// `next_batch(uids)`: the answer in request order, each number with
+    /// its position (a uid listed twice must get increasing numbers).
+    pub async fn batch(&self, c: &seqsvr_client::SeqClient, uids: &[u64]) -> bool {
+        use seqsvr_core::checker::Observation;
+        let start = Instant::now();
+        let r = c.next_batch(uids).await;
+        self.record(r.map(|seqs| Observation::batch(uids, &seqs, start, Instant::now())))
+    }
+
+    /// `current(uid)`: checked against the numbers around it.
+    pub async fn current(&self, c: &seqsvr_client::SeqClient, uid: u64) -> bool {
+        use seqsvr_core::checker::Observation;
+        let start = Instant::now();
+        let r = c.current(uid).await;
+        self.record(r.map(|seq| vec![Observation::current(uid, seq, start, Instant::now())]))
     }
 }

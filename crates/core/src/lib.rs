@@ -11,7 +11,8 @@
 //! - [`directory`]: the set *directory* (which set serves which uid
 //!   range, a move under way) and a store group's [`Placement`] of its span.
 //! - [`checker`]: the per-uid monotonicity checker over what clients
-//!   received (promise 1), for tests, simulations and drills.
+//!   received — numbers (a batch's copies of a uid in request order) and
+//!   `current` answers — (promise 1), for tests, simulations and drills.
 //! - [`codec`]: the one place that turns values into bytes for disk and wire
 //!   (a format-version byte, then bincode), so the encoding can be swapped in
 //!   one place.

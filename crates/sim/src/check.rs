@@ -1,8 +1,9 @@
 //! The invariants checked while a run goes on (promises 2, 3 and 4 of
 //! `docs/architecture/promises.md`); promise 1 is checked at the end over
 //! every client-visible result by the real checker
-//! (`seqsvr_core::checker::check`), and every `Current` answer against the
-//! numbers clients received around it (`Monitor::check_current_reads`).
+//! (`seqsvr_core::checker::check`): numbers handed out, a batch's copies of
+//! a uid in request order, and every `Current` answer against the numbers
+//! clients received around it.
 //!
 //! - Promise 2: every number handed out is at or below its section's
 //!   *committed* ceiling at that instant.
@@ -10,10 +11,6 @@
 //!   AllocSvr process admits a request for a section it serves, no other
 //!   process serves it (running, not fenced, lease valid by its own clock,
 //!   section installed) — a twin with the same id counts as another.
-//! - `Current` (linearizable like `next`): an answer is at least every
-//!   number of that uid a client had received before the read was sent,
-//!   and below every number of that uid whose call was sent after the
-//!   answer arrived.
 //! - Promise 4, bounded gap: let `hi` be the highest number ever handed
 //!   out in a section and `unused` the number of take-overs of it since a
 //!   number was last handed out under the latest take-over's epoch. Then
@@ -29,8 +26,6 @@
 //! handed out. A range move's install in the destination counts as one
 //! more take-over (it starts a step above the source's final ceiling); the
 //! largest skip at the first number after a move is measured too.
-
-use std::collections::BTreeMap;
 
 use seqsvr_core::checker::Observation;
 use seqsvr_core::{Epoch, Grant, SectionId, SetSpec};
@@ -84,10 +79,8 @@ pub(crate) struct Monitor {
     last_served: Vec<Time>,
     /// What broke, in order.
     pub violations: Vec<Violation>,
-    /// Every number clients received.
+    /// Every number clients received, and every `Current` answer.
     pub observations: Vec<Observation<Time>>,
-    /// Every `Current` answer clients received (`seq` is the answer).
-    pub current_reads: Vec<Observation<Time>>,
 }
 
 impl Monitor {
@@ -107,7 +100,6 @@ impl Monitor {
             last_served: vec![0; n],
             violations: Vec::new(),
             observations: Vec::new(),
-            current_reads: Vec::new(),
         }
     }
 
@@ -240,135 +232,5 @@ impl Monitor {
             self.max_skip as f64 / step,
             self.max_move_skip as f64 / step,
         )
-    }
-
-    /// Checks every `Current` answer against the numbers clients received:
-    /// not below one received before the read was sent, and below every
-    /// one whose call was sent after the answer arrived. Returns the
-    /// violations (promise 1).
-    pub(crate) fn check_current_reads(&self) -> Vec<Violation> {
-        // Per uid: the calls sorted by end with the running highest number
-        // (the highest received before a time), and sorted by start with
-        // the lowest number from there on (the lowest sent after a time).
-        struct Uid<'a> {
-            by_end: Vec<&'a Observation<Time>>,
-            best_before: Vec<usize>,
-            by_start: Vec<&'a Observation<Time>>,
-            least_after: Vec<usize>,
-        }
-        let mut by_uid: BTreeMap<u64, Vec<&Observation<Time>>> = BTreeMap::new();
-        for o in &self.observations {
-            by_uid.entry(o.uid).or_default().push(o);
-        }
-        let index: BTreeMap<u64, Uid<'_>> = (by_uid.into_iter())
-            .map(|(uid, obs)| {
-                let mut by_end = obs.clone();
-                by_end.sort_by_key(|o| o.end);
-                let mut best_before = Vec::with_capacity(by_end.len());
-                for (i, o) in by_end.iter().enumerate() {
-                    let best = best_before
-                        .last()
-                        .copied()
-                        .filter(|&b: &usize| by_end[b].seq >= o.seq);
-                    best_before.push(best.unwrap_or(i));
-                }
-                let mut by_start = obs;
-                by_start.sort_by_key(|o| o.start);
-                let mut least_after = vec![0; by_start.len()];
-                for i in (0..by_start.len()).rev() {
-                    let next = (i + 1 < by_start.len()).then(|| least_after[i + 1]);
-                    least_after[i] = match next {
-                        Some(n) if by_start[n].seq <= by_start[i].seq => n,
-                        _ => i,
-                    };
-                }
-                let u = Uid {
-                    by_end,
-                    best_before,
-                    by_start,
-                    least_after,
-                };
-                (uid, u)
-            })
-            .collect();
-        let mut out = Vec::new();
-        for read in &self.current_reads {
-            let Some(u) = index.get(&read.uid) else {
-                continue;
-            };
-            let ended = u.by_end.partition_point(|o| o.end < read.start);
-            let before = ended.checked_sub(1).map(|i| u.by_end[u.best_before[i]]);
-            if let Some(o) = before.filter(|o| o.seq > read.seq) {
-                out.push(Violation {
-                    at: read.end,
-                    promise: 1,
-                    what: format!(
-                        "Current of uid {} in a call [{}, {}] answered {}, below {} received in a call [{}, {}] before it",
-                        read.uid,
-                        fmt_time(read.start),
-                        fmt_time(read.end),
-                        read.seq,
-                        o.seq,
-                        fmt_time(o.start),
-                        fmt_time(o.end)
-                    ),
-                });
-            }
-            let started = u.by_start.partition_point(|o| o.start <= read.end);
-            let after = (started < u.by_start.len()).then(|| u.by_start[u.least_after[started]]);
-            if let Some(o) = after.filter(|o| o.seq <= read.seq) {
-                out.push(Violation {
-                    at: o.end,
-                    promise: 1,
-                    what: format!(
-                        "uid {} got {} in a call [{}, {}] sent after a Current call [{}, {}] answered {}",
-                        read.uid,
-                        o.seq,
-                        fmt_time(o.start),
-                        fmt_time(o.end),
-                        fmt_time(read.start),
-                        fmt_time(read.end),
-                        read.seq
-                    ),
-                });
-            }
-        }
-        out
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn obs(uid: u64, seq: u64, start: Time, end: Time) -> Observation<Time> {
-        Observation {
-            uid,
-            seq,
-            start,
-            end,
-        }
-    }
-
-    #[test]
-    fn current_reads_are_checked_both_ways() {
-        let spec = SetSpec {
-            set_id: 1,
-            uid_begin: 0,
-            uid_end: 16,
-            section_size: 8,
-            step: 8,
-        };
-        let mut m = Monitor::new(&spec);
-        m.observations = vec![obs(1, 5, 0, 10), obs(1, 9, 30, 40), obs(2, 100, 0, 1)];
-        // Overlapping calls or calls the read's window contains: anything goes.
-        m.current_reads = vec![obs(1, 5, 11, 20), obs(1, 8, 11, 29), obs(1, 3, 5, 35)];
-        assert!(m.check_current_reads().is_empty());
-        // Below a number received before the read was sent.
-        m.current_reads = vec![obs(1, 4, 11, 20)];
-        assert_eq!(m.check_current_reads().len(), 1);
-        // Not below a number whose call was sent after the answer.
-        m.current_reads = vec![obs(1, 9, 11, 20)];
-        assert_eq!(m.check_current_reads().len(), 1);
     }
 }

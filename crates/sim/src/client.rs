@@ -3,7 +3,8 @@
 //! the set the directory it last read names and the AllocSvr process that
 //! set's cached route table names, and records every number it receives as
 //! an [`Observation`] with the virtual times the successful attempt was
-//! sent and answered (`Current` answers separately, for their own check).
+//! sent and answered, and its position in the call (`Current` answers
+//! too, as reads).
 //!
 //! Like the real client it retries: `NOT_OWNER` with the table the error
 //! carries (or elsewhere), `LEASE_EXPIRED` and `STALE_INCARNATION` at
@@ -331,23 +332,15 @@ impl Clients {
                 let now = env.now;
                 match &cur.ask {
                     Ask::Next(uids) => {
-                        for (uid, seq) in uids.iter().zip(&seqs) {
-                            env.monitor.observations.push(Observation {
-                                uid: *uid,
-                                seq: *seq,
-                                start: cur.sent,
-                                end: now,
-                            });
-                        }
+                        // In request order, each with its position: a
+                        // uid asked twice must get increasing numbers.
+                        let got = Observation::batch(uids, &seqs, cur.sent, now);
+                        env.monitor.observations.extend(got);
                         env.stats.calls_ok += 1;
                     }
                     Ask::Current(uid) => {
-                        env.monitor.current_reads.push(Observation {
-                            uid: *uid,
-                            seq: seqs[0],
-                            start: cur.sent,
-                            end: now,
-                        });
+                        let got = Observation::current(*uid, seqs[0], cur.sent, now);
+                        env.monitor.observations.push(got);
                         env.stats.current_reads += 1;
                     }
                 }

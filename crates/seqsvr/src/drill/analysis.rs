@@ -50,10 +50,18 @@ fn examples(r: &checker::Report) -> Vec<String> {
         .chain(&r.repeats)
         .take(5)
         .map(|v| {
-            format!(
-                "uid {}: got {} after {} had been returned",
-                v.uid, v.later.seq, v.earlier.seq
-            )
+            let (e, l) = (&v.earlier, &v.later);
+            if e.same_call(l) {
+                format!(
+                    "uid {}: got {} at position {} of a batch after {} at position {}",
+                    v.uid, l.seq, l.index, e.seq, e.index
+                )
+            } else {
+                format!(
+                    "uid {}: got {} after {} had been returned",
+                    v.uid, l.seq, e.seq
+                )
+            }
         })
         .collect()
 }
@@ -256,12 +264,7 @@ mod tests {
             section_size: 10,
             ..SetSpec::new(0, 0..20)
         };
-        let o = |uid, seq, at| Observation {
-            uid,
-            seq,
-            start: ms(at),
-            end: ms(at),
-        };
+        let o = |uid, seq, at| Observation::next(uid, seq, ms(at), ms(at));
         // Section 0: quiet 10..500 (no failure), then a failure at 600 inside 550..900.
         // Section 1: one uid jumps from 5 to 105 across a fault at 300.
         let obs = [
@@ -297,12 +300,7 @@ mod tests {
     #[test]
     fn skipped_counts_holes_per_uid() {
         let t = Instant::now();
-        let o = |uid, seq| Observation {
-            uid,
-            seq,
-            start: t,
-            end: t,
-        };
+        let o = |uid, seq| Observation::next(uid, seq, t, t);
         assert_eq!(
             skipped_numbers(&[o(1, 1), o(1, 2), o(1, 10), o(2, 5)]),
             (7, 7)

@@ -122,6 +122,10 @@ impl Running {
     }
 }
 
+/// What a call answered: the uids asked, in request order, and the
+/// numbers, `seqs[i]` for `uids[i]`; on failure, a uid of the call.
+type Answer = Result<(Vec<u64>, Vec<u64>), u64>;
+
 /// One caller.
 struct Worker {
     client: SeqClient,
@@ -168,18 +172,18 @@ impl Worker {
     }
 
     /// `next(uid)`; on failure, the uid.
-    async fn next(&self, uid: u64) -> Result<Vec<(u64, u64)>, u64> {
+    async fn next(&self, uid: u64) -> Answer {
         self.client
             .next(uid)
             .await
-            .map(|s| vec![(uid, s)])
+            .map(|s| (vec![uid], vec![s]))
             .map_err(|_| uid)
     }
 
     /// `next_batch` of 8 uids from `base` on, within `base`'s section (so a
     /// failure is attributed to the right section); on failure, its first
     /// uid.
-    async fn batch(&self, base: u64) -> Result<Vec<(u64, u64)>, u64> {
+    async fn batch(&self, base: u64) -> Answer {
         let (first, stride) = (self.uids.first, self.uids.stride);
         let lo = base - (base - first) % self.section_size.max(1);
         let batch: Vec<u64> = (0..8u64)
@@ -188,21 +192,19 @@ impl Worker {
         self.client
             .next_batch(&batch)
             .await
-            .map(|s| batch.iter().copied().zip(s).collect::<Vec<_>>())
+            .map(|s| (batch.clone(), s))
             .map_err(|_| batch[0])
     }
 
     /// Records a call that started at `start` and returned at `end`.
-    fn keep(&self, start: Instant, end: Instant, result: Result<Vec<(u64, u64)>, u64>) {
+    fn keep(&self, start: Instant, end: Instant, result: Answer) {
         match result {
-            Ok(pairs) => {
+            Ok((uids, seqs)) => {
+                // In request order, each with its position (a uid listed
+                // twice must get increasing numbers).
+                let got = Observation::batch(&uids, &seqs, start, end);
                 let mut o = self.record.obs.lock().unwrap_or_else(|e| e.into_inner());
-                o.extend(pairs.into_iter().map(|(uid, seq)| Observation {
-                    uid,
-                    seq,
-                    start,
-                    end,
-                }));
+                o.extend(got);
             }
             Err(uid) => {
                 self.record.failed.fetch_add(1, Ordering::Relaxed);

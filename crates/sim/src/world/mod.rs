@@ -10,7 +10,7 @@
 
 mod apply;
 
-use seqsvr_core::checker::check;
+use seqsvr_core::checker::{self, check, Observation};
 use seqsvr_core::{Incarnation, SectionId};
 
 use crate::alloc::Allocs;
@@ -20,7 +20,7 @@ use crate::config::SimConfig;
 use crate::env::{Env, Stats};
 use crate::model::{AllocInput, Ev, Msg};
 use crate::mover::Movers;
-use crate::net::{fmt_time, Node};
+use crate::net::{fmt_time, Node, Time};
 use crate::operator::Operator;
 use crate::store::{bootstrap_logs, Store};
 
@@ -190,32 +190,7 @@ impl World {
         let env = &mut self.env;
         let report = check(&env.monitor.observations);
         let mut violations = std::mem::take(&mut env.monitor.violations);
-        let mut found: Vec<_> = report
-            .regressions
-            .iter()
-            .map(|v| ("regression", v))
-            .chain(report.repeats.iter().map(|v| ("repeat", v)))
-            .collect();
-        found.sort_by_key(|(_, v)| (v.later.end, v.uid, v.later.seq));
-        for (what, v) in found {
-            violations.push(Violation {
-                at: v.later.end,
-                promise: 1,
-                what: format!(
-                    "{what} for uid {}: got {} in a call [{}, {}] after {} in a call [{}, {}]",
-                    v.uid,
-                    v.later.seq,
-                    fmt_time(v.later.start),
-                    fmt_time(v.later.end),
-                    v.earlier.seq,
-                    fmt_time(v.earlier.start),
-                    fmt_time(v.earlier.end)
-                ),
-            });
-        }
-        let mut reads = env.monitor.check_current_reads();
-        reads.sort_by_key(|v| v.at);
-        violations.extend(reads);
+        violations.extend(promise_1(&report));
         let (single, all, moved) = env.monitor.max_skip_steps();
         RunReport {
             seed: env.cfg.seed,
@@ -224,7 +199,7 @@ impl World {
             max_single_skip_steps: single,
             max_skip_steps: all,
             max_move_skip_steps: moved,
-            observations: env.monitor.observations.len(),
+            observations: report.observations,
             drift_of_bound: env.cfg.drift_of_bound(),
             describe: env.cfg.describe(),
         }
@@ -264,4 +239,75 @@ impl World {
             }
         }
     }
+}
+
+/// Promise 1's violations as the per-uid checker found them, in the order
+/// they happened: numbers handed out (a later call's, or a batch's later
+/// copy of a uid), then `Current` answers.
+fn promise_1(report: &checker::Report<Time>) -> Vec<Violation> {
+    let call = |o: &Observation<Time>| format!("[{}, {}]", fmt_time(o.start), fmt_time(o.end));
+    let mut found: Vec<_> = (report.regressions.iter())
+        .map(|v| ("regression", v))
+        .chain(report.repeats.iter().map(|v| ("repeat", v)))
+        .collect();
+    found.sort_by_key(|(_, v)| (v.later.end, v.uid, v.later.seq));
+    let mut out: Vec<Violation> = (found.into_iter())
+        .map(|(what, v)| {
+            let (e, l) = (&v.earlier, &v.later);
+            let what = if e.same_call(l) {
+                format!(
+                    "{what} for uid {}: got {} at position {} of a batch call {} after {} at position {} of the same call",
+                    v.uid,
+                    l.seq,
+                    l.index,
+                    call(l),
+                    e.seq,
+                    e.index
+                )
+            } else {
+                format!(
+                    "{what} for uid {}: got {} in a call {} after {} in a call {}",
+                    v.uid,
+                    l.seq,
+                    call(l),
+                    e.seq,
+                    call(e)
+                )
+            };
+            Violation {
+                at: l.end,
+                promise: 1,
+                what,
+            }
+        })
+        .collect();
+    let mut reads: Vec<Violation> = (report.stale_reads.iter())
+        .map(|v| Violation {
+            at: v.later.end,
+            promise: 1,
+            what: format!(
+                "Current of uid {} in a call {} answered {}, below {} received in a call {} before it",
+                v.uid,
+                call(&v.later),
+                v.later.seq,
+                v.earlier.seq,
+                call(&v.earlier)
+            ),
+        })
+        .chain(report.reads_ahead.iter().map(|v| Violation {
+            at: v.later.end,
+            promise: 1,
+            what: format!(
+                "uid {} got {} in a call {} sent after a Current call {} answered {}",
+                v.uid,
+                v.later.seq,
+                call(&v.later),
+                call(&v.earlier),
+                v.earlier.seq
+            ),
+        }))
+        .collect();
+    reads.sort_by_key(|v| v.at);
+    out.extend(reads);
+    out
 }

@@ -279,6 +279,15 @@ pub enum Fault {
     /// The operator runs the move under way (or the last) again from
     /// another terminal, leaving any mover still running alone.
     MoveAgain,
+    /// The operator moves sections `first..first+count` (as `MoveRange`
+    /// does) from another terminal, leaving any mover still running alone:
+    /// two movers side by side (hazard 6). Scripted only.
+    MoveBeside {
+        /// First section.
+        first: u32,
+        /// How many.
+        count: u32,
+    },
     /// SIGSTOP an AllocSvr right after it next sends a take-over (its
     /// answer is handled after the pause, in any order with what else
     /// arrived). Scripted only.
@@ -410,6 +419,11 @@ impl std::fmt::Display for Fault {
             Fault::MoveAgain => write!(
                 f,
                 "operator: run the move under way (or the last) again beside the running one"
+            ),
+            Fault::MoveBeside { first, count } => write!(
+                f,
+                "operator: move sections {first}..{} to the other set beside the running mover",
+                first + count
             ),
             Fault::PauseAfterClaim { a, dur } => write!(
                 f,

@@ -29,8 +29,9 @@
 //! and 4 while running, across both sets.
 //! `docs/architecture/simulation.md` says more.
 //!
-//! Replay a seed with `SEQSVR_SIM_SEED=<seed> cargo test -p seqsvr-sim --
-//! --nocapture` (every event is printed). [`Knobs`] restore old behaviours
+//! Replay a seed with `SEQSVR_SIM_SEED=<seed> cargo test -p seqsvr-sim
+//! --test simulation every_promise -- --nocapture` (every event is
+//! printed). [`Knobs`] restore old behaviours
 //! (bugs the simulation found) and weaken the protocol (to show the checks
 //! fail when a rule is broken).
 //!
@@ -77,6 +78,7 @@ mod link;
 mod model;
 mod mover;
 mod operator;
+mod perturb;
 mod raft;
 mod store;
 mod world;

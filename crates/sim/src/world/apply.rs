@@ -232,6 +232,11 @@ impl World {
                     self.movers.start(env, cmd, stop_after);
                 }
             }
+            Fault::MoveBeside { first, count } => {
+                if let Some(cmd) = move_cmd(env, first, count) {
+                    self.movers.start(env, cmd, None);
+                }
+            }
             Fault::CrashMover => self.movers.crash(env),
             Fault::PauseMover { dur } => self.movers.pause(env, dur),
             Fault::MoveAgain => {

@@ -195,6 +195,16 @@ pub enum Fault {
         /// What happens to the adopts.
         adopt: AdoptFate,
     },
+    /// The operator asks AllocSvr process `from` to hand `section` to
+    /// AllocSvr `to` of its set (`seqctl alloc handoff`). Scripted only.
+    HandoffOf {
+        /// The releasing process slot.
+        from: usize,
+        /// The new owner (AllocSvr index).
+        to: usize,
+        /// The section.
+        section: u32,
+    },
     /// A planned handoff and its way back, with requests delayed by a
     /// lossy link: process `from` hands one of its sections to AllocSvr
     /// `to`; every store request `from` sends in the next `window` reaches
@@ -364,6 +374,10 @@ impl std::fmt::Display for Fault {
             } => write!(
                 f,
                 "operator: p{from} hands {count} section(s) to its set's AllocSvr #{to} (adopt {adopt:?})"
+            ),
+            Fault::HandoffOf { from, to, section } => write!(
+                f,
+                "operator: p{from} hands section {section} to its set's AllocSvr #{to}"
             ),
             Fault::HandoffRoundTrip {
                 from,

@@ -141,6 +141,15 @@ impl World {
                 let m = Msg::Admin(AdminMsg::Handoff { moves, fate: adopt });
                 env.send(Node::Operator, Node::Alloc(from), m);
             }
+            Fault::HandoffOf { from, to, section } => {
+                let p = &self.allocs.procs[from];
+                let moves = vec![(section, alloc_name(p.set, to))];
+                let m = Msg::Admin(AdminMsg::Handoff {
+                    moves,
+                    fate: AdoptFate::Normal,
+                });
+                env.send(Node::Operator, Node::Alloc(from), m);
+            }
             Fault::HandoffRoundTrip {
                 from,
                 to,

@@ -67,3 +67,62 @@ fn a_raise_acknowledged_before_commit_is_caught() {
         &durable,
     );
 }
+
+/// Every ownership write is conditional on the state it was decided on:
+/// an `Assign` on the epochs the operator read (`SetState::assign`). Here
+/// p1 (a1) hands section 1 to a0 while the operator assigns section 1 to
+/// a1 with the epochs it read before the handoff; the assignment reaches
+/// the leader while the handoff is in its log but not yet applied, so the
+/// operator's check (no live owner but a1) passes and the assignment is
+/// applied right after the handoff. As built its epoch is stale and it is
+/// refused (the test checks the window was reached). Unconditional, it
+/// routes the section back to a1 — and still nothing breaks: it lands
+/// within microseconds of the handoff, before a0 could install the
+/// handoff's grant, so a0's adopt reads the section back owned by a1 and
+/// refuses it (with `reads_without_barrier` too, seen: a lagging replica's
+/// answer says a1 as well). The simulation finds no schedule where this
+/// rule alone keeps a promise; 200 random seeds pass with the knob
+/// (`docs/architecture/promises.md`).
+#[test]
+fn an_unconditional_assign_is_not_caught() {
+    use seqsvr_sim::faults::Fault;
+    use seqsvr_sim::net::{MS, SEC};
+    use seqsvr_sim::Knobs;
+    let faults = || {
+        vec![
+            (
+                6 * SEC,
+                Fault::HandoffOf {
+                    from: 1,
+                    to: 0,
+                    section: 1,
+                },
+            ),
+            (
+                6 * SEC + MS,
+                Fault::OperatorAssign {
+                    set: 0,
+                    to: 1,
+                    first: 1,
+                    count: 1,
+                    stale: false,
+                },
+            ),
+            (40 * SEC, Fault::HealEverything),
+        ]
+    };
+    let now = scripted(2, Knobs::default(), faults());
+    assert!(now.ok(), "as built: {}", now.violations[0]);
+    assert_eq!(
+        now.stats.assigns_stale, 1,
+        "the assignment no longer races the handoff: the scenario lost its window"
+    );
+    let old = scripted(2, Knobs::parse("assign_unconditional").unwrap(), faults());
+    assert_eq!(old.stats.assigns_stale, 0, "the knob did not apply");
+    println!("an unconditional assign racing a handoff:\n{old}");
+    assert!(
+        old.ok(),
+        "an unconditional assign is caught now ({}): say so in docs/architecture/promises.md",
+        old.violations[0]
+    );
+}

@@ -70,6 +70,12 @@ pub struct Knobs {
     /// rewrites its move id to the newest one applied, so
     /// `SetState::check_move_id` passes): a stale mover undoes later moves.
     pub skip_move_id_check: bool,
+    /// The AllocSvr before bug 7 was fixed: a move's `Release` drops the
+    /// frozen sections (`Allocator::drop_section`) instead of calling
+    /// `ownership::release_moved`, so no floor is kept and a take-over
+    /// granted before the freeze, answered after the release, installs
+    /// the section again.
+    pub release_without_floor: bool,
     /// An `Assign` is applied whatever epochs it expected (every replica
     /// rewrites them to the sections' current epochs before applying): an
     /// assignment decided on a state a handoff or take-over changed since
@@ -121,7 +127,7 @@ impl InstallAt {
 }
 
 /// The knob names of [`Knobs::parse`], with their flags.
-const FLAGS: [&str; 19] = [
+const FLAGS: [&str; 20] = [
     "unsafe_renewals",
     "skip_lease_check",
     "current_without_lease",
@@ -135,6 +141,7 @@ const FLAGS: [&str; 19] = [
     "lease_by_current_terms",
     "install_before_release",
     "skip_move_id_check",
+    "release_without_floor",
     "assign_unconditional",
     "takeover_from_old_start",
     "claim_always_fresh",
@@ -159,6 +166,7 @@ impl Knobs {
             "lease_by_current_terms" => &mut self.lease_by_current_terms,
             "install_before_release" => &mut self.install_before_release,
             "skip_move_id_check" => &mut self.skip_move_id_check,
+            "release_without_floor" => &mut self.release_without_floor,
             "assign_unconditional" => &mut self.assign_unconditional,
             "takeover_from_old_start" => &mut self.takeover_from_old_start,
             "claim_always_fresh" => &mut self.claim_always_fresh,

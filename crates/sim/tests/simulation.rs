@@ -228,7 +228,7 @@ enum Shown {
 /// Every fix the simulation knows of, with the knob that restores the
 /// old behaviour (`docs/architecture/simulation.md`, "Bugs found" and
 /// "Knobs").
-const FIXES: [(&str, &str, Shown); 10] = [
+const FIXES: [(&str, &str, Shown); 11] = [
     (
         "bug 1: the lease extended before unlisted sections were dropped",
         BUG_1,
@@ -253,6 +253,11 @@ const FIXES: [(&str, &str, Shown); 10] = [
         "bug 6: a stale mover re-installed a section a later move froze",
         "skip_move_id_check",
         Shown::Scripted(|| vec![moves::stale_mover_faults()]),
+    ),
+    (
+        "bug 7: a take-over answered after the move's release installed",
+        "release_without_floor",
+        Shown::Scripted(|| moves::bug_7_faults().into_iter().map(|(_, f)| f).collect()),
     ),
     (
         "fencing bug 5: Current answered without the lease check",
@@ -312,20 +317,22 @@ fn each_fix_is_needed() {
                 (failed, reports.into_iter().find(caught))
             }
             Shown::Scripted(variants) => {
-                let first = (variants().into_iter())
-                    .map(|f| scripted_with(2, knobs.clone(), f, true))
-                    .find(caught);
-                (Vec::new(), first)
+                let variants = variants();
+                let n = variants.len();
+                let first = (variants.into_iter().enumerate())
+                    .map(|(i, f)| (i, scripted_with(2, knobs.clone(), f, true)))
+                    .find(|(_, r)| caught(r));
+                if let Some((i, _)) = &first {
+                    println!("{what}: variant {} of {n} of its scenario fails", i + 1);
+                }
+                (Vec::new(), first.map(|(_, r)| r))
             }
         };
         let Some(first) = first else {
             panic!("{what}: nothing broke a promise; the schedule lost its teeth");
         };
         let v = first.violations.iter().find(|v| broken(v)).expect("caught");
-        println!(
-            "  e.g. {}: {v}",
-            first.describe.lines().next().unwrap_or("")
-        );
+        println!("  e.g. seed {}: {v}", first.seed);
         for &seed in failed.iter().take(3) {
             let r = run_seed(seed, Knobs::default(), false);
             assert!(

@@ -264,7 +264,14 @@ impl Allocs {
             }
             Some(alloc) => {
                 let sections = (first..).zip(epochs.iter().copied());
-                let released = release_moved(alloc, sections);
+                let released = if env.cfg.knobs.release_without_floor {
+                    // Bug 7's old release: a plain drop, no floor.
+                    (sections.map(|(s, _)| s))
+                        .filter(|&s| alloc.drop_section(s))
+                        .collect()
+                } else {
+                    release_moved(alloc, sections)
+                };
                 trace!(env, "p{p} releases {released:?} for a move");
                 env.stats.released += released.len() as u64;
                 for &s in &released {

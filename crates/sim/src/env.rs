@@ -50,6 +50,9 @@ pub struct Stats {
     /// epoch: left dropped for a renewal's take-over (never served again at
     /// that epoch, bug 5).
     pub reclaimed: u64,
+    /// Handoffs committed after their section moved to a newer epoch
+    /// (a late or repeated copy), refused.
+    pub handoffs_stale: u64,
     /// Registrations refused as twins.
     pub twins_refused: u64,
     /// Incarnations replaced by a newer one.

@@ -558,6 +558,9 @@ pub(crate) fn record(
             env.stats.handoffs += 1;
             env.monitor.on_takeover(env.now, set, grant);
         }
+        (Command::Handoff { .. }, Err(Rejection::StaleEpoch { .. })) => {
+            env.stats.handoffs_stale += 1;
+        }
         (Command::Freeze { .. }, Ok(Reply::Frozen { newly, .. })) => {
             env.stats.frozen += *newly as u64;
         }

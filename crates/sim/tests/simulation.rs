@@ -632,10 +632,14 @@ fn shorter_lease_terms_do_not_cut_a_longer_grant_short() {
 /// copy (`AfterHandoff::Reclaim`).
 ///
 /// Here every store request p1 sends while it hands a section off reaches
-/// the store 3.5 s late (a lossy link), so its handoff fails after 2 s; the
+/// the store 3–4 s late (a lossy link), so its handoff fails after 2 s; the
 /// read-back right after gets through and says the section is still p1's
 /// at the released epoch. Before the fix p1 served it again, and then the
-/// late copy of the handoff moved it to a0.
+/// late copy of the handoff moved it to a0. Each variant checks it got
+/// there: the reclaim decision taken, and a late copy of the handoff
+/// refused because the reclaim began a newer epoch. (No knob restores the
+/// old behaviour: it served the section again through `Allocator::resume`,
+/// which is gone.)
 #[test]
 fn a_late_handoff_does_not_move_a_section_served_again() {
     // Whether the two AllocSvrs overlap depends on who notices first (the
@@ -655,6 +659,17 @@ fn a_late_handoff_does_not_move_a_section_served_again() {
             (40 * SEC, Fault::HealEverything),
         ];
         let r = scripted(2, Knobs::default(), faults);
+        println!(
+            "stall {stall} ns: {} reclaimed, {} late handoff(s) refused",
+            r.stats.reclaimed, r.stats.handoffs_stale
+        );
+        // The hazard is reached: the read-back found the section still
+        // ours at the released epoch (the reclaim decision), and a late
+        // copy of the handoff landed after the reclaim's new epoch.
+        assert!(
+            r.stats.reclaimed > 0 && r.stats.handoffs_stale > 0,
+            "stall {stall} ns: no reclaim, or no late handoff landed after it: the scenario lost its teeth"
+        );
         if !r.ok() {
             println!("stall {stall} ns:\n{r}");
             failed.push(stall);

@@ -52,8 +52,9 @@
 //! - `env`: time and the event queue, the random stream, the network, the
 //!   monitor, the counters, the committed state.
 //! - `raft`: the Raft model of one store group around the real state
-//!   machine; `store`: the store API and the real arbiter's loop on top of
-//!   it (one group per set).
+//!   machine (`perturb`: the store's knobs, applied alike by every
+//!   replica); `store`: the store API and the real arbiter's loop on top
+//!   of it (one group per set).
 //! - `link`: the store client (hedged attempts, back-off, deadline).
 //! - `alloc`: AllocSvr processes with the real allocator, lease and
 //!   ownership decisions.

@@ -56,13 +56,24 @@ pub(crate) fn apply(state: &mut SetState, cmd: &Command, knobs: &Knobs) -> Outco
     out
 }
 
-/// The command as the knobs rewrite it, if they do.
+/// The command as the knobs rewrite it, if they do (cloned only then).
 fn rewrite(state: &SetState, cmd: &Command, knobs: &Knobs) -> Option<Command> {
-    let epoch_of = |s: usize| state.sections.get(s).map(|r| r.epoch);
+    let applies = match cmd {
+        Command::Handoff { .. } => knobs.handoff_unconditional,
+        Command::Assign { .. } => knobs.assign_unconditional,
+        Command::TakeOver { .. } => knobs.claim_always_fresh,
+        Command::Freeze { move_id, .. } | Command::Install { move_id, .. } => {
+            knobs.skip_move_id_check && *move_id < state.placement.last_move
+        }
+        _ => false,
+    };
+    if !applies {
+        return None;
+    }
     let mut cmd = cmd.clone();
     let changed = match &mut cmd {
-        Command::Handoff { section, epoch, .. } if knobs.handoff_unconditional => {
-            match epoch_of(*section as usize) {
+        Command::Handoff { section, epoch, .. } => {
+            match state.sections.get(*section as usize).map(|r| r.epoch) {
                 Some(e) if e != *epoch => {
                     *epoch = e;
                     true
@@ -72,13 +83,9 @@ fn rewrite(state: &SetState, cmd: &Command, knobs: &Knobs) -> Option<Command> {
         }
         Command::Assign {
             first, expected, ..
-        } if knobs.assign_unconditional => current_epochs(state, *first, expected),
-        Command::TakeOver { first, known, .. } if knobs.claim_always_fresh => {
-            current_epochs(state, *first, known)
-        }
-        Command::Freeze { move_id, .. } | Command::Install { move_id, .. }
-            if knobs.skip_move_id_check && *move_id < state.placement.last_move =>
-        {
+        } => current_epochs(state, *first, expected),
+        Command::TakeOver { first, known, .. } => current_epochs(state, *first, known),
+        Command::Freeze { move_id, .. } | Command::Install { move_id, .. } => {
             *move_id = state.placement.last_move;
             true
         }

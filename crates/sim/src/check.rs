@@ -77,6 +77,8 @@ pub(crate) struct Monitor {
     max_move_skip: u64,
     /// When each section last handed out a number.
     last_served: Vec<Time>,
+    /// Per (set, section), the newest epoch any process installed.
+    installed: BTreeMap<(usize, SectionId), Epoch>,
     /// What broke, in order.
     pub violations: Vec<Violation>,
     /// Every number clients received, and every `Current` answer.
@@ -98,6 +100,7 @@ impl Monitor {
             max_single_skip: 0,
             max_move_skip: 0,
             last_served: vec![0; n],
+            installed: BTreeMap::new(),
             violations: Vec::new(),
             observations: Vec::new(),
         }
@@ -134,6 +137,41 @@ impl Monitor {
         self.grant_epoch[s] = (set, g.epoch);
         self.fresh[s] = true;
         true
+    }
+
+    /// A process of `set` installed `section` at `epoch` (or holds it at
+    /// that epoch after an install).
+    pub(crate) fn on_installed(&mut self, set: usize, section: SectionId, epoch: Epoch) {
+        let e = self.installed.entry((set, section)).or_default();
+        *e = (*e).max(epoch);
+    }
+
+    /// A take-over by `alloc`'s `incarnation` committed in `set`; `prev`
+    /// holds each section's (owner, incarnation, epoch) before it. Promise
+    /// 4, a lost reply or a lost adopt costs no extra step: a take-over may
+    /// begin a new epoch over one the store granted to this very process
+    /// only if the process installed that grant (a grant it never
+    /// installed is handed back unchanged, `SetState::take_over`).
+    pub(crate) fn on_claim(
+        &mut self,
+        now: Time,
+        set: usize,
+        alloc: &str,
+        incarnation: u64,
+        prev: &[(Option<String>, u64, Epoch)],
+        grants: &[Grant],
+    ) {
+        for (g, (owner, inc, epoch)) in grants.iter().zip(prev) {
+            let mine = owner.as_deref() == Some(alloc) && *inc == incarnation && *inc != 0;
+            let installed = self.installed.get(&(set, g.section)).copied();
+            if g.epoch != *epoch && mine && installed.unwrap_or(0) < *epoch {
+                let what = format!(
+                    "take-over of section {} by {alloc} ({incarnation:x}) began epoch {} over epoch {}, granted to the same process and never installed: a lost reply cost a step",
+                    g.section, g.epoch, epoch
+                );
+                self.violate(now, 4, what);
+            }
+        }
     }
 
     /// A range move installed `section` in its destination `set` at

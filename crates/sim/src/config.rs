@@ -131,7 +131,8 @@ pub struct SimConfig {
     pub knobs: Knobs,
     /// Print every event.
     pub verbose: bool,
-    /// Stop at the first violation found while running.
+    /// Stop at the first broken promise found while running (a failed
+    /// sanity check of the model is recorded, and the run goes on).
     pub stop_at_first: bool,
     /// No new fault starts in this final stretch; everything is healed at
     /// its start.

@@ -50,6 +50,9 @@ pub struct Stats {
     /// epoch: left dropped for a renewal's take-over (never served again at
     /// that epoch, bug 5).
     pub reclaimed: u64,
+    /// Handoffs committed after their section moved to a newer epoch
+    /// (a late or repeated copy), refused.
+    pub handoffs_stale: u64,
     /// Registrations refused as twins.
     pub twins_refused: u64,
     /// Incarnations replaced by a newer one.
@@ -85,6 +88,21 @@ pub struct Stats {
     /// (`NOT_SERVED`/`MOVED`): retried until a route read or renewal drops
     /// the section.
     pub raises_not_served: u64,
+    /// `Install`s committed with a move id older than one the group
+    /// applied before (a stale mover's), and how many of them were
+    /// refused (`SetState::check_move_id`, bug 6).
+    pub stale_installs: u64,
+    /// See `stale_installs`.
+    pub stale_installs_refused: u64,
+    /// `Assign`s refused because a section's epoch was not the expected one.
+    pub assigns_stale: u64,
+    /// `Current` calls that reached a process whose lease had lapsed while
+    /// it still held the uid's section at an epoch its store had moved
+    /// past (the fencing work's bug 5): refused for the lease, or, with
+    /// `current_without_lease`, admitted.
+    pub stale_reads_refused: u64,
+    /// See `stale_reads_refused`.
+    pub stale_reads_admitted: u64,
 }
 
 /// An event with its time; ordered so the heap pops the earliest first,

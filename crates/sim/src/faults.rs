@@ -195,6 +195,16 @@ pub enum Fault {
         /// What happens to the adopts.
         adopt: AdoptFate,
     },
+    /// The operator asks AllocSvr process `from` to hand `section` to
+    /// AllocSvr `to` of its set (`seqctl alloc handoff`). Scripted only.
+    HandoffOf {
+        /// The releasing process slot.
+        from: usize,
+        /// The new owner (AllocSvr index).
+        to: usize,
+        /// The section.
+        section: u32,
+    },
     /// A planned handoff and its way back, with requests delayed by a
     /// lossy link: process `from` hands one of its sections to AllocSvr
     /// `to`; every store request `from` sends in the next `window` reaches
@@ -279,6 +289,15 @@ pub enum Fault {
     /// The operator runs the move under way (or the last) again from
     /// another terminal, leaving any mover still running alone.
     MoveAgain,
+    /// The operator moves sections `first..first+count` (as `MoveRange`
+    /// does) from another terminal, leaving any mover still running alone:
+    /// two movers side by side (hazard 6). Scripted only.
+    MoveBeside {
+        /// First section.
+        first: u32,
+        /// How many.
+        count: u32,
+    },
     /// SIGSTOP an AllocSvr right after it next sends a take-over (its
     /// answer is handled after the pause, in any order with what else
     /// arrived). Scripted only.
@@ -356,6 +375,10 @@ impl std::fmt::Display for Fault {
                 f,
                 "operator: p{from} hands {count} section(s) to its set's AllocSvr #{to} (adopt {adopt:?})"
             ),
+            Fault::HandoffOf { from, to, section } => write!(
+                f,
+                "operator: p{from} hands section {section} to its set's AllocSvr #{to}"
+            ),
             Fault::HandoffRoundTrip {
                 from,
                 to,
@@ -410,6 +433,11 @@ impl std::fmt::Display for Fault {
             Fault::MoveAgain => write!(
                 f,
                 "operator: run the move under way (or the last) again beside the running one"
+            ),
+            Fault::MoveBeside { first, count } => write!(
+                f,
+                "operator: move sections {first}..{} to the other set beside the running mover",
+                first + count
             ),
             Fault::PauseAfterClaim { a, dur } => write!(
                 f,

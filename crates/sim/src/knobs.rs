@@ -65,6 +65,44 @@ pub struct Knobs {
     /// A range move installs the destination right after the freeze,
     /// without the source's release or its lease + margin.
     pub install_before_release: bool,
+    /// The store before bug 6 was fixed: a group applies a `Freeze` or
+    /// `Install` of a move older than one it applied (every replica
+    /// rewrites its move id to the newest one applied, so
+    /// `SetState::check_move_id` passes): a stale mover undoes later moves.
+    pub skip_move_id_check: bool,
+    /// The AllocSvr before bug 7 was fixed: a move's `Release` drops the
+    /// frozen sections (`Allocator::drop_section`) instead of calling
+    /// `ownership::release_moved`, so no floor is kept and a take-over
+    /// granted before the freeze, answered after the release, installs
+    /// the section again.
+    pub release_without_floor: bool,
+    /// An `Assign` is applied whatever epochs it expected (every replica
+    /// rewrites them to the sections' current epochs before applying): an
+    /// assignment decided on a state a handoff or take-over changed since
+    /// still lands.
+    pub assign_unconditional: bool,
+    /// A take-over or handoff begins its epoch at the previous epoch's
+    /// start instead of the current ceiling (every replica rewrites the
+    /// new record's `start` and the grant's `prev_ceiling` after
+    /// `SectionRecord::begin`): the new owner does not skip ahead.
+    pub takeover_from_old_start: bool,
+    /// A take-over always begins a new epoch, even for a grant the store
+    /// prepared for that very incarnation (every replica rewrites the
+    /// epochs it names to the current ones before applying): a lost reply
+    /// or a lost adopt costs a step more.
+    pub claim_always_fresh: bool,
+    /// AllocSvrs ask each raise two steps above the highest number handed
+    /// out, and the store applies a raise of any size (every replica
+    /// applies the raise one step up, as the shipped check allows, then
+    /// sets the ceiling asked for).
+    pub raise_unbounded: bool,
+    /// Route and section reads are answered at once by whichever replica
+    /// they reach, from its applied state: no quorum check, no wait for
+    /// the log to be applied (the renewal still passes its barrier).
+    pub reads_without_barrier: bool,
+    /// The leader acknowledges a raise as soon as it appends it, with the
+    /// outcome its applied state gives, before a majority holds it.
+    pub ack_before_commit: bool,
 }
 
 /// Where the `install_below_final` knob installs a moved section.
@@ -89,7 +127,7 @@ impl InstallAt {
 }
 
 /// The knob names of [`Knobs::parse`], with their flags.
-const FLAGS: [&str; 12] = [
+const FLAGS: [&str; 20] = [
     "unsafe_renewals",
     "skip_lease_check",
     "current_without_lease",
@@ -102,6 +140,14 @@ const FLAGS: [&str; 12] = [
     "admit_twins",
     "lease_by_current_terms",
     "install_before_release",
+    "skip_move_id_check",
+    "release_without_floor",
+    "assign_unconditional",
+    "takeover_from_old_start",
+    "claim_always_fresh",
+    "raise_unbounded",
+    "reads_without_barrier",
+    "ack_before_commit",
 ];
 
 impl Knobs {
@@ -119,6 +165,14 @@ impl Knobs {
             "admit_twins" => &mut self.admit_twins,
             "lease_by_current_terms" => &mut self.lease_by_current_terms,
             "install_before_release" => &mut self.install_before_release,
+            "skip_move_id_check" => &mut self.skip_move_id_check,
+            "release_without_floor" => &mut self.release_without_floor,
+            "assign_unconditional" => &mut self.assign_unconditional,
+            "takeover_from_old_start" => &mut self.takeover_from_old_start,
+            "claim_always_fresh" => &mut self.claim_always_fresh,
+            "raise_unbounded" => &mut self.raise_unbounded,
+            "reads_without_barrier" => &mut self.reads_without_barrier,
+            "ack_before_commit" => &mut self.ack_before_commit,
             _ => return None,
         })
     }

@@ -29,8 +29,9 @@
 //! and 4 while running, across both sets.
 //! `docs/architecture/simulation.md` says more.
 //!
-//! Replay a seed with `SEQSVR_SIM_SEED=<seed> cargo test -p seqsvr-sim --
-//! --nocapture` (every event is printed). [`Knobs`] restore old behaviours
+//! Replay a seed with `SEQSVR_SIM_SEED=<seed> cargo test -p seqsvr-sim
+//! --test simulation every_promise -- --nocapture` (every event is
+//! printed). [`Knobs`] restore old behaviours
 //! (bugs the simulation found) and weaken the protocol (to show the checks
 //! fail when a rule is broken).
 //!
@@ -51,8 +52,9 @@
 //! - `env`: time and the event queue, the random stream, the network, the
 //!   monitor, the counters, the committed state.
 //! - `raft`: the Raft model of one store group around the real state
-//!   machine; `store`: the store API and the real arbiter's loop on top of
-//!   it (one group per set).
+//!   machine (`perturb`: the store's knobs, applied alike by every
+//!   replica); `store`: the store API and the real arbiter's loop on top
+//!   of it (one group per set).
 //! - `link`: the store client (hedged attempts, back-off, deadline).
 //! - `alloc`: AllocSvr processes with the real allocator, lease and
 //!   ownership decisions.
@@ -77,6 +79,7 @@ mod link;
 mod model;
 mod mover;
 mod operator;
+mod perturb;
 mod raft;
 mod store;
 mod world;

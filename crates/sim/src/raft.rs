@@ -27,11 +27,12 @@
 use std::rc::Rc;
 
 use seqsvr_store::state::SetState;
-use seqsvr_store::types::{Command, Outcome, Reply};
+use seqsvr_store::types::{Command, Outcome, Rejection, Reply};
 
 use crate::env::{trace, Env};
 use crate::model::{Ack, Append, Entry, EntryRef, Msg, StoreMsg};
 use crate::net::{Node, Time, MS};
+use crate::perturb::apply;
 
 /// Leader heartbeat interval (the store's default).
 pub(crate) const HEARTBEAT: Time = 100 * MS;
@@ -138,25 +139,6 @@ impl RaftNode {
     }
 }
 
-/// Applies `cmd` to `state` as the real state machine does; with
-/// `handoff_unconditional`, a `Handoff` is first rewritten to name the
-/// section's current epoch (the check the knob removes). The rewrite
-/// depends only on the state, so every replica applies it alike.
-pub(crate) fn apply(state: &mut SetState, cmd: &Command, handoff_unconditional: bool) -> Outcome {
-    if let (true, Command::Handoff { section, epoch, .. }) = (handoff_unconditional, cmd) {
-        if let Some(r) = state.sections.get(*section as usize) {
-            if r.epoch != *epoch {
-                let mut cmd = cmd.clone();
-                if let Command::Handoff { epoch, .. } = &mut cmd {
-                    *epoch = r.epoch;
-                }
-                return state.apply(&cmd, &mut Vec::new());
-            }
-        }
-    }
-    state.apply(cmd, &mut Vec::new())
-}
-
 /// One store group's replicas and its committed log.
 #[derive(Debug)]
 pub(crate) struct Raft {
@@ -168,8 +150,8 @@ pub(crate) struct Raft {
     pub nodes: Vec<RaftNode>,
     /// The committed Raft log: every replica's log agrees with a prefix.
     pub log: Vec<EntryRef>,
-    /// The `handoff_unconditional` knob.
-    handoff_unconditional: bool,
+    /// The store's knobs (`perturb`).
+    knobs: crate::knobs::Knobs,
 }
 
 impl Raft {
@@ -181,7 +163,7 @@ impl Raft {
             first: env.cfg.layout().replica(set, 0),
             nodes: Vec::new(),
             log,
-            handoff_unconditional: env.cfg.knobs.handoff_unconditional,
+            knobs: env.cfg.knobs.clone(),
         };
         for _ in 0..n {
             let mut node = RaftNode::new();
@@ -408,7 +390,7 @@ impl Raft {
             if let Some(cmd) = &e.cmd {
                 // Outcomes only matter on the leader that answers the
                 // caller; replicas apply the same commands alike.
-                let _ = apply(&mut rep.state, cmd, self.handoff_unconditional);
+                let _ = apply(&mut rep.state, cmd, &self.knobs);
             }
             rep.applied += 1;
         }
@@ -495,9 +477,28 @@ impl Raft {
         let cmd = e.cmd.as_ref()?;
         let set = self.set;
         let before = env.truth[set].placement.clone();
-        let out = apply(&mut env.truth[set], cmd, self.handoff_unconditional);
+        let claimed = match cmd {
+            Command::TakeOver { first, known, .. } => (env.truth[set].sections.iter())
+                .skip(*first as usize)
+                .take(known.len())
+                .map(|r| (r.owner.clone(), r.incarnation, r.epoch))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let out = apply(&mut env.truth[set], cmd, &self.knobs);
         trace!(env, "commit s{set}#{} {cmd:?} -> {out:?}", self.log.len());
         record(env, set, cmd, &out, &before);
+        if let (
+            Command::TakeOver {
+                alloc, incarnation, ..
+            },
+            Ok(Reply::TakenOver { grants, .. }),
+        ) = (cmd, &out)
+        {
+            let now = env.now;
+            env.monitor
+                .on_claim(now, set, alloc, *incarnation, &claimed, grants);
+        }
         Some(out)
     }
 
@@ -557,20 +558,19 @@ pub(crate) fn record(
             env.stats.handoffs += 1;
             env.monitor.on_takeover(env.now, set, grant);
         }
+        (Command::Handoff { .. }, Err(Rejection::StaleEpoch { .. })) => {
+            env.stats.handoffs_stale += 1;
+        }
         (Command::Freeze { .. }, Ok(Reply::Frozen { newly, .. })) => {
             env.stats.frozen += *newly as u64;
         }
-        (Command::Install { first, floors, .. }, Ok(Reply::Installed { .. })) => {
-            let serving = seqsvr_core::Place::Serving;
-            for s in *first..*first + floors.len() as u32 {
-                if before.place_of(s) != serving {
-                    env.stats.installed += 1;
-                    let r = &env.truth[set].sections[s as usize];
-                    let (ceiling, epoch) = (r.max_seq, r.epoch);
-                    env.monitor.on_install(env.now, set, s, ceiling, epoch);
-                }
-            }
+        (Command::Install { move_id, .. }, out) if *move_id < before.last_move => {
+            // Sent by a mover older than a move this group applied since.
+            env.stats.stale_installs += 1;
+            env.stats.stale_installs_refused += out.is_err() as u64;
+            record_install(env, set, cmd, out, before);
         }
+        (Command::Install { .. }, _) => record_install(env, set, cmd, out, before),
         (
             Command::Directory(seqsvr_core::DirChange::BeginMove(_)),
             Ok(Reply::Directory { changed: true, .. }),
@@ -588,10 +588,34 @@ pub(crate) fn record(
             env.monitor.on_raise(env.now, *section, *max_seq);
         }
         (Command::Assign { .. }, Ok(_)) => env.stats.assigns += 1,
+        (Command::Assign { .. }, Err(Rejection::StaleEpoch { .. })) => env.stats.assigns_stale += 1,
         (Command::SetLease(_), Ok(_)) => env.stats.lease_changes += 1,
         (Command::RegisterAlloc { replaces, .. }, Ok(_)) if *replaces != 0 => {
             env.stats.replaced += 1
         }
         _ => {}
+    }
+}
+
+/// An `Install` committed in `set`: each section it newly installed is
+/// one more take-over for the monitor.
+fn record_install(
+    env: &mut Env,
+    set: usize,
+    cmd: &Command,
+    out: &Outcome,
+    before: &seqsvr_core::Placement,
+) {
+    let (Command::Install { first, floors, .. }, Ok(Reply::Installed { .. })) = (cmd, out) else {
+        return;
+    };
+    let serving = seqsvr_core::Place::Serving;
+    for s in *first..*first + floors.len() as u32 {
+        if before.place_of(s) != serving {
+            env.stats.installed += 1;
+            let r = &env.truth[set].sections[s as usize];
+            let (ceiling, epoch) = (r.max_seq, r.epoch);
+            env.monitor.on_install(env.now, set, s, ceiling, epoch);
+        }
     }
 }

@@ -236,6 +236,7 @@ impl Allocs {
                 env,
                 "p{p} installs an adopt unchecked: {grant:?} -> {result:?}"
             );
+            self.note_installed(env, p, &[s]);
             self.wake(env, p, s);
             return self.adopt_reply(env, p, from, id, result);
         }
@@ -303,6 +304,7 @@ impl Allocs {
             j.section,
             j.epoch
         );
+        self.note_installed(env, p, &[j.section]);
         if matches!(result, Ok(n) if n > 0) {
             self.wake(env, p, j.section);
         }

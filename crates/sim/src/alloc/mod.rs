@@ -449,6 +449,21 @@ impl Allocs {
         }
     }
 
+    /// Tells the monitor which epochs of `sections` process `p` holds
+    /// installed (after an install: promise 4's lost-reply check).
+    fn note_installed(&self, env: &mut Env, p: Slot, sections: &[SectionId]) {
+        let proc_ = &self.procs[p];
+        let Some(alloc) = proc_.alloc.as_ref() else {
+            return;
+        };
+        for &s in sections {
+            let epoch = alloc.known_epoch(s);
+            if epoch != 0 {
+                env.monitor.on_installed(proc_.set, s, epoch);
+            }
+        }
+    }
+
     /// Starts a store call for process `p`.
     fn call(&mut self, env: &mut Env, p: Slot, req: StoreReq, purpose: Purpose, timing: Timing) {
         self.link(env, p, |l, env, who| {

@@ -189,6 +189,8 @@ impl Allocs {
                     Ok(n) => trace!(env, "p{p} took over {grants:?} (installed {n})"),
                     Err(e) => trace!(env, "p{p} take-over not installed: {e}"),
                 }
+                let sections: Vec<_> = grants.iter().map(|g| g.section).collect();
+                self.note_installed(env, p, &sections);
                 for g in grants {
                     self.wake(env, p, g.section);
                 }

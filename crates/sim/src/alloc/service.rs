@@ -33,11 +33,14 @@ impl Allocs {
         let knobs = &env.cfg.knobs;
         let unchecked = knobs.skip_lease_check
             || (knobs.current_without_lease && matches!(ask, Ask::Current(_)));
+        let stale_read = self.stale_read(env, p, &ask);
+        let proc_ = &self.procs[p];
         match admit(unchecked || proc_.lease_valid(env.now), proc_.fenced) {
-            Ok(()) => {}
+            Ok(()) => env.stats.stale_reads_admitted += stale_read as u64,
             Err(NotAdmitted::Fenced) => return self.refuse(env, p, op, Refusal::Fenced),
             Err(NotAdmitted::LeaseExpired) => {
                 env.stats.lease_expired += 1;
+                env.stats.stale_reads_refused += stale_read as u64;
                 return self.refuse(env, p, op, Refusal::LeaseExpired);
             }
         }
@@ -62,6 +65,29 @@ impl Allocs {
             deadline: None,
         };
         self.after(env, p, d, ATimer::Serve(work));
+    }
+
+    /// Whether `ask` is the hazard of the fencing work's bug 5: a `Current`
+    /// read at a process whose lease has lapsed (not fenced) that still
+    /// serves the uid's section from memory at an epoch its store has
+    /// moved past (or no longer serves there): answered, it would come from
+    /// an old owner's memory.
+    fn stale_read(&self, env: &Env, p: Slot, ask: &Ask) -> bool {
+        let Ask::Current(uid) = ask else {
+            return false;
+        };
+        let proc_ = &self.procs[p];
+        let Some(alloc) = proc_.alloc.as_ref() else {
+            return false;
+        };
+        if proc_.fenced || proc_.lease_valid(env.now) {
+            return false;
+        }
+        let Some(s) = env.cfg.spec(proc_.set).section_of(*uid) else {
+            return false;
+        };
+        let rec = &env.truth[proc_.set].sections[s as usize];
+        alloc.is_serving(s) && rec.epoch != alloc.known_epoch(s)
     }
 
     /// Promise 3: when `p` admits a request for `s` that it serves, no
@@ -238,7 +264,14 @@ impl Allocs {
             }
             Some(alloc) => {
                 let sections = (first..).zip(epochs.iter().copied());
-                let released = release_moved(alloc, sections);
+                let released = if env.cfg.knobs.release_without_floor {
+                    // Bug 7's old release: a plain drop, no floor.
+                    (sections.map(|(s, _)| s))
+                        .filter(|&s| alloc.drop_section(s))
+                        .collect()
+                } else {
+                    release_moved(alloc, sections)
+                };
                 trace!(env, "p{p} releases {released:?} for a move");
                 env.stats.released += released.len() as u64;
                 for &s in &released {
@@ -287,8 +320,12 @@ impl Allocs {
             outstanding: reqs.len(),
             answers: Vec::new(),
         });
-        for r in reqs {
+        for mut r in reqs {
             let proc_ = &self.procs[p];
+            if env.cfg.knobs.raise_unbounded {
+                // Two steps above the highest number handed out.
+                r.to += env.cfg.spec(proc_.set).step;
+            }
             let req = StoreReq::Raise {
                 alloc: proc_.id.clone(),
                 incarnation: proc_.incarnation,

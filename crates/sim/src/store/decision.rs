@@ -256,6 +256,7 @@ impl Store {
                 self.reply(env, l, &p, resp);
                 self.unlock(env, l);
             }
+            Waiter::Answered => {}
             Waiter::Arbiter => {
                 if outcome.is_err() {
                     trace!(

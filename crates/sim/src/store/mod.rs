@@ -104,6 +104,8 @@ enum Waiter {
     Locked(Pending),
     /// The arbiter's move.
     Arbiter,
+    /// A write answered before its commit (`ack_before_commit`).
+    Answered,
 }
 
 /// Who wants the arbiter's lock.

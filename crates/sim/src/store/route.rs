@@ -55,6 +55,13 @@ impl Store {
             let resp = Ok(self.status(r));
             return self.reply(env, r, &p, resp);
         }
+        let read = matches!(
+            p.req,
+            StoreReq::Routes | StoreReq::Read { .. } | StoreReq::Sections { .. }
+        );
+        if read && env.cfg.knobs.reads_without_barrier {
+            return self.read_now(env, r, p);
+        }
         if self.raft.nodes[r].leading {
             self.lead(env, r, p);
         } else if p.forwarded || p.req.admin() {
@@ -112,6 +119,11 @@ impl Store {
             StoreReq::Renew { .. } if env.cfg.knobs.unsafe_renewals => {
                 let term = self.raft.nodes[r].term;
                 return self.want(env, r, Want::Renew(term, p));
+            }
+            StoreReq::Routes | StoreReq::Read { .. } | StoreReq::Sections { .. }
+                if env.cfg.knobs.reads_without_barrier =>
+            {
+                return self.read_now(env, r, p);
             }
             StoreReq::Renew { .. }
             | StoreReq::Routes
@@ -171,6 +183,15 @@ impl Store {
                 epoch: *epoch,
             },
         };
+        if env.cfg.knobs.ack_before_commit && matches!(cmd, Command::Raise { .. }) {
+            // Answered from the leader's applied state with the raise on
+            // top, before any other replica holds it.
+            let mut state = self.raft.nodes[r].state.clone();
+            let outcome = crate::perturb::apply(&mut state, &cmd, &env.cfg.knobs);
+            let resp = self.answer(r, &p.req, outcome);
+            self.reply(env, r, &p, resp);
+            return self.propose(env, r, cmd, Waiter::Answered);
+        }
         self.propose(env, r, cmd, Waiter::Call(p));
     }
 
@@ -208,29 +229,29 @@ impl Store {
             };
             match &b.pending.req {
                 StoreReq::Renew { .. } => self.want(env, l, Want::Renew(b.term, b.pending)),
-                StoreReq::Routes => {
-                    let resp = Ok(StoreOk::Routes(RouteView::of(&self.raft.nodes[l].state)));
-                    self.reply(env, l, &b.pending, resp);
-                }
-                StoreReq::Read { section } => {
-                    let resp = read_section(&self.raft.nodes[l].state, *section);
-                    self.reply(env, l, &b.pending, resp);
-                }
-                StoreReq::Sections { first, count } => {
-                    let st = &self.raft.nodes[l].state;
-                    let resp = (*first..first.saturating_add(*count))
-                        .map(|s| match read_section(st, s) {
-                            Ok(StoreOk::Section(info)) => Ok(info),
-                            Err(e) => Err(e),
-                            Ok(other) => unreachable!("{other:?}"),
-                        })
-                        .collect::<Result<Vec<_>, _>>()
-                        .map(StoreOk::Sections);
-                    self.reply(env, l, &b.pending, resp);
-                }
-                other => unreachable!("{other:?} has no barrier"),
+                _ => self.read_now(env, l, b.pending),
             }
         }
+    }
+
+    /// Answers a route or section read at replica `r` from its applied
+    /// state (past the barrier, or at once with `reads_without_barrier`).
+    pub(super) fn read_now(&mut self, env: &mut Env, r: usize, p: Pending) {
+        let st = &self.raft.nodes[r].state;
+        let resp = match &p.req {
+            StoreReq::Routes => Ok(StoreOk::Routes(RouteView::of(st))),
+            StoreReq::Read { section } => read_section(st, *section),
+            StoreReq::Sections { first, count } => (*first..first.saturating_add(*count))
+                .map(|s| match read_section(st, s) {
+                    Ok(StoreOk::Section(info)) => Ok(info),
+                    Err(e) => Err(e),
+                    Ok(other) => unreachable!("{other:?}"),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(StoreOk::Sections),
+            other => unreachable!("{other:?} is not a read"),
+        };
+        self.reply(env, r, &p, resp);
     }
 }
 

@@ -141,6 +141,15 @@ impl World {
                 let m = Msg::Admin(AdminMsg::Handoff { moves, fate: adopt });
                 env.send(Node::Operator, Node::Alloc(from), m);
             }
+            Fault::HandoffOf { from, to, section } => {
+                let p = &self.allocs.procs[from];
+                let moves = vec![(section, alloc_name(p.set, to))];
+                let m = Msg::Admin(AdminMsg::Handoff {
+                    moves,
+                    fate: AdoptFate::Normal,
+                });
+                env.send(Node::Operator, Node::Alloc(from), m);
+            }
             Fault::HandoffRoundTrip {
                 from,
                 to,
@@ -230,6 +239,11 @@ impl World {
                 }
                 if let Some(cmd) = move_cmd(env, first, count) {
                     self.movers.start(env, cmd, stop_after);
+                }
+            }
+            Fault::MoveBeside { first, count } => {
+                if let Some(cmd) = move_cmd(env, first, count) {
+                    self.movers.start(env, cmd, None);
                 }
             }
             Fault::CrashMover => self.movers.crash(env),

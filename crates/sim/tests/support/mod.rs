@@ -18,7 +18,9 @@ pub fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-/// The seed to replay, if one was asked for.
+/// The seed the main test replays, if one was asked for. Only the main
+/// test reads it: every other test runs as usual (their seeds and knobs
+/// are their own), so a replay filters on the main test's name.
 pub fn replay_seed() -> Option<u64> {
     env("SEQSVR_SIM_SEED").map(|s| s.parse().expect("SEQSVR_SIM_SEED must be a number"))
 }
@@ -31,7 +33,9 @@ pub fn replay_hint(seed: u64, knobs: &Knobs) -> String {
     } else {
         format!("SEQSVR_SIM_KNOBS={k} ")
     };
-    format!("SEQSVR_SIM_SEED={seed} {k}cargo test -p seqsvr-sim -- --nocapture")
+    format!(
+        "SEQSVR_SIM_SEED={seed} {k}cargo test -p seqsvr-sim --test simulation every_promise -- --nocapture"
+    )
 }
 
 /// How many runs go side by side.
@@ -118,7 +122,18 @@ fn search(
 /// A scripted run: `allocs` AllocSvrs without drift, `faults` instead of a
 /// drawn schedule.
 pub fn scripted(allocs: usize, knobs: Knobs, faults: Vec<(u64, Fault)>) -> RunReport {
+    scripted_with(allocs, knobs, faults, false)
+}
+
+/// [`scripted`], stopping at the first broken promise if `stop_at_first`.
+pub fn scripted_with(
+    allocs: usize,
+    knobs: Knobs,
+    faults: Vec<(u64, Fault)>,
+    stop_at_first: bool,
+) -> RunReport {
     let mut cfg = SimConfig::for_seed(1, knobs);
+    cfg.stop_at_first = stop_at_first;
     cfg.allocs = allocs;
     cfg.drift = vec![0.0; cfg.sets.len() * allocs];
     for s in &mut cfg.sets {
@@ -127,4 +142,33 @@ pub fn scripted(allocs: usize, knobs: Knobs, faults: Vec<(u64, Fault)>) -> RunRe
     cfg.faults = faults;
     cfg.verbose = env("SEQSVR_SIM_VERBOSE").is_some();
     World::new(cfg).run()
+}
+
+/// Whether a violation breaks a promise (not a sanity check of the model).
+pub fn broken(v: &Violation) -> bool {
+    v.promise != 0
+}
+
+/// Shows that `knobs` break what `matches` looks for: the first seed of
+/// `seeds` whose run (stopping at its first broken promise) shows it, and
+/// that seed passing without them. Panics if no seed shows it.
+pub fn shown_by_seeds(what: &str, knobs: &str, seeds: Range<u64>, matches: &Matches) -> RunReport {
+    let knobs = Knobs::parse(knobs).unwrap();
+    let fails = |r: &RunReport| r.violations.iter().any(matches);
+    let Some(r) = search(seeds.clone(), &knobs, true, &fails) else {
+        panic!("{what}: no seed of {seeds:?} failed; the checks are too weak");
+    };
+    let v = r.violations.iter().find(|v| matches(v)).expect("it failed");
+    println!("{what}: first failing seed {}: {v}", r.seed);
+    println!("  replay: {}", replay_hint(r.seed, &knobs));
+    let mut cfg = SimConfig::for_seed(r.seed, Knobs::default());
+    cfg.stop_at_first = true;
+    let now = World::new(cfg).run();
+    assert!(
+        now.ok(),
+        "{what}: seed {} fails without the knob too: {}",
+        r.seed,
+        now.violations[0]
+    );
+    r
 }

@@ -27,6 +27,8 @@
 //! more take-over (it starts a step above the source's final ceiling); the
 //! largest skip at the first number after a move is measured too.
 
+use std::collections::BTreeMap;
+
 use seqsvr_core::checker::Observation;
 use seqsvr_core::{Epoch, Grant, SectionId, SetSpec};
 

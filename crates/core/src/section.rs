@@ -103,10 +103,18 @@ impl SetSpec {
             .then(|| ((uid - self.uid_begin) / self.section_size) as SectionId)
     }
 
-    /// The uids of section `s` (shorter for the last section).
+    /// The uids of section `s` (shorter for the last section; empty, at
+    /// `uid_end`, for a section the set does not have). Checked: near
+    /// `u64::MAX` the last section's `start + section_size` overflows.
     pub fn uids_of(&self, s: SectionId) -> Range<Uid> {
-        let start = self.uid_begin + s as u64 * self.section_size;
-        start..(start + self.section_size).min(self.uid_end)
+        let start = (s as u64)
+            .checked_mul(self.section_size)
+            .and_then(|offset| self.uid_begin.checked_add(offset))
+            .filter(|&start| start < self.uid_end);
+        match start {
+            Some(start) => start..start.saturating_add(self.section_size).min(self.uid_end),
+            None => self.uid_end..self.uid_end,
+        }
     }
 
     /// Whether `s` names a section of this set.
@@ -149,6 +157,21 @@ mod tests {
             section_size: size,
             step: 10,
         }
+    }
+
+    #[test]
+    fn sections_near_the_top_of_the_uid_space() {
+        let top = u64::MAX;
+        let s = spec(top - 150, top, 100);
+        s.validate().unwrap();
+        assert_eq!(s.section_count(), 2);
+        assert_eq!(s.uids_of(0), top - 150..top - 50);
+        assert_eq!(s.uids_of(1), top - 50..top);
+        assert_eq!(s.section_of(top - 1), Some(1));
+        // A section the set does not have is empty, never a wrap.
+        assert!(s.uids_of(2).is_empty());
+        assert!(s.uids_of(SectionId::MAX).is_empty());
+        assert!(spec(0, 1000, 100).uids_of(SectionId::MAX).is_empty());
     }
 
     #[test]

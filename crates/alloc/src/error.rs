@@ -315,6 +315,10 @@ pub enum NodeError {
     /// The allocator could not be built for the store's set.
     #[error(transparent)]
     Alloc(#[from] AllocError),
+    /// The TLS certificate is not this AllocSvr's: it would act in
+    /// another process's name (or in none).
+    #[error("{0}")]
+    Identity(String),
     /// A socket could not be inspected.
     #[error("listener: {0}")]
     Io(#[from] std::io::Error),

@@ -176,8 +176,17 @@ impl TlsConfig {
         })
     }
 
+    /// The role this process's own certificate (the chain's leaf) names.
+    /// A server checks it is its own before serving: a replica started
+    /// with another replica's certificate would speak for that replica.
+    pub fn own_role(&self) -> Result<crate::role::Role> {
+        let chain = certs(&self.cert, &read(&self.cert)?)?;
+        crate::role::Role::from_cert_der(&chain[0]).map_err(|e| self.tls_error(&self.cert, e))
+    }
+
     fn identity(&self) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
         let chain = certs(&self.cert, &read(&self.cert)?)?;
+        warn_if_readable_by_everyone(&self.key);
         let key_pem = read(&self.key)?;
         let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| Error::Pem {
             path: self.key.clone(),
@@ -207,6 +216,29 @@ impl TlsConfig {
 /// linked into the binary cannot make the choice ambiguous.
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Says so when a private key file may be read by every user of the host
+/// (the dev PKI and `seqsvr certs` write keys 0600; Kubernetes mounts
+/// them 0440). A warning, not a refusal: some container runtimes map
+/// users so that only a wider mode works.
+fn warn_if_readable_by_everyone(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(meta) = std::fs::metadata(path) {
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o004 != 0 {
+                tracing::warn!(
+                    "private key {} is readable by every user of this host (mode {mode:04o}); \
+                     chmod 600 it",
+                    path.display()
+                );
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {

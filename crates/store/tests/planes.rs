@@ -511,3 +511,62 @@ async fn scrape(addr: std::net::SocketAddr) -> String {
     s.read_to_string(&mut out).await.unwrap();
     out
 }
+
+/// A replica refuses to start with a certificate that names another
+/// replica (it would speak for that one in every Raft request).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_refuses_another_replicas_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let leaves = [
+        Leaf::new("store-1", Role::Store(1)),
+        Leaf::new("store-2", Role::Store(2)),
+    ];
+    let pki = DevPki::generate(&dir.path().join("pki"), &leaves, false).unwrap();
+    let l = StoreListeners {
+        peer: bind().await,
+        client: bind().await,
+        admin: bind().await,
+        metrics: None,
+    };
+    let text = format!(
+        r#"
+id = 1
+data_dir = "{data}"
+client_addr = "{client}"
+admin_addr = "{admin}"
+members = []
+[tls]
+ca = "{ca}"
+cert = "{cert}"
+key = "{key}"
+[set]
+set_id = 0
+uid_begin = 0
+uid_end = 1000
+section_size = 100
+step = 100
+"#,
+        data = dir.path().join("store-1").display(),
+        client = addr(&l.client),
+        admin = addr(&l.admin),
+        ca = pki.ca_path().display(),
+        cert = pki.cert_path("store-2").display(),
+        key = pki.key_path("store-2").display(),
+    );
+    let mut cfg: StoreConfig = toml::from_str(&text).unwrap();
+    cfg.members = vec![Member {
+        id: 1,
+        addr: addr(&l.peer),
+    }];
+    cfg.validate().unwrap();
+    let e = StoreNode::start(cfg, l).await.err().expect("refused");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("names store:2, not this replica (store:1)"),
+        "{msg}"
+    );
+    assert!(
+        !dir.path().join("store-1").exists(),
+        "nothing written: {msg}"
+    );
+}

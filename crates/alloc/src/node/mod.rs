@@ -159,6 +159,20 @@ struct Ctx {
 
 /// How other seqsvr processes are dialed: through the project's one client
 /// transport, with TLS if configured.
+/// Refuses to start with a certificate that does not name this AllocSvr:
+/// peers would take its calls as another AllocSvr's, or refuse them all.
+fn check_own_certificate(tls: &seqsvr_net::TlsConfig, id: &str) -> Result<(), NodeError> {
+    let want = seqsvr_net::Role::Alloc(id.to_string());
+    let role = tls.own_role()?;
+    if role != want {
+        return Err(NodeError::Identity(format!(
+            "the certificate {} names {role}, not this AllocSvr ({want})",
+            tls.cert.display()
+        )));
+    }
+    Ok(())
+}
+
 fn connector(tls: Option<seqsvr_net::ClientTls>) -> Connector {
     Arc::new(move |addr: &str| {
         seqsvr_net::client::channel(addr, tls.as_ref(), Duration::from_millis(500))
@@ -182,6 +196,7 @@ impl AllocNode {
         let limits = cfg.limits.clone().unwrap_or_default();
         let (server_tls, client_tls) = match &cfg.tls {
             Some(t) => {
+                check_own_certificate(t, &cfg.id)?;
                 let per_plane = [
                     t.server(Plane::Client)?,
                     t.server(Plane::Peer)?,
@@ -373,5 +388,36 @@ const ADMIN_PATHS: &[&str] = &[
 async fn serve(plane: Plane, serving: impl std::future::Future<Output = seqsvr_net::Result<()>>) {
     if let Err(e) = serving.await {
         tracing::error!(%plane, "alloc server stopped: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use seqsvr_net::{DevPki, Leaf, Role};
+
+    #[test]
+    fn an_allocsvr_refuses_another_ones_certificate() {
+        let dir = std::env::temp_dir().join(format!("seqsvr-own-cert-{}", std::process::id()));
+        let leaves = [
+            Leaf::new("alloc-1", Role::Alloc("alloc-1".into())),
+            Leaf::new("alloc-2", Role::Alloc("alloc-2".into())),
+            Leaf::new("store-1", Role::Store(1)),
+        ];
+        let pki = DevPki::generate(&dir, &leaves, false).unwrap();
+        let tls = |name: &str| seqsvr_net::TlsConfig {
+            ca: pki.ca_path(),
+            cert: pki.cert_path(name),
+            key: pki.key_path(name),
+        };
+        check_own_certificate(&tls("alloc-1"), "alloc-1").unwrap();
+        for other in ["alloc-2", "store-1"] {
+            let e = check_own_certificate(&tls(other), "alloc-1").unwrap_err();
+            assert!(
+                e.to_string().contains("not this AllocSvr (alloc:alloc-1)"),
+                "{e}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

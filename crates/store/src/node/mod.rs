@@ -162,7 +162,7 @@ impl StoreNode {
             Error::Internal(format!("data dir {}: {e}", cfg.data_dir.display()))
         };
         let tls = match &cfg.tls {
-            Some(t) => Some(Tls::load(t)?),
+            Some(t) => Some(Tls::load(t, cfg.id)?),
             None => None,
         };
         let metrics = crate::metrics::StoreMetrics::new(cfg.id)
@@ -285,7 +285,18 @@ struct Tls {
 }
 
 impl Tls {
-    fn load(config: &TlsConfig) -> Result<Self> {
+    /// Loads the files of replica `id`, refusing a certificate that names
+    /// anything else: the replica would speak for another one in every
+    /// Raft request (`docs/architecture/security.md`).
+    fn load(config: &TlsConfig, id: NodeId) -> Result<Self> {
+        let role = config.own_role().map_err(|e| config_err("tls", e))?;
+        let want = seqsvr_net::Role::Store(id);
+        if role != want {
+            return Err(Error::Config(format!(
+                "tls: the certificate {} names {role}, not this replica ({want})",
+                config.cert.display()
+            )));
+        }
         let client = config.client().map_err(|e| config_err("tls", e))?;
         Ok(Self {
             config: config.clone(),

@@ -117,15 +117,20 @@ impl StoreErr {
 }
 
 /// Maps a store answer to the allocator's contract. A section routed to
-/// another AllocSvr is, for us, the same as a stale epoch: stop serving it
-/// (promise 3).
+/// another AllocSvr, or one this set no longer serves (frozen or moved to
+/// another set, or never installed), is, for us, the same as a stale
+/// epoch: stop serving it at once (promise 3). Waiting for the lease to
+/// run out instead would let a host the mover waits for (or one fenced
+/// behind a partition) keep answering from memory after the move.
 impl From<seqsvr_store_api::Error> for StoreErr {
     fn from(e: seqsvr_store_api::Error) -> Self {
         use seqsvr_store_api::Error as E;
         match e {
-            E::Rejected(Rejection::StaleEpoch { .. } | Rejection::OwnedElsewhere { .. }) => {
-                StoreErr::StaleEpoch
-            }
+            E::Rejected(
+                Rejection::StaleEpoch { .. }
+                | Rejection::OwnedElsewhere { .. }
+                | Rejection::NotServing { .. },
+            ) => StoreErr::StaleEpoch,
             E::Rejected(Rejection::NotAbove { current, .. }) => StoreErr::NotAbove { current },
             E::Rejected(Rejection::TooLarge { .. }) => StoreErr::TooLarge,
             E::Rejected(Rejection::UnknownSection { .. }) => StoreErr::UnknownSection,

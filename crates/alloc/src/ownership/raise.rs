@@ -114,6 +114,21 @@ mod tests {
         }
     }
 
+    /// A raise the store refuses because the section left this set (frozen
+    /// for a move, moved, never installed) drops the section at once, as a
+    /// stale epoch does: it is never retried while the lease runs.
+    #[test]
+    fn a_section_this_set_no_longer_serves_is_dropped() {
+        use seqsvr_store_api::{Error, Rejection};
+        for moved_to in [Some(1), None] {
+            let answer = Err(StoreErr::from(Error::Rejected(Rejection::NotServing {
+                section: 3,
+                moved_to,
+            })));
+            assert_eq!(settle_raise(30, &answer), RaiseOutcome::Drop, "{answer:?}");
+        }
+    }
+
     #[test]
     fn backoff_doubles_while_failing_and_resets_when_nothing_waits() {
         let ms = Duration::from_millis;

@@ -194,7 +194,10 @@ pub enum CallError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AdoptRefusal {
     /// The store says another AllocSvr (or nobody) owns the section.
-    #[error("section {section} is owned by {owner:?} in the store, not by this AllocSvr")]
+    #[error(
+        "section {section} is owned by {} in the store, not by this AllocSvr",
+        owner.as_deref().unwrap_or("no AllocSvr")
+    )]
     OwnedElsewhere {
         /// The section.
         section: SectionId,

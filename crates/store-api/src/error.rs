@@ -20,7 +20,7 @@ pub enum Error {
     #[error(transparent)]
     Rejected(#[from] Rejection),
     /// This replica is not the leader; `leader` is the one it knows of.
-    #[error("not the leader (leader: {leader:?})")]
+    #[error("not the leader ({})", leader_name(leader))]
     NotLeader {
         /// The leader's id and address, if known.
         leader: Option<(NodeId, String)>,
@@ -46,6 +46,13 @@ pub enum Error {
     /// A membership change was refused (it changed nothing).
     #[error(transparent)]
     Member(#[from] MemberRefusal),
+}
+
+fn leader_name(leader: &Option<(NodeId, String)>) -> String {
+    match leader {
+        Some((id, addr)) => format!("the leader is store {id} at {addr}"),
+        None => "no leader known".to_string(),
+    }
 }
 
 impl Error {
@@ -304,6 +311,51 @@ impl From<Error> for tonic::Status {
 
 #[cfg(test)]
 mod tests {
+
+    /// Messages are sentences, not Rust `Debug` output (`Some(..)`,
+    /// quoted ids).
+    #[test]
+    fn messages_read_as_sentences() {
+        let cases: Vec<(Error, &str)> = vec![
+            (
+                Error::NotLeader {
+                    leader: Some((2, "10.0.0.2:7101".into())),
+                },
+                "not the leader (the leader is store 2 at 10.0.0.2:7101)",
+            ),
+            (
+                Error::NotLeader { leader: None },
+                "not the leader (no leader known)",
+            ),
+            (
+                Rejection::OwnedElsewhere {
+                    section: 3,
+                    owner: "alloc-2".into(),
+                }
+                .into(),
+                "section 3 is routed to alloc-2",
+            ),
+            (
+                Rejection::OwnedElsewhere {
+                    section: 3,
+                    owner: String::new(),
+                }
+                .into(),
+                "section 3 is routed to no AllocSvr",
+            ),
+            (
+                Rejection::NotRegistered {
+                    alloc: "alloc-9".into(),
+                }
+                .into(),
+                "alloc alloc-9 is not registered",
+            ),
+        ];
+        for (e, want) in cases {
+            assert_eq!(e.to_string(), want);
+        }
+    }
+
     use super::*;
 
     #[test]

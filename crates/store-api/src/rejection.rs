@@ -25,7 +25,7 @@ pub enum Rejection {
         count: u32,
     },
     /// The section is routed to another AllocSvr.
-    #[error("section {section} is routed to {owner:?}")]
+    #[error("section {section} is routed to {}", owner_name(owner))]
     OwnedElsewhere {
         /// The section.
         section: SectionId,
@@ -67,7 +67,7 @@ pub enum Rejection {
     /// Another incarnation of this AllocSvr id is registered and its lease
     /// may still run: a second process with the same id must not serve.
     #[error(
-        "alloc {alloc:?} is already running as incarnation {live:x} at {addr}; \
+        "alloc {alloc} is already running as incarnation {live:x} at {addr}; \
          refusing a second process with the same id"
     )]
     Twin {
@@ -80,7 +80,7 @@ pub enum Rejection {
     },
     /// The caller's incarnation is not the registered one (it was replaced
     /// or fenced): it must stop serving.
-    #[error("alloc {alloc:?} incarnation {given:x} is not the registered one ({current:x})")]
+    #[error("alloc {alloc} incarnation {given:x} is not the registered one ({current:x})")]
     StaleIncarnation {
         /// The AllocSvr id.
         alloc: AllocId,
@@ -90,7 +90,7 @@ pub enum Rejection {
         current: Incarnation,
     },
     /// The AllocSvr named is not registered.
-    #[error("alloc {alloc:?} is not registered")]
+    #[error("alloc {alloc} is not registered")]
     NotRegistered {
         /// The AllocSvr id.
         alloc: AllocId,
@@ -107,6 +107,14 @@ pub enum Rejection {
     /// A directory change or copy was refused (see the reason).
     #[error("directory change refused: {0}")]
     Directory(String),
+}
+
+fn owner_name(owner: &str) -> &str {
+    if owner.is_empty() {
+        "no AllocSvr"
+    } else {
+        owner
+    }
 }
 
 fn not_serving(section: SectionId, moved_to: Option<SetId>) -> String {

@@ -328,7 +328,13 @@ impl StoreApi {
 
 /// Checks a section count at the edge.
 fn check_count(count: u32) -> Result<(), Error> {
-    if count == 0 || count > MAX_SECTIONS_PER_CALL {
+    if count == 0 {
+        // Protobuf cannot tell a missing field from a zero one.
+        return Err(Error::Invalid(format!(
+            "count is missing (or 0): name 1..={MAX_SECTIONS_PER_CALL} sections"
+        )));
+    }
+    if count > MAX_SECTIONS_PER_CALL {
         return Err(Error::Invalid(format!(
             "count must be within 1..={MAX_SECTIONS_PER_CALL}, not {count}"
         )));

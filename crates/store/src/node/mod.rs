@@ -211,6 +211,7 @@ impl StoreNode {
             isolated: isolated.clone(),
             metrics,
             member_changes: Default::default(),
+            barriers: crate::service::barriers(&raft),
         };
         let calls = |plane: &str, paths: &[&str]| {
             seqsvr_net::calls::CallMetrics::register(&api.metrics.registry, plane, paths)

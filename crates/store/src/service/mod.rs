@@ -17,6 +17,7 @@
 //! forwarded: a follower answers NO_LEADER naming the leader.
 
 pub mod admin;
+pub mod barrier;
 pub mod peer;
 pub mod raft;
 pub mod read;
@@ -83,6 +84,9 @@ pub struct StoreApi {
     pub(crate) metrics: Arc<crate::metrics::StoreMetrics>,
     /// One membership change at a time (see `membership`).
     pub(crate) member_changes: crate::membership::ChangeLock,
+    /// Linearizable barriers, one in flight, shared by the callers that
+    /// wait for it (see `barrier`).
+    pub(crate) barriers: barrier::Barriers,
 }
 
 fn forwarded<T>(req: &Request<T>) -> bool {
@@ -231,25 +235,7 @@ impl StoreApi {
     /// entry is in the leader's log, so waiting until everything the log held
     /// when the barrier started is applied closes that gap (promise 1).
     async fn barrier(&self) -> Result<(), Error> {
-        let last = self.raft.metrics().borrow().last_log_index;
-        match self.raft.ensure_linearizable().await {
-            Ok(_) => {}
-            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
-                return Err(Error::NotLeader {
-                    leader: f.leader_id.zip(f.leader_node.map(|n| n.addr)),
-                })
-            }
-            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(e))) => {
-                return Err(Error::NoLeader(e.to_string()))
-            }
-            Err(RaftError::Fatal(e)) => return Err(Error::Internal(e.to_string())),
-        }
-        self.raft
-            .wait(Some(LEADER_WAIT))
-            .applied_index_at_least(last, "read barrier")
-            .await
-            .map(|_| ())
-            .map_err(|e| Error::NoLeader(format!("read barrier: {e}")))
+        self.barriers.barrier().await
     }
 
     /// Reads sections `first..first+count` after a barrier.
@@ -468,6 +454,38 @@ impl StoreApi {
             placement: seqsvr_proto::convert::placement_runs(&a.state.placement),
         }
     }
+}
+
+/// One linearizable barrier on `raft` (see [`StoreApi::barrier`] for why
+/// it waits for the log to be applied too).
+pub(crate) async fn linearizable_barrier(raft: &Raft) -> Result<(), Error> {
+    let last = raft.metrics().borrow().last_log_index;
+    match raft.ensure_linearizable().await {
+        Ok(_) => {}
+        Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
+            return Err(Error::NotLeader {
+                leader: f.leader_id.zip(f.leader_node.map(|n| n.addr)),
+            })
+        }
+        Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(e))) => {
+            return Err(Error::NoLeader(e.to_string()))
+        }
+        Err(RaftError::Fatal(e)) => return Err(Error::Internal(e.to_string())),
+    }
+    raft.wait(Some(LEADER_WAIT))
+        .applied_index_at_least(last, "read barrier")
+        .await
+        .map(|_| ())
+        .map_err(|e| Error::NoLeader(format!("read barrier: {e}")))
+}
+
+/// Coalesced barriers on `raft`.
+pub(crate) fn barriers(raft: &Raft) -> barrier::Barriers {
+    let raft = raft.clone();
+    barrier::Barriers::new(Arc::new(move || {
+        let raft = raft.clone();
+        Box::pin(async move { linearizable_barrier(&raft).await })
+    }))
 }
 
 #[cfg(test)]

@@ -598,6 +598,19 @@ impl AdminClient {
         Ok(())
     }
 
+    /// Retires `alloc` (see `StoreAdmin.RetireAlloc`): it leaves the
+    /// group's list once it serves nothing and its lease has certainly
+    /// expired.
+    pub async fn retire_alloc(&self, alloc: &str) -> Result<()> {
+        let req = pb::RetireAllocRequest {
+            alloc_id: alloc.into(),
+        };
+        self.replicas
+            .call_with(req, |mut c, r| async move { c.retire_alloc(r).await })
+            .await?;
+        Ok(())
+    }
+
     /// Builds a snapshot on the first replica of this client that answers
     /// (each replica keeps its own: give the client one address to choose
     /// the replica) and reports it.

@@ -201,6 +201,11 @@ impl Error {
             }
             .into(),
             ErrorKind::DirectoryRefused => Rejection::Directory(d.reason).into(),
+            ErrorKind::AllocInUse => Rejection::AllocInUse {
+                alloc: d.alloc,
+                reason: d.reason,
+            }
+            .into(),
             ErrorKind::NoLeader => match d.leader_id {
                 0 => Error::NoLeader(d.reason),
                 id => Error::NotLeader {
@@ -300,6 +305,11 @@ fn rejection_detail(r: &Rejection, d: &mut ErrorDetail) -> (Code, ErrorKind) {
             d.reason = m.clone();
             (Code::FailedPrecondition, ErrorKind::DirectoryRefused)
         }
+        Rejection::AllocInUse { alloc, reason } => {
+            d.alloc = alloc.clone();
+            d.reason = reason.clone();
+            (Code::FailedPrecondition, ErrorKind::AllocInUse)
+        }
     }
 }
 
@@ -363,6 +373,10 @@ mod tests {
         let cases = vec![
             Error::Rejected(Rejection::NotConfigured),
             Error::Rejected(Rejection::SetMismatch("stored A, given B".into())),
+            Error::Rejected(Rejection::AllocInUse {
+                alloc: "alloc-2".into(),
+                reason: "it owns 3 section(s) of this set (first: 4)".into(),
+            }),
             Error::Rejected(Rejection::UnknownSection {
                 section: 9,
                 count: 4,

@@ -104,6 +104,15 @@ pub enum Rejection {
         /// The set it was moved to, if it was.
         moved_to: Option<SetId>,
     },
+    /// The AllocSvr cannot be retired: it may still serve (see the
+    /// reason: sections it owns, a lease that may still run).
+    #[error("alloc {alloc} cannot be retired: {reason}")]
+    AllocInUse {
+        /// The AllocSvr.
+        alloc: AllocId,
+        /// What is in the way.
+        reason: String,
+    },
     /// A directory change or copy was refused (see the reason).
     #[error("directory change refused: {0}")]
     Directory(String),

@@ -119,6 +119,7 @@ fn kind(cmd: &Command) -> &'static str {
         Command::Install { .. } => "install",
         Command::Directory(_) => "directory",
         Command::CopyDirectory(_) => "copy_directory",
+        Command::RetireAlloc { .. } => "retire_alloc",
     }
 }
 

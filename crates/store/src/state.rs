@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use seqsvr_core::directory::{DirSet, HOME_SET};
 use seqsvr_core::section::RaiseCheck;
 use seqsvr_core::{
-    AllocId, Directory, Epoch, Grant, Incarnation, LeaseTerms, Placement, RouteTable, SectionId,
-    SetSpec,
+    AllocId, Directory, Epoch, Grant, Incarnation, LeaseTerms, Place, Placement, RouteTable,
+    SectionId, SetSpec,
 };
 use serde::{Deserialize, Serialize};
 
@@ -203,6 +203,7 @@ impl SetState {
             } => self.install(*first, floors, *move_id, dirty),
             Command::Directory(change) => self.change_directory(change, dirty),
             Command::CopyDirectory(copy) => self.copy_directory(copy, dirty),
+            Command::RetireAlloc { alloc, incarnation } => self.retire(alloc, *incarnation, dirty),
         }
     }
 
@@ -337,6 +338,46 @@ impl SetState {
             rec.fenced = true;
             dirty.push(Dirty::Alloc(alloc.clone()));
         }
+        Ok(Reply::Registered {
+            route_version: self.route_version,
+        })
+    }
+
+    /// Forgets `alloc` if `incarnation` is still the registered one and
+    /// it owns no section this set serves. Its process, if it still runs,
+    /// is refused from then on (`NOT_REGISTERED`), as a fenced one is.
+    fn retire(
+        &mut self,
+        alloc: &AllocId,
+        incarnation: Incarnation,
+        dirty: &mut Vec<Dirty>,
+    ) -> Outcome {
+        let rec = self.registered_mut(alloc)?;
+        if rec.incarnation != incarnation {
+            return Err(Rejection::StaleIncarnation {
+                alloc: alloc.clone(),
+                given: incarnation,
+                current: rec.incarnation,
+            });
+        }
+        let owned: Vec<SectionId> = (0..self.sections.len() as SectionId)
+            .filter(|&s| {
+                self.sections[s as usize].owner.as_ref() == Some(alloc)
+                    && self.placement.place_of(s) == Place::Serving
+            })
+            .collect();
+        if let Some(&first) = owned.first() {
+            return Err(Rejection::AllocInUse {
+                alloc: alloc.clone(),
+                reason: format!(
+                    "it owns {} section(s) of this set (first: {first}); drain it \
+                     (seqctl alloc drain) or let the arbiter move them first",
+                    owned.len()
+                ),
+            });
+        }
+        self.allocs.remove(alloc);
+        dirty.push(Dirty::Alloc(alloc.clone()));
         Ok(Reply::Registered {
             route_version: self.route_version,
         })

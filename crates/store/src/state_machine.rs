@@ -202,7 +202,11 @@ impl StateMachine {
                 Dirty::Section(s) => {
                     batch.insert(&section_key(*s), enc(&a.state.sections[*s as usize])?)
                 }
-                Dirty::Alloc(id) => batch.insert(alloc_key(id), enc(&a.state.allocs[id])?),
+                Dirty::Alloc(id) => match a.state.allocs.get(id) {
+                    Some(rec) => batch.insert(alloc_key(id), enc(rec)?),
+                    // Retired.
+                    None => batch.remove(alloc_key(id)),
+                },
                 Dirty::Placement => batch.insert(PLACEMENT, enc(&a.state.placement)?),
                 Dirty::Directory => batch.insert(DIRECTORY, enc(&a.state.directory)?),
             }

@@ -61,6 +61,10 @@ fn parse(line: &str) -> Option<Command> {
                 replaces: w.get(4).map(|x| x.parse().unwrap()).unwrap_or(0),
             }
         }
+        "retire" => Command::RetireAlloc {
+            alloc: w[1].into(),
+            incarnation: n(2),
+        },
         "fence" => Command::FenceAlloc {
             alloc: w[1].into(),
             incarnation: n(2),

@@ -181,6 +181,18 @@ pub enum Command {
     /// A copy of the home group's directory (other groups; only a newer
     /// version replaces the one held).
     CopyDirectory(Directory),
+    /// Removes `alloc`'s `incarnation` from the AllocSvrs the group knows,
+    /// if it owns no section this set serves. The leader proposes it only
+    /// once that incarnation's lease has certainly expired (an operator's
+    /// `seqctl alloc retire`, or the arbiter for a fenced one), so moves
+    /// and rebalancing stop waiting for a process that is gone. Appended
+    /// last: commands are encoded by position, and an old log replays.
+    RetireAlloc {
+        /// The AllocSvr.
+        alloc: AllocId,
+        /// The incarnation the decision was made on.
+        incarnation: Incarnation,
+    },
 }
 
 /// A log entry's application payload: commands proposed together.

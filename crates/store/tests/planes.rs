@@ -570,3 +570,83 @@ step = 100
         "nothing written: {msg}"
     );
 }
+
+/// `RetireAlloc`: refused while the AllocSvr may still serve (a live
+/// lease), typed and changing nothing; an AllocSvr that never renewed
+/// goes once the leader's first `lease + margin` is over, and its
+/// process is refused from then on. Running it again says it is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retire_waits_for_the_lease_and_runs_again_safely() {
+    let c = cluster().await;
+    c.wait_configured().await;
+    let a = c.alive("a", 1, 0).await;
+    let admin_addrs: Vec<String> = c.nodes.iter().map(|n| n.addrs.admin.to_string()).collect();
+    let admin =
+        seqsvr_store_api::AdminClient::new(&admin_addrs, &connector(Some(tls(&c.pki, "ops"))))
+            .unwrap();
+    // a holds a live lease (and sections): refused.
+    c.peer_as("alloc-a").renew("a", 1).await.unwrap();
+    match admin.retire_alloc("a").await {
+        Err(Error::Rejected(seqsvr_store_api::Rejection::AllocInUse { alloc, reason })) => {
+            assert_eq!(alloc, "a");
+            assert!(reason.contains("lease may still run"), "{reason}");
+        }
+        other => panic!("expected ALLOC_IN_USE, got {other:?}"),
+    }
+    let r = admin.retire_alloc("ghost").await;
+    assert!(
+        matches!(
+            r,
+            Err(Error::Rejected(
+                seqsvr_store_api::Rejection::NotRegistered { .. }
+            ))
+        ),
+        "{r:?}"
+    );
+    // b registers and never renews: once the office's first lease +
+    // margin is over, its lease has certainly expired.
+    let b = c.peer_as("alloc-b");
+    let addrs = AllocAddrs {
+        client: "127.0.0.1:9301".into(),
+        peer: "127.0.0.1:9302".into(),
+        admin: "127.0.0.1:9303".into(),
+    };
+    b.register_alloc("b", 7, &addrs).await.unwrap();
+    let mut waited = 0;
+    loop {
+        match admin.retire_alloc("b").await {
+            Ok(()) => break,
+            Err(Error::Rejected(seqsvr_store_api::Rejection::AllocInUse { .. }))
+                if waited < 100 =>
+            {
+                waited += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => panic!("retire b: {other:?}"),
+        }
+    }
+    println!("b retired after {} ms of waiting", waited * 100);
+    let r = b.renew("b", 7).await;
+    assert!(
+        matches!(
+            r,
+            Err(Error::Rejected(
+                seqsvr_store_api::Rejection::NotRegistered { .. }
+            ))
+        ),
+        "{r:?}"
+    );
+    let r = admin.retire_alloc("b").await;
+    assert!(
+        matches!(
+            r,
+            Err(Error::Rejected(
+                seqsvr_store_api::Rejection::NotRegistered { .. }
+            ))
+        ),
+        "{r:?}"
+    );
+    // a was untouched.
+    let after = c.alive("a", 1, a.epoch).await;
+    assert_eq!(after.prev_ceiling, a.max_seq);
+}

@@ -1,5 +1,5 @@
-//! `seqctl alloc …`: planned moves (drain, undrain, rebalance) and fencing
-//! an AllocSvr incarnation.
+//! `seqctl alloc …`: planned moves (drain, undrain, rebalance), fencing
+//! an AllocSvr incarnation, and retiring an AllocSvr that is gone.
 //!
 //! Planned moves never route a section away from a live AllocSvr behind its
 //! back: the current owner is asked to hand each section off (it stops
@@ -43,6 +43,14 @@ pub enum AllocOp {
         #[arg(value_parser = parse_incarnation)]
         incarnation: u64,
     },
+    /// Removes an AllocSvr that is gone from the store's list, so moves
+    /// stop waiting for it. Refused while it owns sections or while its
+    /// lease may still run (fence it or stop it, then wait out the lease).
+    /// Running it again after it went says it is not registered.
+    Retire {
+        /// The AllocSvr's id.
+        id: String,
+    },
 }
 
 /// Runs `seqctl alloc <op>`.
@@ -52,6 +60,7 @@ pub async fn run(ctl: &Ctl, op: AllocOp) -> Result<()> {
         AllocOp::Undrain { id } => undrain(ctl, &id).await,
         AllocOp::Rebalance => rebalance(ctl).await,
         AllocOp::Fence { id, incarnation } => fence(ctl, &id, incarnation).await,
+        AllocOp::Retire { id } => retire(ctl, &id).await,
     }
 }
 
@@ -336,6 +345,13 @@ pub async fn rebalance(ctl: &Ctl) -> Result<()> {
 pub async fn fence(ctl: &Ctl, alloc: &str, incarnation: Incarnation) -> Result<()> {
     ctl.admin.fence_alloc(alloc, incarnation).await?;
     outln!("{alloc} incarnation {incarnation:x} is fenced")?;
+    Ok(())
+}
+
+/// Retires `alloc` (see [`AllocOp::Retire`]).
+pub async fn retire(ctl: &Ctl, alloc: &str) -> Result<()> {
+    ctl.admin.retire_alloc(alloc).await?;
+    outln!("{alloc} is retired: the store no longer knows it")?;
     Ok(())
 }
 

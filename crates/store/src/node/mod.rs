@@ -358,6 +358,7 @@ const ADMIN_PATHS: &[&str] = &[
     "/seqsvr.v1.StoreAdmin/SetDraining",
     "/seqsvr.v1.StoreAdmin/SetLease",
     "/seqsvr.v1.StoreAdmin/FenceAlloc",
+    "/seqsvr.v1.StoreAdmin/RetireAlloc",
     "/seqsvr.v1.StoreAdmin/Status",
     "/seqsvr.v1.StoreSets/Freeze",
     "/seqsvr.v1.StoreSets/Install",

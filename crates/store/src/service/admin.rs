@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use seqsvr_core::LeaseTerms;
+use seqsvr_core::{AllocId, LeaseTerms};
 use seqsvr_proto::{self as pb};
 use seqsvr_store_api::{Error, Rejection};
 use tonic::{Request, Response, Status};
@@ -159,6 +159,51 @@ impl StoreApi {
         }
     }
 
+    /// Retires `alloc` once nothing may still be served by it: the leader
+    /// must see its lease certainly expired (never granted in this office
+    /// and the office's first `lease + margin` over, or `lease + margin`
+    /// since the last grant) — fenced is not expired, since a fenced
+    /// process serves until its lease runs out. The write is conditional
+    /// on the incarnation read, and the state refuses it while the
+    /// AllocSvr owns a section this set serves. Under the arbiter's lock,
+    /// so no renewal is granted between the check and the write.
+    async fn retire(&self, alloc: AllocId) -> Result<pb::RegisterAllocReply, Error> {
+        self.require_leader()?;
+        let _moves = self.arbiter.moves.lock().await;
+        let incarnation = {
+            let a = self.sm.read();
+            let Some(rec) = a.state.allocs.get(&alloc) else {
+                return Err(Rejection::NotRegistered { alloc }.into());
+            };
+            let view = self.arbiter.view(&a.state, std::time::Instant::now());
+            if !view.get(&alloc).is_some_and(|v| v.expired) {
+                let since = view
+                    .get(&alloc)
+                    .and_then(|v| v.since_grant)
+                    .map_or("no renewal granted by this leader yet".to_string(), |d| {
+                        format!("last renewal granted {} ms ago", d.as_millis())
+                    });
+                return Err(Rejection::AllocInUse {
+                    reason: format!(
+                        "its lease may still run ({since}; lease + margin is {} ms){}: \
+                         stop it, or fence it, and retire it once the lease has run out",
+                        a.state.lease.office_wait_ms(),
+                        if rec.fenced {
+                            "; fenced is not expired"
+                        } else {
+                            ""
+                        },
+                    ),
+                    alloc,
+                }
+                .into());
+            }
+            rec.incarnation
+        };
+        self.simple(Command::RetireAlloc { alloc, incarnation })
+            .await
+    }
+
     async fn simple(&self, cmd: Command) -> Result<pb::RegisterAllocReply, Error> {
         self.require_leader()?;
         match self.write(cmd).await? {
@@ -229,6 +274,15 @@ impl pb::store_admin_server::StoreAdmin for AdminService {
             incarnation: r.incarnation,
         };
         Ok(Response::new(self.0.simple(cmd).await?))
+    }
+
+    async fn retire_alloc(
+        &self,
+        req: Request<pb::RetireAllocRequest>,
+    ) -> Result<Response<pb::RegisterAllocReply>, Status> {
+        self.0.auth.require_operator(&req)?;
+        let alloc = check_id(&req.into_inner().alloc_id)?;
+        Ok(Response::new(self.0.retire(alloc).await?))
     }
 
     async fn status(

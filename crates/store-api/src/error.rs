@@ -194,6 +194,11 @@ impl Error {
             }
             .into(),
             ErrorKind::DirectoryRefused => Rejection::Directory(d.reason).into(),
+            ErrorKind::SetCommandRefused => Rejection::SetCommand {
+                reason: d.reason,
+                directory_version: d.directory_version,
+            }
+            .into(),
             ErrorKind::NoLeader => match d.leader_id {
                 0 => Error::NoLeader(d.reason),
                 id => Error::NotLeader {
@@ -293,6 +298,14 @@ fn rejection_detail(r: &Rejection, d: &mut ErrorDetail) -> (Code, ErrorKind) {
             d.reason = m.clone();
             (Code::FailedPrecondition, ErrorKind::DirectoryRefused)
         }
+        Rejection::SetCommand {
+            reason,
+            directory_version,
+        } => {
+            d.reason = reason.clone();
+            d.directory_version = *directory_version;
+            (Code::FailedPrecondition, ErrorKind::SetCommandRefused)
+        }
     }
 }
 
@@ -354,6 +367,10 @@ mod tests {
                 moved_to: Some(2),
             }),
             Error::Rejected(Rejection::Directory("no set 7".into())),
+            Error::Rejected(Rejection::SetCommand {
+                reason: "no move is under way".into(),
+                directory_version: 9,
+            }),
             Error::NotLeader {
                 leader: Some((2, "127.0.0.1:7102".into())),
             },

@@ -115,8 +115,8 @@ fn kind(cmd: &Command) -> &'static str {
         Command::Handoff { .. } => "handoff",
         Command::SetDraining { .. } => "set_draining",
         Command::Raise { .. } => "raise",
-        Command::Freeze { .. } => "freeze",
-        Command::Install { .. } => "install",
+        Command::Freeze { .. } | Command::LegacyFreeze { .. } => "freeze",
+        Command::Install { .. } | Command::LegacyInstall { .. } => "install",
         Command::Directory(_) => "directory",
         Command::CopyDirectory(_) => "copy_directory",
     }

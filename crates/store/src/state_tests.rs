@@ -29,7 +29,10 @@
 //! A script may drive several store groups: `group <name>` makes the
 //! commands after it go to that group (a fresh state the first time), and
 //! `push-dir <name>` hands the current group a copy of group `<name>`'s
-//! directory (`CopyDirectory`), as `seqctl` does. After every command the
+//! directory (`CopyDirectory`), as `seqctl` does; `save-dir <name>` keeps
+//! the current group's directory under a name and `push-saved <name>
+//! <version>` hands the current group that directory relabelled with
+//! `<version>` (a forged or replayed copy). After every command the
 //! harness also checks that a rejected command left the state unchanged.
 
 use super::*;
@@ -259,6 +262,7 @@ fn dump(s: &SetState) -> String {
 fn run_script(input: &str) -> String {
     let mut groups: std::collections::BTreeMap<String, SetState> = Default::default();
     let mut current = String::new();
+    let mut saved: std::collections::BTreeMap<String, Directory> = Default::default();
     let mut out = String::new();
     for line in input.lines() {
         if line.starts_with("> ") || line == ">" {
@@ -274,9 +278,23 @@ fn run_script(input: &str) -> String {
             current = name.trim().to_string();
             continue;
         }
+        if let Some(name) = line.strip_prefix("save-dir ") {
+            let d = groups.get(&current).and_then(|g| g.directory.clone());
+            saved.insert(name.trim().to_string(), d.expect("a directory to save"));
+            continue;
+        }
         let pushed = line.strip_prefix("push-dir ").map(|from| {
             let d = groups.get(from.trim()).and_then(|g| g.directory.clone());
             Command::CopyDirectory(d.unwrap_or_else(|| panic!("group {from} holds no directory")))
+        });
+        let pushed = pushed.or_else(|| {
+            let w: Vec<&str> = line
+                .strip_prefix("push-saved ")?
+                .split_whitespace()
+                .collect();
+            let mut d = saved.get(w[0]).expect("a saved directory").clone();
+            d.version = w[1].parse().expect("number");
+            Some(Command::CopyDirectory(d))
         });
         let state = groups.entry(current.clone()).or_default();
         let result = match line {

@@ -30,6 +30,16 @@ fn set1() -> SetSpec {
     }
 }
 
+/// Set 2's span `[0, 6000)` covers set 1's range, so that it can take
+/// ranges of set 1; it serves `[4000, 6000)` once added.
+fn set2() -> SetSpec {
+    SetSpec {
+        section_size: 100,
+        step: 200,
+        ..SetSpec::new(2, 0..6000)
+    }
+}
+
 /// Runs `seqctl args…` against set 0's stores; returns (success, output).
 fn seqctl(home: &SetCluster, args: &[&str]) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_seqctl"))
@@ -90,8 +100,13 @@ async fn two_sets() -> (SetCluster, SetCluster) {
 /// Callers over every uid of both sets (`next`, and every 4th call
 /// `current`), through one client seeded with every AllocSvr.
 async fn workload(a: &SetCluster, b: &SetCluster, callers: u64) -> Workload {
-    let mut seeds = a.alloc_addrs.clone();
-    seeds.extend(b.alloc_addrs.iter().cloned());
+    workload_over(&[a, b], callers).await
+}
+
+/// Callers over uids `[0, 4000)`, through one client seeded with every
+/// AllocSvr of `sets`.
+async fn workload_over(sets: &[&SetCluster], callers: u64) -> Workload {
+    let seeds: Vec<String> = sets.iter().flat_map(|s| s.alloc_addrs.clone()).collect();
     let opts = seqsvr_client::ClientOptions {
         deadline: Duration::from_secs(3),
         ..Default::default()
@@ -378,4 +393,172 @@ async fn a_drill_across_sets_with_a_move_as_its_fault_repeats_nothing() {
         Some(1000),
         "{status}"
     );
+}
+
+/// What `seqctl set add` run again sent before set commands were checked
+/// against the directory: set 1's addition installed again (floor 0), and
+/// an install with an invented move id into sections no move brings in.
+/// Both now go through the store's checks, so they are sent to set 1's
+/// group directly (bypassing `seqctl`'s own refusal).
+async fn raw_installs_into_set_1(b: &SetCluster) -> Vec<seqsvr_store_api::Error> {
+    use seqsvr_core::{SetCall, SetKind};
+    let c = seqsvr_store_api::SetsClient::new(
+        &b.store.admin_addrs,
+        &seqsvr_store_api::client::plaintext(),
+    )
+    .unwrap();
+    let addition = SetCall {
+        set: 1,
+        move_id: 0,
+        begin: 2000,
+        end: 4000,
+        kind: SetKind::Addition,
+    };
+    let invented = SetCall {
+        set: 1,
+        move_id: 1_000_000_000,
+        begin: 0,
+        end: 100,
+        kind: SetKind::Move { from: 0, to: 1 },
+    };
+    let mut refused = Vec::new();
+    for (first, floors, call) in [(20, vec![0; 20], addition), (0, vec![1], invented)] {
+        match c.install(first, floors, &call).await {
+            Ok(n) => panic!("{call} was accepted ({n} sections installed)"),
+            Err(e) => refused.push(e),
+        }
+    }
+    refused
+}
+
+/// Re-running `seqctl set add` (for the source and for the destination)
+/// and another `set move` while a move is stopped after each of its steps
+/// is refused, naming the move, and changes nothing; so are the raw
+/// installs such a re-run used to send. The move then finishes, and no
+/// uid ever got a number at or below one it had (promise 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn set_commands_run_again_during_a_stopped_move_are_refused_and_repeat_nothing() {
+    let (a, b) = two_sets().await;
+    let c = SetCluster::start(set2(), 2);
+    c.store.wait_ready(Duration::from_secs(30)).await;
+    let stores_1 = b.store.client_addrs.join(",");
+    let stores_2 = c.store.client_addrs.join(",");
+    let add_2 = [
+        "set",
+        "add",
+        "--id",
+        "2",
+        "--range",
+        "4000..6000",
+        "--set-store",
+        &stores_2,
+    ];
+    let (ok, out) = seqctl(&a, &add_2);
+    assert!(ok, "set add 2 failed: {out}\n{}", c.store.logs());
+    let w = workload_over(&[&a, &b, &c], 6).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let steps = ["begin", "freeze", "release", "install", "claim"];
+    for (i, step) in steps.iter().enumerate() {
+        // Uids [2000 + 200i, 2200 + 200i) move from set 1 to set 2.
+        let range = format!("{}..{}", 2000 + i * 200, 2200 + i * 200);
+        let mv = ["set", "move", "--range", &range, "--to", "2"];
+        // Set 1's addition run again, for the range the directory still
+        // gives it (the moved range is part of it until the flip).
+        let served = format!("{}..4000", 2000 + i * 200);
+        let add_1 = [
+            "set",
+            "add",
+            "--id",
+            "1",
+            "--range",
+            &served,
+            "--set-store",
+            &stores_1,
+        ];
+        let mut stopped = mv.to_vec();
+        stopped.extend(["--stop-after", step]);
+        let (ok, out) = seqctl(&a, &stopped);
+        assert!(!ok && out.contains("stopped after step"), "{out}");
+        let v = directory_version(&a);
+        let pending = format!(
+            "of [{}, {}) from set 1 to set 2 is under way",
+            2000 + i * 200,
+            2200 + i * 200
+        );
+        for args in [&add_1[..], &add_2[..]] {
+            let (ok, out) = seqctl(&a, args);
+            assert!(!ok, "after {step}: accepted {args:?}\n{out}");
+            assert!(
+                out.contains(&pending),
+                "after {step}: {args:?} does not name the move: {out}"
+            );
+        }
+        let other = ["set", "move", "--range", "0..100", "--to", "1"];
+        let (ok, out) = seqctl(&a, &other);
+        assert!(!ok && out.contains("under way"), "after {step}: {out}");
+        for e in raw_installs_into_set_1(&b).await {
+            assert!(
+                matches!(
+                    e,
+                    seqsvr_store_api::Error::Rejected(
+                        seqsvr_store_api::Rejection::SetCommand { .. }
+                    )
+                ),
+                "after {step}: {e:?}"
+            );
+        }
+        assert_eq!(
+            directory_version(&a),
+            v,
+            "a refused command changed the directory"
+        );
+        // Clients keep calling meanwhile: had anything served the frozen
+        // sections again, the checker would see it.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (ok, out) = seqctl(&a, &mv);
+        assert!(
+            ok,
+            "resume after {step} failed: {out}\n{}\n{}",
+            b.store.logs(),
+            c.store.logs()
+        );
+    }
+    // Run again once no move is pending, set 1's first addition is
+    // refused by the directory (its range is no longer all set 1's), set
+    // 2's reports the set as had, and the raw installs are still refused.
+    let add_1 = [
+        "set",
+        "add",
+        "--id",
+        "1",
+        "--range",
+        "2000..4000",
+        "--set-store",
+        &stores_1,
+    ];
+    let (ok, out) = seqctl(&a, &add_1);
+    assert!(!ok && out.contains("already exists"), "{out}");
+    let (ok, out) = seqctl(&a, &add_2);
+    assert!(ok && out.contains("already had"), "{out}");
+    for e in raw_installs_into_set_1(&b).await {
+        assert!(
+            matches!(
+                e,
+                seqsvr_store_api::Error::Rejected(seqsvr_store_api::Rejection::SetCommand { .. })
+            ),
+            "{e:?}"
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (obs, _) = w.finish().await;
+    for uid in [2000u64, 2300, 2500, 2700, 2900] {
+        assert!(
+            obs.iter()
+                .any(|o| o.uid == uid && o.kind == seqsvr_core::checker::Kind::Next),
+            "uid {uid} never served"
+        );
+    }
+    assert_monotonic(&obs, || {
+        format!("{}\n{}\n{}", a.store.logs(), b.store.logs(), c.store.logs())
+    });
 }

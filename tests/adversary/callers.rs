@@ -508,6 +508,7 @@ async fn call(ch: Channel, m: M, g: &Genuine, fwd: bool) -> (Outcome, Option<Obs
                             count: SECTIONS,
                             to_set: 9,
                             move_id: u64::MAX,
+                            ..Default::default()
                         },
                         fwd,
                     ))
@@ -520,6 +521,7 @@ async fn call(ch: Channel, m: M, g: &Genuine, fwd: bool) -> (Outcome, Option<Obs
                             first_section: 0,
                             floors: vec![0],
                             move_id: u64::MAX,
+                            ..Default::default()
                         },
                         fwd,
                     ))

@@ -495,6 +495,123 @@ impl Directory {
     }
 }
 
+/// What a store command of a set's addition or of a move belongs to. A
+/// freeze or install carries it, and a store group applies it only if the
+/// directory it holds (its own, in the home group; its copy elsewhere)
+/// shows that very addition or move (`docs/architecture/sets.md`, Set
+/// commands are checked against the directory).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SetKind {
+    /// The set's addition: its range was served by no set before.
+    Addition,
+    /// A move of the range from one set to another.
+    Move {
+        /// The set giving the range up.
+        from: SetId,
+        /// The set taking it.
+        to: SetId,
+    },
+}
+
+/// The set, move and range a freeze or install is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetCall {
+    /// The set whose store group is asked (source of a freeze,
+    /// destination of an install).
+    pub set: SetId,
+    /// The move's id (`Directory::move_id`); 0 for an addition.
+    pub move_id: u64,
+    /// First uid of the addition's or move's range.
+    pub begin: Uid,
+    /// One past its last uid.
+    pub end: Uid,
+    /// An addition or a move.
+    pub kind: SetKind,
+}
+
+impl std::fmt::Display for SetCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (b, e) = (self.begin, self.end);
+        match self.kind {
+            SetKind::Addition => write!(f, "the addition of set {} serving [{b}, {e})", self.set),
+            SetKind::Move { from, to } => write!(
+                f,
+                "move {} of [{b}, {e}) from set {from} to set {to}",
+                self.move_id
+            ),
+        }
+    }
+}
+
+impl Directory {
+    /// Whether this directory shows `call` under way: for a move, the
+    /// pending move is exactly it and carries its id; for an addition, the
+    /// set serves the whole range, carries no move id, and no move into or
+    /// out of it is pending. `Err` names what is in the way.
+    pub fn check_call(&self, call: &SetCall) -> Result<(), String> {
+        let v = self.version;
+        let pending = |p: &PendingMove| {
+            format!(
+                "move {} of [{}, {}) from set {} to set {} is under way",
+                self.move_id, p.begin, p.end, p.from, p.to
+            )
+        };
+        match call.kind {
+            SetKind::Addition => {
+                if call.move_id != 0 {
+                    return Err(format!(
+                        "{call} carries move id {}; an addition carries none",
+                        call.move_id
+                    ));
+                }
+                if let Some(p) = self
+                    .moving
+                    .filter(|p| p.from == call.set || p.to == call.set)
+                {
+                    return Err(format!(
+                        "{} (directory version {v}): finish it before adding set {} again",
+                        pending(&p),
+                        call.set
+                    ));
+                }
+                check_range(call.begin, call.end).map_err(|e| e.to_string())?;
+                if let Some(uid) = self.first_not_served(call.begin, call.end, call.set) {
+                    let by = match self.set_of(uid) {
+                        Some(s) => format!("set {s}"),
+                        None => "no set".into(),
+                    };
+                    return Err(format!(
+                        "the directory (version {v}) does not show {call}: uid {uid} is served by {by}"
+                    ));
+                }
+                Ok(())
+            }
+            SetKind::Move { from, to } => {
+                let m = PendingMove {
+                    begin: call.begin,
+                    end: call.end,
+                    from,
+                    to,
+                };
+                match self.moving {
+                    Some(p) if p == m && self.move_id == call.move_id => Ok(()),
+                    Some(p) if p == m => Err(format!(
+                        "{call} is not the move under way: the directory (version {v}) gives it id {}",
+                        self.move_id
+                    )),
+                    Some(p) => Err(format!(
+                        "the directory (version {v}) does not show {call}: {}",
+                        pending(&p)
+                    )),
+                    None => Err(format!(
+                        "the directory (version {v}) does not show {call}: no move is under way"
+                    )),
+                }
+            }
+        }
+    }
+}
+
 /// What a mover does for a move of `[begin, end)` to a set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MovePlan {

@@ -282,3 +282,79 @@ fn placement_runs_split_and_merge() {
     assert!(p.set(2..4, Place::Absent));
     assert_eq!(p.runs.len(), 1);
 }
+
+#[test]
+fn a_set_call_passes_only_what_the_directory_shows_under_way() {
+    let mut d = dir();
+    d.apply(&DirChange::AddSet {
+        set: entry(1, 0..300),
+        begin: 100,
+        end: 200,
+    })
+    .unwrap();
+    let add = SetCall {
+        set: 1,
+        move_id: 0,
+        begin: 100,
+        end: 200,
+        kind: SetKind::Addition,
+    };
+    assert_eq!(d.check_call(&add), Ok(()));
+    // An addition borrowing a move id, or for a range not all the set's.
+    let e = d.check_call(&SetCall { move_id: 2, ..add }).unwrap_err();
+    assert!(e.contains("carries move id 2"), "{e}");
+    let e = d.check_call(&SetCall { begin: 90, ..add }).unwrap_err();
+    assert!(e.contains("uid 90 is served by set 0"), "{e}");
+    let e = d.check_call(&SetCall { end: 210, ..add }).unwrap_err();
+    assert!(e.contains("uid 200 is served by no set"), "{e}");
+    d.apply(&DirChange::AddSet {
+        set: entry(2, 0..300),
+        begin: 200,
+        end: 300,
+    })
+    .unwrap();
+    // A move out of set 1 to set 2: the addition is refused while it is pending.
+    let m = PendingMove {
+        begin: 100,
+        end: 120,
+        from: 1,
+        to: 2,
+    };
+    d.apply(&DirChange::BeginMove(m)).unwrap();
+    let id = d.move_id;
+    let e = d.check_call(&add).unwrap_err();
+    assert!(
+        e.contains(&format!(
+            "move {id} of [100, 120) from set 1 to set 2 is under way"
+        )),
+        "{e}"
+    );
+    let mv = SetCall {
+        set: 1,
+        move_id: id,
+        begin: 100,
+        end: 120,
+        kind: SetKind::Move { from: 1, to: 2 },
+    };
+    assert_eq!(d.check_call(&mv), Ok(()));
+    let e = d
+        .check_call(&SetCall {
+            move_id: 1_000_000_000,
+            ..mv
+        })
+        .unwrap_err();
+    assert!(e.contains(&format!("gives it id {id}")), "{e}");
+    let e = d.check_call(&SetCall { end: 130, ..mv }).unwrap_err();
+    assert!(e.contains("is under way"), "{e}");
+    let e = d
+        .check_call(&SetCall {
+            kind: SetKind::Move { from: 2, to: 1 },
+            ..mv
+        })
+        .unwrap_err();
+    assert!(e.contains("does not show"), "{e}");
+    // Once it finished, nothing of it passes any more.
+    d.apply(&DirChange::FinishMove(m)).unwrap();
+    let e = d.check_call(&mv).unwrap_err();
+    assert!(e.contains("no move is under way"), "{e}");
+}

@@ -28,7 +28,9 @@ pub mod grant;
 pub mod route;
 pub mod section;
 
-pub use directory::{DirChange, DirError, DirSet, Directory, PendingMove, Place, Placement, SetId};
+pub use directory::{
+    DirChange, DirError, DirSet, Directory, PendingMove, Place, Placement, SetCall, SetId, SetKind,
+};
 pub use error::{Error, Result};
 pub use grant::{Grant, Incarnation, LeaseTerms};
 pub use route::{AllocId, Epoch, RouteEntry, RouteTable};

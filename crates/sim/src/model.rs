@@ -12,7 +12,7 @@
 
 use std::rc::Rc;
 
-use seqsvr_core::directory::SetId;
+use seqsvr_core::directory::{SetCall, SetId};
 use seqsvr_core::{
     AllocId, DirChange, Directory, Epoch, Grant, Incarnation, LeaseTerms, Placement, SectionId,
 };
@@ -189,10 +189,8 @@ pub(crate) enum StoreReq {
         first: SectionId,
         /// How many.
         count: u32,
-        /// The destination set.
-        to: SetId,
-        /// The move's id.
-        move_id: u64,
+        /// The move (set, id, range, source and destination).
+        call: SetCall,
     },
     /// Sets service: `Install`.
     Install {
@@ -200,8 +198,8 @@ pub(crate) enum StoreReq {
         first: SectionId,
         /// The source's final ceilings (the install adds a step).
         floors: Vec<u64>,
-        /// The move's id.
-        move_id: u64,
+        /// The move (set, id, range, source and destination).
+        call: SetCall,
     },
     /// Sets service: a directory change (home group only).
     ChangeDirectory(DirChange),

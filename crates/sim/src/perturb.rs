@@ -62,8 +62,8 @@ fn rewrite(state: &SetState, cmd: &Command, knobs: &Knobs) -> Option<Command> {
         Command::Handoff { .. } => knobs.handoff_unconditional,
         Command::Assign { .. } => knobs.assign_unconditional,
         Command::TakeOver { .. } => knobs.claim_always_fresh,
-        Command::Freeze { move_id, .. } | Command::Install { move_id, .. } => {
-            knobs.skip_move_id_check && *move_id < state.placement.last_move
+        Command::Freeze { call, .. } | Command::Install { call, .. } => {
+            knobs.skip_move_id_check && call.move_id < state.placement.last_move
         }
         _ => false,
     };
@@ -85,8 +85,8 @@ fn rewrite(state: &SetState, cmd: &Command, knobs: &Knobs) -> Option<Command> {
             first, expected, ..
         } => current_epochs(state, *first, expected),
         Command::TakeOver { first, known, .. } => current_epochs(state, *first, known),
-        Command::Freeze { move_id, .. } | Command::Install { move_id, .. } => {
-            *move_id = state.placement.last_move;
+        Command::Freeze { call, .. } | Command::Install { call, .. } => {
+            call.move_id = state.placement.last_move;
             true
         }
         _ => false,

@@ -564,7 +564,7 @@ pub(crate) fn record(
         (Command::Freeze { .. }, Ok(Reply::Frozen { newly, .. })) => {
             env.stats.frozen += *newly as u64;
         }
-        (Command::Install { move_id, .. }, out) if *move_id < before.last_move => {
+        (Command::Install { call, .. }, out) if call.move_id < before.last_move => {
             // Sent by a mover older than a move this group applied since.
             env.stats.stale_installs += 1;
             env.stats.stale_installs_refused += out.is_err() as u64;

@@ -201,6 +201,11 @@ impl Error {
             }
             .into(),
             ErrorKind::DirectoryRefused => Rejection::Directory(d.reason).into(),
+            ErrorKind::SetCommandRefused => Rejection::SetCommand {
+                reason: d.reason,
+                directory_version: d.directory_version,
+            }
+            .into(),
             ErrorKind::AllocInUse => Rejection::AllocInUse {
                 alloc: d.alloc,
                 reason: d.reason,
@@ -304,6 +309,14 @@ fn rejection_detail(r: &Rejection, d: &mut ErrorDetail) -> (Code, ErrorKind) {
         Rejection::Directory(m) => {
             d.reason = m.clone();
             (Code::FailedPrecondition, ErrorKind::DirectoryRefused)
+        }
+        Rejection::SetCommand {
+            reason,
+            directory_version,
+        } => {
+            d.reason = reason.clone();
+            d.directory_version = *directory_version;
+            (Code::FailedPrecondition, ErrorKind::SetCommandRefused)
         }
         Rejection::AllocInUse { alloc, reason } => {
             d.alloc = alloc.clone();
@@ -420,6 +433,10 @@ mod tests {
                 moved_to: Some(2),
             }),
             Error::Rejected(Rejection::Directory("no set 7".into())),
+            Error::Rejected(Rejection::SetCommand {
+                reason: "no move is under way".into(),
+                directory_version: 9,
+            }),
             Error::NotLeader {
                 leader: Some((2, "127.0.0.1:7102".into())),
             },

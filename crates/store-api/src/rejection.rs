@@ -116,6 +116,18 @@ pub enum Rejection {
     /// A directory change or copy was refused (see the reason).
     #[error("directory change refused: {0}")]
     Directory(String),
+    /// A freeze or install that the directory this group holds does not
+    /// show under way (another move is, none is, another move id, the set
+    /// does not serve the range), or whose sections stand where it may not
+    /// touch them. `reason` names what is in the way.
+    #[error("set command refused (directory version {directory_version}): {reason}")]
+    SetCommand {
+        /// What is in the way.
+        reason: String,
+        /// The version of the directory (or copy) the group judged by (0:
+        /// none held).
+        directory_version: u64,
+    },
 }
 
 fn owner_name(owner: &str) -> &str {

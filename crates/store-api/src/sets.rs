@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use seqsvr_core::{DirChange, Directory, SectionId, SetId};
+use seqsvr_core::{DirChange, Directory, SectionId, SetCall, SetKind};
 use seqsvr_proto::store_sets_client::StoreSetsClient;
 use seqsvr_proto::{self as pb};
 use tonic::transport::Channel;
@@ -48,19 +48,26 @@ impl SetsClient {
         })
     }
 
-    /// Freezes sections `first..first+count` for a move to `to`.
-    pub async fn freeze(
-        &self,
-        first: SectionId,
-        count: u32,
-        to: SetId,
-        move_id: u64,
-    ) -> Result<Frozen> {
+    /// Freezes sections `first..first+count` for the move `call` (a
+    /// [`SetKind::Move`] out of `call.set`).
+    pub async fn freeze(&self, first: SectionId, count: u32, call: &SetCall) -> Result<Frozen> {
+        let SetKind::Move { from, to } = call.kind else {
+            return Err(Error::Invalid(format!("{call} freezes nothing")));
+        };
+        if from != call.set {
+            return Err(Error::Invalid(format!(
+                "{call} freezes in set {from}, not set {}",
+                call.set
+            )));
+        }
         let req = pb::FreezeRequest {
             first_section: first,
             count,
             to_set: to,
-            move_id,
+            move_id: call.move_id,
+            set_id: call.set,
+            begin: call.begin,
+            end: call.end,
         };
         let r = self
             .replicas
@@ -82,11 +89,21 @@ impl SetsClient {
 
     /// Installs sections `first..first+floors.len()` at their floors plus
     /// a step; returns how many changed.
-    pub async fn install(&self, first: SectionId, floors: Vec<u64>, move_id: u64) -> Result<u32> {
+    /// `call` says what the install is part of: the set's addition, or a
+    /// move into `call.set`.
+    pub async fn install(&self, first: SectionId, floors: Vec<u64>, call: &SetCall) -> Result<u32> {
+        let kind = match call.kind {
+            SetKind::Addition => pb::install_request::Kind::Addition(true),
+            SetKind::Move { from, .. } => pb::install_request::Kind::MovedFrom(from),
+        };
         let req = pb::InstallRequest {
             first_section: first,
             floors,
-            move_id,
+            move_id: call.move_id,
+            set_id: call.set,
+            begin: call.begin,
+            end: call.end,
+            kind: Some(kind),
         };
         let r = self
             .replicas

@@ -190,19 +190,27 @@ impl SetState {
                 epoch,
             } => self.handoff(from, *incarnation, to, *section, *epoch, dirty),
             Command::SetDraining { alloc, draining } => self.set_draining(alloc, *draining, dirty),
-            Command::Freeze {
+            Command::LegacyFreeze {
                 first,
                 count,
                 to,
                 move_id,
             } => self.freeze(*first, *count, *to, *move_id, dirty),
-            Command::Install {
+            Command::LegacyInstall {
                 first,
                 floors,
                 move_id,
-            } => self.install(*first, floors, *move_id, dirty),
+            } => self.install(*first, floors, Some(*move_id), dirty),
             Command::Directory(change) => self.change_directory(change, dirty),
             Command::CopyDirectory(copy) => self.copy_directory(copy, dirty),
+            Command::Freeze { first, count, call } => {
+                self.checked_freeze(*first, *count, call, dirty)
+            }
+            Command::Install {
+                first,
+                floors,
+                call,
+            } => self.checked_install(*first, floors, call, dirty),
             Command::RetireAlloc { alloc, incarnation } => self.retire(alloc, *incarnation, dirty),
         }
     }

@@ -9,8 +9,8 @@
 use std::collections::BTreeSet;
 use std::ops::Range;
 
-use seqsvr_core::directory::HOME_SET;
-use seqsvr_core::{DirChange, Directory, Place, SectionId, SetId};
+use seqsvr_core::directory::{sections_of, HOME_SET};
+use seqsvr_core::{DirChange, Directory, Place, SectionId, SetCall, SetId, SetKind};
 
 use super::{Dirty, SetState};
 use crate::types::{Outcome, Rejection, Reply};
@@ -101,15 +101,19 @@ impl SetState {
 
     /// See [`crate::types::Command::Install`]. Idempotent: a section
     /// already served at or above its floor plus a step is left alone.
+    /// `move_id` is `None` for a set's addition, which is no move: it
+    /// neither checks nor records a move id.
     pub(super) fn install(
         &mut self,
         first: SectionId,
         floors: &[u64],
-        move_id: u64,
+        move_id: Option<u64>,
         dirty: &mut Vec<Dirty>,
     ) -> Outcome {
         let range = self.check_sections(first, floors.len())?;
-        self.check_move_id(move_id)?;
+        if let Some(id) = move_id {
+            self.check_move_id(id)?;
+        }
         let step = self.spec()?.step;
         let mut targets = Vec::with_capacity(floors.len());
         for (i, &floor) in range.clone().zip(floors) {
@@ -150,9 +154,12 @@ impl SetState {
             newly += 1;
             dirty.push(Dirty::Section(i as SectionId));
         }
-        if newly > 0 || move_id > self.placement.last_move {
+        let last_move = move_id.map_or(self.placement.last_move, |id| {
+            id.max(self.placement.last_move)
+        });
+        if newly > 0 || last_move > self.placement.last_move {
             self.placement = placement;
-            self.placement.last_move = move_id;
+            self.placement.last_move = last_move;
             dirty.push(Dirty::Placement);
         }
         if newly > 0 {
@@ -162,6 +169,114 @@ impl SetState {
             newly,
             route_version: self.route_version,
         })
+    }
+
+    /// See [`crate::types::Command::Freeze`]: a freeze checked against the
+    /// directory this group holds, then applied as before.
+    pub(super) fn checked_freeze(
+        &mut self,
+        first: SectionId,
+        count: u32,
+        call: &SetCall,
+        dirty: &mut Vec<Dirty>,
+    ) -> Outcome {
+        let SetKind::Move { to, .. } = call.kind else {
+            return Err(self.refuse(format!("{call} freezes nothing: only a move does")));
+        };
+        self.check_call(first, count as usize, call)?;
+        self.freeze(first, count, to, call.move_id, dirty)
+    }
+
+    /// See [`crate::types::Command::Install`]: an install checked against
+    /// the directory this group holds. An addition installs only sections
+    /// never served here (`Absent`; those it already installed are left
+    /// alone), at one step, and records no move id.
+    pub(super) fn checked_install(
+        &mut self,
+        first: SectionId,
+        floors: &[u64],
+        call: &SetCall,
+        dirty: &mut Vec<Dirty>,
+    ) -> Outcome {
+        self.check_call(first, floors.len(), call)?;
+        match call.kind {
+            SetKind::Move { .. } => self.install(first, floors, Some(call.move_id), dirty),
+            SetKind::Addition => {
+                if let Some(i) = floors.iter().position(|&f| f != 0) {
+                    return Err(Rejection::Invalid(format!(
+                        "an addition installs at floor 0, not {} (section {})",
+                        floors[i],
+                        first as usize + i
+                    )));
+                }
+                // A section moved away was served here (or elsewhere, after
+                // a move): an addition's "nothing was handed out yet" does
+                // not hold for it. Reinstalling it would serve it again at
+                // its final ceiling, below what its new set hands out.
+                let end = first + floors.len() as SectionId;
+                if let Some((s, Place::Moved { to })) = self
+                    .placement
+                    .runs
+                    .iter()
+                    .find(|r| r.first < end && first < r.end && r.place != Place::Absent)
+                    .map(|r| (r.first.max(first), r.place))
+                {
+                    return Err(self.refuse(format!(
+                        "section {s} was moved to set {to}: {call} installs only sections never served here"
+                    )));
+                }
+                self.install(first, floors, None, dirty)
+            }
+        }
+    }
+
+    /// Refuses a freeze or install that the directory this group holds
+    /// (its own in the home group, a copy elsewhere) does not show under
+    /// way, that is for another set, or whose sections lie outside the
+    /// call's range (docs/architecture/sets.md, Set commands are checked
+    /// against the directory). Without it one operator call with an
+    /// invented move id, or a repeated addition during a move, un-freezes
+    /// sections or blocks every later move.
+    fn check_call(&self, first: SectionId, count: usize, call: &SetCall) -> Result<(), Rejection> {
+        let spec = self.spec()?;
+        self.check_sections(first, count)?;
+        if call.set != spec.set_id {
+            return Err(self.refuse(format!(
+                "{call} is for set {}, and this group is set {}",
+                call.set, spec.set_id
+            )));
+        }
+        let role_ok = match call.kind {
+            SetKind::Addition => true,
+            SetKind::Move { from, to } => from != to && (from == call.set || to == call.set),
+        };
+        if !role_ok {
+            return Err(self.refuse(format!("{call} neither leaves nor enters set {}", call.set)));
+        }
+        let Some(dir) = &self.directory else {
+            return Err(self.refuse(format!(
+                "this group holds no directory copy yet, so nothing shows {call}: push the copy first"
+            )));
+        };
+        dir.check_call(call).map_err(|e| self.refuse(e))?;
+        let ours = sections_of(spec, call.begin, call.end)
+            .map_err(|e| Rejection::Invalid(format!("{call}: {e}")))?;
+        let end = first as u64 + count as u64;
+        if u64::from(first) < u64::from(ours.start) || end > u64::from(ours.end) {
+            return Err(Rejection::Invalid(format!(
+                "sections {first}..{end} are not all in {call} (sections {}..{} here)",
+                ours.start, ours.end
+            )));
+        }
+        Ok(())
+    }
+
+    /// A [`Rejection::SetCommand`] judged by the directory held here.
+    fn refuse(&self, reason: String) -> Rejection {
+        Rejection::SetCommand {
+            reason,
+            directory_version: self.directory.as_ref().map_or(0, |d| d.version),
+        }
     }
 
     /// Refuses a freeze or install of a move older than one this group

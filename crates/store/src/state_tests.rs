@@ -15,13 +15,25 @@
 //! `take-over <alloc> <inc> <first> <known epoch…>`,
 //! `handoff <from> <inc> <to> <section> <epoch>`, `drain <alloc> [off]`,
 //! `raise <alloc> <inc> <section> <epoch> <to>`,
-//! `freeze <first> <count> <to-set> [<move id>]`,
-//! `install <first> <move id> <floor…>`,
+//! `freeze <first> <count> <set> <b..e> <from> <to> <move id>` (a move's
+//! freeze, checked against the directory),
+//! `install <first> <set> <b..e> add|from=<set> <move id> <floor…>` (an
+//! addition's or a move's install, checked likewise),
+//! `legacy-freeze <first> <count> <to-set> [<move id>]` and
+//! `legacy-install <first> <move id> <floor…>` (the unchecked commands
+//! an older log may hold),
 //! `dir-add <set> <span b..e> <range b..e> <store>`,
 //! `dir-move <b..e> <from> <to>`, `dir-finish <b..e> <from> <to>`,
 //! `copy-dir <version> <set…>` (a directory listing those sets),
-//! `dump` (sections, allocs, version, placement, directory) and `routes`. After every command the harness also checks that
-//! a rejected command left the state unchanged.
+//! `dump` (sections, allocs, version, placement, directory) and `routes`.
+//! A script may drive several store groups: `group <name>` makes the
+//! commands after it go to that group (a fresh state the first time), and
+//! `push-dir <name>` hands the current group a copy of group `<name>`'s
+//! directory (`CopyDirectory`), as `seqctl` does; `save-dir <name>` keeps
+//! the current group's directory under a name and `push-saved <name>
+//! <version>` hands the current group that directory relabelled with
+//! `<version>` (a forged or replayed copy). After every command the
+//! harness also checks that a rejected command left the state unchanged.
 
 use super::*;
 
@@ -98,13 +110,55 @@ fn parse(line: &str) -> Option<Command> {
             epoch: n(4),
             to: n(5),
         },
-        "freeze" => Command::Freeze {
+        "freeze" => {
+            let (begin, end) = range(w[4]);
+            Command::Freeze {
+                first: n(1) as u32,
+                count: n(2) as u32,
+                call: seqsvr_core::SetCall {
+                    set: n(3) as u32,
+                    move_id: n(7),
+                    begin,
+                    end,
+                    kind: seqsvr_core::SetKind::Move {
+                        from: n(5) as u32,
+                        to: n(6) as u32,
+                    },
+                },
+            }
+        }
+        "install" => {
+            let (begin, end) = range(w[3]);
+            let set = n(2) as u32;
+            let kind = match w[4].strip_prefix("from=") {
+                Some(from) => seqsvr_core::SetKind::Move {
+                    from: from.parse().expect("number"),
+                    to: set,
+                },
+                None => {
+                    assert_eq!(w[4], "add", "add or from=<set>");
+                    seqsvr_core::SetKind::Addition
+                }
+            };
+            Command::Install {
+                first: n(1) as u32,
+                floors: rest(6),
+                call: seqsvr_core::SetCall {
+                    set,
+                    move_id: n(5),
+                    begin,
+                    end,
+                    kind,
+                },
+            }
+        }
+        "legacy-freeze" => Command::LegacyFreeze {
             first: n(1) as u32,
             count: n(2) as u32,
             to: n(3) as u32,
             move_id: w.get(4).map_or(0, |x| x.parse().expect("number")),
         },
-        "install" => Command::Install {
+        "legacy-install" => Command::LegacyInstall {
             first: n(1) as u32,
             move_id: n(2),
             floors: rest(3),
@@ -195,6 +249,9 @@ fn dump(s: &SetState) -> String {
     for r in &s.placement.runs {
         out += &format!("placement {}..{} {:?}\n", r.first, r.end, r.place);
     }
+    if s.placement.last_move != 0 {
+        out += &format!("last move applied {}\n", s.placement.last_move);
+    }
     if let Some(d) = &s.directory {
         let ranges: Vec<_> = d.ranges.iter().map(|r| (r.begin, r.end, r.set)).collect();
         let sets: Vec<_> = d.sets.keys().collect();
@@ -207,7 +264,9 @@ fn dump(s: &SetState) -> String {
 }
 
 fn run_script(input: &str) -> String {
-    let mut state = SetState::default();
+    let mut groups: std::collections::BTreeMap<String, SetState> = Default::default();
+    let mut current = String::new();
+    let mut saved: std::collections::BTreeMap<String, Directory> = Default::default();
     let mut out = String::new();
     for line in input.lines() {
         if line.starts_with("> ") || line == ">" {
@@ -219,19 +278,44 @@ fn run_script(input: &str) -> String {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
+        if let Some(name) = line.strip_prefix("group ") {
+            current = name.trim().to_string();
+            continue;
+        }
+        if let Some(name) = line.strip_prefix("save-dir ") {
+            let d = groups.get(&current).and_then(|g| g.directory.clone());
+            saved.insert(name.trim().to_string(), d.expect("a directory to save"));
+            continue;
+        }
+        let pushed = line.strip_prefix("push-dir ").map(|from| {
+            let d = groups.get(from.trim()).and_then(|g| g.directory.clone());
+            Command::CopyDirectory(d.unwrap_or_else(|| panic!("group {from} holds no directory")))
+        });
+        let pushed = pushed.or_else(|| {
+            let w: Vec<&str> = line
+                .strip_prefix("push-saved ")?
+                .split_whitespace()
+                .collect();
+            let mut d = saved.get(w[0]).expect("a saved directory").clone();
+            d.version = w[1].parse().expect("number");
+            Some(Command::CopyDirectory(d))
+        });
+        let state = groups.entry(current.clone()).or_default();
         let result = match line {
-            "dump" => dump(&state),
+            "dump" => dump(state),
             "routes" => format!(
                 "{:?}\n",
                 state.route_table().map(|t| (t.version, t.entries))
             ),
             _ => {
-                let cmd = parse(line).unwrap_or_else(|| panic!("unknown command {line:?}"));
+                let cmd = pushed
+                    .or_else(|| parse(line))
+                    .unwrap_or_else(|| panic!("unknown command {line:?}"));
                 let before = state.clone();
                 let mut dirty = Vec::new();
                 let outcome = state.apply(&cmd, &mut dirty);
                 if outcome.is_err() {
-                    assert_eq!(state, before, "rejected command changed state: {line}");
+                    assert_eq!(*state, before, "rejected command changed state: {line}");
                     assert!(dirty.is_empty(), "rejected command marked dirty: {line}");
                 }
                 format!("{outcome:?}\n")
@@ -265,6 +349,51 @@ fn golden_scripts() {
         }
     }
     assert!(failed.is_empty(), "golden mismatch: {failed:?}");
+}
+
+/// The freeze and install an older log holds decode as the legacy commands
+/// (same place in the enum, same fields), so that log replays as it was
+/// applied; the checked commands are new variants after them
+/// (docs/architecture/encoding.md).
+#[test]
+fn an_older_logs_freeze_and_install_still_decode() {
+    use seqsvr_core::codec;
+    // `Freeze { first: 1, count: 2, to: 1, move_id: 3 }` and `Install {
+    // first: 1, floors: [15, 10], move_id: 3 }` as the version before the
+    // checked commands wrote them: variant 10 and 11.
+    let freeze: Command = codec::decode("log", &[1, 10, 1, 2, 1, 3]).unwrap();
+    assert_eq!(
+        freeze,
+        Command::LegacyFreeze {
+            first: 1,
+            count: 2,
+            to: 1,
+            move_id: 3
+        }
+    );
+    let install: Command = codec::decode("log", &[1, 11, 1, 2, 15, 10, 3]).unwrap();
+    assert_eq!(
+        install,
+        Command::LegacyInstall {
+            first: 1,
+            floors: vec![15, 10],
+            move_id: 3
+        }
+    );
+    let checked = Command::Freeze {
+        first: 1,
+        count: 2,
+        call: seqsvr_core::SetCall {
+            set: 0,
+            move_id: 3,
+            begin: 10,
+            end: 30,
+            kind: seqsvr_core::SetKind::Move { from: 0, to: 1 },
+        },
+    };
+    let bytes = codec::encode(&checked).unwrap();
+    assert_eq!(bytes[..2], [1, 14]);
+    assert_eq!(codec::decode::<Command>("log", &bytes).unwrap(), checked);
 }
 
 mod props {

@@ -7,7 +7,8 @@
 use std::io::Cursor;
 
 use seqsvr_core::{
-    AllocId, DirChange, Directory, Epoch, Grant, Incarnation, LeaseTerms, SectionId, SetId, SetSpec,
+    AllocId, DirChange, Directory, Epoch, Grant, Incarnation, LeaseTerms, SectionId, SetCall,
+    SetId, SetSpec,
 };
 pub use seqsvr_store_api::Rejection;
 use serde::{Deserialize, Serialize};
@@ -150,11 +151,12 @@ pub enum Command {
         /// The new ceiling.
         to: u64,
     },
-    /// Freezes sections `first..first+count` for a move to set `to`: no
-    /// owner, a new epoch (the old owner's raises are refused from now on,
-    /// promise 3), place `Moved`. Their ceilings are final here: every
-    /// number this set handed out for them is at or below.
-    Freeze {
+    /// The freeze of a move as written before freezes were checked against
+    /// the directory. Kept (at its place in the enum, which is its encoding)
+    /// so that a log written by an older version replays as it was
+    /// applied then; nothing proposes it any more (`Freeze` replaces it;
+    /// docs/architecture/encoding.md).
+    LegacyFreeze {
         /// First section.
         first: SectionId,
         /// Number of sections.
@@ -164,11 +166,10 @@ pub enum Command {
         /// The move's id (refused if older than one applied here).
         move_id: u64,
     },
-    /// Installs sections `first..first+floors.len()` moved in from another
-    /// set: each ceiling becomes at least `floors[i] + step` (the source's
-    /// final ceiling plus a step, promise 1), place `Serving`, no owner (the
-    /// arbiter routes them).
-    Install {
+    /// The install of a move or addition as written before installs were
+    /// checked against the directory; kept for replay like `LegacyFreeze`
+    /// (`Install` replaces it).
+    LegacyInstall {
         /// First section.
         first: SectionId,
         /// Per section, the source's final ceiling.
@@ -181,12 +182,42 @@ pub enum Command {
     /// A copy of the home group's directory (other groups; only a newer
     /// version replaces the one held).
     CopyDirectory(Directory),
+    /// Freezes sections `first..first+count` for the move `call` out of
+    /// this set: no owner, a new epoch (the old owner's raises are refused
+    /// from now on, promise 3), place `Moved`. Their ceilings are final
+    /// here: every number this set handed out for them is at or below.
+    /// Refused unless the directory this group holds shows that move under
+    /// way with that id, and the sections lie in its range
+    /// (`SetState::check_call`).
+    Freeze {
+        /// First section.
+        first: SectionId,
+        /// Number of sections.
+        count: u32,
+        /// The move (a `SetKind::Move` from this set).
+        call: SetCall,
+    },
+    /// Installs sections `first..first+floors.len()` for `call`: a move
+    /// into this set (each ceiling becomes at least `floors[i] + step`,
+    /// the source's final ceiling plus a step, promise 1) or this set's
+    /// addition (sections never served here only, at one step). Place
+    /// `Serving`, no owner (the arbiter routes them). Refused unless the
+    /// directory this group holds shows that move or addition under way
+    /// (`SetState::check_call`).
+    Install {
+        /// First section.
+        first: SectionId,
+        /// Per section, the source's final ceiling (0 for an addition).
+        floors: Vec<u64>,
+        /// The move or addition.
+        call: SetCall,
+    },
     /// Removes `alloc`'s `incarnation` from the AllocSvrs the group knows,
     /// if it owns no section this set serves. The leader proposes it only
     /// once that incarnation's lease has certainly expired (an operator's
-    /// `seqctl alloc retire`, or the arbiter for a fenced one), so moves
-    /// and rebalancing stop waiting for a process that is gone. Appended
-    /// last: commands are encoded by position, and an old log replays.
+    /// `seqctl alloc retire`), so moves and rebalancing stop waiting for a
+    /// process that is gone. Appended last: commands are encoded by
+    /// position, and an old log replays.
     RetireAlloc {
         /// The AllocSvr.
         alloc: AllocId,

@@ -12,7 +12,9 @@ use crate::sets::{self, Sets};
 pub enum SetOp {
     /// Brings a fresh store group (started with this set id and
     /// `added_set = true`, serving nothing yet) into service for a free uid
-    /// range. Running it again finishes or reports it done.
+    /// range. Running it again finishes or reports it done; while a move
+    /// into or out of the set is under way it is refused, naming the move
+    /// (finish that first).
     Add {
         /// The new set's id (as in its stores' config).
         #[arg(long)]
@@ -27,7 +29,8 @@ pub enum SetOp {
     /// Moves a uid range (whole sections) to another set, online: freeze in
     /// the source, install in the destination above the source's final
     /// ceilings, flip the directory. Running it again resumes or reports it
-    /// done.
+    /// done; another move, or a `set add` of either set, is refused until
+    /// it finishes.
     Move {
         /// The uids to move, BEGIN..END.
         #[arg(long, value_parser = sets::parse_range)]

@@ -13,7 +13,7 @@
 //!    sections start at one step.
 
 use seqsvr_core::directory::sections_of;
-use seqsvr_core::{DirChange, DirSet, SetId, MAX_SECTIONS_PER_CALL};
+use seqsvr_core::{DirChange, DirSet, SetCall, SetId, SetKind, MAX_SECTIONS_PER_CALL};
 use seqsvr_proto::store_read_client::StoreReadClient;
 use seqsvr_proto::{self as pb};
 
@@ -94,6 +94,17 @@ pub async fn add_set(
         return Err(Error::Refused("name the new set's stores (--store)".into()));
     }
     let dir = sets.directory().await?;
+    // A move into or out of the set is pending: its sections are frozen
+    // or half installed, and only that move may touch them. Finish it
+    // first (docs/architecture/sets.md, Set commands are checked against
+    // the directory).
+    if let Some(p) = dir.moving.filter(|p| p.from == id || p.to == id) {
+        return Err(Error::Refused(format!(
+            "move {} of [{}, {}) from set {} to set {} is under way (directory version {}): \
+             finish it first (seqctl set move --range {}..{} --to {}), then add set {id} again",
+            dir.move_id, p.begin, p.end, p.from, p.to, dir.version, p.begin, p.end, p.to
+        )));
+    }
     let st = statuses(sets, stores).await?;
     let spec = st[0]
         .set
@@ -157,14 +168,24 @@ pub async fn add_set(
         })
         .await?;
     let copy_failed = sets.copy_everywhere(&dir).await;
+    // The new group judges the install by its copy: it must show the set.
+    sets.require_copies(&copy_failed, &[id], &format!("set {id}"))?;
     let client = sets.sets_client(&entry)?;
+    // An addition is no move: it carries no move id (borrowing the
+    // directory version would let it pass for a move and block later
+    // ones), and installs only sections never served here.
+    let call = SetCall {
+        set: id,
+        move_id: 0,
+        begin,
+        end,
+        kind: SetKind::Addition,
+    };
     let mut installed = 0;
     let mut first = sections.start;
     while first < sections.end {
         let n = (sections.end - first).min(MAX_SECTIONS_PER_CALL);
-        installed += client
-            .install(first, vec![0; n as usize], dir.version)
-            .await?;
+        installed += client.install(first, vec![0; n as usize], &call).await?;
         first += n;
     }
     Ok(AddReport {

@@ -145,6 +145,25 @@ impl Sets {
         failed
     }
 
+    /// Refuses to go on if a set of `needed` (other than the home set,
+    /// which holds the directory itself) did not take the directory copy
+    /// that shows `what`: its store group would refuse the freeze or
+    /// install. Running the command again pushes the copy again.
+    pub fn require_copies(
+        &self,
+        failed: &[(SetId, String)],
+        needed: &[SetId],
+        what: &str,
+    ) -> Result<()> {
+        match failed.iter().find(|(id, _)| needed.contains(id)) {
+            Some((id, e)) => Err(Error::Refused(format!(
+                "set {id} did not take the directory copy that shows {what}: {e} \
+                 (its store group judges the command by that copy; run the command again)"
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// The status of every replica at admin-plane `admin`, the leader's
     /// (with its lease view of the AllocSvrs) first if one answered.
     pub async fn leader_status(&self, admin: &[String]) -> Option<pb::StoreStatus> {

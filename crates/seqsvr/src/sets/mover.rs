@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use seqsvr_core::directory::sections_of;
 use seqsvr_core::directory::MovePlan;
-use seqsvr_core::{DirChange, SectionId, SetId, MAX_SECTIONS_PER_CALL};
+use seqsvr_core::{DirChange, SectionId, SetCall, SetId, SetKind, MAX_SECTIONS_PER_CALL};
 use seqsvr_proto::{self as pb};
 
 use super::{Error, Result, Sets};
@@ -174,7 +174,20 @@ pub async fn move_range(
     let (_, dir) = home.change_directory(&DirChange::BeginMove(m)).await?;
     let move_id = dir.move_id;
     report.copy_failed = sets.copy_everywhere(&dir).await;
+    // The source and the destination judge the freeze and the install by
+    // their own copy of the directory: each must show this move.
+    sets.require_copies(&report.copy_failed, &[m.from, m.to], "the move")?;
     stop(Step::Begin)?;
+    let call = |set: SetId| SetCall {
+        set,
+        move_id,
+        begin,
+        end,
+        kind: SetKind::Move {
+            from: m.from,
+            to: m.to,
+        },
+    };
 
     let src = sets.set(&dir, m.from)?.clone();
     let dst = sets.set(&dir, m.to)?.clone();
@@ -190,7 +203,7 @@ pub async fn move_range(
     let mut epochs = Vec::with_capacity(src_sections.len());
     let mut expiry = Duration::ZERO;
     for (first, count) in pieces(src_sections.clone()) {
-        let f = src_client.freeze(first, count, m.to, move_id).await?;
+        let f = src_client.freeze(first, count, &call(m.from)).await?;
         report.newly_frozen += f.newly;
         expiry = expiry.max(f.lease_expiry);
         finals.extend(f.finals);
@@ -221,7 +234,7 @@ pub async fn move_range(
     for (first, count) in pieces(dst_sections.clone()) {
         let floors = finals[at..at + count as usize].to_vec();
         at += count as usize;
-        report.newly_installed += dst_client.install(first, floors, move_id).await?;
+        report.newly_installed += dst_client.install(first, floors, &call(m.to)).await?;
     }
     stop(Step::Install)?;
 

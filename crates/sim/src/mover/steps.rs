@@ -282,6 +282,21 @@ impl Movers {
         Ok(())
     }
 
+    /// What the freeze or install asks of `set` (`seqctl`'s `SetCall`).
+    fn call(run: &Run, set: SetId) -> seqsvr_core::SetCall {
+        let m = run.m.expect("a move");
+        seqsvr_core::SetCall {
+            set,
+            move_id: run.move_id,
+            begin: m.begin,
+            end: m.end,
+            kind: seqsvr_core::SetKind::Move {
+                from: m.from,
+                to: m.to,
+            },
+        }
+    }
+
     /// The sections of the move in `set`'s span (`sections_of`).
     fn sections(run: &Run, set: SetId) -> Result<std::ops::Range<SectionId>, End> {
         let dir = run.dir.as_ref().expect("a directory");
@@ -299,8 +314,7 @@ impl Movers {
         let req = StoreReq::Freeze {
             first: r.start,
             count: r.end - r.start,
-            to: m.to,
-            move_id: run.move_id,
+            call: Self::call(run, m.from),
         };
         self.store(env, id, run, m.from as usize, Call::Freeze, req);
         Ok(())
@@ -395,7 +409,7 @@ impl Movers {
         let req = StoreReq::Install {
             first: r.start,
             floors,
-            move_id: run.move_id,
+            call: Self::call(run, m.to),
         };
         self.store(env, id, run, m.to as usize, Call::Install, req);
         Ok(())

@@ -144,16 +144,10 @@ impl Store {
             }
             // `freeze` takes the lock only so that no renewal records a
             // grant or reads its sections half way through.
-            StoreReq::Freeze {
-                first,
-                count,
-                to,
-                move_id,
-            } => Ok(Command::Freeze {
-                move_id: *move_id,
+            StoreReq::Freeze { first, count, call } => Ok(Command::Freeze {
                 first: *first,
                 count: *count,
-                to: *to,
+                call: *call,
             }),
             other => unreachable!("{other:?} is not decided under the lock"),
         }

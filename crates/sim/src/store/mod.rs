@@ -489,10 +489,17 @@ pub(crate) fn bootstrap_logs(
             };
             append(env, &mut logs, home, Command::Directory(change));
             let dir = env.truth[home].directory.clone().expect("the directory");
-            let move_id = dir.version;
             append(env, &mut logs, set, Command::CopyDirectory(dir));
             let floors = vec![0; range.len()];
             let first = range.start;
+            // The set's addition (`seqctl set add`): no move id.
+            let call = seqsvr_core::SetCall {
+                set: spec.set_id,
+                move_id: 0,
+                begin: spec.uids_of(range.start).start,
+                end: spec.uid_end,
+                kind: seqsvr_core::SetKind::Addition,
+            };
             append(
                 env,
                 &mut logs,
@@ -500,7 +507,7 @@ pub(crate) fn bootstrap_logs(
                 Command::Install {
                     first,
                     floors,
-                    move_id,
+                    call,
                 },
             );
         }

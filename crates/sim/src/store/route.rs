@@ -137,11 +137,11 @@ impl Store {
             StoreReq::Install {
                 first,
                 floors,
-                move_id,
+                call,
             } => Command::Install {
                 first: *first,
                 floors: floors.clone(),
-                move_id: *move_id,
+                call: *call,
             },
             StoreReq::ChangeDirectory(c) => Command::Directory(c.clone()),
             StoreReq::CopyDirectory(d) => Command::CopyDirectory(d.clone()),

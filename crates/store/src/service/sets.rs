@@ -4,7 +4,7 @@
 //! The protocol these serve is in `docs/architecture/sets.md`.
 
 use seqsvr_core::directory::{DirRange, PendingMove};
-use seqsvr_core::{DirChange, DirSet, Directory};
+use seqsvr_core::{DirChange, DirSet, Directory, SetCall, SetKind};
 use seqsvr_proto::{self as pb};
 use seqsvr_store_api::Error;
 use tonic::{Request, Response, Status};
@@ -74,8 +74,16 @@ impl StoreApi {
         let cmd = Command::Freeze {
             first: r.first_section,
             count: r.count,
-            to: r.to_set,
-            move_id: r.move_id,
+            call: SetCall {
+                set: r.set_id,
+                move_id: r.move_id,
+                begin: r.begin,
+                end: r.end,
+                kind: SetKind::Move {
+                    from: r.set_id,
+                    to: r.to_set,
+                },
+            },
         };
         match self.write(cmd).await? {
             Reply::Frozen {
@@ -97,10 +105,26 @@ impl StoreApi {
     async fn install(&self, r: pb::InstallRequest) -> Result<pb::InstallReply, Error> {
         check_run(r.first_section, r.floors.len())?;
         self.require_leader()?;
+        use pb::install_request::Kind;
+        let kind = match r.kind {
+            Some(Kind::Addition(true)) => SetKind::Addition,
+            Some(Kind::MovedFrom(from)) => SetKind::Move { from, to: r.set_id },
+            Some(Kind::Addition(false)) | None => {
+                return Err(Error::Invalid(
+                    "an install names its kind: an addition, or the set it moves from".into(),
+                ))
+            }
+        };
         let cmd = Command::Install {
             first: r.first_section,
             floors: r.floors,
-            move_id: r.move_id,
+            call: SetCall {
+                set: r.set_id,
+                move_id: r.move_id,
+                begin: r.begin,
+                end: r.end,
+                kind,
+            },
         };
         match self.write(cmd).await? {
             Reply::Installed {

@@ -28,7 +28,8 @@
 //! | setting | where |
 //! | --- | --- |
 //! | TLS, client certificate required on peer/admin | [`ServerTls`], handshake run by the listener |
-//! | `max_connections` | accept loop: extra connections are accepted and closed at once |
+//! | `max_handshakes`, `max_handshakes_per_source` | accept loop: connections in their TLS handshake, outside the cap |
+//! | `max_connections` | after the handshake: extra connections are closed at once |
 //! | `handshake_timeout`, `idle_timeout` | per-connection timer under HTTP/2 |
 //! | `max_concurrent_streams`, keepalive | HTTP/2 settings of tonic's server |
 //! | `request_timeout` | [`PlaneLayer`], a timer only for calls that wait |
@@ -137,7 +138,11 @@ pub fn listener(
         limits: limits.clone(),
         tls: tls.cloned(),
         exposed_plaintext,
-        conns: Connections::new(limits.max_connections),
+        conns: Connections::new(
+            limits.max_connections,
+            limits.max_handshakes,
+            limits.max_handshakes_per_source,
+        ),
     })
 }
 

@@ -3,4 +3,5 @@
 mod common;
 mod limits;
 mod one;
+mod strangers;
 mod tls;

@@ -4,7 +4,8 @@ use super::*;
 
 /// Most a flood may grow a process, in MiB. The client plane's limits
 /// bound what one attacker can make it hold: one connection at most 1024
-/// streams of at most 64 KiB each (64 MiB) of request bodies; at most
+/// streams of at most 64 KiB each (64 MiB) of request bodies, and all
+/// connections together at most `max_unfinished_bytes` (128 MiB); at most
 /// 4096 connections, each a few tens of KiB of buffers and state; handshakes
 /// pending at most 3 s each, at most 1024 at once (64 per source), outside
 /// the connection cap. 200 MiB is

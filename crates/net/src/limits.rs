@@ -11,6 +11,7 @@
 //! | `max_connections` (per listener, handshake done) | 4096 | 1024 | 64 |
 //! | `max_handshakes` (per listener, handshake under way) | 1024 | 256 | 64 |
 //! | `max_handshakes_per_source` (per IPv4 address or IPv6 /64) | 64 | 16 | 16 |
+//! | `max_unfinished_bytes` (per listener) | 128 MiB | 1 GiB | 64 MiB |
 //! | `idle_timeout_ms` | 300 000 | 300 000 | 300 000 |
 //! | `handshake_timeout_ms` | 3 000 | 3 000 | 3 000 |
 //! | `request_timeout_ms` | 5 000 | 30 000 | 60 000 |
@@ -95,6 +96,13 @@ pub struct Limits {
     /// Of those, from one source at once: one IPv4 address, or one IPv6
     /// /64 (what one host is usually given).
     pub max_handshakes_per_source: usize,
+    /// Bytes that request messages begun and not yet complete may announce,
+    /// over all the listener's connections. A message not complete within
+    /// the HTTP/2 frame that starts it holds its announced length until it
+    /// is complete or its call ends; one that finds no room fails its
+    /// call with `RESOURCE_EXHAUSTED`. Messages that arrive in one frame
+    /// (up to 16 KiB) never count.
+    pub max_unfinished_bytes: usize,
     /// A connection that sends no request frames this long is closed.
     #[serde(rename = "idle_timeout_ms", with = "ms")]
     pub idle_timeout: Duration,
@@ -131,6 +139,7 @@ impl Limits {
                 max_connections: 4096,
                 max_handshakes: 1024,
                 max_handshakes_per_source: 64,
+                max_unfinished_bytes: 128 * MIB,
                 idle_timeout: s(300),
                 handshake_timeout: s(3),
                 request_timeout: s(5),
@@ -143,6 +152,7 @@ impl Limits {
                 max_connections: 1024,
                 max_handshakes: 256,
                 max_handshakes_per_source: 16,
+                max_unfinished_bytes: 1024 * MIB,
                 idle_timeout: s(300),
                 handshake_timeout: s(3),
                 request_timeout: s(30),
@@ -155,6 +165,7 @@ impl Limits {
                 max_connections: 64,
                 max_handshakes: 64,
                 max_handshakes_per_source: 16,
+                max_unfinished_bytes: 64 * MIB,
                 idle_timeout: s(300),
                 handshake_timeout: s(3),
                 request_timeout: s(60),
@@ -172,6 +183,13 @@ impl Limits {
             return bad(format!(
                 "max_message {} is outside {MAX_MESSAGE_FLOOR}..={MAX_MESSAGE_CEILING}",
                 self.max_message
+            ));
+        }
+        if self.max_unfinished_bytes < self.max_message {
+            return bad(format!(
+                "max_unfinished_bytes {} is below max_message {}: a message sent in several \
+                 frames could never fit",
+                self.max_unfinished_bytes, self.max_message
             ));
         }
         if self.max_concurrent_streams == 0 {
@@ -257,6 +275,7 @@ struct Patch {
     max_connections: Option<usize>,
     max_handshakes: Option<usize>,
     max_handshakes_per_source: Option<usize>,
+    max_unfinished_bytes: Option<usize>,
     idle_timeout_ms: Option<u64>,
     handshake_timeout_ms: Option<u64>,
     request_timeout_ms: Option<u64>,
@@ -278,6 +297,7 @@ impl Patch {
             max_handshakes_per_source: self
                 .max_handshakes_per_source
                 .unwrap_or(d.max_handshakes_per_source),
+            max_unfinished_bytes: self.max_unfinished_bytes.unwrap_or(d.max_unfinished_bytes),
             idle_timeout: ms(self.idle_timeout_ms, d.idle_timeout),
             handshake_timeout: ms(self.handshake_timeout_ms, d.handshake_timeout),
             request_timeout: ms(self.request_timeout_ms, d.request_timeout),

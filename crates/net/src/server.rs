@@ -34,6 +34,7 @@
 //! | `max_concurrent_streams`, keepalive | HTTP/2 settings of tonic's server |
 //! | `request_timeout` | [`PlaneLayer`], a timer only for calls that wait |
 //! | `max_message` | [`PlaneLayer`], answering `RESOURCE_EXHAUSTED` |
+//! | `max_unfinished_bytes` | [`PlaneLayer`]: messages not complete in one frame, per listener |
 //!
 //! # Plaintext
 //!
@@ -60,8 +61,8 @@ mod size;
 
 pub use call::{PlaneFuture, PlaneLayer, PlaneService};
 pub use conn::Connections;
-pub use size::Limited;
 pub(crate) use size::GRPC_STATUS;
+pub use size::{Limited, Unfinished};
 
 use crate::auth::Auth;
 use crate::error::{Error, Result};
@@ -131,6 +132,11 @@ pub fn listener(
         }
     }
     let exposed_plaintext = exposed(local, tls.is_some(), insecure, plane)?;
+    // Lives as long as the process: the layer holds it by a plain
+    // reference (see `PlaneLayer::new`), and a process makes a listener
+    // per plane, so a few words per listener are all that is never freed.
+    let unfinished: &'static Unfinished =
+        Box::leak(Box::new(Unfinished::new(limits.max_unfinished_bytes)));
     Ok(Listener {
         tcp,
         local,
@@ -142,6 +148,7 @@ pub fn listener(
             limits.max_connections,
             limits.max_handshakes,
             limits.max_handshakes_per_source,
+            unfinished,
         ),
     })
 }
@@ -205,7 +212,11 @@ impl Listener {
             .max_concurrent_streams(l.max_concurrent_streams)
             .http2_keepalive_interval(l.keepalive())
             .http2_keepalive_timeout(Some(l.keepalive_timeout))
-            .layer(PlaneLayer::new(l.max_message, l.request_timeout))
+            .layer(PlaneLayer::new(
+                l.max_message,
+                l.request_timeout,
+                self.conns.unfinished,
+            ))
     }
 
     /// Serves `router` (built from [`server`](Listener::server)) until

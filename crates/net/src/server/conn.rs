@@ -72,6 +72,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_stream::Stream;
 use tonic::transport::server::Connected;
 
+use super::size::Unfinished;
 use crate::plane::Plane;
 use crate::role::Role;
 
@@ -176,6 +177,7 @@ pub struct Connections {
     max: usize,
     counters: Arc<Counters>,
     handshakes: Arc<Handshakes>,
+    pub(crate) unfinished: &'static Unfinished,
 }
 
 #[derive(Debug, Default)]
@@ -252,7 +254,12 @@ impl Drop for HandshakePlace {
 }
 
 impl Connections {
-    pub(crate) fn new(max: usize, max_handshakes: usize, per_source: usize) -> Connections {
+    pub(crate) fn new(
+        max: usize,
+        max_handshakes: usize,
+        per_source: usize,
+        unfinished: &'static Unfinished,
+    ) -> Connections {
         Connections {
             slots: Arc::new(Semaphore::new(max)),
             max,
@@ -262,7 +269,14 @@ impl Connections {
                 per_source,
                 running: Mutex::default(),
             }),
+            unfinished,
         }
+    }
+
+    /// Bytes announced by request messages begun and not yet complete, over
+    /// all connections (see `max_unfinished_bytes`).
+    pub fn unfinished_bytes(&self) -> usize {
+        self.unfinished.held()
     }
 
     /// Connections served now: handshake done, holding a slot under the

@@ -5,3 +5,4 @@ mod limits;
 mod one;
 mod strangers;
 mod tls;
+mod unfinished;

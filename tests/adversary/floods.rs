@@ -347,7 +347,7 @@ async fn idle_tls_handshakes_are_dropped_and_memory_stays_bounded() {
             after_kib: rss_kib(*pid),
         };
         f.print();
-        println!("    {opened} opened, {closed_at_once} closed at once (over the cap), {closed_later} closed within 6.3 s");
+        println!("    {opened} opened, {closed_at_once} closed at once (over the source's share of the handshake pool), {closed_later} closed within 6.3 s");
         if !f.bounded() {
             failures.push(format!("{what}: {f:?}"));
         }

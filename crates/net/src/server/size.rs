@@ -340,6 +340,34 @@ mod tests {
     }
 
     #[test]
+    fn an_unfinished_message_holds_its_announced_length_until_it_is_done() {
+        let bytes = framed(&[300, 20]);
+        let mut s = Scan::default();
+        s.feed(&bytes[..100], 1000).unwrap();
+        assert_eq!(s.unfinished(), 300);
+        s.feed(&bytes[100..305], 1000).unwrap();
+        assert_eq!(s.unfinished(), 0, "between messages");
+        s.feed(&bytes[305..307], 1000).unwrap();
+        assert_eq!(s.unfinished(), 0, "within a prefix");
+        s.feed(&bytes[307..311], 1000).unwrap();
+        assert_eq!(s.unfinished(), 20);
+
+        let budget: &'static Unfinished = Box::leak(Box::new(Unfinished::new(500)));
+        let mut a = Hold { budget, held: 0 };
+        let mut b = Hold { budget, held: 0 };
+        assert!(a.set(300));
+        assert!(!b.set(201), "over the budget");
+        assert_eq!(b.held, 0);
+        assert!(b.set(200));
+        assert_eq!(budget.held(), 500);
+        assert!(a.set(100), "a smaller message in its place");
+        assert_eq!(budget.held(), 300);
+        drop(a);
+        assert!(b.set(0));
+        assert_eq!(budget.held(), 0);
+    }
+
+    #[test]
     fn only_tonics_too_large_is_rewritten() {
         let status = Status::out_of_range(
             "Error, decoded message length too large: found 10 bytes, the limit is: 5 bytes",

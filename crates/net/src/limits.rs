@@ -8,9 +8,12 @@
 //! | --- | --- | --- | --- |
 //! | `max_message` | 64 KiB | 8 MiB | 1 MiB |
 //! | `max_concurrent_streams` (per connection) | 1024 | 256 | 64 |
-//! | `max_connections` (per listener) | 4096 | 1024 | 64 |
+//! | `max_connections` (per listener, handshake done) | 4096 | 1024 | 64 |
+//! | `max_handshakes` (per listener, handshake under way) | 1024 | 256 | 64 |
+//! | `max_handshakes_per_source` (per IPv4 address or IPv6 /64) | 64 | 16 | 16 |
+//! | `max_unfinished_bytes` (per listener) | 128 MiB | 1 GiB | 64 MiB |
 //! | `idle_timeout_ms` | 300 000 | 300 000 | 300 000 |
-//! | `handshake_timeout_ms` | 5 000 | 5 000 | 5 000 |
+//! | `handshake_timeout_ms` | 3 000 | 3 000 | 3 000 |
 //! | `request_timeout_ms` | 5 000 | 30 000 | 60 000 |
 //! | `keepalive_interval_ms` | 0 (off) | 10 000 | 30 000 |
 //! | `keepalive_timeout_ms` | 10 000 | 5 000 | 10 000 |
@@ -37,6 +40,13 @@
 //!   connection therefore holds its slot under `max_connections` until the
 //!   idle timeout closes it; set `keepalive_interval_ms` to find it sooner.
 //!   `keepalive_interval_ms = 0` turns keepalive off on any plane.
+//! - Only connections that finished their TLS handshake (and, on the peer
+//!   and admin planes, presented a certificate naming a seqsvr role) count
+//!   under `max_connections`. Connections still handshaking have their own,
+//!   smaller pool and a per-source share of it, and get `handshake_timeout`
+//!   to finish: a stranger who opens sockets and says nothing holds at most
+//!   `max_handshakes_per_source` of them for at most that long, and never a
+//!   slot a legitimate caller needs (see docs/architecture/security.md).
 //!
 //! In configuration each plane is a table whose missing keys take that
 //! plane's defaults ([`PlaneLimits`]); durations are whole milliseconds:
@@ -75,9 +85,24 @@ pub struct Limits {
     /// a new connection) are refused beyond it with REFUSED_STREAM, which
     /// clients see as `UNAVAILABLE` and may retry.
     pub max_concurrent_streams: u32,
-    /// Connections the listener holds at once, handshaking ones included.
-    /// Connections beyond it are accepted and closed at once.
+    /// Connections the listener serves at once: those whose TLS handshake
+    /// is done (on the peer and admin planes, with a certificate naming a
+    /// role). A connection finishing its handshake beyond it is closed at
+    /// once. (Plaintext connections count from their accept.)
     pub max_connections: usize,
+    /// Connections still in their TLS handshake, at once. A new connection
+    /// beyond it is accepted and closed at once.
+    pub max_handshakes: usize,
+    /// Of those, from one source at once: one IPv4 address, or one IPv6
+    /// /64 (what one host is usually given).
+    pub max_handshakes_per_source: usize,
+    /// Bytes that request messages begun and not yet complete may announce,
+    /// over all the listener's connections. A message not complete within
+    /// the HTTP/2 frame that starts it holds its announced length until it
+    /// is complete or its call ends; one that finds no room fails its
+    /// call with `RESOURCE_EXHAUSTED`. Messages that arrive in one frame
+    /// (up to 16 KiB) never count.
+    pub max_unfinished_bytes: usize,
     /// A connection that sends no request frames this long is closed.
     #[serde(rename = "idle_timeout_ms", with = "ms")]
     pub idle_timeout: Duration,
@@ -112,8 +137,11 @@ impl Limits {
                 max_message: 64 * KIB,
                 max_concurrent_streams: 1024,
                 max_connections: 4096,
+                max_handshakes: 1024,
+                max_handshakes_per_source: 64,
+                max_unfinished_bytes: 128 * MIB,
                 idle_timeout: s(300),
-                handshake_timeout: s(5),
+                handshake_timeout: s(3),
                 request_timeout: s(5),
                 keepalive_interval: Duration::ZERO,
                 keepalive_timeout: s(10),
@@ -122,8 +150,11 @@ impl Limits {
                 max_message: 8 * MIB,
                 max_concurrent_streams: 256,
                 max_connections: 1024,
+                max_handshakes: 256,
+                max_handshakes_per_source: 16,
+                max_unfinished_bytes: 1024 * MIB,
                 idle_timeout: s(300),
-                handshake_timeout: s(5),
+                handshake_timeout: s(3),
                 request_timeout: s(30),
                 keepalive_interval: s(10),
                 keepalive_timeout: s(5),
@@ -132,8 +163,11 @@ impl Limits {
                 max_message: MIB,
                 max_concurrent_streams: 64,
                 max_connections: 64,
+                max_handshakes: 64,
+                max_handshakes_per_source: 16,
+                max_unfinished_bytes: 64 * MIB,
                 idle_timeout: s(300),
-                handshake_timeout: s(5),
+                handshake_timeout: s(3),
                 request_timeout: s(60),
                 keepalive_interval: s(30),
                 keepalive_timeout: s(10),
@@ -151,11 +185,21 @@ impl Limits {
                 self.max_message
             ));
         }
+        if self.max_unfinished_bytes < self.max_message {
+            return bad(format!(
+                "max_unfinished_bytes {} is below max_message {}: a message sent in several \
+                 frames could never fit",
+                self.max_unfinished_bytes, self.max_message
+            ));
+        }
         if self.max_concurrent_streams == 0 {
             return bad("max_concurrent_streams must be at least 1".into());
         }
         if self.max_connections == 0 {
             return bad("max_connections must be at least 1".into());
+        }
+        if self.max_handshakes == 0 || self.max_handshakes_per_source == 0 {
+            return bad("max_handshakes and max_handshakes_per_source must be at least 1".into());
         }
         for (name, d) in [
             ("idle_timeout_ms", self.idle_timeout),
@@ -229,6 +273,9 @@ struct Patch {
     max_message: Option<usize>,
     max_concurrent_streams: Option<u32>,
     max_connections: Option<usize>,
+    max_handshakes: Option<usize>,
+    max_handshakes_per_source: Option<usize>,
+    max_unfinished_bytes: Option<usize>,
     idle_timeout_ms: Option<u64>,
     handshake_timeout_ms: Option<u64>,
     request_timeout_ms: Option<u64>,
@@ -246,6 +293,11 @@ impl Patch {
                 .max_concurrent_streams
                 .unwrap_or(d.max_concurrent_streams),
             max_connections: self.max_connections.unwrap_or(d.max_connections),
+            max_handshakes: self.max_handshakes.unwrap_or(d.max_handshakes),
+            max_handshakes_per_source: self
+                .max_handshakes_per_source
+                .unwrap_or(d.max_handshakes_per_source),
+            max_unfinished_bytes: self.max_unfinished_bytes.unwrap_or(d.max_unfinished_bytes),
             idle_timeout: ms(self.idle_timeout_ms, d.idle_timeout),
             handshake_timeout: ms(self.handshake_timeout_ms, d.handshake_timeout),
             request_timeout: ms(self.request_timeout_ms, d.request_timeout),

@@ -28,11 +28,13 @@
 //! | setting | where |
 //! | --- | --- |
 //! | TLS, client certificate required on peer/admin | [`ServerTls`], handshake run by the listener |
-//! | `max_connections` | accept loop: extra connections are accepted and closed at once |
+//! | `max_handshakes`, `max_handshakes_per_source` | accept loop: connections in their TLS handshake, outside the cap |
+//! | `max_connections` | after the handshake: extra connections are closed at once |
 //! | `handshake_timeout`, `idle_timeout` | per-connection timer under HTTP/2 |
 //! | `max_concurrent_streams`, keepalive | HTTP/2 settings of tonic's server |
 //! | `request_timeout` | [`PlaneLayer`], a timer only for calls that wait |
 //! | `max_message` | [`PlaneLayer`], answering `RESOURCE_EXHAUSTED` |
+//! | `max_unfinished_bytes` | [`PlaneLayer`]: messages not complete in one frame, per listener |
 //!
 //! # Plaintext
 //!
@@ -59,8 +61,8 @@ mod size;
 
 pub use call::{PlaneFuture, PlaneLayer, PlaneService};
 pub use conn::Connections;
-pub use size::Limited;
 pub(crate) use size::GRPC_STATUS;
+pub use size::{Limited, Unfinished};
 
 use crate::auth::Auth;
 use crate::error::{Error, Result};
@@ -130,6 +132,11 @@ pub fn listener(
         }
     }
     let exposed_plaintext = exposed(local, tls.is_some(), insecure, plane)?;
+    // Lives as long as the process: the layer holds it by a plain
+    // reference (see `PlaneLayer::new`), and a process makes a listener
+    // per plane, so a few words per listener are all that is never freed.
+    let unfinished: &'static Unfinished =
+        Box::leak(Box::new(Unfinished::new(limits.max_unfinished_bytes)));
     Ok(Listener {
         tcp,
         local,
@@ -137,7 +144,12 @@ pub fn listener(
         limits: limits.clone(),
         tls: tls.cloned(),
         exposed_plaintext,
-        conns: Connections::new(limits.max_connections),
+        conns: Connections::new(
+            limits.max_connections,
+            limits.max_handshakes,
+            limits.max_handshakes_per_source,
+            unfinished,
+        ),
     })
 }
 
@@ -200,7 +212,11 @@ impl Listener {
             .max_concurrent_streams(l.max_concurrent_streams)
             .http2_keepalive_interval(l.keepalive())
             .http2_keepalive_timeout(Some(l.keepalive_timeout))
-            .layer(PlaneLayer::new(l.max_message, l.request_timeout))
+            .layer(PlaneLayer::new(
+                l.max_message,
+                l.request_timeout,
+                self.conns.unfinished,
+            ))
     }
 
     /// Serves `router` (built from [`server`](Listener::server)) until

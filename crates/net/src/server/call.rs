@@ -36,22 +36,35 @@ use tonic::Status;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::size::{rewrite_too_large, Limited};
+use super::size::{rewrite_too_large, Limited, Unfinished};
 
 /// The plane's per-call rules (see the module doc).
 #[derive(Clone, Copy, Debug)]
 pub struct PlaneLayer {
     max_message: usize,
     request_timeout: Duration,
+    unfinished: &'static Unfinished,
 }
 
 impl PlaneLayer {
-    /// Refuses request messages over `max_message` bytes and ends calls
-    /// still unfinished `request_timeout` after they first wait.
-    pub fn new(max_message: usize, request_timeout: Duration) -> PlaneLayer {
+    /// Refuses request messages over `max_message` bytes and unfinished
+    /// ones that find no room in `unfinished` (see the `size` module), and
+    /// ends calls still unfinished `request_timeout` after they first wait.
+    ///
+    /// The budget is a `'static` reference so that the layer stays `Copy`:
+    /// tonic clones the service for every call, and a shared counted
+    /// pointer would make each clone an atomic update on one cache line
+    /// shared by all connections. A listener makes one budget for its
+    /// life ([`Listener::server`](super::Listener::server)).
+    pub fn new(
+        max_message: usize,
+        request_timeout: Duration,
+        unfinished: &'static Unfinished,
+    ) -> PlaneLayer {
         PlaneLayer {
             max_message,
             request_timeout,
+            unfinished,
         }
     }
 }
@@ -91,8 +104,11 @@ where
     #[inline]
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let max = self.rules.max_message;
+        let budget = self.rules.unfinished;
         PlaneFuture {
-            inner: self.inner.call(req.map(|body| Limited::new(body, max))),
+            inner: self
+                .inner
+                .call(req.map(|body| Limited::new(body, max, budget))),
             timeout: self.rules.request_timeout,
             timer: None,
         }
@@ -187,7 +203,9 @@ mod tests {
 
     fn svc(wait: bool) -> (PlaneService<Svc>, Arc<AtomicUsize>) {
         let polls = Arc::new(AtomicUsize::new(0));
-        let s = PlaneLayer::new(1024, Duration::from_millis(300)).layer(Svc {
+        static BUDGET: std::sync::LazyLock<Unfinished> =
+            std::sync::LazyLock::new(|| Unfinished::new(1 << 20));
+        let s = PlaneLayer::new(1024, Duration::from_millis(300), &BUDGET).layer(Svc {
             wait,
             polls: polls.clone(),
         });

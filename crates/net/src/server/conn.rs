@@ -1,10 +1,26 @@
-//! Accepting connections: the connection cap, TCP_NODELAY, the TLS
-//! handshake, and the handshake and idle timeouts.
+//! Accepting connections: the handshake pool, the connection cap,
+//! TCP_NODELAY, the TLS handshake, and the handshake and idle timeouts.
 //!
 //! [`Incoming`] is the stream of connections handed to tonic. It accepts
-//! from the listener, takes a slot, runs the TLS handshake (if any) in its
-//! own task so a slow client cannot hold up the accept loop, and yields
-//! each connection wrapped in a [`Conn`].
+//! from the listener, runs the TLS handshake (if any) in its own task so a
+//! slow client cannot hold up the accept loop, then takes a slot under the
+//! cap and yields the connection wrapped in a [`Conn`].
+//!
+//! # Handshakes do not hold slots under the cap
+//!
+//! Anyone who can reach the port can open a TCP connection and say
+//! nothing. If such connections counted under `max_connections`, a
+//! stranger holding the cap full would lock every legitimate caller out
+//! (an AllocSvr that reconnects would lose its lease). So a connection
+//! still in its TLS handshake holds a place in a separate pool,
+//! `max_handshakes` per listener and `max_handshakes_per_source` per
+//! source (an IPv4 address or an IPv6 /64), for at most
+//! `handshake_timeout`; it takes a slot under `max_connections` only once
+//! its handshake is done and, on the peer and admin planes, its
+//! certificate names a seqsvr role. A connection over either handshake
+//! bound is closed at once. Plaintext connections have no handshake and
+//! take their slot at accept (plaintext is for loopback, or explicitly
+//! insecure setups).
 //!
 //! # Connection cap: accept, then close at once
 //!
@@ -37,12 +53,13 @@
 //! as use, PING, SETTINGS, WINDOW_UPDATE, PRIORITY and GOAWAY do not.
 //! Keepalive pings therefore do not keep an unused connection open.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -55,17 +72,30 @@ use tokio_rustls::TlsAcceptor;
 use tokio_stream::Stream;
 use tonic::transport::server::Connected;
 
+use super::size::Unfinished;
 use crate::plane::Plane;
+use crate::role::Role;
 
 /// How a new TCP connection becomes the stream HTTP/2 runs on.
 pub(crate) trait Handshake: Send + Unpin + 'static {
     type Io: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static;
 
+    /// Whether [`start`](Handshake::start) runs a handshake (the
+    /// connection then waits in the handshake pool) or is done at once.
+    const RUNS: bool;
+
     fn start(&self, tcp: TcpStream) -> Started<Self::Io>;
 
+    /// Whether a connection whose handshake is done may be served on
+    /// `plane`: on the peer and admin planes, its certificate must name a
+    /// seqsvr role.
+    fn admissible(_io: &Self::Io, _plane: Plane) -> Result<(), crate::Error> {
+        Ok(())
+    }
+
     /// Turns away a connection over the cap; dropping it closes it.
-    fn refuse(&self, tcp: TcpStream) {
-        drop(tcp);
+    fn refuse(&self, io: Self::Io) {
+        drop(io);
     }
 }
 
@@ -79,6 +109,7 @@ pub(crate) struct Plain;
 
 impl Handshake for Plain {
     type Io = TcpStream;
+    const RUNS: bool = false;
 
     fn start(&self, tcp: TcpStream) -> Started<TcpStream> {
         Started::Done(tcp)
@@ -114,9 +145,20 @@ pub(crate) struct Tls(pub(crate) TlsAcceptor);
 
 impl Handshake for Tls {
     type Io = TlsStream<TcpStream>;
+    const RUNS: bool = true;
 
     fn start(&self, tcp: TcpStream) -> Started<Self::Io> {
         Started::Running(Box::pin(self.0.accept(tcp)))
+    }
+
+    fn admissible(io: &Self::Io, plane: Plane) -> Result<(), crate::Error> {
+        if !plane.mutual_tls() {
+            return Ok(());
+        }
+        match io.get_ref().1.peer_certificates().and_then(|c| c.first()) {
+            Some(c) => Role::from_cert_der(c).map(drop),
+            None => Err(crate::Error::NoRole),
+        }
     }
 }
 
@@ -134,26 +176,129 @@ pub struct Connections {
     slots: Arc<Semaphore>,
     max: usize,
     counters: Arc<Counters>,
+    handshakes: Arc<Handshakes>,
+    pub(crate) unfinished: &'static Unfinished,
 }
 
 #[derive(Debug, Default)]
 struct Counters {
     accepted: AtomicU64,
     refused: AtomicU64,
+    refused_handshakes: AtomicU64,
+}
+
+/// Connections in their handshake: how many, and how many per source.
+#[derive(Debug)]
+struct Handshakes {
+    max: usize,
+    per_source: usize,
+    running: Mutex<Running>,
+}
+
+#[derive(Debug, Default)]
+struct Running {
+    total: usize,
+    by_source: HashMap<IpAddr, usize>,
+}
+
+/// The source a connection's handshakes count against: its IPv4 address
+/// (an IPv4-mapped IPv6 address is one), or its IPv6 /64, since one host
+/// is usually given a whole /64.
+fn source(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+        },
+    }
+}
+
+/// A place in the handshake pool; given back when dropped.
+struct HandshakePlace {
+    pool: Arc<Handshakes>,
+    source: IpAddr,
+}
+
+impl Handshakes {
+    fn enter(pool: &Arc<Handshakes>, ip: IpAddr) -> Option<HandshakePlace> {
+        let source = source(ip);
+        let mut r = pool.running.lock().unwrap_or_else(|e| e.into_inner());
+        if r.total >= pool.max {
+            return None;
+        }
+        let n = r.by_source.entry(source).or_insert(0);
+        if *n >= pool.per_source {
+            return None;
+        }
+        *n += 1;
+        r.total += 1;
+        Some(HandshakePlace {
+            pool: pool.clone(),
+            source,
+        })
+    }
+}
+
+impl Drop for HandshakePlace {
+    fn drop(&mut self) {
+        let mut r = self.pool.running.lock().unwrap_or_else(|e| e.into_inner());
+        r.total -= 1;
+        if let Some(n) = r.by_source.get_mut(&self.source) {
+            *n -= 1;
+            if *n == 0 {
+                r.by_source.remove(&self.source);
+            }
+        }
+    }
 }
 
 impl Connections {
-    pub(crate) fn new(max: usize) -> Connections {
+    pub(crate) fn new(
+        max: usize,
+        max_handshakes: usize,
+        per_source: usize,
+        unfinished: &'static Unfinished,
+    ) -> Connections {
         Connections {
             slots: Arc::new(Semaphore::new(max)),
             max,
             counters: Arc::default(),
+            handshakes: Arc::new(Handshakes {
+                max: max_handshakes,
+                per_source,
+                running: Mutex::default(),
+            }),
+            unfinished,
         }
     }
 
-    /// Connections open now, handshaking ones included.
+    /// Bytes announced by request messages begun and not yet complete, over
+    /// all connections (see `max_unfinished_bytes`).
+    pub fn unfinished_bytes(&self) -> usize {
+        self.unfinished.held()
+    }
+
+    /// Connections served now: handshake done, holding a slot under the
+    /// cap.
     pub fn open(&self) -> usize {
         self.max - self.slots.available_permits()
+    }
+
+    /// Connections in their TLS handshake now (they hold no slot under the
+    /// cap).
+    pub fn handshaking(&self) -> usize {
+        self.handshakes
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .total
+    }
+
+    /// New connections closed at once because the handshake pool, or
+    /// their source's share of it, was full.
+    pub fn refused_handshakes(&self) -> u64 {
+        self.counters.refused_handshakes.load(Ordering::Relaxed)
     }
 
     /// The cap on open connections.
@@ -161,12 +306,13 @@ impl Connections {
         self.max
     }
 
-    /// Connections given a slot since the listener started.
+    /// Connections given a slot under the cap since the listener started.
     pub fn accepted(&self) -> u64 {
         self.counters.accepted.load(Ordering::Relaxed)
     }
 
-    /// Connections closed at once because the cap was reached.
+    /// Connections closed at once because the cap was reached (after their
+    /// handshake, if any), or whose certificate named no role.
     pub fn refused(&self) -> u64 {
         self.counters.refused.load(Ordering::Relaxed)
     }
@@ -179,7 +325,7 @@ pub(crate) struct Incoming<H: Handshake> {
     plane: Plane,
     conns: Connections,
     timeouts: Timeouts,
-    handshakes: JoinSet<Option<Conn<H::Io>>>,
+    handshakes: JoinSet<Option<(H::Io, SocketAddr, Instant)>>,
     /// Set after an accept error that is not about one connection (out of
     /// file descriptors, say): accepting again at once would spin.
     pause: Option<Pin<Box<Sleep>>>,
@@ -229,29 +375,49 @@ impl<H: Handshake> Incoming<H> {
         }
     }
 
-    /// Takes a slot and starts the handshake; a finished handshake gives
-    /// the connection back at once.
+    /// Starts the handshake in the handshake pool, or, with none to run,
+    /// gives the connection its slot at once.
     fn admit(&mut self, tcp: TcpStream, peer: SocketAddr) -> Option<Conn<H::Io>> {
         // Small replies must not wait for a delayed ACK.
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(%peer, "TCP_NODELAY: {e}");
         }
-        let Ok(slot) = self.conns.slots.clone().try_acquire_owned() else {
-            self.conns.counters.refused.fetch_add(1, Ordering::Relaxed);
-            self.warn_refused(peer);
-            self.handshake.refuse(tcp);
-            return None;
+        let place = if H::RUNS {
+            match Handshakes::enter(&self.conns.handshakes, peer.ip()) {
+                Some(p) => Some(p),
+                None => {
+                    self.conns
+                        .counters
+                        .refused_handshakes
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(%peer, plane = %self.plane, "too many handshakes: closed");
+                    drop(tcp);
+                    return None;
+                }
+            }
+        } else {
+            None
         };
-        self.conns.counters.accepted.fetch_add(1, Ordering::Relaxed);
         let deadline = Instant::now() + self.timeouts.handshake;
-        let idle = self.timeouts.idle;
         match self.handshake.start(tcp) {
-            Started::Done(io) => Some(Conn::new(io, slot, deadline, idle)),
+            Started::Done(io) => self.seat(io, peer, deadline),
             Started::Running(handshake) => {
                 let plane = self.plane;
+                let counters = self.conns.counters.clone();
                 self.handshakes.spawn(async move {
-                    match tokio::time::timeout_at(deadline, handshake).await {
-                        Ok(Ok(io)) => Some(Conn::new(io, slot, deadline, idle)),
+                    let done = tokio::time::timeout_at(deadline, handshake).await;
+                    drop(place);
+                    match done {
+                        Ok(Ok(io)) => match H::admissible(&io, plane) {
+                            Ok(()) => Some((io, peer, deadline)),
+                            Err(e) => {
+                                // A certificate from the cluster's CA, so
+                                // a mistake in issuing it: worth a warning.
+                                counters.refused.fetch_add(1, Ordering::Relaxed);
+                                tracing::warn!(%peer, %plane, "connection closed: {e}");
+                                None
+                            }
+                        },
                         Ok(Err(e)) => {
                             tracing::debug!(%peer, %plane, "TLS handshake failed: {e}");
                             None
@@ -265,6 +431,19 @@ impl<H: Handshake> Incoming<H> {
                 None
             }
         }
+    }
+
+    /// Gives a connection whose handshake is done its slot under the cap,
+    /// or turns it away.
+    fn seat(&mut self, io: H::Io, peer: SocketAddr, deadline: Instant) -> Option<Conn<H::Io>> {
+        let Ok(slot) = self.conns.slots.clone().try_acquire_owned() else {
+            self.conns.counters.refused.fetch_add(1, Ordering::Relaxed);
+            self.warn_refused(peer);
+            self.handshake.refuse(io);
+            return None;
+        };
+        self.conns.counters.accepted.fetch_add(1, Ordering::Relaxed);
+        Some(Conn::new(io, slot, deadline, self.timeouts.idle))
     }
 
     fn warn_refused(&mut self, peer: SocketAddr) {
@@ -299,7 +478,12 @@ impl<H: Handshake> Stream for Incoming<H> {
             // Polled on every turn, so a handshake started below is
             // watched before this returns `Pending`.
             match this.handshakes.poll_join_next(cx) {
-                Poll::Ready(Some(Ok(Some(conn)))) => return Poll::Ready(Some(Ok(conn))),
+                Poll::Ready(Some(Ok(Some((io, peer, deadline))))) => {
+                    if let Some(conn) = this.seat(io, peer, deadline) {
+                        return Poll::Ready(Some(Ok(conn)));
+                    }
+                    continue;
+                }
                 Poll::Ready(Some(Ok(None))) => continue,
                 Poll::Ready(Some(Err(e))) => {
                     tracing::debug!("handshake task: {e}");
@@ -618,6 +802,35 @@ mod tests {
         v.extend_from_slice(&[kind, 0, 0, 0, 0, 1]);
         v.extend(std::iter::repeat_n(0xAB, payload));
         v
+    }
+
+    #[test]
+    fn handshakes_count_per_ipv4_address_and_ipv6_64() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(source(ip("192.0.2.7")), ip("192.0.2.7"));
+        assert_eq!(source(ip("::ffff:192.0.2.7")), ip("192.0.2.7"));
+        assert_eq!(source(ip("2001:db8:1:2:aaaa::1")), ip("2001:db8:1:2::"));
+        assert_ne!(source(ip("2001:db8:1:3::1")), ip("2001:db8:1:2::"));
+
+        let pool = Arc::new(Handshakes {
+            max: 3,
+            per_source: 2,
+            running: Mutex::default(),
+        });
+        let a = Handshakes::enter(&pool, ip("2001:db8::1")).unwrap();
+        let _b = Handshakes::enter(&pool, ip("2001:db8::2")).unwrap();
+        assert!(
+            Handshakes::enter(&pool, ip("2001:db8::3")).is_none(),
+            "same /64"
+        );
+        let _c = Handshakes::enter(&pool, ip("192.0.2.1")).unwrap();
+        assert!(
+            Handshakes::enter(&pool, ip("192.0.2.2")).is_none(),
+            "pool full"
+        );
+        drop(a);
+        assert!(Handshakes::enter(&pool, ip("192.0.2.2")).is_some());
+        assert_eq!(pool.running.lock().unwrap().total, 2);
     }
 
     #[test]

@@ -19,40 +19,136 @@
 //! `RESOURCE_EXHAUSTED`, so a caller sees one code for "too large"
 //! whichever limit it hit.
 //!
+//! # Unfinished messages: a budget per listener
+//!
+//! tonic's decoder reserves a message's announced length as soon as it
+//! reads the prefix and holds what has arrived until the message is
+//! complete. A caller who opens many streams, announces large messages and
+//! never finishes them would make the server hold streams × `max_message`
+//! per connection (64 MiB on the client plane), times the connections. So
+//! a message that is not complete within the DATA frame that carries its
+//! prefix takes its announced length from the listener's [`Unfinished`]
+//! budget (`max_unfinished_bytes`) until it completes or the call ends
+//! (answered, timed out, reset); a message that does not fit fails the
+//! call with `RESOURCE_EXHAUSTED` before it is buffered. A message that
+//! arrives whole in one frame (every client-plane request: they are far
+//! below HTTP/2's 16 KiB frames) never touches the budget, so a stranger
+//! holding it full does not stop those calls, and they pay nothing for it.
+//!
 //! # Cost
 //!
 //! No allocation per call: the body wrapper is a plain generic type (the
 //! router boxes the request body once, as it does without the layer), and
 //! the response check is one header look-up. Scanning touches only the 5
-//! prefix bytes of each message.
+//! prefix bytes of each message; a message in one frame adds one branch.
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{ready, Context, Poll};
 use tonic::Status;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// A listener's budget for unfinished request messages (see the module
+/// doc): bytes announced by messages not yet complete, over all its
+/// connections.
+#[derive(Debug)]
+pub struct Unfinished {
+    max: usize,
+    held: AtomicUsize,
+}
+
+impl Unfinished {
+    /// A budget of `max` bytes.
+    pub fn new(max: usize) -> Unfinished {
+        Unfinished {
+            max,
+            held: AtomicUsize::new(0),
+        }
+    }
+
+    /// Bytes held now.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// The budget.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    fn take(&self, n: usize) -> bool {
+        self.held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
+                h.checked_add(n).filter(|&t| t <= self.max)
+            })
+            .is_ok()
+    }
+
+    fn give(&self, n: usize) {
+        self.held.fetch_sub(n, Ordering::AcqRel);
+    }
+}
+
+/// What one body holds of its listener's budget; given back when the body
+/// is dropped (the call ended, however it ended).
+struct Hold {
+    budget: &'static Unfinished,
+    held: usize,
+}
+
+impl Hold {
+    /// Holds `want` bytes instead of what is held now; false if the
+    /// budget has no room.
+    #[cold]
+    fn set(&mut self, want: usize) -> bool {
+        if self.held > 0 {
+            self.budget.give(self.held);
+            self.held = 0;
+        }
+        if want > 0 {
+            if !self.budget.take(want) {
+                return false;
+            }
+            self.held = want;
+        }
+        true
+    }
+}
+
+impl Drop for Hold {
+    #[inline]
+    fn drop(&mut self) {
+        if self.held > 0 {
+            self.budget.give(self.held);
+        }
+    }
+}
+
 pin_project! {
     /// A request body that fails once a gRPC message in it announces more
-    /// than the limit.
+    /// than the limit, or an unfinished message finds no room in the
+    /// listener's budget.
     pub struct Limited<B> {
         #[pin]
         inner: B,
         max: usize,
         scan: Scan,
+        hold: Hold,
     }
 }
 
 impl<B> Limited<B> {
-    pub(crate) fn new(inner: B, max: usize) -> Limited<B> {
+    pub(crate) fn new(inner: B, max: usize, budget: &'static Unfinished) -> Limited<B> {
         Limited {
             inner,
             max,
             scan: Scan::default(),
+            hold: Hold { budget, held: 0 },
         }
     }
 }
@@ -78,6 +174,18 @@ where
                             format!(
                                 "request message of {len} bytes exceeds this server's limit of {} bytes",
                                 this.max
+                            ),
+                        )))));
+                    }
+                    // A message left unfinished by this frame holds its
+                    // announced length; one finished gives it back.
+                    let want = this.scan.unfinished();
+                    if want != this.hold.held && !this.hold.set(want) {
+                        return Poll::Ready(Some(Err(Box::new(Status::resource_exhausted(
+                            format!(
+                                "server busy: no room for an unfinished request message of {want} \
+                                 bytes (unfinished messages may hold {} bytes in all)",
+                                this.hold.budget.max
                             ),
                         )))));
                     }
@@ -109,9 +217,22 @@ struct Scan {
     prefix: u8,
     len: u32,
     skip: u64,
+    /// The announced length of the message being read.
+    current: u64,
 }
 
 impl Scan {
+    /// The announced length of a message begun and not yet complete (0
+    /// between messages, or within a prefix).
+    #[inline]
+    fn unfinished(&self) -> usize {
+        if self.skip > 0 {
+            self.current as usize
+        } else {
+            0
+        }
+    }
+
     /// Follows `data`; `Err(len)` when a message announces `len` > `max`.
     fn feed(&mut self, mut data: &[u8], max: usize) -> Result<(), u64> {
         while !data.is_empty() {
@@ -131,6 +252,7 @@ impl Scan {
                     return Err(len);
                 }
                 self.skip = len;
+                self.current = len;
                 data = &data[5..];
                 continue;
             }
@@ -145,6 +267,7 @@ impl Scan {
                     return Err(len);
                 }
                 self.skip = len;
+                self.current = len;
                 self.prefix = 0;
                 self.len = 0;
             }
@@ -214,6 +337,34 @@ mod tests {
             let r: Result<Vec<()>, u64> = bytes.chunks(chunk).map(|c| s.feed(c, 100)).collect();
             assert_eq!(r, Err(101), "chunk {chunk}");
         }
+    }
+
+    #[test]
+    fn an_unfinished_message_holds_its_announced_length_until_it_is_done() {
+        let bytes = framed(&[300, 20]);
+        let mut s = Scan::default();
+        s.feed(&bytes[..100], 1000).unwrap();
+        assert_eq!(s.unfinished(), 300);
+        s.feed(&bytes[100..305], 1000).unwrap();
+        assert_eq!(s.unfinished(), 0, "between messages");
+        s.feed(&bytes[305..307], 1000).unwrap();
+        assert_eq!(s.unfinished(), 0, "within a prefix");
+        s.feed(&bytes[307..311], 1000).unwrap();
+        assert_eq!(s.unfinished(), 20);
+
+        let budget: &'static Unfinished = Box::leak(Box::new(Unfinished::new(500)));
+        let mut a = Hold { budget, held: 0 };
+        let mut b = Hold { budget, held: 0 };
+        assert!(a.set(300));
+        assert!(!b.set(201), "over the budget");
+        assert_eq!(b.held, 0);
+        assert!(b.set(200));
+        assert_eq!(budget.held(), 500);
+        assert!(a.set(100), "a smaller message in its place");
+        assert_eq!(budget.held(), 300);
+        drop(a);
+        assert!(b.set(0));
+        assert_eq!(budget.held(), 0);
     }
 
     #[test]

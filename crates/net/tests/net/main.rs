@@ -3,4 +3,6 @@
 mod common;
 mod limits;
 mod one;
+mod strangers;
 mod tls;
+mod unfinished;

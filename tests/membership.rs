@@ -159,6 +159,32 @@ async fn assert_ceilings_hold(read: &ReadClient, set: &SetSpec, obs: &[Observati
     }
 }
 
+/// Cuts the replica whose data is in `data_dir` off from its peers, and
+/// waits until it acknowledges: it writes `ISOLATE_ACK` into the partition
+/// file only once its switch is on (`seqsvr_store::fault`), so from then
+/// on no Raft RPC reaches it. Writing the file and sleeping is not enough:
+/// a step that depends on the cut could run before the replica looked.
+async fn isolate(data_dir: &Path) {
+    use seqsvr_store::fault::{ISOLATE_ACK, ISOLATE_FILE};
+    let file = data_dir.join(ISOLATE_FILE);
+    std::fs::write(&file, b"").unwrap();
+    let started = Instant::now();
+    attack::eventually(
+        Duration::from_secs(30),
+        "the replica acknowledges the partition",
+        || {
+            let acked = std::fs::read(&file).is_ok_and(|b| b == ISOLATE_ACK);
+            async move { acked }
+        },
+    )
+    .await;
+    println!(
+        "{} acknowledged the partition after {:?}",
+        data_dir.display(),
+        started.elapsed()
+    );
+}
+
 fn refusal<T: std::fmt::Debug>(r: Result<T, tonic::Status>) -> Error {
     Error::from_status(&r.expect_err("refused"))
 }
@@ -468,9 +494,9 @@ async fn bad_membership_changes_are_refused_and_change_nothing() {
     assert!(e.to_string().contains("store node 5"), "{e}");
 
     // A replica that cannot catch up (cut off from its peers) is removed
-    // again after the catch-up time.
-    std::fs::write(r5.data_dir.join(seqsvr_store::fault::ISOLATE_FILE), b"").unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // again after the catch-up time. The cut must be in force before the
+    // add: the replica says so (a learner can catch up in milliseconds).
+    isolate(&r5.data_dir).await;
     // A caller that goes away during the catch-up changes nothing either:
     // the change runs to its end, and the learner is removed again.
     let mut gone = tonic::Request::new(add(5, &peer5, 1500));
@@ -487,9 +513,10 @@ async fn bad_membership_changes_are_refused_and_change_nothing() {
     assert!(e.to_string().contains("removed again"), "{e}");
     assert!(started.elapsed() >= Duration::from_millis(1500));
     wait_voters(&cluster.client_addrs, &[1, 2, 3], || cluster.logs()).await;
-    // Healed, the same replica joins (and leaves again).
+    // Healed, the same replica joins (and leaves again). The replica sees
+    // the file gone within its 50 ms look; the add waits up to 10 s for it
+    // to catch up, so nothing needs to wait for the heal.
     std::fs::remove_file(r5.data_dir.join(seqsvr_store::fault::ISOLATE_FILE)).unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
     admin.add_member(add(5, &peer5, 10_000)).await.unwrap();
     let e = refusal(admin.add_member(add(5, &peer5, 0)).await);
     assert_eq!(kind_of(&e), Some(Kind::IdInUse), "{e:?}");

@@ -1,6 +1,9 @@
 //! The operator's command lines against real processes: `seqctl health`
 //! on store replicas and AllocSvrs (alive, ready, paused, cut off, dead),
-//! output into a closed pipe, and `SEQSVR_CONFIG` standing for `--config`.
+//! `seqctl drill` judging its own evidence (no cluster, a fault that
+//! cannot happen, too few calls, no numbers: each a non-zero exit with
+//! the reason), output into a closed pipe, and `SEQSVR_CONFIG` standing
+//! for `--config`.
 
 mod support;
 
@@ -102,6 +105,106 @@ fn health_tells_alive_ready_and_unreachable_apart() {
     assert!(line.contains("unreachable"), "{line}");
     let (code, _) = health("ftp://nowhere:1", &[]);
     assert_eq!(code, 2);
+}
+
+/// `seqctl --store STORE --alloc SEEDS drill FLAGS`, its dev dir an empty
+/// one: exit code, standard output, standard error.
+fn drill(store: &str, seeds: &str, flags: &[&str]) -> (Option<i32>, String, String) {
+    let dev = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let out = Command::new(seqctl_bin())
+        .args(["--store", store, "--alloc", seeds, "--dev-dir"])
+        .arg(dev.path())
+        .arg("drill")
+        .args(flags)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    );
+    println!(
+        "drill {flags:?}: {:?} after {:?}\n{stdout}{stderr}",
+        out.status.code(),
+        started.elapsed()
+    );
+    (out.status.code(), stdout, stderr)
+}
+
+#[test]
+fn a_drill_without_evidence_fails_and_says_why() {
+    // Against nothing: no store to read the set from.
+    let nowhere = format!("127.0.0.1:{}", support::free_port());
+    let (code, _, err) = drill(&nowhere, &nowhere, &["--duration", "1s"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("seqctl: error: reading the route table"),
+        "{err}"
+    );
+
+    let mut cluster = SetCluster::start(SetSpec::new(0, 0..1_000_000), 2);
+    let store = cluster.store.client_addrs.join(",");
+    let seeds = cluster.alloc_addrs.join(",");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let c = cluster.client().await;
+        cluster.wait_serving(&c).await;
+    });
+    let short = ["--duration", "1500ms", "--uids", "0..2000", "--rate", "400"];
+    let with = |more: &[&'static str]| [&short[..], more].concat();
+
+    // A drill that shows what it should passes.
+    let (code, out, err) = drill(&store, &seeds, &with(&["--fault", "500ms:exec:true"]));
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("verdict      PASSED"), "{out}");
+
+    // A fault that cannot happen (no such process), and one whose command
+    // fails: the drill did not test what it was asked to.
+    let (code, out, err) = drill(
+        &store,
+        &seeds,
+        &with(&[
+            "--fault",
+            "300ms:kill:alloc-9",
+            "--fault",
+            "600ms:exec:echo no such container >&2; exit 1",
+        ]),
+    );
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(out.contains("verdict      FAILED"), "{out}");
+    for why in [
+        "fault at 0.3 s Kill(\"alloc-9\") did not happen: FAILED: reading ",
+        "alloc-9.pid: No such file or directory",
+        "did not happen: FAILED: `echo no such container >&2; exit 1` exited with exit status: 1: no such container",
+    ] {
+        assert!(err.contains(why), "{why:?} not in {err}");
+    }
+
+    // Fewer calls than stated.
+    let (code, _, err) = drill(&store, &seeds, &with(&["--min-calls", "1000000"]));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("calls made, fewer than the minimum of 1000000"),
+        "{err}"
+    );
+
+    // A fault after the end is refused before anything runs.
+    let (code, _, err) = drill(&store, &seeds, &with(&["--fault", "5s:exec:true"]));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("is not before the drill's end (1.5s)"),
+        "{err}"
+    );
+
+    // No AllocSvr left: every call fails (the store seeds the client).
+    for a in &mut cluster.allocs {
+        a.kill9();
+    }
+    let (code, out, err) = drill(&store, &store, &with(&["--deadline-ms", "200"]));
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(err.contains("no numbers: "), "{err}");
+    assert!(err.contains("nothing was tested"), "{err}");
 }
 
 /// Runs `exe args` with standard output a pipe nobody reads: its read end

@@ -139,13 +139,60 @@ impl Cluster {
     }
 }
 
-/// Quick attempts, but a first pause of two seconds (at least one, with
-/// jitter): a call that paused before following a move would show.
-fn no_pause(deadline_ms: u64) -> ClientOptions {
+/// The shortest pause of [`no_pause`]'s client (its backoff, jittered
+/// down to half).
+const PAUSE_AT_LEAST: Duration = Duration::from_secs(10);
+
+/// How long a call that did not pause may take here: far above what it
+/// takes (a few ms), far below a pause, so a loaded machine does not
+/// blur the two.
+const NO_PAUSE_BOUND: Duration = Duration::from_secs(4);
+
+/// Quick attempts, but a first pause of 20 s (at least 10, with jitter),
+/// inside a deadline of a minute: a call that paused before following a
+/// move would take that long.
+fn no_pause() -> ClientOptions {
     ClientOptions {
-        initial_backoff: Duration::from_secs(2),
-        max_backoff: Duration::from_secs(2),
-        ..quick(deadline_ms)
+        initial_backoff: PAUSE_AT_LEAST * 2,
+        max_backoff: PAUSE_AT_LEAST * 2,
+        ..quick(60_000)
+    }
+}
+
+/// Asserts a call that began at `start` did not pause; prints its time.
+fn assert_no_pause(what: &str, start: Instant) {
+    let took = start.elapsed();
+    println!("{what}: {took:?} (bound {NO_PAUSE_BOUND:?}; a pause is at least {PAUSE_AT_LEAST:?})");
+    assert!(took < NO_PAUSE_BOUND, "{what} paused: {took:?}");
+}
+
+/// The most store reads a call retrying with [`quick`]'s backoff (pauses
+/// of 5 ms doubling to 50 ms, each at least half that) can make in
+/// `took`: one, then one after each pause that fits, and two more (a read
+/// at once after a refusal, a refresh) so that the bound does not hang
+/// on the exact path. A call that read in a loop without pausing would
+/// make hundreds.
+fn most_reads(took: Duration) -> u64 {
+    let (mut planned, mut spent, mut reads) = (5.0_f64, 0.0_f64, 3);
+    loop {
+        spent += planned / 2.0;
+        if spent > took.as_secs_f64() * 1000.0 {
+            return reads;
+        }
+        reads += 1;
+        planned = (planned * 2.0).min(50.0);
+    }
+}
+
+/// Waits (up to 10 s) until `cond` holds, looking every millisecond.
+async fn until(what: &str, cond: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "not within 10 s: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
 
@@ -179,7 +226,7 @@ async fn a_store_is_a_seed_too() {
 #[tokio::test]
 async fn moved_section_is_followed_to_the_other_set_at_once() {
     let k = Cluster::start().await;
-    let c = k.client(no_pause(3000)).await;
+    let c = k.client(no_pause()).await;
     assert_eq!(c.next(700).await, Ok(1));
     assert_eq!(c.next(1500).await, Ok(B + 1));
     k.freeze();
@@ -189,14 +236,14 @@ async fn moved_section_is_followed_to_the_other_set_at_once() {
     // asks set 1's store and goes there without a pause.
     let start = Instant::now();
     assert_eq!(c.next(700).await, Ok(B + 1));
-    assert!(start.elapsed() < Duration::from_millis(900), "paused");
+    assert_no_pause("following the move", start);
     assert_eq!((k.a0.calls(), k.a1.calls()), (2, 2));
     assert_eq!((c.route_version(0), c.route_version(1)), (Some(2), Some(2)));
     // A client that never saw set 1 fetches it the same way.
-    let fresh = k.client(no_pause(3000)).await;
+    let fresh = k.client(no_pause()).await;
     let start = Instant::now();
     assert_eq!(fresh.next(701).await, Ok(B + 1));
-    assert!(start.elapsed() < Duration::from_millis(900), "paused");
+    assert_no_pause("a fresh client following the move", start);
 }
 
 #[tokio::test]
@@ -207,24 +254,37 @@ async fn not_served_between_freeze_and_install_is_retried_until_installed() {
     k.freeze();
     let before = (k.a0.calls(), k.s1.calls());
     let start = Instant::now();
+    // Installed once the call has asked set 1's store twice (it is
+    // retrying), and no sooner than 100 ms in: time for a loop that does
+    // not pause to show (the bound on reads is from the time it took).
     let installer = async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        until("the call asks set 1's store twice", || {
+            k.s1.calls() - before.1 >= 2
+        })
+        .await;
+        tokio::time::sleep_until((start + Duration::from_millis(100)).into()).await;
         k.install();
     };
     let (got, ()) = tokio::join!(c.next(700), installer);
+    let took = start.elapsed();
     assert_eq!(got, Ok(B + 1));
-    assert!(start.elapsed() >= Duration::from_millis(200));
     // One MOVED from set 0; then set 1's store is asked once a backoff
     // (5 ms doubling to 50 ms): a handful of reads, no busy loop.
     assert_eq!(k.a0.calls() - before.0, 1);
     let reads = k.s1.calls() - before.1;
-    assert!((2..=12).contains(&reads), "{reads} store reads");
+    let most = most_reads(took);
+    println!("{reads} store reads in {took:?} (at most {most} with the backoff)");
+    assert!(
+        (2..=most).contains(&reads),
+        "{reads} store reads in {took:?}"
+    );
 }
 
 #[tokio::test]
 async fn a_section_never_installed_ends_in_a_typed_error() {
     let k = Cluster::start().await;
-    let c = k.client(quick(400)).await;
+    let deadline = Duration::from_millis(400);
+    let c = k.client(quick(deadline.as_millis() as u64)).await;
     assert_eq!(c.next(1500).await, Ok(B + 1));
     k.freeze();
     let before = k.s1.calls();
@@ -242,9 +302,18 @@ async fn a_section_never_installed_ends_in_a_typed_error() {
         "{r:?}"
     );
     assert!(r.unwrap_err().is_retryable());
-    assert!(took >= Duration::from_millis(400) && took < Duration::from_millis(800));
+    // It gave up at its deadline: not before, and not long after (the
+    // bound is generous: a loaded machine may be slow to wake it).
+    let late = Duration::from_secs(3);
+    println!("gave up after {took:?} (deadline {deadline:?}, bound deadline + {late:?})");
+    assert!(took >= deadline && took < deadline + late, "{took:?}");
     let reads = k.s1.calls() - before;
-    assert!((2..=15).contains(&reads), "{reads} store reads");
+    let most = most_reads(took);
+    println!("{reads} store reads (at most {most} with the backoff)");
+    assert!(
+        (2..=most).contains(&reads),
+        "{reads} store reads in {took:?}"
+    );
 }
 
 #[tokio::test]
@@ -253,25 +322,36 @@ async fn directory_flip_while_a_client_is_calling() {
     let c = k.client(quick(3000)).await;
     assert_eq!(c.next(1500).await, Ok(B + 1));
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let caller = {
-        let (c, stop) = (c.clone(), stop.clone());
+        let (c, stop, done) = (c.clone(), stop.clone(), done.clone());
         tokio::spawn(async move {
             let mut got = Vec::new();
             while !stop.load(Ordering::SeqCst) {
                 got.push(c.next(700).await);
+                done.fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
             got
         })
     };
-    let step = Duration::from_millis(60);
-    tokio::time::sleep(step).await;
+    // Each step waits for the caller to show it, not for a fixed time: a
+    // few calls on set 0; the freeze seen (it asks set 1's store); a few
+    // calls once installed; a few after the flip.
+    let more_calls = |n: usize| {
+        let (done, from) = (done.clone(), done.load(Ordering::SeqCst));
+        until("the caller makes more calls", move || {
+            done.load(Ordering::SeqCst) >= from + n
+        })
+    };
+    more_calls(3).await;
+    let reads = k.s1.calls();
     k.freeze();
-    tokio::time::sleep(step).await;
+    until("the caller sees the freeze", || k.s1.calls() > reads).await;
     k.install();
-    tokio::time::sleep(step).await;
+    more_calls(3).await;
     k.flip();
-    tokio::time::sleep(step).await;
+    more_calls(3).await;
     stop.store(true, Ordering::SeqCst);
     let got: Vec<u64> = caller
         .await
@@ -314,14 +394,14 @@ async fn move_to_new_set(k: &Cluster) -> (Fake, FakeStore) {
 #[tokio::test]
 async fn stale_directory_is_corrected_from_the_error() {
     let k = Cluster::start().await;
-    let c = k.client(no_pause(2000)).await;
+    let c = k.client(no_pause()).await;
     assert_eq!(c.next(700).await, Ok(1));
     let (_a2, s2) = move_to_new_set(&k).await;
     // The client's directory (v1) has never heard of set 2; set 0's
     // MOVED carries v4, which names set 2's store.
     let start = Instant::now();
     assert_eq!(c.next(700).await, Ok(C + 1));
-    assert!(start.elapsed() < Duration::from_millis(900), "paused");
+    assert_no_pause("correcting the directory", start);
     assert_eq!(c.directory().map(|d| d.version), Some(4));
     assert_eq!(s2.calls(), 1);
 }
@@ -329,7 +409,7 @@ async fn stale_directory_is_corrected_from_the_error() {
 #[tokio::test]
 async fn stale_directory_is_fetched_when_the_error_names_a_newer_one() {
     let k = Cluster::start().await;
-    let c = k.client(no_pause(2000)).await;
+    let c = k.client(no_pause()).await;
     assert_eq!(c.next(700).await, Ok(1));
     let (_a2, _s2) = move_to_new_set(&k).await;
     // Set 0's AllocSvr sends tables without the directory, but names its
@@ -376,7 +456,7 @@ async fn uid_in_no_directory_range_is_a_typed_error() {
 #[tokio::test]
 async fn batch_is_split_across_sets() {
     let k = Cluster::start().await;
-    let c = k.client(no_pause(3000)).await;
+    let c = k.client(no_pause()).await;
     let seqs = c.next_batch(&[700, 1500, 701, 1501, 5]).await.unwrap();
     assert_eq!(seqs, vec![1, B + 1, 1, B + 1, 1]);
     assert_eq!(k.a0.batches(), vec![vec![700, 701, 5]]);
@@ -388,7 +468,7 @@ async fn batch_is_split_across_sets() {
     k.install();
     let start = Instant::now();
     let seqs = c.next_batch(&[300, 700, 1500, 700]).await.unwrap();
-    assert!(start.elapsed() < Duration::from_millis(900), "paused");
+    assert_no_pause("a batch split mid-move", start);
     assert_eq!(seqs, vec![1, B + 1, B + 2, B + 2]);
     assert_eq!(k.a0.batches()[1], [300, 700, 700]);
     assert_eq!(k.a0.batches().last(), Some(&vec![300]));

@@ -99,7 +99,10 @@ enum Cmd {
     /// flags.
     Health(ctl::health::HealthArgs),
     /// Failover drill: drive a workload, inject faults, report regressions,
-    /// unavailability and skipped numbers. Exits non-zero on any regression.
+    /// unavailability and skipped numbers. Exits non-zero, with the reason,
+    /// on any regression or repeat, no numbers, fewer calls than
+    /// --min-calls, a fault that did not happen, a section jump over one
+    /// step or an outage over --max-outage.
     Drill(drill::DrillArgs),
 }
 
@@ -272,11 +275,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Cmd::Drill(args) => {
                 let cfg = args.into_config(&store, &seeds, &dev_dir, dial.tls.clone());
                 let report = drill::run(cfg).await?;
-                report.print(args.json)?;
-                if !report.ok() {
+                let breaches = drill::judge(&report, &args.bounds());
+                report.print_judged(args.json, &breaches)?;
+                if !breaches.is_empty() {
+                    let reasons: Vec<String> = breaches.iter().map(ToString::to_string).collect();
                     return Err(Error::Failed(format!(
-                        "promise 1 broken: {} regressions, {} repeats",
-                        report.regressions, report.repeats
+                        "drill failed: {}",
+                        reasons.join("; ")
                     )));
                 }
                 Ok(())

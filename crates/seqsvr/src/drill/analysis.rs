@@ -203,6 +203,7 @@ fn fault_reports(
             recovery_ms: ms(outages.worst(f.at, until)),
             fault: f.fault,
             outcome: f.outcome,
+            applied: f.applied,
         })
         .collect()
 }
@@ -288,6 +289,7 @@ mod tests {
             fault,
             at: ms(300),
             outcome: "ok".into(),
+            applied: true,
         };
         let r = analyse(&set, &obs, vec![applied], calls, t0, ms(1000));
         assert_eq!(r.unavailable_max_ms, 350.0);

@@ -11,6 +11,7 @@ use clap::ValueEnum;
 use seqsvr_client::ClientTls;
 
 use super::faults::{Action, ActionKind, Fault};
+use super::judge::Bounds;
 
 /// `seqctl drill` flags.
 #[derive(clap::Args, Debug, Clone)]
@@ -43,6 +44,20 @@ pub struct DrillArgs {
     /// Per-call deadline of the drill's client, in ms.
     #[arg(long, default_value_t = 1000)]
     pub deadline_ms: u64,
+    /// Fewest calls the drill must make to pass (it also fails if no call
+    /// returned a number).
+    #[arg(long, default_value_t = 1)]
+    pub min_calls: u64,
+    /// Longest outage any fault may cost a section to pass (e.g. `6500ms`;
+    /// default: not bounded, only reported).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub max_outage: Option<Duration>,
+    /// Largest jump of a section's numbers any fault may cost to pass
+    /// (default: one step, plus 8 numbers per caller for calls in flight
+    /// at the fault — promise 4; a set move as the fault skips up to two
+    /// steps).
+    #[arg(long, value_name = "NUMBERS")]
+    pub max_section_jump: Option<u64>,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -74,6 +89,16 @@ pub struct DrillConfig {
 }
 
 impl DrillArgs {
+    /// What the drill must show to pass (see `judge`).
+    pub fn bounds(&self) -> Bounds {
+        Bounds {
+            min_calls: self.min_calls,
+            max_outage: self.max_outage,
+            max_section_jump: self.max_section_jump,
+            concurrency: self.concurrency as u64,
+        }
+    }
+
     /// The config for these flags (clap has already checked each of them),
     /// against the cluster at `store` (client planes) and `allocs` (seeds),
     /// dialed with `tls`; dev pid files in `dev_dir`.
@@ -359,6 +384,33 @@ mod tests {
         );
         let cfg = a.into_config(&["s".into()], &["a".into()], Path::new("d"), None);
         assert_eq!((cfg.uids, cfg.faults.len()), (Some(10..20), 2));
+        assert_eq!(
+            a.bounds(),
+            Bounds {
+                min_calls: 1,
+                max_outage: None,
+                max_section_jump: None,
+                concurrency: 4
+            }
+        );
+        let a = parse(&[
+            "--min-calls",
+            "5000",
+            "--max-outage",
+            "6500ms",
+            "--max-section-jump",
+            "20001",
+        ])
+        .unwrap();
+        assert_eq!(
+            a.bounds(),
+            Bounds {
+                min_calls: 5000,
+                max_outage: Some(Duration::from_millis(6500)),
+                max_section_jump: Some(20_001),
+                concurrency: 16
+            }
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use seqsvr_store_api::ReadClient;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Context, Error, Result};
 
@@ -26,7 +26,7 @@ pub enum ActionKind {
 }
 
 /// What a fault does.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Action {
     /// SIGKILL a dev process (by name, or `store-leader`).
     Kill(String),
@@ -57,10 +57,10 @@ impl Action {
 }
 
 /// A fault at a time after the drill starts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fault {
-    /// When, after the start.
-    #[serde(serialize_with = "ser_ms")]
+    /// When, after the start (in ms, in JSON).
+    #[serde(serialize_with = "ser_ms", deserialize_with = "de_ms")]
     pub at: Duration,
     /// What.
     pub action: Action,
@@ -68,6 +68,11 @@ pub struct Fault {
 
 fn ser_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64() * 1000.0)
+}
+
+fn de_ms<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let ms = f64::deserialize(d)?;
+    Duration::try_from_secs_f64(ms / 1000.0).map_err(serde::de::Error::custom)
 }
 
 /// A fault as it was run.
@@ -79,6 +84,8 @@ pub(super) struct Applied {
     pub at: Instant,
     /// What it did (or why it failed).
     pub outcome: String,
+    /// Whether it happened (see `FaultReport::applied`).
+    pub applied: bool,
 }
 
 /// Where the faults act.
@@ -103,11 +110,16 @@ pub(super) async fn run_faults(
     for fault in faults {
         tokio::time::sleep_until((t0 + fault.at).into()).await;
         let at = Instant::now();
-        let outcome = match act(&fault.action, &targets).await {
-            Ok(s) => s,
-            Err(e) => format!("FAILED: {e}"),
+        let (outcome, applied) = match act(&fault.action, &targets).await {
+            Ok(s) => (s, true),
+            Err(e) => (format!("FAILED: {e}"), false),
         };
-        done.push(Applied { fault, at, outcome });
+        done.push(Applied {
+            fault,
+            at,
+            outcome,
+            applied,
+        });
     }
     tokio::time::sleep_until(end.into()).await;
     done
@@ -127,7 +139,23 @@ async fn act(action: &Action, targets: &Targets<'_>) -> Result<String> {
                 .output()
                 .await
                 .map_err(|e| Error::io(format!("running `{cmd}`"), e))?;
-            return Ok(format!("`{cmd}` exited with {}", out.status));
+            let said = format!("`{cmd}` exited with {}", out.status);
+            if !out.status.success() {
+                // The command's own words say why it did not happen (their
+                // end, if they are long).
+                let err = String::from_utf8_lossy(&out.stderr);
+                let err = err.trim();
+                let err = match err.char_indices().rev().nth(399) {
+                    Some((i, _)) => &err[i..],
+                    None => err,
+                };
+                return Err(Error::Failed(if err.is_empty() {
+                    said
+                } else {
+                    format!("{said}: {err}")
+                }));
+            }
+            return Ok(said);
         }
     };
     let name = resolve(name, targets.store).await?;
@@ -159,8 +187,17 @@ const NO_HOOKS: &str = "the isolate and heal faults need a build with fault hook
 /// How long a replica gets to acknowledge `isolate` (it looks every 50 ms).
 const ISOLATE_ACK_WAIT: Duration = Duration::from_secs(2);
 
-/// Refuses, before the drill starts, faults this build cannot run.
-pub(super) fn check(faults: &[Fault]) -> Result<()> {
+/// Refuses, before the drill starts, faults this build cannot run and
+/// faults the drill would not see (at or after the end of a drill of
+/// `duration`).
+pub(super) fn check(faults: &[Fault], duration: Duration) -> Result<()> {
+    if let Some(late) = faults.iter().find(|f| f.at >= duration) {
+        return Err(Error::Usage(format!(
+            "the fault at {:?} ({:?}) is not before the drill's end ({duration:?}): \
+             no call would see it",
+            late.at, late.action
+        )));
+    }
     let partitions = faults
         .iter()
         .any(|f| matches!(f.action, Action::Isolate(_) | Action::Heal(_)));
@@ -265,14 +302,57 @@ mod tests {
             at: Duration::ZERO,
             action: Action::Isolate("store-1".into()),
         };
+        let long = Duration::from_secs(10);
         assert_eq!(
-            check(std::slice::from_ref(&isolate)).is_ok(),
+            check(std::slice::from_ref(&isolate), long).is_ok(),
             seqsvr_store::fault::FAULT_HOOKS
         );
         let kill = Fault {
             at: Duration::ZERO,
             action: Action::Kill("alloc-1".into()),
         };
-        assert!(check(&[kill]).is_ok());
+        assert!(check(std::slice::from_ref(&kill), long).is_ok());
+    }
+
+    #[test]
+    fn faults_the_drill_would_not_see_are_refused() {
+        let at = |ms| Fault {
+            at: Duration::from_millis(ms),
+            action: Action::Exec("true".into()),
+        };
+        let d = Duration::from_secs(2);
+        assert!(check(&[at(0), at(1999)], d).is_ok());
+        for late in [2000, 5000] {
+            let err = check(&[at(0), at(late)], d).unwrap_err().to_string();
+            assert!(err.contains("is not before the drill's end (2s)"), "{err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_command_that_fails_is_a_fault_that_did_not_happen() {
+        let d = dev_dir();
+        let store = ReadClient::new(&["127.0.0.1:1".into()], &plaintext()).unwrap();
+        let targets = Targets {
+            dev_dir: d.path(),
+            store: &store,
+        };
+        let said = act(&Action::Exec("true".into()), &targets).await.unwrap();
+        assert_eq!(said, "`true` exited with exit status: 0");
+        let err = act(
+            &Action::Exec("echo no such container >&2; exit 3".into()),
+            &targets,
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.ends_with("exited with exit status: 3: no such container"),
+            "{err}"
+        );
+        let err = act(&Action::Kill("alloc-9".into()), &targets)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("alloc-9.pid"), "{err}");
     }
 }

@@ -5,7 +5,11 @@
 //! name, or any shell command the operator gives, e.g. `docker kill
 //! alloc-2`), and reports what clients saw: regressions and repeats per uid
 //! (must be 0 — promise 1), how long each section was unavailable, how long
-//! recovery took after each fault, and how many numbers were skipped.
+//! recovery took after each fault, and how many numbers were skipped. Then
+//! it judges its own evidence: it fails unless it made calls (at least
+//! `--min-calls`) that returned numbers, every fault happened, promise 1
+//! held, each fault's section jump stayed within one step (promise 4) and
+//! its outage within `--max-outage` (when given).
 //!
 //! # Layout
 //!
@@ -21,15 +25,19 @@
 //! - `analysis`: turns those records into figures: violations, outages per
 //!   section and per fault, skipped numbers.
 //! - `report`: the figures ([`Report`]) as text or JSON.
+//! - `judge`: the verdict ([`judge()`]): a pure function of the report and
+//!   the [`Bounds`] the flags state.
 //! - here: [`run`], which wires them together.
 //!
 //! Imports point one way only: `args` and `report` use `faults`'
-//! types; `analysis` uses `faults`, `workload` and `report`; `faults` and
-//! `workload` use no other part.
+//! types; `analysis` uses `faults`, `workload` and `report`; `judge` uses
+//! `report` (and `args` builds its `Bounds`); `faults` and `workload` use
+//! no other part.
 
 mod analysis;
 mod args;
 mod faults;
+mod judge;
 mod report;
 mod workload;
 
@@ -43,6 +51,7 @@ use crate::error::{Context, Result};
 
 pub use args::{parse_duration, parse_fault, parse_uids, DrillArgs, DrillConfig};
 pub use faults::{Action, ActionKind, Fault};
+pub use judge::{judge, Bounds, Breach, NUMBERS_PER_CALL};
 pub use report::{FaultReport, Report};
 
 /// The uids a drill covers and how they are cut into sections: the seed
@@ -74,7 +83,7 @@ fn grid(set: seqsvr_core::SetSpec, dir: Option<&seqsvr_core::Directory>) -> seqs
 
 /// Runs a drill.
 pub async fn run(cfg: DrillConfig) -> Result<Report> {
-    faults::check(&cfg.faults)?;
+    faults::check(&cfg.faults, cfg.duration)?;
     let store = ReadClient::new(&cfg.store, &connector(cfg.tls.clone()))?;
     let routes = store.routes().await.context("reading the route table")?;
     let set = grid(routes.set, routes.directory.as_ref());

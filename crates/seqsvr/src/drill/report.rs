@@ -1,18 +1,23 @@
-//! The drill's findings, printed as text or (`--json`) JSON.
+//! The drill's findings, printed as text or (`--json`) JSON, with the
+//! verdict on them (see `judge`).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::faults::Fault;
+use super::judge::Breach;
 use crate::error::Result;
 use crate::outln;
 
 /// A fault as it happened.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FaultReport {
     /// The fault.
     pub fault: Fault,
     /// What it did (or why it failed).
     pub outcome: String,
+    /// Whether it happened: its signal was delivered, its command exited
+    /// 0, its replica acknowledged the cut.
+    pub applied: bool,
     /// The longest time, from the fault on, that any section went without
     /// a successful call while calls for it failed (before the next fault),
     /// in ms.
@@ -22,8 +27,9 @@ pub struct FaultReport {
     pub section_skip_max: u64,
 }
 
-/// The drill's findings.
-#[derive(Debug, Clone, Serialize)]
+/// The drill's findings. Read back from JSON (`--json`), a figure that is
+/// missing or not a number (`null`) is an error, never a default.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     /// Calls made.
     pub requests: u64,
@@ -70,6 +76,41 @@ impl Report {
             )?;
             return Ok(());
         }
+        self.print_text()
+    }
+
+    /// Prints the report and the verdict on it (`breaches`, empty: passed):
+    /// as text, the report then `verdict  PASSED` or `verdict  FAILED` and
+    /// a line per reason; as JSON, the report's fields and `breaches`, the
+    /// reasons.
+    pub fn print_judged(&self, json: bool, breaches: &[Breach]) -> Result<()> {
+        let reasons: Vec<String> = breaches.iter().map(ToString::to_string).collect();
+        if json {
+            #[derive(Serialize)]
+            struct Judged<'a> {
+                #[serde(flatten)]
+                report: &'a Report,
+                breaches: &'a [String],
+            }
+            let judged = Judged {
+                report: self,
+                breaches: &reasons,
+            };
+            let text = serde_json::to_string_pretty(&judged).expect("report serialises");
+            return outln!("{text}");
+        }
+        self.print_text()?;
+        if reasons.is_empty() {
+            return outln!("verdict      PASSED");
+        }
+        outln!("verdict      FAILED")?;
+        for r in &reasons {
+            outln!("  {r}")?;
+        }
+        Ok(())
+    }
+
+    fn print_text(&self) -> Result<()> {
         outln!(
             "requests     {} ({} failed), {} numbers for {} uids",
             self.requests,
@@ -95,8 +136,9 @@ impl Report {
             outln!("  section {s:>5} (uids {range}): {ms:.0} ms")?;
         }
         for f in &self.faults {
+            let applied = if f.applied { "" } else { " (NOT APPLIED)" };
             outln!(
-                "fault at {:>7.1} s  {:?}: {}\n    longest outage after it {:.0} ms; largest section jump across it {} (step {})",
+                "fault at {:>7.1} s  {:?}: {}{applied}\n    longest outage after it {:.0} ms; largest section jump across it {} (step {})",
                 f.fault.at.as_secs_f64(),
                 f.fault.action,
                 f.outcome,

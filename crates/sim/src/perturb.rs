@@ -17,7 +17,9 @@ use crate::knobs::Knobs;
 ///   epoch (its epoch check passes);
 /// - `assign_unconditional`: an `Assign` expects the current epochs;
 /// - `skip_move_id_check`: a `Freeze` or `Install` older than the newest
-///   move applied names that move (`check_move_id` passes);
+///   move applied is applied as the store applied it before its fixes:
+///   by the legacy command (no check against the directory) naming that
+///   move (`check_move_id` passes);
 /// - `claim_always_fresh`: a `TakeOver` names the current epochs, so no
 ///   grant prepared for the claimer is handed back unchanged;
 /// - `raise_unbounded`: a `Raise` of more than a step is applied a step
@@ -85,8 +87,25 @@ fn rewrite(state: &SetState, cmd: &Command, knobs: &Knobs) -> Option<Command> {
             first, expected, ..
         } => current_epochs(state, *first, expected),
         Command::TakeOver { first, known, .. } => current_epochs(state, *first, known),
-        Command::Freeze { call, .. } | Command::Install { call, .. } => {
-            call.move_id = state.placement.last_move;
+        Command::Freeze { first, count, call } => {
+            let to = match call.kind {
+                seqsvr_core::SetKind::Move { to, .. } => to,
+                seqsvr_core::SetKind::Addition => call.set,
+            };
+            cmd = Command::LegacyFreeze {
+                first: *first,
+                count: *count,
+                to,
+                move_id: state.placement.last_move,
+            };
+            true
+        }
+        Command::Install { first, floors, .. } => {
+            cmd = Command::LegacyInstall {
+                first: *first,
+                floors: std::mem::take(floors),
+                move_id: state.placement.last_move,
+            };
             true
         }
         _ => false,

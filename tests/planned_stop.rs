@@ -202,3 +202,28 @@ async fn a_starting_alloc_answers_routes_at_once_with_the_reason() {
         "the restarted AllocSvr still claims a live twin:\n{log}"
     );
 }
+
+/// The Kubernetes AllocSvr pods give a stop the time its handoffs may
+/// take (`STOP_HANDOFF_BOUND`) and more: the kubelet's SIGKILL at the end
+/// of the grace period must not cut a handoff short.
+#[test]
+fn k8s_grace_period_covers_the_stop_bound() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let yaml = std::fs::read_to_string(root.join("deploy/k8s/alloc.yaml")).unwrap();
+    let grace: u64 = yaml
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("terminationGracePeriodSeconds:"))
+        .expect("alloc.yaml sets terminationGracePeriodSeconds")
+        .trim()
+        .parse()
+        .unwrap();
+    let bound = seqsvr_alloc::node::STOP_HANDOFF_BOUND;
+    // The handoffs' bound, then the rest of the stop (closing the
+    // listeners, the process's exit) with 5 s to spare.
+    let needed = bound + Duration::from_secs(5);
+    println!("alloc pods: grace {grace} s; stop handoff bound {bound:?}");
+    assert!(
+        Duration::from_secs(grace) > needed,
+        "terminationGracePeriodSeconds {grace} does not exceed the stop's bound {bound:?} + 5 s"
+    );
+}

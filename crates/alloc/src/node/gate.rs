@@ -27,7 +27,7 @@ use crate::service::starting_status;
 const RETRY_REGISTERING: Duration = Duration::from_millis(200);
 /// The longest wait a caller is told while the previous incarnation's
 /// lease runs out (it asks again, and hears the time left).
-const RETRY_LEASE_MAX: Duration = Duration::from_millis(1000);
+const RETRY_LEASE_MAX: Duration = Duration::from_millis(500);
 
 /// Where start-up stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,6 +191,6 @@ mod tests {
             reason.contains("previous incarnation's lease, about"),
             "{reason}"
         );
-        assert_eq!(retry_after_ms, 1000);
+        assert_eq!(retry_after_ms, 500);
     }
 }

@@ -34,13 +34,13 @@ pub fn fresh_incarnation() -> Incarnation {
 /// the id or the store cannot answer; `state` tells callers of the client
 /// plane why nothing is served yet.
 ///
-/// Another incarnation holding the id is, nearly always, this AllocSvr's
-/// previous process (a restart, a replaced pod) whose lease has not run
-/// out: it is logged once, as a warning that says so and about how long
-/// is left (from the store leader's lease view). It may also be a second
-/// process started with the same id (a copied config), which the message
-/// names too. Either way this one serves nothing until the store admits it
-/// (promise 3).
+/// Another incarnation holding the id at this process's own address is
+/// its previous process (a restart, a replaced pod) whose lease has not
+/// run out: logged once, as a warning that says so and about how long is
+/// left (from the store leader's lease view). One at another address may
+/// be a second process started with the same id (a copied config): an
+/// ERROR naming it, on every attempt. Either way this one serves nothing until
+/// the store admits it (promise 3).
 pub(super) async fn register(
     store: &PeerClient,
     id: &str,
@@ -63,24 +63,34 @@ pub(super) async fn register(
                 state.set(Phase::WaitingOutLease {
                     until: Instant::now() + left.unwrap_or(every * 5),
                 });
-                if !told {
+                let about = match left {
+                    Some(l) => format!("about {:.1} s", l.as_secs_f64()),
+                    None => "an unknown time: no store leader answered".into(),
+                };
+                if addr != addrs.client {
+                    // Another address: perhaps a second process started
+                    // with this id (a copied config). Said on every try.
+                    tracing::error!(
+                        id = %alloc,
+                        live_incarnation = %format_args!("{live:x}"),
+                        live_addr = %addr,
+                        attempt,
+                        "another process with this AllocSvr id is live at {addr} (its \
+                         lease ends in {about}): not serving until then; expected if it is \
+                         this AllocSvr's previous process at another address, otherwise \
+                         stop one of the two"
+                    );
+                } else if !told {
+                    // Same advertised address: this AllocSvr's own previous
+                    // process (a restart, a replaced pod). Said once.
                     told = true;
-                    let about = match left {
-                        Some(l) => format!("about {:.1} s", l.as_secs_f64()),
-                        None => "its length is unknown until a store leader answers".into(),
-                    };
-                    let who = if addr == addrs.client {
-                        "the previous incarnation of this AllocSvr"
-                    } else {
-                        "another incarnation of this AllocSvr (at another address: a \
-                         previous process, or a second one started with this id)"
-                    };
                     tracing::warn!(
                         id = %alloc,
                         previous_incarnation = %format_args!("{live:x}"),
                         previous_addr = %addr,
-                        "{who} still holds the id: waiting out its lease ({about}) before \
-                         serving; clients are answered NOT_SERVING_YET meanwhile"
+                        "the previous incarnation of this AllocSvr still holds the id: \
+                         waiting out its lease ({about}) before serving; clients are \
+                         answered NOT_SERVING_YET meanwhile"
                     );
                 } else {
                     tracing::debug!(id = %alloc, attempt, ?left, "still waiting out the previous incarnation's lease");

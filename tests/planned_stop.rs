@@ -175,12 +175,33 @@ async fn a_starting_alloc_answers_routes_at_once_with_the_reason() {
         d.reason,
         d.retry_after_ms
     );
+    // seqctl says why: `health --ready` is not ready with the reason, the
+    // liveness form (no --ready) alive.
+    let health = |flags: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_seqctl"))
+            .arg("health")
+            .arg(&addr)
+            .args(flags)
+            .output()
+            .unwrap();
+        let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        println!("seqctl health {flags:?}: {:?} {line}", out.status.code());
+        (out.status.code(), line)
+    };
+    let (ready_code, ready_line) = health(&["--ready"]);
+    let (live_code, live_line) = health(&[]);
     assert_eq!(ErrorKind::try_from(d.kind), Ok(ErrorKind::NotServingYet));
     assert!(d.retryable && d.retry_after_ms > 0, "{d:?}");
     assert!(
         took < Duration::from_millis(500),
         "a start-up answer took {took:?}"
     );
+    assert_eq!(ready_code, Some(1), "{ready_line}");
+    assert!(
+        ready_line.contains("not serving yet: waiting out the previous incarnation's lease"),
+        "{ready_line}"
+    );
+    assert_eq!(live_code, Some(0), "{live_line}");
     // The client library retries it after the given delay: a client
     // seeded with the starting AllocSvr alone connects once it serves.
     let opts = seqsvr_client::ClientOptions {

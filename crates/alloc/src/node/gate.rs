@@ -126,6 +126,9 @@ impl<S> Gated<S> {
 
 type Reply = http::Response<tonic::body::Body>;
 
+/// The client plane's service: its calls get the start-up answer.
+const ALLOC_PREFIX: &str = "/seqsvr.v1.Alloc/";
+
 impl<S, B> Service<http::Request<B>> for Gated<S>
 where
     S: Service<http::Request<B>, Response = Reply, Error = Infallible> + Clone + Send + 'static,
@@ -150,6 +153,15 @@ where
                     std::future::poll_fn(|cx| svc.poll_ready(cx)).await?;
                     svc.call(req).await
                 })
+            }
+            // Another service's path: unimplemented, as the real service
+            // answers it (a prober tells a store from an AllocSvr so).
+            None if !req.uri().path().starts_with(ALLOC_PREFIX) => {
+                let st = tonic::Status::unimplemented(format!(
+                    "{} is not served here",
+                    req.uri().path()
+                ));
+                Box::pin(std::future::ready(Ok(st.into_http())))
             }
             None => {
                 let st = starting_status(&self.state.error());

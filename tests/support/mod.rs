@@ -190,6 +190,24 @@ impl Proc {
         }
     }
 
+    /// SIGTERM (a planned stop), then waits up to `within` for the
+    /// process to exit and reaps it; returns how it exited and how long it
+    /// took (`None`: still running, killed with SIGKILL).
+    pub fn terminate(&mut self, within: Duration) -> Option<(std::process::ExitStatus, Duration)> {
+        let mut c = self.child.take()?;
+        let start = Instant::now();
+        signal(c.id(), libc::SIGTERM);
+        while start.elapsed() < within {
+            if let Ok(Some(status)) = c.try_wait() {
+                return Some((status, start.elapsed()));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        signal(c.id(), libc::SIGKILL);
+        let _ = c.wait();
+        None
+    }
+
     /// The pid, if running.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.id())

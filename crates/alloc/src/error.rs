@@ -166,6 +166,18 @@ pub enum CallError {
         /// This process's incarnation.
         incarnation: Incarnation,
     },
+    /// This AllocSvr is starting and serves nothing yet; the caller may
+    /// retry after `retry_after_ms` (`docs/operations.md`, Start-up).
+    #[error("{alloc}: not serving yet ({reason}); retry in {retry_after_ms} ms")]
+    Starting {
+        /// This AllocSvr.
+        alloc: AllocId,
+        /// Why: registering, or waiting out the previous incarnation's
+        /// lease (and about how long).
+        reason: String,
+        /// When to try again.
+        retry_after_ms: u64,
+    },
     /// A malformed request (empty or oversized batch or adopt).
     #[error("invalid request: {0}")]
     Invalid(String),

@@ -83,6 +83,7 @@ impl Shared {
                 d.given = *incarnation;
                 (Code::Unavailable, ErrorKind::StaleIncarnation, true, true)
             }
+            CallError::Starting { .. } => return starting_status(e),
             CallError::Invalid(reason) => {
                 d.reason = reason.clone();
                 (
@@ -168,6 +169,28 @@ impl Shared {
         }
         status_with(code, e.to_string(), d)
     }
+}
+
+/// The status of a start-up answer (`NOT_SERVING_YET`, retryable, with the
+/// reason and the delay; no route table: the node has none yet). Built
+/// without a [`Shared`], which does not exist before the node serves.
+pub(crate) fn starting_status(e: &CallError) -> Status {
+    let mut d = ErrorDetail {
+        kind: ErrorKind::NotServingYet as i32,
+        retryable: true,
+        ..Default::default()
+    };
+    if let CallError::Starting {
+        alloc,
+        reason,
+        retry_after_ms,
+    } = e
+    {
+        d.alloc = alloc.clone();
+        d.reason = reason.clone();
+        d.retry_after_ms = *retry_after_ms;
+    }
+    status_with(Code::Unavailable, e.to_string(), d)
 }
 
 /// Where the route table says `section` stands if this set does not serve

@@ -62,6 +62,9 @@ pub struct Shared {
     pub lease: Lease,
     /// Whether the store says this AllocSvr is being drained.
     pub draining: AtomicBool,
+    /// Set when this process stops (SIGTERM): it hands its sections over
+    /// and takes none; reported as draining so peers hand it nothing.
+    pub stopping: AtomicBool,
     /// Set once the store says this incarnation was replaced or fenced:
     /// nothing is served again by this process (promise 3).
     pub fenced: AtomicBool,
@@ -234,7 +237,8 @@ impl Shared {
             lease_left_ms: self.lease_left_ms(),
             sections: self.alloc.served_sections(),
             route_version: self.version(),
-            draining: self.draining.load(Ordering::Relaxed),
+            draining: self.draining.load(Ordering::Relaxed)
+                || self.stopping.load(Ordering::Relaxed),
             incarnation: self.incarnation(),
         }
     }

@@ -353,3 +353,21 @@ async fn a_fenced_incarnation_drops_everything() {
     assert!(results[0].error.contains("not served here"), "{results:?}");
     a1.shutdown();
 }
+
+/// A stop with no live peer to take its sections (this fake store has no
+/// leader's lease view) still exits, within its bound, and reports every
+/// section as left to its lease (`node/stop.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_with_no_live_peer_still_exits_and_says_what_is_left() {
+    let store = FakeStore::new("a1", 3000);
+    let addr = store.clone().serve().await;
+    let a1 = start("a1", &addr, 50).await;
+    let mut c = client(&a1).await;
+    assert_eq!(next(&mut c, 5).await.unwrap(), 1);
+    let t = std::time::Instant::now();
+    let report = a1.stop(Duration::from_secs(2)).await;
+    println!("stop with no peer: {report:?} after {:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    assert_eq!(report.handed_off, 0);
+    assert_eq!(report.left, vec![0, 1, 2, 3]);
+}

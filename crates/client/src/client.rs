@@ -103,11 +103,12 @@ impl SeqClient {
     async fn learn_routes(&self) -> Result<()> {
         let mut retry = Retry::new(&self.inner.options);
         loop {
-            let (answered, failures) = self.fetch_all(retry.attempt_timeout()).await;
+            let (answered, failures, retry_after) = self.fetch_all(retry.attempt_timeout()).await;
             if answered > 0 {
                 return Ok(());
             }
-            retry.pause().await;
+            // A starting AllocSvr answers at once with when to ask again.
+            retry.pause_at_least(retry_after).await;
             if retry.expired() {
                 return Err(Error::Transport(format!(
                     "no seed answered with a route table: {}",
@@ -134,7 +135,7 @@ impl SeqClient {
     /// cached routes stay usable and calls refresh again when they must.
     pub async fn refresh_routes(&self) {
         let timeout = self.inner.options.attempt_timeout;
-        let (answered, failures) = self.inner.full.run(|| self.fetch_all(timeout)).await;
+        let (answered, failures, _) = self.inner.full.run(|| self.fetch_all(timeout)).await;
         if !failures.is_empty() {
             tracing::debug!(answered, ?failures, "route refresh: some sources failed");
         }
@@ -339,7 +340,7 @@ impl SeqClient {
                 }
             }
         }
-        retry.pause().await;
+        retry.pause_at_least(failure.retry_after()).await;
         if retry.expired() {
             return Err(failure.into_final());
         }

@@ -96,44 +96,52 @@ impl SeqClient {
         &self,
         addr: &str,
         timeout: Duration,
-    ) -> Result<pb::RouteTable, String> {
+    ) -> Result<pb::RouteTable, Failed> {
         let mut c = self.alloc(addr)?;
         let req = request(pb::GetRoutesRequest {}, timeout);
         match tokio::time::timeout(timeout, c.routes(req)).await {
             Ok(Ok(r)) => Ok(r.into_inner()),
             Ok(Err(s)) if s.code() == Code::Unimplemented => {
-                self.store_routes_of(addr, timeout).await
+                Ok(self.store_routes_of(addr, timeout).await?)
             }
-            Ok(Err(s)) => Err(format!("{addr}: {:?}: {}", s.code(), s.message())),
-            Err(_) => Err(format!("{addr}: no answer within {timeout:?}")),
+            Ok(Err(s)) => Err(Failed {
+                message: format!("{addr}: {:?}: {}", s.code(), s.message()),
+                // A starting AllocSvr says when to ask again.
+                retry_after: seqsvr_proto::detail_of(&s)
+                    .map_or(Duration::ZERO, |d| Duration::from_millis(d.retry_after_ms)),
+            }),
+            Err(_) => Err(format!("{addr}: no answer within {timeout:?}").into()),
         }
     }
 
     /// Asks every seed and known AllocSvr for routes, in parallel, and
     /// installs what they send. Returns how many answered with a valid
-    /// table, and the failures.
-    pub(crate) async fn fetch_all(&self, timeout: Duration) -> (usize, Vec<String>) {
+    /// table, the failures, and the longest delay a source asked for
+    /// before the next try (zero if none did).
+    pub(crate) async fn fetch_all(&self, timeout: Duration) -> (usize, Vec<String>, Duration) {
         let sources = self.sources();
         let calls = sources.iter().map(|a| async move {
             let t = self.routes_of(a, timeout).await?;
-            let t = RouteTable::try_from(&t).map_err(|e| format!("{a}: {e}"))?;
+            let t = RouteTable::try_from(&t).map_err(|e| Failed::from(format!("{a}: {e}")))?;
             self.install_table(t, a);
             if self.inner.seeds.contains(a) {
                 lock(&self.inner.heard).insert(a.clone());
             }
-            Ok::<_, String>(())
+            Ok::<_, Failed>(())
         });
         let results = join_all(calls).await;
         let answered = results.iter().filter(|r| r.is_ok()).count();
-        let failures: Vec<String> = results.into_iter().filter_map(Result::err).collect();
-        (answered, failures)
+        let failed: Vec<Failed> = results.into_iter().filter_map(Result::err).collect();
+        let retry_after = failed.iter().map(|f| f.retry_after).max();
+        let failures = failed.into_iter().map(|f| f.message).collect();
+        (answered, failures, retry_after.unwrap_or_default())
     }
 
     /// A full refresh within `timeout`, unless one finished while this
     /// caller waited for the one in flight (its answers are as fresh).
     pub(crate) async fn refresh_shared(&self, timeout: Duration) {
         let done = self.inner.full.join(|| self.fetch_all(timeout)).await;
-        if let Some((answered, failures)) = done {
+        if let Some((answered, failures, _)) = done {
             if !failures.is_empty() {
                 tracing::debug!(answered, ?failures, "route refresh: some sources failed");
             }
@@ -179,5 +187,30 @@ impl SeqClient {
     /// A copy of every cached route table.
     pub(crate) fn tables(&self) -> Vec<RouteTable> {
         read(&self.inner.routes).tables()
+    }
+}
+
+/// A route fetch that failed: why, and how long the source asked the
+/// caller to wait before asking again (zero: it did not say).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Failed {
+    /// What went wrong, with the address.
+    pub message: String,
+    /// The delay the source asked for (`NOT_SERVING_YET`).
+    pub retry_after: Duration,
+}
+
+impl From<String> for Failed {
+    fn from(message: String) -> Self {
+        Failed {
+            message,
+            retry_after: Duration::ZERO,
+        }
+    }
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
     }
 }

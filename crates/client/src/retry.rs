@@ -75,12 +75,15 @@ pub(crate) enum Failure {
         /// Why, and which set to refresh.
         hold: Hold,
     },
-    /// The owner answered a retryable error (ceiling, lease…).
+    /// The owner answered a retryable error (ceiling, lease, not serving
+    /// yet…).
     Busy {
         /// What it reported.
         kind: ErrorKind,
         /// Its message.
         message: String,
+        /// How long it asked the caller to wait (zero: not said).
+        retry_after: Duration,
     },
     /// The call never got an answer (refused, reset, timed out), or no
     /// store of a set answered for its table.
@@ -104,6 +107,14 @@ impl Failure {
             Failure::NotOwner { moved: false, .. } => 2,
             Failure::Held { .. } => 1,
             Failure::Busy { .. } => 0,
+        }
+    }
+
+    /// How long the server asked the caller to wait before the next try.
+    pub(crate) fn retry_after(&self) -> Duration {
+        match self {
+            Failure::Busy { retry_after, .. } => *retry_after,
+            _ => Duration::ZERO,
         }
     }
 
@@ -141,7 +152,7 @@ impl Failure {
                     hold.set()
                 ),
             },
-            Failure::Busy { kind, message } => Error::Unavailable { kind, message },
+            Failure::Busy { kind, message, .. } => Error::Unavailable { kind, message },
             Failure::Transport { message, .. } => Error::DeadlineExceeded { last: message },
         }
     }
@@ -183,7 +194,11 @@ pub(crate) fn classify(
             })
         }
         ErrorKind::InvalidRequest => Failure::Fatal(Error::InvalidArgument(message)),
-        kind if d.retryable => Failure::Busy { kind, message },
+        kind if d.retryable => Failure::Busy {
+            kind,
+            message,
+            retry_after: Duration::from_millis(d.retry_after_ms),
+        },
         kind => Failure::Fatal(Error::Internal(format!("{kind:?} from {addr}: {message}"))),
     };
     (failure, d.route)
@@ -284,10 +299,15 @@ impl Retry {
         !std::mem::replace(&mut self.rechecked_sets, true)
     }
 
-    /// Sleeps for the next jittered backoff, but not past the deadline.
-    pub(crate) async fn pause(&mut self) {
+    /// Sleeps for the next jittered backoff or `hint` (the delay a server
+    /// asked for), whichever is longer, but not past the deadline.
+    pub(crate) async fn pause_at_least(&mut self, hint: Duration) {
         self.at_once = 0;
-        let d = self.backoff.pause(jitter_seed()).min(self.remaining());
+        let d = self
+            .backoff
+            .pause(jitter_seed())
+            .max(hint)
+            .min(self.remaining());
         tokio::time::sleep(d).await;
     }
 }
@@ -321,11 +341,45 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn a_starting_server_is_retried_after_the_delay_it_gives() {
+        let d = ErrorDetail {
+            kind: ErrorKind::NotServingYet as i32,
+            retryable: true,
+            retry_after_ms: 300,
+            reason: "waiting out the previous incarnation's lease, about 2.0 s".into(),
+            ..Default::default()
+        };
+        let st = status_with(Code::Unavailable, "alloc-1: not serving yet", d);
+        let (f, _) = classify(&st, &target(), &[7]);
+        assert!(
+            matches!(
+                f,
+                Failure::Busy {
+                    kind: ErrorKind::NotServingYet,
+                    ..
+                }
+            ),
+            "{f:?}"
+        );
+        assert_eq!(f.retry_after(), Duration::from_millis(300));
+        let mut retry = Retry::new(&ClientOptions::default());
+        let t = std::time::Instant::now();
+        retry.pause_at_least(f.retry_after()).await;
+        // The backoff alone starts at 10 ms.
+        assert!(
+            t.elapsed() >= Duration::from_millis(300),
+            "{:?}",
+            t.elapsed()
+        );
+    }
+
     #[test]
     fn a_timeout_at_the_deadline_does_not_hide_the_last_answer() {
         let busy = Failure::Busy {
             kind: ErrorKind::CeilingExhausted,
             message: "raising".into(),
+            retry_after: Duration::ZERO,
         };
         let timeout = Failure::Transport {
             message: "no answer within 408µs".into(),
@@ -474,6 +528,7 @@ mod tests {
         let b = Failure::Busy {
             kind: ErrorKind::LeaseExpired,
             message: "b".into(),
+            retry_after: Duration::ZERO,
         };
         let h = Failure::Held {
             uid: 5,

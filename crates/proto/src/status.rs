@@ -29,6 +29,20 @@ impl Name for ErrorDetail {
     const PACKAGE: &'static str = "seqsvr.v1";
 }
 
+/// The standard `RetryInfo` delay: the detail's `retry_after_ms` when it
+/// says one, else 50 ms.
+fn retry_delay(retry_after_ms: u64) -> prost_types::Duration {
+    let ms = if retry_after_ms == 0 {
+        50
+    } else {
+        retry_after_ms
+    };
+    prost_types::Duration {
+        seconds: (ms / 1000) as i64,
+        nanos: ((ms % 1000) * 1_000_000) as i32,
+    }
+}
+
 /// Builds a gRPC status carrying `detail` in the standard form.
 pub fn status_with(
     code: tonic::Code,
@@ -42,10 +56,7 @@ pub fn status_with(
     }];
     if detail.retryable {
         let retry = rpc::RetryInfo {
-            retry_delay: Some(prost_types::Duration {
-                seconds: 0,
-                nanos: 50_000_000,
-            }),
+            retry_delay: Some(retry_delay(detail.retry_after_ms)),
         };
         details.push(prost_types::Any {
             type_url: RETRY_INFO.into(),

@@ -170,6 +170,10 @@ fn spawn(dir: &Path, name: &str, args: &[&str]) -> Result<Child> {
         .stdout(log.try_clone().map_err(log_err)?)
         .stderr(log)
         .kill_on_drop(true)
+        // Its own process group: a terminal's Ctrl-C reaches `seqsvr dev`
+        // alone, which then stops the children one at a time (AllocSvrs
+        // first, each handing its sections to one still running).
+        .process_group(0)
         .spawn()
         .map_err(starting)?;
     if let Some(pid) = child.id() {

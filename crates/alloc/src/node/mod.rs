@@ -34,12 +34,15 @@
 //! [`reconcile`]: crate::ownership::reconcile
 
 mod config;
+mod gate;
 mod registration;
 mod renewal;
 mod routes;
+mod stop;
 
 pub use config::*;
 pub use registration::fresh_incarnation;
+pub use stop::{StopReport, STOP_HANDOFF_BOUND};
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -68,6 +71,7 @@ use crate::shared::{Ownership, Shared};
 use crate::store_link::StoreCeilings;
 use crate::warm::Warmed;
 
+use gate::{Gated, Phase, StartState};
 use registration::{read_routes, register};
 use renewal::{renew_loop, renew_once};
 use routes::route_loop;
@@ -214,6 +218,33 @@ impl AllocNode {
         let peer_l = listen(listeners.peer, Plane::Peer, 1)?;
         let admin_l = listen(listeners.admin, Plane::Admin, 2)?;
 
+        // The client plane answers from now on: `NOT_SERVING_YET` with the
+        // reason until the node serves (gate.rs), never a hang.
+        let metrics = crate::metrics::AllocMetrics::new(&cfg.id)?;
+        let calls = |plane: Plane, paths: &[&str]| {
+            CallMetrics::register(&metrics.registry, plane.name(), paths).map(CallMetricsLayer)
+        };
+        let (stop, _) = watch::channel(false);
+        let stopped = |stop: &watch::Sender<bool>| {
+            let mut rx = stop.subscribe();
+            async move {
+                let _ = rx.wait_for(|s| *s).await;
+            }
+        };
+        let local_addr = client_l.local_addr();
+        let start_state = StartState::new(cfg.id.clone());
+        let gated = Gated::new(start_state.clone());
+        let client_server = client_l.server().layer(calls(Plane::Client, CLIENT_PATHS)?);
+        let client_task = tokio::spawn(serve(
+            Plane::Client,
+            client_l.serve_one(client_server, gated.clone(), stopped(&stop)),
+        ));
+        // Whatever fails from here on stops the client plane again.
+        let guard = StopOnDrop {
+            stop: &stop,
+            task: Some(client_task),
+        };
+
         let store = PeerClient::new(&cfg.store, &connector(client_tls.clone()))?;
         let renew_every = Duration::from_millis(cfg.renew_ms);
         let renewer = store.clone().with_deadline(renew_every, renew_every / 4);
@@ -225,8 +256,18 @@ impl AllocNode {
             peer: cfg.peer_addr.clone(),
             admin: cfg.admin_addr.clone(),
         };
-        register(&reader, &cfg.id, incarnation, &addrs, renew_every).await?;
+        register(
+            &reader,
+            &cfg.id,
+            incarnation,
+            &addrs,
+            renew_every,
+            &start_state,
+        )
+        .await?;
+        start_state.set(Phase::Registering);
         let routes = read_routes(&reader).await;
+        start_state.set(Phase::Claiming);
         let alloc_cfg = AllocConfig {
             raise_ahead_fraction: cfg.raise_ahead_fraction,
         };
@@ -242,6 +283,7 @@ impl AllocNode {
             wait: Duration::from_millis(cfg.wait_ms),
             lease: Lease::new(Instant::now()),
             draining: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
             fenced: AtomicBool::new(false),
             id: cfg.id.clone(),
             addrs,
@@ -249,7 +291,7 @@ impl AllocNode {
             client_tls,
             ownership: Mutex::new(Ownership::default()),
             peers: Default::default(),
-            metrics: crate::metrics::AllocMetrics::new(&cfg.id)?,
+            metrics: metrics.clone(),
             renew_now: Notify::new(),
         });
         let ceilings = Arc::new(StoreCeilings {
@@ -268,28 +310,8 @@ impl AllocNode {
         // A first lease and our sections before serving anything.
         renew_once(&ctx).await;
 
-        let local_addr = client_l.local_addr();
         let peer_local_addr = peer_l.local_addr();
         let admin_local_addr = admin_l.local_addr();
-        let (stop, _) = watch::channel(false);
-        let stopped = |stop: &watch::Sender<bool>| {
-            let mut rx = stop.subscribe();
-            async move {
-                let _ = rx.wait_for(|s| *s).await;
-            }
-        };
-        let calls = |plane: Plane, paths: &[&str]| {
-            CallMetrics::register(&shared.metrics.registry, plane.name(), paths)
-                .map(CallMetricsLayer)
-        };
-        // The client plane serves one service, the hot path: no router.
-        let client_server = client_l.server().layer(calls(Plane::Client, CLIENT_PATHS)?);
-        let client_svc = Warmed::new(
-            AllocServer::new(ClientService {
-                shared: shared.clone(),
-            }),
-            alloc.clone(),
-        );
         let peer_router = peer_l
             .server()
             .layer(calls(Plane::Peer, PEER_PATHS)?)
@@ -307,10 +329,7 @@ impl AllocNode {
         let raiser = Raiser::new(alloc.clone(), ceilings, RaiserConfig::default());
         let poll = Duration::from_millis(cfg.route_poll_ms);
         let mut tasks = vec![
-            tokio::spawn(serve(
-                Plane::Client,
-                client_l.serve_one(client_server, client_svc, stopped(&stop)),
-            )),
+            guard.defuse(),
             tokio::spawn(serve(
                 Plane::Peer,
                 peer_l.serve(peer_router, stopped(&stop)),
@@ -333,6 +352,13 @@ impl AllocNode {
                 }
             }));
         }
+        // The client plane serves one service, the hot path: no router.
+        gated.open(Warmed::new(
+            AllocServer::new(ClientService {
+                shared: shared.clone(),
+            }),
+            alloc.clone(),
+        ));
         tracing::info!(
             id = %cfg.id,
             incarnation = %format_args!("{incarnation:x}"),
@@ -361,6 +387,28 @@ impl AllocNode {
     pub fn shutdown(self) {
         let _ = self.stop.send(true);
         for t in self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Stops the client plane served during start-up if start-up fails.
+struct StopOnDrop<'a> {
+    stop: &'a watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl StopOnDrop<'_> {
+    /// Start-up succeeded: the task is the node's from now on.
+    fn defuse(mut self) -> JoinHandle<()> {
+        self.task.take().expect("defused once")
+    }
+}
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(t) = self.task.take() {
+            let _ = self.stop.send(true);
             t.abort();
         }
     }

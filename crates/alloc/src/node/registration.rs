@@ -3,12 +3,14 @@
 //! first route read.
 
 use std::hash::{BuildHasher, Hasher};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use seqsvr_core::Incarnation;
 use seqsvr_store_api::{AllocAddrs, Error as StoreError, PeerClient, Rejection};
 
 use crate::error::NodeError;
+
+use super::gate::{Phase, StartState};
 
 /// Draws this process's incarnation: random, non-zero. The hasher's keys
 /// come from the operating system's randomness once per process; the
@@ -28,18 +30,27 @@ pub fn fresh_incarnation() -> Incarnation {
     }
 }
 
-/// Registers this incarnation, retrying while a twin holds the id or the
-/// store cannot answer. A twin is logged as an ERROR on every attempt: two
-/// processes were started with one id, and this one serves nothing until
-/// the other's lease has certainly ended (promise 3).
+/// Registers this incarnation, retrying while another incarnation holds
+/// the id or the store cannot answer; `state` tells callers of the client
+/// plane why nothing is served yet.
+///
+/// Another incarnation holding the id at this process's own address is
+/// its previous process (a restart, a replaced pod) whose lease has not
+/// run out: logged once, as a warning that says so and about how long is
+/// left (from the store leader's lease view). One at another address may
+/// be a second process started with the same id (a copied config): an
+/// ERROR naming it, on every attempt. Either way this one serves nothing until
+/// the store admits it (promise 3).
 pub(super) async fn register(
     store: &PeerClient,
     id: &str,
     incarnation: Incarnation,
     addrs: &AllocAddrs,
     every: Duration,
+    state: &StartState,
 ) -> Result<(), NodeError> {
     let mut attempt = 0u64;
+    let mut told = false;
     loop {
         attempt += 1;
         match store.register_alloc(id, incarnation, addrs).await {
@@ -48,15 +59,46 @@ pub(super) async fn register(
                 return Ok(());
             }
             Err(StoreError::Rejected(Rejection::Twin { alloc, live, addr })) => {
-                tracing::error!(
-                    id = %alloc,
-                    live_incarnation = %format_args!("{live:x}"),
-                    live_addr = %addr,
-                    attempt,
-                    "another process with this AllocSvr id is live at {addr}: not serving; \
-                     retrying until its lease has certainly expired (stop one of the two)"
-                );
-                tokio::time::sleep(every.max(Duration::from_millis(500))).await;
+                let left = lease_left(store, &alloc, live).await;
+                state.set(Phase::WaitingOutLease {
+                    until: Instant::now() + left.unwrap_or(every * 5),
+                });
+                let about = match left {
+                    Some(l) => format!("about {:.1} s", l.as_secs_f64()),
+                    None => "an unknown time: no store leader answered".into(),
+                };
+                if addr != addrs.client {
+                    // Another address: perhaps a second process started
+                    // with this id (a copied config). Said on every try.
+                    tracing::error!(
+                        id = %alloc,
+                        live_incarnation = %format_args!("{live:x}"),
+                        live_addr = %addr,
+                        attempt,
+                        "another process with this AllocSvr id is live at {addr} (its \
+                         lease ends in {about}): not serving until then; expected if it is \
+                         this AllocSvr's previous process at another address, otherwise \
+                         stop one of the two"
+                    );
+                } else if !told {
+                    // Same advertised address: this AllocSvr's own previous
+                    // process (a restart, a replaced pod). Said once.
+                    told = true;
+                    tracing::warn!(
+                        id = %alloc,
+                        previous_incarnation = %format_args!("{live:x}"),
+                        previous_addr = %addr,
+                        "the previous incarnation of this AllocSvr still holds the id: \
+                         waiting out its lease ({about}) before serving; clients are \
+                         answered NOT_SERVING_YET meanwhile"
+                    );
+                } else {
+                    tracing::debug!(id = %alloc, attempt, ?left, "still waiting out the previous incarnation's lease");
+                }
+                tokio::time::sleep(
+                    every.clamp(Duration::from_millis(100), Duration::from_millis(500)),
+                )
+                .await;
             }
             Err(e) if e.is_retryable() || matches!(e, StoreError::Internal(_)) => {
                 tracing::warn!(id, attempt, "store not ready, retrying registration: {e}");
@@ -65,6 +107,23 @@ pub(super) async fn register(
             Err(e) => return Err(NodeError::Store(e)),
         }
     }
+}
+
+/// How long the lease of `alloc`'s incarnation `live` may still run, as
+/// the store leader sees it (lease + margin after its last grant); `None`
+/// if no leader answers or it has no grant of it.
+async fn lease_left(store: &PeerClient, alloc: &str, live: Incarnation) -> Option<Duration> {
+    let status = store.leader_status().await?;
+    let a = status
+        .allocs
+        .iter()
+        .find(|a| a.alloc_id == alloc && a.incarnation == live)?;
+    if a.expired {
+        return Some(Duration::ZERO);
+    }
+    let since = u64::try_from(a.since_grant_ms).ok()?;
+    let ends = status.lease_ms + status.margin_ms;
+    Some(Duration::from_millis(ends.saturating_sub(since)))
 }
 
 /// Reads the route table, retrying until the store answers with one that

@@ -171,8 +171,10 @@ async fn run_alloc(path: PathBuf) -> Result<()> {
         .await
         .with_context(|| path.display().to_string())?;
     seqsvr::dev::shutdown_signal().await;
-    tracing::info!("shutting down");
-    node.shutdown();
+    // A planned stop hands the sections to live peers first
+    // (docs/operations.md, Stopping an AllocSvr).
+    tracing::info!("stopping: handing sections to live peers");
+    node.stop(seqsvr_alloc::node::STOP_HANDOFF_BOUND).await;
     Ok(())
 }
 

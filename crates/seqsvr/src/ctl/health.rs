@@ -103,7 +103,12 @@ pub async fn probe(args: &HealthArgs, tls: Option<&ClientTls>) -> Result<Health>
             "{addr}: unreachable: no answer within {:?}",
             args.timeout
         )),
-        Ok(Err(s)) => refused(addr, &s),
+        Ok(Err(s)) => match starting(&s) {
+            // An AllocSvr starting: alive (it answers), not ready.
+            Some(why) if args.ready => Health::NotReady(format!("{addr}: not serving yet: {why}")),
+            Some(why) => Health::Ok(format!("{addr}: alive, not serving yet: {why}")),
+            None => refused(addr, &s),
+        },
         Ok(Ok(Answer::Store(s))) => judge_store(addr, &s, args.ready),
         Ok(Ok(Answer::Alloc(s))) => judge_alloc(addr, &s, args.ready),
     })
@@ -113,6 +118,14 @@ pub async fn probe(args: &HealthArgs, tls: Option<&ClientTls>) -> Result<Health>
 enum Answer {
     Store(Box<pb::StoreStatus>),
     Alloc(pb::AllocStatus),
+}
+
+/// The reason a starting AllocSvr gave (`NOT_SERVING_YET`), if that is
+/// what `s` is.
+fn starting(s: &tonic::Status) -> Option<String> {
+    let d = seqsvr_proto::detail_of(s)?;
+    (d.kind == seqsvr_proto::ErrorKind::NotServingYet as i32)
+        .then(|| format!("{} (retry in {} ms)", d.reason, d.retry_after_ms))
 }
 
 /// A call that failed: no connection (or TLS, or HTTP/2) is unreachable;

@@ -1,0 +1,179 @@
+//! A planned stop (SIGTERM, `seqsvr dev`'s Ctrl-C): hand every section to
+//! a live peer of the set with planned handoffs (`handoff.rs`: an explicit
+//! release in the store, no lease waited out), then stop serving.
+//!
+//! The sequence (`docs/operations.md`, Stopping an AllocSvr):
+//! 1. mark this process stopping: its `Status` says draining, so a peer
+//!    that stops at the same time hands it nothing;
+//! 2. ask the store leader which AllocSvrs of the set hold a live lease,
+//!    and keep those whose client plane answers `Status` and is neither
+//!    draining nor stopping;
+//! 3. hand each served section to the least loaded of them, one planned
+//!    handoff each (the section is unavailable for the few milliseconds of
+//!    its own move only); a section a failed handoff left ours is tried
+//!    again while time is left;
+//! 4. stop: renewals end, the listeners close.
+//!
+//! The whole handoff is bounded ([`STOP_HANDOFF_BOUND`] or the caller's):
+//! a stop that cannot finish in time (no live peer, a store without a
+//! leader) still exits, and says in its log which sections are left and
+//! that they move once the lease ends, as after a crash (promise 3).
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use seqsvr_core::SectionId;
+use seqsvr_proto::alloc_client::AllocClient;
+use seqsvr_proto::{self as pb};
+
+use crate::handoff;
+
+use super::AllocNode;
+
+/// How long a stop may spend handing sections over before it exits
+/// anyway. Well below Kubernetes' default grace period (30 s) and the
+/// manifests' (`deploy/k8s`).
+pub const STOP_HANDOFF_BOUND: Duration = Duration::from_secs(10);
+
+/// How long a peer's `Status` may take to say it is live.
+const PEER_CHECK: Duration = Duration::from_millis(500);
+
+/// What a stop did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StopReport {
+    /// Sections handed to a peer.
+    pub handed_off: u32,
+    /// Sections still held at exit: they move when the lease ends.
+    pub left: Vec<SectionId>,
+    /// The longest one section was unavailable during its handoff, µs.
+    pub max_unavailable_us: u64,
+    /// How long the handoffs took.
+    pub took: Duration,
+}
+
+/// A peer that may take sections.
+struct Peer {
+    id: String,
+    sections: u32,
+}
+
+impl AllocNode {
+    /// Stops this AllocSvr the planned way (module docs): hands its
+    /// sections to live peers within `bound`, then stops serving.
+    pub async fn stop(self, bound: Duration) -> StopReport {
+        let shared = self.shared.clone();
+        shared.stopping.store(true, Ordering::Release);
+        let start = Instant::now();
+        let mut report = StopReport::default();
+        let work = hand_all(&self, &mut report);
+        if tokio::time::timeout(bound, work).await.is_err() {
+            tracing::warn!(
+                ?bound,
+                "stop: the handoffs did not finish in time; stopping anyway"
+            );
+        }
+        report.took = start.elapsed();
+        report.left = shared.alloc.served_sections();
+        if report.left.is_empty() {
+            tracing::info!(
+                handed_off = report.handed_off,
+                max_unavailable_ms = report.max_unavailable_us as f64 / 1000.0,
+                took_ms = report.took.as_secs_f64() * 1000.0,
+                "stop: every section handed to a live peer"
+            );
+        } else {
+            tracing::warn!(
+                handed_off = report.handed_off,
+                left = report.left.len(),
+                lease_left_ms = shared.lease_left_ms(),
+                "stop: {} sections not handed over; they are unavailable until this \
+                 process's lease ends and the store moves them (as after a crash)",
+                report.left.len()
+            );
+        }
+        self.shutdown();
+        report
+    }
+}
+
+/// Hands every served section over, pass after pass (a failed handoff can
+/// leave a section ours, claimed again at a new epoch), until none is
+/// left or no peer can take one.
+async fn hand_all(node: &AllocNode, report: &mut StopReport) {
+    let shared = &node.shared;
+    loop {
+        let served = shared.alloc.served_sections();
+        if served.is_empty() {
+            return;
+        }
+        let mut peers = live_peers(node).await;
+        if peers.is_empty() {
+            tracing::warn!(
+                sections = served.len(),
+                "stop: no live peer to hand sections to"
+            );
+            return;
+        }
+        let before = report.handed_off;
+        for section in served {
+            let peer = peers
+                .iter_mut()
+                .min_by_key(|p| (p.sections, p.id.clone()))
+                .expect("peers");
+            let m = pb::Move {
+                section,
+                to_alloc: peer.id.clone(),
+            };
+            let r = handoff::move_section(shared, &m).await;
+            if r.ok {
+                peer.sections += 1;
+                report.handed_off += 1;
+                report.max_unavailable_us = report.max_unavailable_us.max(r.unavailable_us);
+            }
+        }
+        if report.handed_off == before {
+            // Nothing moved this pass: wait for a renewal before the next.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// The AllocSvrs of this set that may take sections: a live lease in the
+/// store leader's view, not draining or fenced, and a client plane that
+/// answers `Status` without saying draining (a peer stopping at the same
+/// time says so; one that already exited does not answer).
+async fn live_peers(node: &AllocNode) -> Vec<Peer> {
+    let shared = &node.shared;
+    let Some(status) = shared.store.leader_status().await else {
+        tracing::warn!("stop: no store leader answered with the lease view");
+        return Vec::new();
+    };
+    let mut peers = Vec::new();
+    for a in &status.allocs {
+        let leased = a.since_grant_ms >= 0 && (a.since_grant_ms as u64) < status.lease_ms;
+        if a.alloc_id == shared.id || a.draining || a.expired || a.fenced || !leased {
+            continue;
+        }
+        match peer_status(node, &a.addr).await {
+            Ok(s) if !s.draining && s.lease_left_ms > 0 => peers.push(Peer {
+                id: a.alloc_id.clone(),
+                sections: s.sections.len() as u32,
+            }),
+            Ok(_) => tracing::info!(peer = %a.alloc_id, "stop: peer is draining or stopping"),
+            Err(e) => tracing::info!(peer = %a.alloc_id, "stop: peer does not answer: {e}"),
+        }
+    }
+    peers
+}
+
+/// A peer's own status, from its client plane.
+async fn peer_status(node: &AllocNode, addr: &str) -> Result<pb::AllocStatus, String> {
+    let ch = seqsvr_net::client::channel(addr, node.shared.client_tls.as_ref(), PEER_CHECK)
+        .map_err(|e| e.to_string())?;
+    let mut c = AllocClient::new(ch);
+    match tokio::time::timeout(PEER_CHECK, c.status(pb::AllocStatusRequest {})).await {
+        Ok(Ok(r)) => Ok(r.into_inner()),
+        Ok(Err(s)) => Err(s.message().to_string()),
+        Err(_) => Err(format!("no answer within {PEER_CHECK:?}")),
+    }
+}

@@ -205,13 +205,13 @@ async fn a_deposed_store_leader_keeps_no_old_owner_alive() {
     tokio::time::sleep(Duration::from_millis(1000)).await;
     // Cut the store leader off from its peers; allocs can still reach it.
     let leader = cluster.store.wait_ready(Duration::from_secs(5)).await;
-    let isolate = cluster
+    let leader_dir = cluster
         .store
         .dir
         .path()
-        .join(format!("store-{}", leader + 1))
-        .join(seqsvr_store::fault::ISOLATE_FILE);
-    std::fs::write(&isolate, b"").unwrap();
+        .join(format!("store-{}", leader + 1));
+    let isolate = leader_dir.join(seqsvr_store::fault::ISOLATE_FILE);
+    support::isolate(&leader_dir).await;
     // At the same time alloc-1 stops renewing (paused): the new leader must
     // move its sections, and the old leader must not renew alloc-1.
     let pid = cluster.allocs[0].pid().unwrap();

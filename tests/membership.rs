@@ -164,27 +164,6 @@ async fn assert_ceilings_hold(read: &ReadClient, set: &SetSpec, obs: &[Observati
 /// file only once its switch is on (`seqsvr_store::fault`), so from then
 /// on no Raft RPC reaches it. Writing the file and sleeping is not enough:
 /// a step that depends on the cut could run before the replica looked.
-async fn isolate(data_dir: &Path) {
-    use seqsvr_store::fault::{ISOLATE_ACK, ISOLATE_FILE};
-    let file = data_dir.join(ISOLATE_FILE);
-    std::fs::write(&file, b"").unwrap();
-    let started = Instant::now();
-    attack::eventually(
-        Duration::from_secs(30),
-        "the replica acknowledges the partition",
-        || {
-            let acked = std::fs::read(&file).is_ok_and(|b| b == ISOLATE_ACK);
-            async move { acked }
-        },
-    )
-    .await;
-    println!(
-        "{} acknowledged the partition after {:?}",
-        data_dir.display(),
-        started.elapsed()
-    );
-}
-
 fn refusal<T: std::fmt::Debug>(r: Result<T, tonic::Status>) -> Error {
     Error::from_status(&r.expect_err("refused"))
 }
@@ -496,7 +475,7 @@ async fn bad_membership_changes_are_refused_and_change_nothing() {
     // A replica that cannot catch up (cut off from its peers) is removed
     // again after the catch-up time. The cut must be in force before the
     // add: the replica says so (a learner can catch up in milliseconds).
-    isolate(&r5.data_dir).await;
+    support::isolate(&r5.data_dir).await;
     // A caller that goes away during the catch-up changes nothing either:
     // the change runs to its end, and the learner is removed again.
     let mut gone = tonic::Request::new(add(5, &peer5, 1500));

@@ -133,7 +133,10 @@ untwin() { # SERVICE
     name=$(twin_name "$1")
     log=$(docker logs "$name" 2>&1 || true)
     docker rm -f -v "$name" >/dev/null 2>&1 || true
-    refused=$(grep -c "another process with this AllocSvr id is live" <<<"$log" || true)
+    # A twin started from a copied config advertises the live one's
+    # address, so the store's refusal reads as a restart's: either line.
+    refused=$(grep -c -e "another process with this AllocSvr id is live" \
+        -e "still holds the id" <<<"$log" || true)
     if grep -q " registered " <<<"$log"; then
         die "the twin of $1 registered: two processes served one id"
     fi

@@ -88,9 +88,10 @@ pub(super) async fn register(
                         id = %alloc,
                         previous_incarnation = %format_args!("{live:x}"),
                         previous_addr = %addr,
-                        "the previous incarnation of this AllocSvr still holds the id: \
-                         waiting out its lease ({about}) before serving; clients are \
-                         answered NOT_SERVING_YET meanwhile"
+                        "the previous incarnation of this AllocSvr still holds the id \
+                         (or another process started with this config): waiting out its \
+                         lease ({about}) before serving; clients are answered \
+                         NOT_SERVING_YET meanwhile"
                     );
                 } else {
                     tracing::debug!(id = %alloc, attempt, ?left, "still waiting out the previous incarnation's lease");

@@ -334,14 +334,7 @@ impl SetState {
         incarnation: Incarnation,
         dirty: &mut Vec<Dirty>,
     ) -> Outcome {
-        let rec = self.registered_mut(alloc)?;
-        if rec.incarnation != incarnation {
-            return Err(Rejection::StaleIncarnation {
-                alloc: alloc.clone(),
-                given: incarnation,
-                current: rec.incarnation,
-            });
-        }
+        let rec = self.registered_as(alloc, incarnation)?;
         if !rec.fenced {
             rec.fenced = true;
             dirty.push(Dirty::Alloc(alloc.clone()));
@@ -360,14 +353,7 @@ impl SetState {
         incarnation: Incarnation,
         dirty: &mut Vec<Dirty>,
     ) -> Outcome {
-        let rec = self.registered_mut(alloc)?;
-        if rec.incarnation != incarnation {
-            return Err(Rejection::StaleIncarnation {
-                alloc: alloc.clone(),
-                given: incarnation,
-                current: rec.incarnation,
-            });
-        }
+        self.registered_as(alloc, incarnation)?;
         let owned: Vec<SectionId> = (0..self.sections.len() as SectionId)
             .filter(|&s| {
                 self.sections[s as usize].owner.as_ref() == Some(alloc)
@@ -389,6 +375,24 @@ impl SetState {
         Ok(Reply::Registered {
             route_version: self.route_version,
         })
+    }
+
+    /// `alloc`'s record, if `incarnation` is the registered one (fenced or
+    /// not): an operator's command names the incarnation it decided on.
+    fn registered_as(
+        &mut self,
+        alloc: &AllocId,
+        incarnation: Incarnation,
+    ) -> Result<&mut AllocRecord, Rejection> {
+        let rec = self.registered_mut(alloc)?;
+        if rec.incarnation != incarnation {
+            return Err(Rejection::StaleIncarnation {
+                alloc: alloc.clone(),
+                given: incarnation,
+                current: rec.incarnation,
+            });
+        }
+        Ok(rec)
     }
 
     fn registered_mut(&mut self, alloc: &AllocId) -> Result<&mut AllocRecord, Rejection> {

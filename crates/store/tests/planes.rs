@@ -34,6 +34,49 @@ fn addr(l: &TcpListener) -> String {
     l.local_addr().unwrap().to_string()
 }
 
+/// Replica `id`'s config (members left empty), serving on `l` from
+/// `data` with the certificate `cert` of `pki`.
+fn config_text(
+    id: u64,
+    data: &std::path::Path,
+    l: &StoreListeners,
+    pki: &DevPki,
+    cert: &str,
+) -> String {
+    let metrics = l.metrics.as_ref().map_or(String::new(), |m| {
+        format!("metrics_addr = \"{}\"\n", addr(m))
+    });
+    format!(
+        r#"
+id = {id}
+data_dir = "{data}"
+client_addr = "{client}"
+admin_addr = "{admin}"
+{metrics}members = []
+[tls]
+ca = "{ca}"
+cert = "{cert}"
+key = "{key}"
+[set]
+set_id = 0
+uid_begin = 0
+uid_end = 1000
+section_size = 100
+step = 100
+[raft]
+heartbeat_ms = 50
+election_min_ms = 200
+election_max_ms = 400
+"#,
+        data = data.display(),
+        client = addr(&l.client),
+        admin = addr(&l.admin),
+        ca = pki.ca_path().display(),
+        cert = pki.cert_path(cert).display(),
+        key = pki.key_path(cert).display(),
+    )
+}
+
 async fn cluster() -> Cluster {
     let dir = tempfile::tempdir().unwrap();
     let leaves = [
@@ -69,37 +112,8 @@ async fn cluster() -> Cluster {
     let mut cfgs = Vec::new();
     for (i, l) in listeners.into_iter().enumerate() {
         let id = i as u64 + 1;
-        let text = format!(
-            r#"
-id = {id}
-data_dir = "{data}"
-client_addr = "{client}"
-admin_addr = "{admin}"
-metrics_addr = "{metrics}"
-members = []
-[tls]
-ca = "{ca}"
-cert = "{cert}"
-key = "{key}"
-[set]
-set_id = 0
-uid_begin = 0
-uid_end = 1000
-section_size = 100
-step = 100
-[raft]
-heartbeat_ms = 50
-election_min_ms = 200
-election_max_ms = 400
-"#,
-            data = dir.path().join(format!("store-{id}")).display(),
-            client = addr(&l.client),
-            admin = addr(&l.admin),
-            metrics = addr(l.metrics.as_ref().unwrap()),
-            ca = pki.ca_path().display(),
-            cert = pki.cert_path(&format!("store-{id}")).display(),
-            key = pki.key_path(&format!("store-{id}")).display(),
-        );
+        let data = dir.path().join(format!("store-{id}"));
+        let text = config_text(id, &data, &l, &pki, &format!("store-{id}"));
         let mut cfg: StoreConfig = toml::from_str(&text).unwrap();
         cfg.members = members.clone();
         cfg.validate().unwrap();
@@ -528,31 +542,7 @@ async fn a_replica_refuses_another_replicas_certificate() {
         admin: bind().await,
         metrics: None,
     };
-    let text = format!(
-        r#"
-id = 1
-data_dir = "{data}"
-client_addr = "{client}"
-admin_addr = "{admin}"
-members = []
-[tls]
-ca = "{ca}"
-cert = "{cert}"
-key = "{key}"
-[set]
-set_id = 0
-uid_begin = 0
-uid_end = 1000
-section_size = 100
-step = 100
-"#,
-        data = dir.path().join("store-1").display(),
-        client = addr(&l.client),
-        admin = addr(&l.admin),
-        ca = pki.ca_path().display(),
-        cert = pki.cert_path("store-2").display(),
-        key = pki.key_path("store-2").display(),
-    );
+    let text = config_text(1, &dir.path().join("store-1"), &l, &pki, "store-2");
     let mut cfg: StoreConfig = toml::from_str(&text).unwrap();
     cfg.members = vec![Member {
         id: 1,

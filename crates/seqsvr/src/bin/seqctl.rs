@@ -276,9 +276,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 let cfg = args.into_config(&store, &seeds, &dev_dir, dial.tls.clone());
                 let report = drill::run(cfg).await?;
                 let breaches = drill::judge(&report, &args.bounds());
-                report.print_judged(args.json, &breaches)?;
-                if !breaches.is_empty() {
-                    let reasons: Vec<String> = breaches.iter().map(ToString::to_string).collect();
+                let reasons: Vec<String> = breaches.iter().map(ToString::to_string).collect();
+                report.print_judged(args.json, &reasons)?;
+                if !reasons.is_empty() {
                     return Err(Error::Failed(format!(
                         "drill failed: {}",
                         reasons.join("; ")

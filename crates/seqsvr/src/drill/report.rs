@@ -4,7 +4,6 @@
 use serde::{Deserialize, Serialize};
 
 use super::faults::Fault;
-use super::judge::Breach;
 use crate::error::Result;
 use crate::outln;
 
@@ -79,12 +78,12 @@ impl Report {
         self.print_text()
     }
 
-    /// Prints the report and the verdict on it (`breaches`, empty: passed):
+    /// Prints the report and the verdict on it (`reasons`, the judgement's
+    /// breaches as sentences; empty: passed):
     /// as text, the report then `verdict  PASSED` or `verdict  FAILED` and
     /// a line per reason; as JSON, the report's fields and `breaches`, the
     /// reasons.
-    pub fn print_judged(&self, json: bool, breaches: &[Breach]) -> Result<()> {
-        let reasons: Vec<String> = breaches.iter().map(ToString::to_string).collect();
+    pub fn print_judged(&self, json: bool, reasons: &[String]) -> Result<()> {
         if json {
             #[derive(Serialize)]
             struct Judged<'a> {
@@ -94,7 +93,7 @@ impl Report {
             }
             let judged = Judged {
                 report: self,
-                breaches: &reasons,
+                breaches: reasons,
             };
             let text = serde_json::to_string_pretty(&judged).expect("report serialises");
             return outln!("{text}");
@@ -104,7 +103,7 @@ impl Report {
             return outln!("verdict      PASSED");
         }
         outln!("verdict      FAILED")?;
-        for r in &reasons {
+        for r in reasons {
             outln!("  {r}")?;
         }
         Ok(())

@@ -3,7 +3,9 @@
 #
 #   deploy/docker/build.sh [TAG]        # image seqsvr:TAG (default: local)
 #
-# 1. cargo build --release of `seqsvr` and `seqctl`;
+# 1. cargo build of `seqsvr` and `seqctl` with the `image` profile (the
+#    release settings, in target/image: never over the binaries a
+#    `cargo test --release` runs, which carry the store's fault hooks);
 # 2. stages them (stripped) with every shared library `ldd` lists and the
 #    dynamic loader, at the same paths, plus /etc/passwd for the non-root
 #    user 10001;
@@ -22,11 +24,11 @@ cargo=${CARGO:-cargo}
 
 cd "$root"
 if [ "${SEQSVR_SKIP_CARGO:-0}" != 1 ]; then
-    "$cargo" build --release --bin seqsvr --bin seqctl
+    "$cargo" build --profile image --bin seqsvr --bin seqctl
 fi
 target=${CARGO_TARGET_DIR:-$("$cargo" metadata --format-version 1 --no-deps |
     sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')}
-bin="$target/release"
+bin="$target/image"
 for b in seqsvr seqctl; do
     [ -x "$bin/$b" ] || { echo "build.sh: $bin/$b is missing" >&2; exit 1; }
 done

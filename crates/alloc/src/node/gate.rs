@@ -10,12 +10,12 @@
 //! Start-up).
 
 use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
+use std::future::{ready, Ready};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use futures::future::Either;
 use seqsvr_core::AllocId;
 use tower_service::Service;
 
@@ -137,11 +137,14 @@ where
 {
     type Response = Reply;
     type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Reply, Infallible>> + Send>>;
+    /// The real service's own future once open: no box and no extra
+    /// allocation on the serving path (the client plane is served without
+    /// a router for that reason); a ready answer while starting.
+    type Future = Either<S::Future, Ready<Result<Reply, Infallible>>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         // The inner service (a tonic-generated server) is always ready; it
-        // is polled before its call below.
+        // is asked below, before its call.
         Poll::Ready(Ok(()))
     }
 
@@ -149,10 +152,17 @@ where
         match self.inner.get() {
             Some(svc) => {
                 let mut svc = svc.clone();
-                Box::pin(async move {
-                    std::future::poll_fn(|cx| svc.poll_ready(cx)).await?;
-                    svc.call(req).await
-                })
+                // A tonic-generated server is ready at once; Tower asks
+                // that it be polled before it is called.
+                let mut cx = Context::from_waker(std::task::Waker::noop());
+                match svc.poll_ready(&mut cx) {
+                    Poll::Ready(Ok(())) => Either::Left(svc.call(req)),
+                    Poll::Ready(Err(never)) => match never {},
+                    Poll::Pending => Either::Right(ready(Ok(tonic::Status::unavailable(
+                        "the client plane is not ready; retry",
+                    )
+                    .into_http()))),
+                }
             }
             // Another service's path: unimplemented, as the real service
             // answers it (a prober tells a store from an AllocSvr so).
@@ -161,11 +171,11 @@ where
                     "{} is not served here",
                     req.uri().path()
                 ));
-                Box::pin(std::future::ready(Ok(st.into_http())))
+                Either::Right(ready(Ok(st.into_http())))
             }
             None => {
                 let st = starting_status(&self.state.error());
-                Box::pin(std::future::ready(Ok(st.into_http())))
+                Either::Right(ready(Ok(st.into_http())))
             }
         }
     }

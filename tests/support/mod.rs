@@ -4,6 +4,10 @@
 
 #![allow(dead_code)]
 
+mod partition;
+#[allow(unused_imports)] // not every suite cuts a replica off
+pub use partition::isolate;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -781,32 +785,4 @@ impl Recorder {
         let r = c.current(uid).await;
         self.record(r.map(|seq| vec![Observation::current(uid, seq, start, Instant::now())]))
     }
-}
-
-/// Cuts the store replica whose data dir is `data_dir` off from its peers
-/// (the partition fault, `seqsvr_store::fault`) and returns once the
-/// replica acknowledges it in force: a step that needs the partition must
-/// not race its start (a sleep was not enough on a fast build: a learner
-/// caught up in 4 ms, before the cut took effect). Panics after 30 s.
-pub async fn isolate(data_dir: &Path) {
-    use seqsvr_store::fault::{ISOLATE_ACK, ISOLATE_FILE};
-    let file = data_dir.join(ISOLATE_FILE);
-    std::fs::write(&file, b"").unwrap();
-    let started = Instant::now();
-    while std::fs::read(&file).map_or(true, |b| b != ISOLATE_ACK) {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "{} never acknowledged the partition: is the seqsvr binary built with the \
-             store's fault hooks? (`strings {} | grep 'partition fault'`; a `cargo test \
-             --workspace --release` run was seen to leave a build without them at that path)",
-            data_dir.display(),
-            env!("CARGO_BIN_EXE_seqsvr")
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    println!(
-        "{} acknowledged the partition after {:?}",
-        data_dir.display(),
-        started.elapsed()
-    );
 }

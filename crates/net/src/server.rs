@@ -57,6 +57,7 @@
 
 mod call;
 mod conn;
+mod handshake;
 mod size;
 
 pub use call::{PlaneFuture, PlaneLayer, PlaneService};
@@ -70,7 +71,8 @@ use crate::limits::Limits;
 use crate::plane::Plane;
 use crate::tls::ServerTls;
 use bytes::Bytes;
-use conn::{Incoming, Plain, Timeouts, Tls};
+use conn::{Incoming, Timeouts};
+use handshake::{Plain, Tls};
 use std::future::Future;
 use std::net::SocketAddr;
 use tokio::net::TcpListener;

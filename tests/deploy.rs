@@ -541,7 +541,8 @@ fn compose_cluster_keeps_numbers_going_up_through_container_faults() {
         .as_secs();
     let run_id = format!("{}-{}", std::process::id(), secs % 100_000);
     let tag = format!("deploy-{run_id}");
-    // seqctl on the host: the release build that goes into the image.
+    // seqctl on the host: the build that goes into the image
+    // (deploy/docker/build.sh's `image` profile, target/image).
     let target = Path::new(env!("CARGO_BIN_EXE_seqctl"))
         .parent()
         .and_then(Path::parent)
@@ -554,7 +555,7 @@ fn compose_cluster_keeps_numbers_going_up_through_container_faults() {
         next_image: format!("seqsvr:{tag}-next"),
         prefix: free_prefix(),
         work: tempfile::tempdir().unwrap(),
-        seqctl: target.join("release/seqctl"),
+        seqctl: target.join("image/seqctl"),
     };
     say!(
         "project {}, image {}, host ports {}xxx",
@@ -580,6 +581,11 @@ fn compose_cluster_keeps_numbers_going_up_through_container_faults() {
     say!(
         "{built} (build and package: {:.0} s)",
         t.elapsed().as_secs_f64()
+    );
+    assert!(
+        cluster.seqctl.is_file(),
+        "build.sh built no {} for the host",
+        cluster.seqctl.display()
     );
     ok(
         Command::new("docker").args(["tag", &cluster.image, &cluster.next_image]),

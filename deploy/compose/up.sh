@@ -31,17 +31,21 @@ done
 docker rm -v "$c" >/dev/null
 chmod 600 "$pki_dir/ops-key.pem"
 
+err=$(mktemp)
+trap 'rm -f "$err"' EXIT
 t0=$(now_ms)
 compose up -d
 timeout=${SEQSVR_UP_TIMEOUT:-120}
 while :; do
-    if n=$(ctl next 0 2>/dev/null); then
+    if n=$(ctl next 0 2>"$err"); then
         t1=$(now_ms)
         echo "first number $n after $(( t1 - t0 )) ms (compose up to first number)"
         break
     fi
     if [ $(( $(now_ms) - t0 )) -gt $(( timeout * 1000 )) ]; then
-        echo "up.sh: no number within ${timeout}s; compose ps and the last log lines:" >&2
+        echo "up.sh: no number within ${timeout}s; seqctl's last error:" >&2
+        cat "$err" >&2
+        echo "up.sh: compose ps and the last log lines:" >&2
         compose ps >&2 || true
         compose logs --tail 20 >&2 || true
         exit 1

@@ -496,6 +496,21 @@ impl PeerClient {
         Ok(r.max_seq)
     }
 
+    /// Records the planned stop of `alloc`'s `incarnation`, which serves
+    /// nothing any more (`StorePeer.Stopped`); returns how many sections
+    /// it still owned in the store, now unowned.
+    pub async fn stopped(&self, alloc: &str, incarnation: Incarnation) -> Result<u32> {
+        let req = pb::StoppedRequest {
+            alloc_id: alloc.into(),
+            incarnation,
+        };
+        let r = self
+            .replicas
+            .call_with(req, |mut c, r| async move { c.stopped(r).await })
+            .await?;
+        Ok(r.released)
+    }
+
     /// Hands `section`, held at `epoch`, to `to`; returns the new owner's
     /// grant and its peer address.
     pub async fn handoff(

@@ -195,6 +195,8 @@ impl Arbiter {
                 let last = g.grants.get(id).copied();
                 let expired = match g.office {
                     None => false,
+                    // Stopped: no process holds a lease under this id.
+                    Some(_) if state.allocs[id].incarnation == 0 => true,
                     Some(o) => match last {
                         Some(l) => now >= l.at + l.expiry && now >= o.since + wait,
                         None => now >= o.since + wait,
@@ -211,19 +213,28 @@ impl Arbiter {
 
     /// The moves to make now: every section that is unowned or whose owner's
     /// lease has certainly expired goes to a live, non-draining AllocSvr,
-    /// the least loaded first. Nothing moves while not in office, during a
-    /// new office's first `lease + margin`, or when no AllocSvr is live.
+    /// the least loaded first. Nothing moves while not in office or when no
+    /// AllocSvr is live. During a new office's first `lease + margin` only
+    /// sections nobody may serve move: unowned ones, and those of an
+    /// AllocSvr whose process recorded its stop (`Command::StopAlloc`) —
+    /// an owner with a lease from an earlier office may still serve its
+    /// own, but no process serves a section the store lists without owner
+    /// (a freeze moves it out of `Serving`; an install, a configure and a
+    /// stop leave it unowned only once nobody serves it). So a cluster
+    /// stopped the planned way and started again serves at once.
     pub fn plan(&self, state: &SetState, now: Instant) -> Vec<Command> {
         let g = self.lock();
         let Some(office) = g.office else {
             return Vec::new();
         };
         let wait = Duration::from_millis(state.lease.office_wait_ms());
-        if now < office.since + wait {
-            return Vec::new();
-        }
-        let expired = |id: &AllocId| g.grants.get(id).is_none_or(|l| now >= l.at + l.expiry);
-        let live = |id: &AllocId| g.grants.get(id).is_some_and(|l| now < l.at + l.lease);
+        let settled = now >= office.since + wait;
+        let stopped = |id: &AllocId| state.allocs.get(id).is_some_and(|a| a.incarnation == 0);
+        let expired = |id: &AllocId| {
+            stopped(id) || (settled && g.grants.get(id).is_none_or(|l| now >= l.at + l.expiry))
+        };
+        let live =
+            |id: &AllocId| !stopped(id) && g.grants.get(id).is_some_and(|l| now < l.at + l.lease);
         let mut load: BTreeMap<&AllocId, usize> = state
             .allocs
             .iter()
@@ -342,6 +353,7 @@ mod tests {
                     let rec = AllocRecord {
                         addr: format!("{id}:1"),
                         draining: *draining,
+                        incarnation: 1,
                         ..Default::default()
                     };
                     (id.to_string(), rec)
@@ -385,6 +397,36 @@ mod tests {
             a.plan(&st, t0 + Duration::from_millis(6000)),
             vec![assign("b", 0, 1)]
         );
+    }
+
+    #[test]
+    fn a_new_leader_routes_at_once_what_nobody_may_serve() {
+        let t0 = Instant::now();
+        let a = arbiter();
+        // Section 0 is unowned, 1 is a's (stopped: no live incarnation),
+        // 2 is c's (live in an earlier office, perhaps), 3 is b's.
+        let mut st = state(
+            &[None, Some("a"), Some("c"), Some("b")],
+            &[("a", false), ("b", false), ("c", false)],
+        );
+        st.allocs.get_mut("a").unwrap().incarnation = 0;
+        a.observe(Some(3), t0);
+        let at = |ms| t0 + Duration::from_millis(ms);
+        a.granted("b", 3, at(100), T);
+        // Long before the office's wait ends, b gets what nobody serves;
+        // c's section waits, as does a stopped id, which gets nothing.
+        assert_eq!(a.plan(&st, at(200)), vec![assign("b", 0, 2)]);
+        a.granted("a", 3, at(300), T);
+        assert_eq!(
+            a.plan(&st, at(400)),
+            vec![assign("b", 0, 2)],
+            "a stopped id is not live, whatever grant it had"
+        );
+        let v = a.view(&st, at(400));
+        assert!(v["a"].expired && !v["b"].expired && !v["c"].expired);
+        // Once the wait is over, c's section moves too.
+        a.granted("b", 3, at(5900), T);
+        assert_eq!(a.plan(&st, at(6000)), vec![assign("b", 0, 3)]);
     }
 
     #[test]

@@ -120,6 +120,7 @@ fn kind(cmd: &Command) -> &'static str {
         Command::Directory(_) => "directory",
         Command::CopyDirectory(_) => "copy_directory",
         Command::RetireAlloc { .. } => "retire_alloc",
+        Command::StopAlloc { .. } => "stop_alloc",
     }
 }
 

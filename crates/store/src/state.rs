@@ -212,6 +212,9 @@ impl SetState {
                 call,
             } => self.checked_install(*first, floors, call, dirty),
             Command::RetireAlloc { alloc, incarnation } => self.retire(alloc, *incarnation, dirty),
+            Command::StopAlloc { alloc, incarnation } => {
+                self.stop_alloc(alloc, *incarnation, dirty)
+            }
         }
     }
 
@@ -373,6 +376,42 @@ impl SetState {
         self.allocs.remove(alloc);
         dirty.push(Dirty::Alloc(alloc.clone()));
         Ok(Reply::Registered {
+            route_version: self.route_version,
+        })
+    }
+
+    /// See [`Command::StopAlloc`]. Only the registered, unfenced
+    /// incarnation may stop itself; running it again is refused as a stale
+    /// incarnation and changes nothing.
+    fn stop_alloc(
+        &mut self,
+        alloc: &AllocId,
+        incarnation: Incarnation,
+        dirty: &mut Vec<Dirty>,
+    ) -> Outcome {
+        self.check_incarnation(alloc, incarnation)?;
+        let mut released = 0u32;
+        for (i, r) in self.sections.iter_mut().enumerate() {
+            if r.owner.as_ref() != Some(alloc) {
+                continue;
+            }
+            // As a freeze does: no owner, a new epoch, the next owner
+            // starts above everything granted so far.
+            r.owner = None;
+            r.epoch += 1;
+            r.incarnation = 0;
+            r.start = r.max_seq;
+            released += 1;
+            dirty.push(Dirty::Section(i as SectionId));
+        }
+        let rec = self.allocs.get_mut(alloc).expect("checked above");
+        rec.incarnation = 0;
+        dirty.push(Dirty::Alloc(alloc.clone()));
+        // The record changed (no live incarnation), so its sections
+        // version moves even when it owned nothing.
+        self.routes_changed(BTreeSet::from([alloc.clone()]), dirty);
+        Ok(Reply::Stopped {
+            released,
             route_version: self.route_version,
         })
     }

@@ -77,6 +77,10 @@ fn parse(line: &str) -> Option<Command> {
             alloc: w[1].into(),
             incarnation: n(2),
         },
+        "stop" => Command::StopAlloc {
+            alloc: w[1].into(),
+            incarnation: n(2),
+        },
         "fence" => Command::FenceAlloc {
             alloc: w[1].into(),
             incarnation: n(2),

@@ -224,6 +224,21 @@ pub enum Command {
         /// The incarnation the decision was made on.
         incarnation: Incarnation,
     },
+    /// A planned stop's explicit release, asked by the stopping process
+    /// itself once it serves nothing: every section `alloc`'s
+    /// `incarnation` owns loses its owner and gets a new epoch (like a
+    /// freeze, so nothing the process may still send is accepted), and
+    /// the id is left with no live incarnation. The next process of the
+    /// id registers at once, and the arbiter routes the sections at once,
+    /// instead of waiting out a lease nobody holds any more
+    /// (docs/operations.md, Stopping an AllocSvr). Appended last, like
+    /// `RetireAlloc`.
+    StopAlloc {
+        /// The AllocSvr.
+        alloc: AllocId,
+        /// The stopping process's incarnation.
+        incarnation: Incarnation,
+    },
 }
 
 /// A log entry's application payload: commands proposed together.
@@ -303,5 +318,12 @@ pub enum Reply {
         version: u64,
         /// Whether this command changed it.
         changed: bool,
+    },
+    /// An AllocSvr's planned stop is recorded.
+    Stopped {
+        /// Sections it owned, now unowned at a new epoch.
+        released: u32,
+        /// Route version after the change.
+        route_version: u64,
     },
 }

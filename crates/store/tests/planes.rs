@@ -13,7 +13,7 @@ use seqsvr_proto::{self as pb};
 use seqsvr_store::node::{Member, StoreConfig, StoreListeners};
 use seqsvr_store::StoreNode;
 use seqsvr_store_api::client::connector;
-use seqsvr_store_api::{AllocAddrs, Error, PeerClient, ReadClient};
+use seqsvr_store_api::{AllocAddrs, Error, PeerClient, ReadClient, Rejection};
 use tokio::net::TcpListener;
 use tonic::Code;
 
@@ -268,9 +268,16 @@ async fn strangers_wrong_roles_and_forgers_are_refused_and_change_nothing() {
         as_a.renew("b", 2).await.map(|_| ()),
         as_a.raise("b", 2, 5, 1, 150).await.map(|_| ()),
         as_a.handoff("b", 2, "a", 5, 1).await.map(|_| ()),
+        as_a.stopped("b", 2).await.map(|_| ()),
     ] {
         assert!(matches!(r, Err(Error::Denied(_))), "{r:?}");
     }
+    // a itself may record only its own incarnation's stop.
+    let r = as_a.stopped("a", 99).await;
+    assert!(
+        matches!(r, Err(Error::Rejected(Rejection::StaleIncarnation { .. }))),
+        "{r:?}"
+    );
     // An operator may not act on the peer plane as an AllocSvr either.
     let r = c.peer_as("ops").renew("a", 1).await;
     assert!(matches!(r, Err(Error::Denied(_))), "{r:?}");
@@ -433,6 +440,15 @@ async fn raft_and_forwarded_calls_only_from_members() {
         req.metadata_mut()
             .insert(seqsvr_store::auth::FORWARDED, "1".parse().unwrap());
         let e = peer.register_alloc(req).await.unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+        // Nor may it record a's stop, which would free a's sections.
+        let mut req = tonic::Request::new(pb::StoppedRequest {
+            alloc_id: "a".into(),
+            incarnation: 1,
+        });
+        req.metadata_mut()
+            .insert(seqsvr_store::auth::FORWARDED, "1".parse().unwrap());
+        let e = peer.stopped(req).await.unwrap_err();
         assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
     }
     // A member's forwarded call gets past the check (and is then served

@@ -42,7 +42,7 @@ mod stop;
 
 pub use config::*;
 pub use registration::fresh_incarnation;
-pub use stop::{StopReport, STOP_HANDOFF_BOUND};
+pub use stop::{StopReport, STOP_HANDOFF_BOUND, STOP_RECORD_BOUND};
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -130,8 +130,10 @@ pub struct AllocNode {
     pub admin_local_addr: SocketAddr,
     /// Tells the servers to stop.
     stop: watch::Sender<bool>,
-    /// Servers, raiser, renewal and route tasks.
+    /// Servers (and the metrics listener).
     tasks: Vec<JoinHandle<()>>,
+    /// Renewal, route and raise tasks: what claims and extends sections.
+    control: Vec<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for AllocNode {
@@ -338,6 +340,8 @@ impl AllocNode {
                 Plane::Admin,
                 admin_l.serve(admin_router, stopped(&stop)),
             )),
+        ];
+        let control = vec![
             tokio::spawn(renew_loop(ctx.clone())),
             tokio::spawn(route_loop(ctx, poll)),
             tokio::spawn(raiser.run(stopped(&stop))),
@@ -375,6 +379,7 @@ impl AllocNode {
             admin_local_addr,
             stop,
             tasks,
+            control,
         })
     }
 
@@ -386,7 +391,7 @@ impl AllocNode {
     /// Stops serving: the servers stop accepting, background tasks end.
     pub fn shutdown(self) {
         let _ = self.stop.send(true);
-        for t in self.tasks {
+        for t in self.control.into_iter().chain(self.tasks) {
             t.abort();
         }
     }

@@ -1,6 +1,8 @@
 //! A planned stop (SIGTERM, `seqsvr dev`'s Ctrl-C): hand every section to
-//! a live peer of the set with planned handoffs (`handoff.rs`: an explicit
-//! release in the store, no lease waited out), then stop serving.
+//! a live peer of the set with planned handoffs (`handoff.rs`), then
+//! record the stop in the store, so that nothing waits out this process's
+//! lease: not the sections a last AllocSvr could not hand over, not this
+//! AllocSvr's next process.
 //!
 //! The sequence (`docs/operations.md`, Stopping an AllocSvr):
 //! 1. mark this process stopping: its `Status` says draining, so a peer
@@ -12,12 +14,20 @@
 //!    handoff each (the section is unavailable for the few milliseconds of
 //!    its own move only); a section a failed handoff left ours is tried
 //!    again while time is left;
-//! 4. stop: renewals end, the listeners close.
+//! 4. stop renewing, polling routes and raising (nothing is claimed from
+//!    here on), and stop serving what is left;
+//! 5. record the stop (`StorePeer.Stopped`): the store takes every section
+//!    this incarnation still owns away from it at a new epoch and leaves
+//!    the id with no live incarnation — the arbiter routes those sections
+//!    at once, and the next process of the id registers at once;
+//! 6. the listeners close.
 //!
-//! The whole handoff is bounded ([`STOP_HANDOFF_BOUND`] or the caller's):
-//! a stop that cannot finish in time (no live peer, a store without a
-//! leader) still exits, and says in its log which sections are left and
-//! that they move once the lease ends, as after a crash (promise 3).
+//! The handoffs are bounded ([`STOP_HANDOFF_BOUND`] or the caller's), and
+//! so is the record ([`STOP_RECORD_BOUND`]): a stop that cannot finish in
+//! time (no live peer, a store without a leader) still exits, and says in
+//! its log that what is left moves once the lease ends, as after a crash
+//! (promise 3). Step 4 comes before step 5, so the store never lists as
+//! free a section this process still serves.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -25,6 +35,8 @@ use std::time::{Duration, Instant};
 use seqsvr_core::SectionId;
 use seqsvr_proto::alloc_client::AllocClient;
 use seqsvr_proto::{self as pb};
+
+use seqsvr_store_api::{Error as StoreError, Rejection};
 
 use crate::handoff;
 
@@ -34,6 +46,9 @@ use super::AllocNode;
 /// anyway. Well below Kubernetes' default grace period (30 s) and the
 /// manifests' (`deploy/k8s`).
 pub const STOP_HANDOFF_BOUND: Duration = Duration::from_secs(10);
+
+/// How long recording the stop in the store may take (step 5).
+pub const STOP_RECORD_BOUND: Duration = Duration::from_secs(2);
 
 /// How long a peer's `Status` may take to say it is live.
 const PEER_CHECK: Duration = Duration::from_millis(500);
@@ -49,6 +64,9 @@ pub struct StopReport {
     pub max_unavailable_us: u64,
     /// How long the handoffs took.
     pub took: Duration,
+    /// Whether the store recorded the stop (sections left are then free at
+    /// once, and the next process registers without waiting).
+    pub recorded: bool,
 }
 
 /// A peer that may take sections.
@@ -73,23 +91,70 @@ impl AllocNode {
             );
         }
         report.took = start.elapsed();
+        // 4. Nothing is claimed or extended from here on, and what is left
+        //    is served no more.
+        for t in &self.control {
+            t.abort();
+        }
         report.left = shared.alloc.served_sections();
-        if report.left.is_empty() {
-            tracing::info!(
+        for &s in &report.left {
+            shared.alloc.drop_section(s);
+        }
+        // 5. The store frees what is left, and the id.
+        let incarnation = shared.incarnation();
+        let fenced = shared.fenced.load(Ordering::Acquire);
+        let recorded = tokio::time::timeout(STOP_RECORD_BOUND, async {
+            if fenced {
+                // The store refuses a fenced incarnation everything,
+                // its stop too: its sections move once the lease ends.
+                return Err(StoreError::Invalid("this process is fenced".into()));
+            }
+            shared.store.stopped(&shared.id, incarnation).await
+        })
+        .await;
+        report.recorded = match recorded {
+            Ok(Ok(released)) => {
+                tracing::info!(released, "stop: recorded in the store");
+                true
+            }
+            // A retry of a call whose first try was applied.
+            Ok(Err(StoreError::Rejected(Rejection::StaleIncarnation { current: 0, .. }))) => true,
+            Ok(Err(e)) => {
+                tracing::warn!("stop: the store did not record the stop: {e}");
+                false
+            }
+            Err(_) => {
+                tracing::warn!(
+                    bound = ?STOP_RECORD_BOUND,
+                    "stop: the store did not record the stop in time"
+                );
+                false
+            }
+        };
+        match (report.left.is_empty(), report.recorded) {
+            (true, _) => tracing::info!(
                 handed_off = report.handed_off,
                 max_unavailable_ms = report.max_unavailable_us as f64 / 1000.0,
                 took_ms = report.took.as_secs_f64() * 1000.0,
+                recorded = report.recorded,
                 "stop: every section handed to a live peer"
-            );
-        } else {
-            tracing::warn!(
+            ),
+            (false, true) => tracing::info!(
+                handed_off = report.handed_off,
+                released = report.left.len(),
+                "stop: {} sections released in the store: a peer or this AllocSvr's \
+                 next process claims them at once",
+                report.left.len()
+            ),
+            (false, false) => tracing::warn!(
                 handed_off = report.handed_off,
                 left = report.left.len(),
                 lease_left_ms = shared.lease_left_ms(),
-                "stop: {} sections not handed over; they are unavailable until this \
-                 process's lease ends and the store moves them (as after a crash)",
+                "stop: {} sections neither handed over nor released; they are \
+                 unavailable until this process's lease ends and the store moves them \
+                 (as after a crash)",
                 report.left.len()
-            );
+            ),
         }
         self.shutdown();
         report

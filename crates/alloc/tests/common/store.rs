@@ -69,6 +69,8 @@ pub struct State {
     pub renew_down: bool,
     /// A registration may replace a live incarnation (its lease ended).
     pub replace_twins: bool,
+    /// Planned stops recorded.
+    pub stops: u32,
 }
 
 #[derive(Clone)]
@@ -96,6 +98,7 @@ impl FakeStore {
             handoff_fault: HandoffFault::None,
             renew_down: false,
             replace_twins: false,
+            stops: 0,
         })))
     }
 
@@ -178,7 +181,12 @@ impl StorePeer for FakeStore {
         let r = req.into_inner();
         let mut st = self.st();
         if let Some(live) = st.allocs.get(&r.alloc_id) {
-            if live.incarnation != r.incarnation && !live.fenced && !st.replace_twins {
+            // Incarnation 0: the id's last process recorded its stop.
+            if live.incarnation != r.incarnation
+                && live.incarnation != 0
+                && !live.fenced
+                && !st.replace_twins
+            {
                 return refuse(Rejection::Twin {
                     alloc: r.alloc_id,
                     live: live.incarnation,
@@ -196,6 +204,31 @@ impl StorePeer for FakeStore {
             },
         );
         Ok(Response::new(pb::RegisterAllocReply {
+            route_version: st.route_version,
+        }))
+    }
+
+    async fn stopped(&self, req: Request<pb::StoppedRequest>) -> Answer<pb::StoppedReply> {
+        let r = req.into_inner();
+        let mut st = self.st();
+        if let Err(e) = Self::check_incarnation(&st, &r.alloc_id, r.incarnation) {
+            return refuse(e);
+        }
+        let mut released = 0;
+        for rec in st.sections.iter_mut() {
+            if rec.owner.as_deref() == Some(r.alloc_id.as_str()) {
+                rec.owner = None;
+                rec.epoch += 1;
+                rec.incarnation = 0;
+                rec.start = rec.max_seq;
+                released += 1;
+            }
+        }
+        st.allocs.get_mut(&r.alloc_id).expect("checked").incarnation = 0;
+        st.route_version += 1;
+        st.stops += 1;
+        Ok(Response::new(pb::StoppedReply {
+            released,
             route_version: st.route_version,
         }))
     }

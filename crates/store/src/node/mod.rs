@@ -342,6 +342,7 @@ const PEER_PATHS: &[&str] = &[
     "/seqsvr.v1.StorePeer/TakeOver",
     "/seqsvr.v1.StorePeer/Raise",
     "/seqsvr.v1.StorePeer/Handoff",
+    "/seqsvr.v1.StorePeer/Stopped",
     "/seqsvr.v1.StorePeer/ReadSections",
     "/seqsvr.v1.StorePeer/GetRoutes",
     "/seqsvr.v1.StorePeer/Status",

@@ -43,6 +43,8 @@ impl StoreApi {
         let replaces = {
             let a = self.sm.read();
             match a.state.allocs.get(&alloc) {
+                // The id's last process recorded its stop: nobody to wait for.
+                Some(rec) if rec.incarnation == 0 => 0,
                 Some(rec) if rec.incarnation != incarnation => {
                     let view = self.arbiter.view(&a.state, std::time::Instant::now());
                     if !view.get(&alloc).is_some_and(|v| v.expired) {
@@ -173,6 +175,28 @@ impl StoreApi {
         }
     }
 
+    /// A planned stop's release ([`Command::StopAlloc`]): under the
+    /// arbiter's lock, like a registration, so no renewal is granted to the
+    /// stopping incarnation between its check and the write.
+    async fn stopped(&self, r: pb::StoppedRequest) -> Result<pb::StoppedReply, Error> {
+        let cmd = Command::StopAlloc {
+            alloc: check_id(&r.alloc_id)?,
+            incarnation: require_incarnation(r.incarnation)?,
+        };
+        self.require_leader()?;
+        let _moves = self.arbiter.moves.lock().await;
+        match self.write(cmd).await? {
+            Reply::Stopped {
+                released,
+                route_version,
+            } => Ok(pb::StoppedReply {
+                released,
+                route_version,
+            }),
+            r => Err(unexpected(r)),
+        }
+    }
+
     async fn handoff(&self, r: pb::HandoffRequest) -> Result<pb::HandoffReply, Error> {
         let to = check_id(&r.to_alloc)?;
         let cmd = Command::Handoff {
@@ -231,6 +255,20 @@ impl pb::store_peer_server::StorePeer for PeerService {
             req,
             |r| api.renew(r),
             |mut c, r| async move { c.renew(r).await },
+        )
+        .await
+    }
+
+    async fn stopped(
+        &self,
+        req: Request<pb::StoppedRequest>,
+    ) -> Result<Response<pb::StoppedReply>, Status> {
+        let api = &self.0;
+        require_alloc_or_forward(api.auth, &req, &req.get_ref().alloc_id, &api.members())?;
+        api.route(
+            req,
+            |r| api.stopped(r),
+            |mut c, r| async move { c.stopped(r).await },
         )
         .await
     }

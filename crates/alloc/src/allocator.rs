@@ -419,7 +419,7 @@ impl Allocator {
     fn retire(&self, section: SectionId, epoch: Option<Epoch>) -> bool {
         let dropped = self
             .slot(section)
-            .is_some_and(|slot| slot.retire(epoch, &self.mem));
+            .is_some_and(|slot| slot.retire(section, epoch, &self.mem));
         if dropped {
             self.counters.sections_dropped.fetch_add(1, Relaxed);
             tracing::info!(section, ?epoch, "stopped serving section");
@@ -519,13 +519,16 @@ impl Allocator {
         self.slot(section)?.state()
     }
 
-    /// The sections served here, in order.
+    /// The sections served here, in order: kept as sections are
+    /// installed and retired, O(served), not a walk over every slot.
     pub fn served_sections(&self) -> Vec<SectionId> {
-        // One pin for the walk: each slot's own pin is then a counter bump.
-        let _pinned = crossbeam_epoch::pin();
-        (0..self.slots.len() as SectionId)
-            .filter(|&s| self.slots[s as usize].is_serving())
-            .collect()
+        self.mem.serving()
+    }
+
+    /// How many sections are served here (kept, like
+    /// [`served_sections`](Self::served_sections)).
+    pub fn served_count(&self) -> usize {
+        self.mem.serving_count()
     }
 }
 
@@ -763,5 +766,33 @@ mod tests {
         let req = a.take_raise_requests()[0];
         assert!(a.apply_raise(req.section, req.epoch, req.to));
         assert_eq!(waiter.await.unwrap(), Ok(vec![1, 11, 12]));
+    }
+    #[test]
+    fn the_served_sections_kept_equal_a_walk_over_every_slot() {
+        let a = alloc(0.0);
+        // A seeded walk over installs, drops and epoch-conditional drops.
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut epoch = [0u64; 3];
+        for _ in 0..2_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let s = (x % 3) as SectionId;
+            match (x >> 8) % 4 {
+                0 | 1 => {
+                    epoch[s as usize] += 1;
+                    let _ = a.install(&[grant(s, epoch[s as usize], 0)]);
+                }
+                2 => {
+                    a.drop_section(s);
+                }
+                _ => {
+                    a.drop_section_if_epoch(s, epoch[s as usize].saturating_sub((x >> 20) % 2));
+                }
+            }
+            let walk: Vec<SectionId> = (0..3).filter(|&s| a.is_serving(s)).collect();
+            assert_eq!(a.served_sections(), walk);
+            assert_eq!(a.served_count(), walk.len());
+        }
     }
 }

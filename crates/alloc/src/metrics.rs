@@ -152,7 +152,7 @@ impl AllocMetrics {
             c.inc_by(v.saturating_sub(c.get()));
         }
         for (f, v) in [
-            ("sections_served", alloc.served_sections().len() as i64),
+            ("sections_served", alloc.served_count() as i64),
             ("cell_bytes", st.cell_bytes as i64),
             ("lease_left_ms", lease_left_ms),
             ("draining", i64::from(draining)),

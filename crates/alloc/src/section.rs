@@ -40,6 +40,7 @@
 //! is at least every number any owner, this one included, handed out for
 //! any uid of the section.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -48,7 +49,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 // one uncontended atomic on a thread-local word per call; a reference count
 // per section would put a contended one on a line shared by every core.
 use crossbeam_epoch::{pin, Atomic, Guard, Owned, Shared};
-use seqsvr_core::Epoch;
+use seqsvr_core::{Epoch, SectionId};
 use tokio::sync::Notify;
 
 use crate::ceiling::Grant;
@@ -112,6 +113,11 @@ pub(crate) struct CellMemory {
     bytes: AtomicU64,
     /// Blocks freed since the allocator was built.
     freed: AtomicU64,
+    /// The sections whose block is linked (served now), changed by
+    /// install and retire under the slot's lock, so the set follows each
+    /// slot exactly: `Status`, metrics and renewals read it instead of
+    /// walking every slot of the set.
+    serving: Mutex<BTreeSet<SectionId>>,
 }
 
 impl CellMemory {
@@ -131,6 +137,20 @@ impl CellMemory {
     fn released(&self, bytes: u64) {
         self.bytes.fetch_sub(bytes, Relaxed);
         self.freed.fetch_add(1, Relaxed);
+    }
+
+    /// The sections served now, in order.
+    pub(crate) fn serving(&self) -> Vec<SectionId> {
+        self.serving_set().iter().copied().collect()
+    }
+
+    /// How many sections are served now.
+    pub(crate) fn serving_count(&self) -> usize {
+        self.serving_set().len()
+    }
+
+    fn serving_set(&self) -> std::sync::MutexGuard<'_, BTreeSet<SectionId>> {
+        self.serving.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Bytes of cells allocated now.
@@ -477,6 +497,7 @@ impl SectionSlot {
                 let block = Block::new(shape, grant, mem);
                 mem.allocated(block.bytes());
                 self.block.store(Owned::new(block), Release);
+                mem.serving_set().insert(grant.section);
             }
         }
         drop(epoch);
@@ -487,7 +508,12 @@ impl SectionSlot {
     /// Stops serving, if `epoch` is `None` or the epoch we serve under, and
     /// frees the block once its last caller has finished. Returns whether
     /// the slot was serving and now is not.
-    pub(crate) fn retire(&self, epoch: Option<Epoch>, mem: &Arc<CellMemory>) -> bool {
+    pub(crate) fn retire(
+        &self,
+        section: SectionId,
+        epoch: Option<Epoch>,
+        mem: &Arc<CellMemory>,
+    ) -> bool {
         let Some(ctl) = self.ctl.get() else {
             return false;
         };
@@ -505,6 +531,7 @@ impl SectionSlot {
         // re-reads the ceiling before every compare-and-swap.
         block.ceiling.store(NOT_SERVING, Release);
         self.block.store(Shared::null(), Release);
+        mem.serving_set().remove(&section);
         let (mem, bytes) = (mem.clone(), block.bytes());
         // SAFETY: `old` is unlinked, so no caller that pins from now on can
         // reach it; the closure runs once every thread pinned now (any caller

@@ -13,9 +13,10 @@
 //! clock read and two atomic loads), one atomic load for the route version,
 //! and, for a batch, one reused output vector. Errors are mapped to gRPC
 //! statuses here and nowhere else ([`Shared::status`]), each with an
-//! `ErrorDetail` the client acts on (promise 5); a not-owner or
-//! out-of-range answer carries the current route table so the client can
-//! retry at once.
+//! `ErrorDetail` the client acts on (promise 5); a not-owner answer names
+//! the owner's address and the route version, never the table itself, so
+//! its size does not grow with the table: a client whose table is older
+//! than the version fetches it (`Routes`) and retries at once.
 
 use std::sync::Arc;
 
@@ -51,7 +52,7 @@ impl Shared {
                     // A section this set no longer (or never) serves is
                     // answered with where to look: the client refreshes
                     // its directory (docs/architecture/sets.md).
-                    let t = self.route_table();
+                    let t = self.routes();
                     d.directory_version = t.directory.as_ref().map_or(0, |x| x.version);
                     match placement_of(&t, *section) {
                         Some((pb::PlaceKind::PlaceMoved, to)) => {
@@ -59,7 +60,13 @@ impl Shared {
                             (Code::Unavailable, ErrorKind::Moved, true, true)
                         }
                         Some(_) => (Code::Unavailable, ErrorKind::NotServed, true, true),
-                        None => (Code::Unavailable, ErrorKind::NotOwner, true, true),
+                        None => {
+                            if let Some(e) = entry_of(&t, *section) {
+                                d.owner_addr = e.addr.clone();
+                                d.owner_alloc = e.alloc_id.clone();
+                            }
+                            (Code::Unavailable, ErrorKind::NotOwner, true, true)
+                        }
                     }
                 }
                 AllocError::Exhausted { section } => {
@@ -165,7 +172,11 @@ impl Shared {
         d.kind = kind as i32;
         d.retryable = retryable;
         if route {
-            d.route = Some(self.route_table());
+            // The version and the set, not the table (O(1) whatever the
+            // table's size): a caller with an older table fetches it.
+            let t = self.routes();
+            d.route_version = t.version;
+            d.set = t.set;
         }
         status_with(code, e.to_string(), d)
     }
@@ -199,6 +210,14 @@ fn placement_of(t: &pb::RouteTable, section: SectionId) -> Option<(pb::PlaceKind
     let i = t.placement.partition_point(|r| r.end_section <= section);
     let r = t.placement.get(i).filter(|r| r.first_section <= section)?;
     Some((pb::PlaceKind::try_from(r.kind).ok()?, r.to_set))
+}
+
+/// The run of the route table that names `section`'s owner, if any.
+fn entry_of(t: &pb::RouteTable, section: SectionId) -> Option<&pb::RouteEntry> {
+    let i = t
+        .entries
+        .partition_point(|e| e.first_section as u64 + e.count as u64 <= section as u64);
+    t.entries.get(i).filter(|e| e.first_section <= section)
 }
 
 /// The deadline of a call that may wait for a raise.

@@ -53,8 +53,8 @@ pub struct Shared {
     pub alloc: Arc<Allocator>,
     /// The version of the route table below (read on every reply).
     pub route_version: AtomicU64,
-    /// The route table as last read from the store (attached to not-owner
-    /// and out-of-range errors, served by `Routes`).
+    /// The route table as last read from the store (served by `Routes`;
+    /// errors name its version and, for not-owner, the section's owner).
     pub routes: RwLock<Arc<pb::RouteTable>>,
     /// How long a call may wait for an exhausted section's raise.
     pub wait: Duration,
@@ -192,9 +192,18 @@ impl Shared {
         self.route_version.store(v, Ordering::Release);
     }
 
-    /// The route table as last read.
+    /// The route table as last read (a copy, for `Routes`).
     pub fn route_table(&self) -> pb::RouteTable {
-        (**self.routes.read().unwrap_or_else(|e| e.into_inner())).clone()
+        (*self.routes()).clone()
+    }
+
+    /// The route table as last read, shared (no copy: what an error
+    /// detail reads its few facts from).
+    pub fn routes(&self) -> Arc<pb::RouteTable> {
+        self.routes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The route table's version (read on every reply).

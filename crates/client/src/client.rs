@@ -227,8 +227,11 @@ impl SeqClient {
         }
     }
 
-    /// Turns an attempt's result into a value or a [`Failure`], installing
-    /// any route table the server attached to its error.
+    /// Turns an attempt's result into a value or a [`Failure`], acting on
+    /// what the error says of the server's route table: a table an older
+    /// server attached is installed; a newer version named by an error
+    /// other than a refusal is fetched in the background, as for an OK
+    /// reply (a refusal's is fetched before its retry, in [`Self::recover`]).
     pub(crate) fn outcome<T>(
         &self,
         reply: std::result::Result<
@@ -249,12 +252,18 @@ impl SeqClient {
                 })
             }
         };
-        let (mut failure, route) = classify(&status, target, uids);
-        if let Some(r) = route {
-            self.install(&r, &target.addr);
+        let (mut failure, facts) = classify(&status, target, uids);
+        if let Some(r) = &facts.table {
+            self.install(r, &target.addr);
+        } else if !matches!(failure, Failure::NotOwner { .. }) {
+            self.note_version(target.set_id, target.version, facts.version, &target.addr);
         }
         if let Failure::NotOwner {
-            moved, uid, addr, ..
+            moved,
+            uid,
+            addr,
+            version,
+            ..
         } = &mut failure
         {
             // Steer by a uid the refusal is about: in a batch, the first
@@ -265,9 +274,12 @@ impl SeqClient {
             if let Some(&u) = uids.iter().find(elsewhere) {
                 *uid = u;
             }
+            let stale = routes.version(target.set_id).is_some_and(|v| v < *version);
             drop(routes);
             let step = self.step_after_refusal(*uid, addr, target.set_id);
-            *moved = matches!(step, Step::AtOnce);
+            // A table older than the server's: the fetch before the retry
+            // may well send the uid elsewhere.
+            *moved = stale || matches!(step, Step::AtOnce);
         }
         Err(failure)
     }
@@ -316,7 +328,22 @@ impl SeqClient {
         if retry.expired() {
             return Err(failure.into_final());
         }
-        if let Failure::NotOwner { directory, .. } = &failure {
+        let mut fetched = false;
+        if let Failure::NotOwner {
+            directory,
+            version,
+            addr,
+            set,
+            ..
+        } = &failure
+        {
+            // The refusing server holds a newer table of the set than
+            // ours: fetch it from that server (one fetch per set at a
+            // time), then look again. Only when stale: the error itself
+            // names the version, never the table.
+            fetched = self
+                .fetch_newer(*set, *version, addr, retry.attempt_timeout())
+                .await;
             // The server holds a newer directory than the one its table
             // brought us (or brought none): fetch it before deciding.
             if *directory > read(&self.inner.routes).directory_version() {
@@ -326,6 +353,8 @@ impl SeqClient {
         }
         match self.step(&failure) {
             Step::AtOnce if retry.at_once() => return Ok(()),
+            // A newer table came in: the next attempt goes where it says.
+            _ if fetched && retry.at_once() => return Ok(()),
             Step::AtOnce | Step::Wait => {}
             Step::Refresh(set) => {
                 match set {

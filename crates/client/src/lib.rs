@@ -7,9 +7,11 @@
 //! set serves which uid range, and where each set's stores are) rides on
 //! every route table; a set the client has no table of yet is learned from
 //! its stores. It keeps the routes fresh on its own: every reply carries
-//! the route version, an AllocSvr that no longer serves a uid answers with
-//! its route table (`NOT_OWNER`, or `MOVED` / `NOT_SERVED` when the section
-//! left its set), and a dead AllocSvr sends the client to its set's stores
+//! the route version, an AllocSvr that no longer serves a uid says so with
+//! its route version and the owner it knows (`NOT_OWNER`, or `MOVED` /
+//! `NOT_SERVED` when the section left its set) and is asked for its table
+//! only when that version is newer, and a dead AllocSvr sends the client
+//! to its set's stores
 //! and its seeds. Retryable failures are retried with jittered exponential
 //! backoff inside one deadline per call; what is left after the deadline
 //! comes back as a typed [`Error`].

@@ -184,6 +184,41 @@ impl SeqClient {
         });
     }
 
+    /// After a refusal from `addr` naming route `version` of set `set`:
+    /// if the cached table of `set` is older, asks `addr` for its table
+    /// and installs it (one fetch per set at a time; a caller that waited
+    /// for another's fetch does not repeat it). Returns whether the cached
+    /// table was older and now is at least `version`: the routes changed.
+    pub(crate) async fn fetch_newer(
+        &self,
+        set: SetId,
+        version: u64,
+        addr: &str,
+        timeout: Duration,
+    ) -> bool {
+        let fresh = || {
+            read(&self.inner.routes)
+                .version(set)
+                .is_some_and(|v| v >= version)
+        };
+        if version == 0 || fresh() {
+            return false;
+        }
+        self.set_flight(set)
+            .join(|| async {
+                match self.routes_of(addr, timeout).await {
+                    Ok(t) => {
+                        self.install(&t, addr);
+                    }
+                    Err(e) => {
+                        tracing::debug!(addr, error = %e, "route fetch after a refusal failed")
+                    }
+                }
+            })
+            .await;
+        fresh()
+    }
+
     /// A copy of every cached route table.
     pub(crate) fn tables(&self) -> Vec<RouteTable> {
         read(&self.inner.routes).tables()

@@ -39,8 +39,10 @@ pub(crate) enum Failure {
     /// The AllocSvr called does not serve the uid: `NOT_OWNER` (another
     /// AllocSvr of its set owns the section, or none does), `MOVED` (its
     /// set gave the section to another set) or `NOT_SERVED` (its set does
-    /// not serve the section). The route table it attached is installed
-    /// before this is built.
+    /// not serve the section). A route table an older server attached is
+    /// installed before this is built; a newer server names only its
+    /// route version, and the table is fetched (from that server) when
+    /// the version is newer than the cached one.
     NotOwner {
         /// Which of the three.
         kind: ErrorKind,
@@ -57,6 +59,12 @@ pub(crate) enum Failure {
         /// The directory version the server holds (0: not said); newer
         /// than the client's means the client's directory is stale.
         directory: u64,
+        /// The version of the server's route table (0: not said); newer
+        /// than the cached table of `set` means the cached one is stale.
+        version: u64,
+        /// The section's owner in the server's table (`""`: none named),
+        /// for the logs: the retry goes where the (fetched) table says.
+        owner: String,
         /// The server's message.
         message: String,
     },
@@ -158,20 +166,35 @@ impl Failure {
     }
 }
 
+/// What an error says about the server's route table.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct RouteFacts {
+    /// The whole table, as servers before `route_version` attached it
+    /// (the caller installs it if it is newer).
+    pub table: Option<pb::RouteTable>,
+    /// The version of the server's table (0: not said).
+    pub version: u64,
+}
+
 /// Reads a non-OK status from the AllocSvr at `target` called with `uids`
-/// (one uid, or a batch part). Returns the failure and the route table
-/// the server attached, which the caller installs; a `NotOwner` comes back
-/// with `moved: false` for the caller to correct after installing.
+/// (one uid, or a batch part). Returns the failure and what the server
+/// said of its route table, which the caller acts on; a `NotOwner` comes
+/// back with `moved: false` for the caller to correct.
 pub(crate) fn classify(
     status: &tonic::Status,
     target: &Target,
     uids: &[u64],
-) -> (Failure, Option<pb::RouteTable>) {
+) -> (Failure, RouteFacts) {
     let addr = target.addr.as_str();
     let message = status.message().to_string();
     let Some(d) = detail_of(status) else {
         let f = classify_bare(status.code(), target, message, uids);
-        return (f, None);
+        return (f, RouteFacts::default());
+    };
+    #[allow(deprecated)] // still decoded from older servers
+    let facts = RouteFacts {
+        version: d.route.as_ref().map_or(d.route_version, |r| r.version),
+        table: d.route,
     };
     let kind = ErrorKind::try_from(d.kind).unwrap_or(ErrorKind::Unspecified);
     let failure = match kind {
@@ -182,10 +205,15 @@ pub(crate) fn classify(
             addr: addr.to_string(),
             set: target.set_id,
             directory: d.directory_version,
+            version: facts.version,
+            owner: d.owner_addr,
             message,
         },
         ErrorKind::OutOfRange => {
-            let set = d.route.as_ref().and_then(|r| r.set.as_ref());
+            let set = d
+                .set
+                .as_ref()
+                .or(facts.table.as_ref().and_then(|r| r.set.as_ref()));
             // Name the first uid the server's set really lacks, when it says.
             let outside = |u: &&u64| set.is_none_or(|s| !(s.uid_begin..s.uid_end).contains(*u));
             let uid = uids.iter().find(outside).or(uids.first()).copied();
@@ -201,7 +229,7 @@ pub(crate) fn classify(
         },
         kind => Failure::Fatal(Error::Internal(format!("{kind:?} from {addr}: {message}"))),
     };
-    (failure, d.route)
+    (failure, facts)
 }
 
 /// Reads a status without a seqsvr detail: a transport failure reported
@@ -318,6 +346,9 @@ mod tests {
 
     use super::*;
 
+    /// A status as servers before `route_version` built them (`route`:
+    /// the whole table).
+    #[allow(deprecated)]
     fn status(
         code: Code,
         kind: ErrorKind,
@@ -452,10 +483,12 @@ mod tests {
                 retryable: true,
                 to_set: 4,
                 directory_version: 9,
+                route_version: 12,
+                owner_addr: "b:2".into(),
                 ..Default::default()
             };
             let s = status_with(Code::Unavailable, "msg", d);
-            let (f, _) = classify(&s, &target(), &[7, 8]);
+            let (f, facts) = classify(&s, &target(), &[7, 8]);
             let want = Failure::NotOwner {
                 kind,
                 moved: false,
@@ -463,9 +496,18 @@ mod tests {
                 addr: "a:1".into(),
                 set: 3,
                 directory: 9,
+                version: 12,
+                owner: "b:2".into(),
                 message: "msg".into(),
             };
             assert_eq!(f, want);
+            assert_eq!(
+                facts,
+                RouteFacts {
+                    table: None,
+                    version: 12
+                }
+            );
             assert_eq!(
                 f.into_final(),
                 Error::Unavailable {
@@ -486,10 +528,26 @@ mod tests {
             }),
             ..Default::default()
         };
-        let s = status(Code::OutOfRange, ErrorKind::OutOfRange, false, Some(route));
+        let s = status(
+            Code::OutOfRange,
+            ErrorKind::OutOfRange,
+            false,
+            Some(route.clone()),
+        );
         let (f, r) = classify(&s, &target(), &[7, 8, 9]);
         assert_eq!(f, Failure::Fatal(Error::OutOfRange { uid: 8 }));
-        assert!(r.is_some());
+        assert!(r.table.is_some());
+        // As servers send it now: the set alone.
+        let d = ErrorDetail {
+            kind: ErrorKind::OutOfRange as i32,
+            set: route.set,
+            route_version: 3,
+            ..Default::default()
+        };
+        let s = status_with(Code::OutOfRange, "msg", d);
+        let (f, r) = classify(&s, &target(), &[7, 8, 9]);
+        assert_eq!(f, Failure::Fatal(Error::OutOfRange { uid: 8 }));
+        assert_eq!((r.table, r.version), (None, 3));
     }
 
     #[test]
@@ -523,6 +581,8 @@ mod tests {
             addr: "a".into(),
             set: 0,
             directory: 0,
+            version: 0,
+            owner: String::new(),
             message: "m".into(),
         };
         let b = Failure::Busy {

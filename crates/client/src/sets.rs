@@ -47,7 +47,7 @@ impl SeqClient {
     }
 
     /// The single-flight gate of set `set`'s fetches.
-    fn set_flight(&self, set: SetId) -> Arc<Flight> {
+    pub(crate) fn set_flight(&self, set: SetId) -> Arc<Flight> {
         lock(&self.inner.set_flights)
             .entry(set)
             .or_default()

@@ -158,6 +158,55 @@ async fn not_owner_is_retried_at_once_at_the_new_owner() {
 }
 
 #[tokio::test]
+async fn a_refusal_fetches_the_table_only_when_it_names_a_newer_version() {
+    let (a, b) = two_owners().await;
+    let c = client(&[&a], quick(3000)).await;
+    // Section 0 moves to B (version 2); A knows, the client does not.
+    let moved = table(
+        1,
+        0..1000,
+        100,
+        2,
+        &[(0, 1, &b.addr), (1, 4, &a.addr), (5, 5, &b.addr)],
+    );
+    a.set_route(moved.clone());
+    b.set_route(moved);
+    let before = a.routes_calls();
+    // Many calls refused together: one fetch of A's table between them.
+    let calls = (0..16).map(|i| {
+        let c = c.clone();
+        tokio::spawn(async move { c.next(i).await })
+    });
+    for r in futures::future::join_all(calls).await {
+        assert!(r.unwrap().is_ok());
+    }
+    assert_eq!(c.route_version(1), Some(2));
+    assert_eq!(a.routes_calls() - before, 1, "one fetch after the refusals");
+    // Routed by the fetched table now: no refusal, no fetch.
+    let b_calls = b.calls();
+    assert_eq!(c.next(3).await, Ok(B + 2));
+    assert_eq!(b.calls(), b_calls + 1);
+    assert_eq!(a.routes_calls() - before, 1);
+}
+
+#[tokio::test]
+async fn tables_attached_by_older_servers_are_still_followed() {
+    let (a, b) = two_owners().await;
+    a.state.legacy_errors.store(true, Ordering::SeqCst);
+    b.state.legacy_errors.store(true, Ordering::SeqCst);
+    let c = client(&[&a], quick(3000)).await;
+    let moved = table(1, 0..1000, 100, 2, &[(0, 1, &b.addr), (1, 9, &a.addr)]);
+    a.set_route(moved.clone());
+    b.set_route(moved);
+    let before = a.routes_calls();
+    assert_eq!(c.next(5).await, Ok(B + 1));
+    assert_eq!(c.route_version(1), Some(2));
+    // The table came with the error: nothing was fetched.
+    assert_eq!(a.routes_calls(), before);
+    assert_eq!(c.next_batch(&[5, 150]).await, Ok(vec![B + 2, 1]));
+}
+
+#[tokio::test]
 async fn newer_route_version_in_a_reply_triggers_a_refresh() {
     let (a, b) = two_owners().await;
     let c = client(&[&a], quick(1000)).await;

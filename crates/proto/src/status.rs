@@ -7,8 +7,11 @@
 //!   (`retryable`, `section`, `current`, `leader_addr` …) as strings — what
 //!   any gRPC client in any language can read;
 //! - a `google.rpc.RetryInfo` when the call may be retried;
-//! - the typed [`ErrorDetail`] (with the current route table where it
-//!   helps the caller retry at once), for seqsvr's own clients.
+//! - the typed [`ErrorDetail`], for seqsvr's own clients.
+//!
+//! No detail carries a route table: a refusal names the owner's address
+//! and the server's route version, O(1) whatever the table's size, and a
+//! caller whose table is older fetches it (`docs/client.md`).
 
 use std::collections::HashMap;
 
@@ -111,9 +114,29 @@ fn error_info(d: &ErrorDetail) -> rpc::ErrorInfo {
         d.leader_addr.clone(),
         !d.leader_addr.is_empty(),
     );
-    if let Some(r) = &d.route {
-        put("route_version", r.version.to_string(), true);
-    }
+    put("owner_addr", d.owner_addr.clone(), !d.owner_addr.is_empty());
+    put(
+        "owner_alloc",
+        d.owner_alloc.clone(),
+        !d.owner_alloc.is_empty(),
+    );
+    put(
+        "directory_version",
+        d.directory_version.to_string(),
+        d.directory_version != 0,
+    );
+    put("to_set", d.to_set.to_string(), kind == ErrorKind::Moved);
+    put(
+        "set_id",
+        d.set.as_ref().map_or(0, |s| s.set_id).to_string(),
+        d.set.is_some(),
+    );
+    #[allow(deprecated)] // an older server's table: its version is still a fact
+    let version = d
+        .route
+        .as_ref()
+        .map_or(d.route_version, |r| r.version.max(d.route_version));
+    put("route_version", version.to_string(), version != 0);
     rpc::ErrorInfo {
         reason: kind.as_str_name().to_string(),
         domain: DOMAIN.to_string(),

@@ -41,6 +41,7 @@ pub mod membership;
 pub mod metrics;
 pub mod network;
 pub mod node;
+pub mod owned;
 pub mod proposer;
 pub mod service;
 pub mod state;

@@ -251,12 +251,8 @@ impl StoreMetrics {
         }
         {
             let a = sm.read();
-            let owned = a
-                .state
-                .sections
-                .iter()
-                .filter(|r| r.owner.is_some())
-                .count();
+            // Kept as commands apply: no scan under the applies' lock.
+            let owned = a.state.owned.total();
             for (f, v) in [
                 ("sections", a.state.sections.len() as i64),
                 ("owned_sections", owned as i64),

@@ -17,6 +17,7 @@ use seqsvr_core::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::owned::OwnerCounts;
 use crate::types::{Command, Outcome, Rejection, Reply};
 
 /// Longest alloc id and address accepted (they are stored and replicated).
@@ -139,12 +140,32 @@ pub struct SetState {
     pub placement: Placement,
     /// The home group's directory, or a copy of it in other groups.
     pub directory: Option<Directory>,
+    /// Sections owned per AllocSvr: derived from `sections`, kept by
+    /// [`apply`](Self::apply), never serialized (rebuilt on load and
+    /// snapshot install, [`rebuild_derived`](Self::rebuild_derived)).
+    #[serde(skip)]
+    pub owned: OwnerCounts,
 }
 
 impl SetState {
     /// Applies one command, recording what changed in `dirty`. A rejected
     /// command changes nothing.
     pub fn apply(&mut self, cmd: &Command, dirty: &mut Vec<Dirty>) -> Outcome {
+        let from = dirty.len();
+        let out = self.apply_records(cmd, dirty);
+        // The derived counts follow what the command marked.
+        self.owned.update(&self.sections, &dirty[from..]);
+        out
+    }
+
+    /// Rebuilds the state derived from the records (after a load or a
+    /// snapshot install: it is never serialized).
+    pub fn rebuild_derived(&mut self) {
+        self.owned = OwnerCounts::of_sections(&self.sections);
+    }
+
+    /// [`apply`](Self::apply) on the records alone.
+    fn apply_records(&mut self, cmd: &Command, dirty: &mut Vec<Dirty>) -> Outcome {
         match cmd {
             Command::ConfigureSet(spec) => self.configure(spec, false, dirty),
             Command::ConfigureAddedSet(spec) => self.configure(spec, true, dirty),

@@ -271,6 +271,7 @@ fn load(sm: &sled::Tree) -> Result<Applied, StorageError> {
     }
     // Keys are big-endian, so sled returned sections in order.
     a.state.sections = sections;
+    a.state.rebuild_derived();
     Ok(a)
 }
 
@@ -338,7 +339,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
-        let state: SetState = codec::decode("snapshot", &data).map_err(snap_err)?;
+        let mut state: SetState = codec::decode("snapshot", &data).map_err(snap_err)?;
+        state.rebuild_derived();
         let new = Applied {
             state,
             last_applied: meta.last_log_id,

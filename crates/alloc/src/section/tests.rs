@@ -34,7 +34,7 @@ impl Slot {
     }
 
     fn retire(&self, epoch: Option<Epoch>) -> bool {
-        self.slot.retire(epoch, &self.mem)
+        self.slot.retire(0, epoch, &self.mem)
     }
 
     fn claim_raise(&self) -> bool {

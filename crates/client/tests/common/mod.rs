@@ -5,9 +5,12 @@
 //! outside the table's set gets `OUT_OF_RANGE`, a uid whose section the
 //! table's placement calls moved or absent gets `MOVED` (with the set it
 //! went to) or `NOT_SERVED`, a uid whose section the table gives to
-//! another address gets `NOT_OWNER` — each with the table and the version
-//! of the directory it carries. So a test moves a section by giving the
-//! fakes a newer table. `store.rs` is a fake store's client plane.
+//! another address gets `NOT_OWNER` — each with the table's version, its
+//! set, the owner's address (for `NOT_OWNER`) and the version of the
+//! directory it carries, or, with `legacy_errors`, the whole table as
+//! servers before `route_version` sent it. So a test moves a section by
+//! giving the fakes a newer table. `store.rs` is a fake store's client
+//! plane.
 
 // Each test binary uses a different subset of these helpers.
 #![allow(dead_code)]
@@ -65,6 +68,9 @@ pub struct State {
     /// errors' tables), still naming its version in errors: as a server
     /// whose copy is too large to attach, or an older one, would.
     pub strip_directory: AtomicBool,
+    /// Attach the whole route table to errors instead of its version and
+    /// the owner's address, as servers before `route_version` did.
+    pub legacy_errors: AtomicBool,
 }
 
 /// A running fake AllocSvr.
@@ -264,8 +270,16 @@ impl Svc {
         let directory = full.directory.as_ref().map_or(0, |d| d.version);
         let t = self.table();
         let set = t.set.unwrap_or_default();
+        let legacy = self.0.legacy_errors.load(Ordering::SeqCst);
         if !(set.uid_begin..set.uid_end).contains(&uid) {
-            return Err(error(ErrorKind::OutOfRange, "uid outside the set", Some(t)));
+            return Err(refusal(
+                ErrorDetail {
+                    kind: ErrorKind::OutOfRange as i32,
+                    ..Default::default()
+                },
+                t,
+                legacy,
+            ));
         }
         let section = ((uid - set.uid_begin) / set.section_size) as u32;
         let place = t
@@ -283,18 +297,30 @@ impl Svc {
                 retryable: true,
                 to_set: r.to_set,
                 directory_version: directory,
-                route: Some(t),
+                reason: msg.into(),
                 ..Default::default()
             };
-            return Err(status_with(Code::Unavailable, msg, d));
+            return Err(refusal(d, t, legacy));
         }
         let owner = t
             .entries
             .iter()
-            .find(|e| section >= e.first_section && section - e.first_section < e.count);
+            .find(|e| section >= e.first_section && section - e.first_section < e.count)
+            .cloned();
         match owner {
             Some(e) if e.addr == self.0.addr => Ok(()),
-            _ => Err(error(ErrorKind::NotOwner, "not the owner", Some(t))),
+            owner => {
+                let owner = owner.unwrap_or_default();
+                let d = ErrorDetail {
+                    kind: ErrorKind::NotOwner as i32,
+                    retryable: true,
+                    directory_version: directory,
+                    owner_addr: owner.addr,
+                    owner_alloc: owner.alloc_id,
+                    ..Default::default()
+                };
+                Err(refusal(d, t, legacy))
+            }
         }
     }
 
@@ -311,7 +337,29 @@ impl Svc {
     }
 }
 
+/// A refusal the way AllocSvrs build them: the table's version and set
+/// (or, `legacy`, the whole table) added to `d`.
+fn refusal(mut d: ErrorDetail, t: pb::RouteTable, legacy: bool) -> Status {
+    let code = if d.kind == ErrorKind::OutOfRange as i32 {
+        Code::OutOfRange
+    } else {
+        Code::Unavailable
+    };
+    let msg = std::mem::take(&mut d.reason);
+    if legacy {
+        #[allow(deprecated)]
+        {
+            d.route = Some(t);
+        }
+    } else {
+        d.route_version = t.version;
+        d.set = t.set;
+    }
+    status_with(code, msg, d)
+}
+
 /// A status the way AllocSvrs build them: code by kind, detail attached.
+#[allow(deprecated)] // `route`: a test may want an older server's error
 pub fn error(kind: ErrorKind, msg: &str, route: Option<pb::RouteTable>) -> Status {
     let (code, retryable) = match kind {
         ErrorKind::OutOfRange => (Code::OutOfRange, false),

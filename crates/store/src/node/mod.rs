@@ -212,6 +212,7 @@ impl StoreNode {
             metrics,
             member_changes: Default::default(),
             barriers: crate::service::barriers(&raft),
+            route_snapshot: Default::default(),
         };
         let calls = |plane: &str, paths: &[&str]| {
             seqsvr_net::calls::CallMetrics::register(&api.metrics.registry, plane, paths)

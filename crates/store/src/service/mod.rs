@@ -22,6 +22,7 @@ pub mod peer;
 pub mod raft;
 pub mod read;
 pub mod sets;
+pub(crate) mod snapshot;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -87,6 +88,9 @@ pub struct StoreApi {
     /// Linearizable barriers, one in flight, shared by the callers that
     /// wait for it (see `barrier`).
     pub(crate) barriers: barrier::Barriers,
+    /// The route table, built once per route (and directory) version and
+    /// shared by every read of it (see `snapshot`).
+    pub(crate) route_snapshot: snapshot::RouteSnapshot,
 }
 
 fn forwarded<T>(req: &Request<T>) -> bool {
@@ -301,13 +305,12 @@ impl StoreApi {
         .await
     }
 
-    /// Reads the route table after a barrier.
+    /// Reads the route table after a barrier: the one built for the
+    /// current versions, copied into the reply outside the lock.
     async fn routes(&self) -> Result<pb::RouteTable, Error> {
         self.barrier().await?;
-        let a = self.sm.read();
-        a.state
-            .route_table()
-            .map(|t| pb::RouteTable::from(&t))
+        let t = self.route_snapshot.of(&self.sm.read().state);
+        t.map(|t| (*t).clone())
             .ok_or(Error::Rejected(Rejection::NotConfigured))
     }
 }
@@ -409,12 +412,9 @@ impl StoreApi {
                     incarnation: rec.incarnation,
                     fenced: rec.fenced,
                     draining: rec.draining,
-                    sections: a
-                        .state
-                        .sections
-                        .iter()
-                        .filter(|r| r.owner.as_ref() == Some(id))
-                        .count() as u32,
+                    // Kept as commands apply: no scan of every section
+                    // under the lock applies need.
+                    sections: a.state.owned.count(id),
                     since_grant_ms: view[id]
                         .since_grant
                         .map(|d| d.as_millis() as i64)

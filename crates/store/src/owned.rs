@@ -189,6 +189,10 @@ mod tests {
                 alloc: format!("a{a}"),
                 incarnation,
             }),
+            (alloc.clone(), 1u64..4).prop_map(|(a, incarnation)| Command::StopAlloc {
+                alloc: format!("a{a}"),
+                incarnation,
+            }),
             (alloc.clone(), 0u64..3).prop_map(|(a, bump)| Command::RegisterAlloc {
                 alloc: format!("a{a}"),
                 addr: format!("x:{bump}"),

@@ -215,13 +215,12 @@ impl Arbiter {
     /// lease has certainly expired goes to a live, non-draining AllocSvr,
     /// the least loaded first. Nothing moves while not in office or when no
     /// AllocSvr is live. During a new office's first `lease + margin` only
-    /// sections nobody may serve move: unowned ones, and those of an
-    /// AllocSvr whose process recorded its stop (`Command::StopAlloc`) —
-    /// an owner with a lease from an earlier office may still serve its
-    /// own, but no process serves a section the store lists without owner
-    /// (a freeze moves it out of `Serving`; an install, a configure and a
-    /// stop leave it unowned only once nobody serves it). So a cluster
-    /// stopped the planned way and started again serves at once.
+    /// the sections of AllocSvrs whose process recorded its stop
+    /// (`Command::StopAlloc`: no live incarnation) move: any other owner
+    /// may hold a lease from an earlier office, and unowned sections wait
+    /// for the initial routes of a new group (bootstrap). So a set stopped
+    /// the planned way and started again without one of its AllocSvrs
+    /// serves that one's sections at once.
     pub fn plan(&self, state: &SetState, now: Instant) -> Vec<Command> {
         let g = self.lock();
         let Some(office) = g.office else {
@@ -269,6 +268,8 @@ impl Arbiter {
                         *n += 1;
                     }
                 }
+                // Unowned: only once the office settled.
+                None if r.owner.is_none() && !settled => {}
                 None => movable.push((s as SectionId, r.epoch)),
             }
         }
@@ -400,7 +401,7 @@ mod tests {
     }
 
     #[test]
-    fn a_new_leader_routes_at_once_what_nobody_may_serve() {
+    fn a_new_leader_routes_a_stopped_ids_sections_at_once() {
         let t0 = Instant::now();
         let a = arbiter();
         // Section 0 is unowned, 1 is a's (stopped: no live incarnation),
@@ -413,18 +414,19 @@ mod tests {
         a.observe(Some(3), t0);
         let at = |ms| t0 + Duration::from_millis(ms);
         a.granted("b", 3, at(100), T);
-        // Long before the office's wait ends, b gets what nobody serves;
-        // c's section waits, as does a stopped id, which gets nothing.
-        assert_eq!(a.plan(&st, at(200)), vec![assign("b", 0, 2)]);
+        // Long before the office's wait ends, b gets the stopped id's
+        // section; c's waits, and so does the unowned one (a new group's
+        // initial routes come first).
+        assert_eq!(a.plan(&st, at(200)), vec![assign("b", 1, 1)]);
         a.granted("a", 3, at(300), T);
         assert_eq!(
             a.plan(&st, at(400)),
-            vec![assign("b", 0, 2)],
+            vec![assign("b", 1, 1)],
             "a stopped id is not live, whatever grant it had"
         );
         let v = a.view(&st, at(400));
         assert!(v["a"].expired && !v["b"].expired && !v["c"].expired);
-        // Once the wait is over, c's section moves too.
+        // Once the wait is over, the rest moves too.
         a.granted("b", 3, at(5900), T);
         assert_eq!(a.plan(&st, at(6000)), vec![assign("b", 0, 3)]);
     }

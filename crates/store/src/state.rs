@@ -416,9 +416,11 @@ impl SetState {
             if r.owner.as_ref() != Some(alloc) {
                 continue;
             }
-            // As a freeze does: no owner, a new epoch, the next owner
-            // starts above everything granted so far.
-            r.owner = None;
+            // The owner stays (the id's next process claims its sections
+            // back through its first renewal), under a new epoch and no
+            // incarnation: nothing the stopped process may still send is
+            // accepted, and the next owner starts above everything
+            // granted so far.
             r.epoch += 1;
             r.incarnation = 0;
             r.start = r.max_seq;
@@ -428,8 +430,8 @@ impl SetState {
         let rec = self.allocs.get_mut(alloc).expect("checked above");
         rec.incarnation = 0;
         dirty.push(Dirty::Alloc(alloc.clone()));
-        // The record changed (no live incarnation), so its sections
-        // version moves even when it owned nothing.
+        // The id's sections changed hands (to no process), so its
+        // sections version moves.
         self.routes_changed(BTreeSet::from([alloc.clone()]), dirty);
         Ok(Reply::Stopped {
             released,

@@ -217,7 +217,6 @@ impl StorePeer for FakeStore {
         let mut released = 0;
         for rec in st.sections.iter_mut() {
             if rec.owner.as_deref() == Some(r.alloc_id.as_str()) {
-                rec.owner = None;
                 rec.epoch += 1;
                 rec.incarnation = 0;
                 rec.start = rec.max_seq;

@@ -153,16 +153,11 @@ where
 /// window and over the flood (`docs/benchmarks.md`, "Renewals under a
 /// read flood"); timing is reported, not asserted.
 ///
-/// Fails today, so it is ignored until the store keeps renewals ahead of
-/// its client plane: with 4096 calls in flight at the store leader, each
-/// read waits behind the others, and so does every step of a renewal (its
-/// handler, the shared barrier, Raft's AppendEntries and their replies all
-/// run on the same runtime as the reads). Both AllocSvrs' renewals time
-/// out and their leases lapse within the first lease of the flood. With 64
-/// calls in flight the store serves as many reads per second and no lease
-/// lapses (figures in `docs/benchmarks.md`). Run it with `--ignored`.
+/// Two things keep renewals ahead of such a flood, and it fails without
+/// either: the store leader serves at most `max_concurrent_reads` reads at
+/// once (the rest wait without being polled), and an AllocSvr renews on a
+/// thread and connections of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "leases lapse under a client-plane flood at the store leader (docs/benchmarks.md)"]
 async fn a_client_plane_flood_does_not_lapse_leases() {
     let _one = ONE_AT_A_TIME.lock().await;
     attack::raise_fd_limit(20_000);

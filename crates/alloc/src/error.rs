@@ -342,6 +342,9 @@ pub enum NodeError {
     /// A socket could not be inspected.
     #[error("listener: {0}")]
     Io(#[from] std::io::Error),
+    /// A thread or runtime could not be started.
+    #[error("cannot start {0}")]
+    Runtime(String),
     /// The metrics could not be registered.
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),

@@ -213,6 +213,7 @@ impl StoreNode {
             member_changes: Default::default(),
             barriers: crate::service::barriers(&raft),
             route_snapshot: Default::default(),
+            reads: Arc::new(tokio::sync::Semaphore::new(cfg.max_concurrent_reads)),
         };
         let calls = |plane: &str, paths: &[&str]| {
             seqsvr_net::calls::CallMetrics::register(&api.metrics.registry, plane, paths)

@@ -190,7 +190,9 @@ async fn hand_all(node: &AllocNode, report: &mut StopReport) {
                 section,
                 to_alloc: peer.id.clone(),
             };
-            let r = handoff::move_section(shared, &m).await;
+            // The peer is one the store's leader listed as live, neither
+            // draining nor fenced (`live_peers`).
+            let r = handoff::move_section(shared, &m, &handoff::Target::Ready).await;
             if r.ok {
                 peer.sections += 1;
                 report.handed_off += 1;

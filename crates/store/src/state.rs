@@ -154,14 +154,24 @@ impl SetState {
         let from = dirty.len();
         let out = self.apply_records(cmd, dirty);
         // The derived counts follow what the command marked.
-        self.owned.update(&self.sections, &dirty[from..]);
+        let marked = &dirty[from..];
+        let sections = &self.sections;
+        self.owned.update(
+            |i| sections[i].owner.as_ref(),
+            sections.len(),
+            marked.iter().filter_map(|d| match d {
+                Dirty::Section(s) => Some(*s as usize),
+                _ => None,
+            }),
+            marked.contains(&Dirty::All),
+        );
         out
     }
 
     /// Rebuilds the state derived from the records (after a load or a
     /// snapshot install: it is never serialized).
     pub fn rebuild_derived(&mut self) {
-        self.owned = OwnerCounts::of_sections(&self.sections);
+        self.owned = OwnerCounts::of_sections(self.sections.iter().map(|r| r.owner.as_ref()));
     }
 
     /// [`apply`](Self::apply) on the records alone.

@@ -94,7 +94,10 @@ pub fn issue(dir: &Path, who: &Identities, overwrite: bool) -> Result<Vec<String
         .partition(|l| !pki.cert_path(&l.name).exists());
     let replaced: Vec<Leaf> = existing
         .into_iter()
-        .filter(|l| overwrite || pki.tls_config(&l.name).own_role().ok().as_ref() != Some(&l.role))
+        .filter(|l| {
+            let kept = pki.tls_config(&l.name).own_role().ok();
+            overwrite || kept.as_ref() != Some(&l.role)
+        })
         .collect();
     DevPki::generate(dir, &new, overwrite)?;
     DevPki::generate(dir, &replaced, true)?;

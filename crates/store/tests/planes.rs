@@ -236,8 +236,12 @@ impl Cluster {
             )),
         )
         .unwrap();
-        for _ in 0..100 {
-            if read.routes().await.is_ok() {
+        // A group that cannot elect fails here, not after every call's
+        // own retries.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while tokio::time::Instant::now() < deadline {
+            let call = tokio::time::timeout(Duration::from_secs(2), read.routes());
+            if let Ok(Ok(_)) = call.await {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -607,6 +611,9 @@ async fn another_sets_replica_is_refused_even_with_a_members_id() {
     let c = cluster().await;
     c.wait_configured().await;
     let a = c.alive("a", 1, 0).await;
+    // b is registered, so a forged hand-off of a's section to b would
+    // take effect if it got past the check.
+    c.alive("b", 2, 0).await;
     let before = terms(&c);
     for i in 0..3 {
         for e in raft_as(&c, i, "set1-2", 2).await {

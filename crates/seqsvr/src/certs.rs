@@ -155,6 +155,22 @@ mod tests {
         );
     }
 
+    /// Every dev store replica's config points at a certificate naming
+    /// its own set and id, so each one starts (`seqsvr dev --tls --sets 2`).
+    #[test]
+    fn dev_store_configs_name_their_own_certificates() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = DevPki::open(dir.path());
+        issue(pki.dir(), &Identities::dev(), false).unwrap();
+        for set in crate::defaults::dev_sets(2) {
+            for s in set.stores {
+                let cfg = crate::dev::dev_set_store_config(dir.path(), &set, s, Some(&pki));
+                let role = cfg.tls.unwrap().own_role().unwrap();
+                assert_eq!(role, Role::Store(StoreId::new(set.spec.set_id, s.id)));
+            }
+        }
+    }
+
     /// A PKI made before store certificates named their set (a dev
     /// cluster's, kept across runs) gets its store certificates re-issued;
     /// the rest is kept.

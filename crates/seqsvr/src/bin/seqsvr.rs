@@ -69,7 +69,8 @@ enum Cmd {
     },
     /// Writes a PKI for a cluster: a CA (made once, then reused) and one
     /// certificate per store replica, AllocSvr and operator, each carrying
-    /// its role. Existing certificates are kept unless --overwrite.
+    /// its role. Existing certificates are kept unless --overwrite, except
+    /// store certificates of the old form (no set), which are re-issued.
     Certs {
         /// Where to write them (`ca.pem`, `<name>.pem`, `<name>-key.pem`).
         #[arg(long)]

@@ -14,14 +14,16 @@
 //!    stays alive (promise 5, liveness).
 //! 3. Floods: many unfinished streams on one connection, thousands of idle
 //!    connections, many TLS handshakes never completed; RSS stays bounded
-//!    and the process keeps serving.
+//!    and the process keeps serving. A flood of cheap reads on the client
+//!    planes of the store leader and of an AllocSvr, at their connection
+//!    caps, for four leases: no lease lapses.
 //! 4. Config mistakes: the process exits non-zero naming the file and key.
 //!
 //! Each test says how it was shown to fail: the protecting rule was
 //! switched off in a scratch copy of the code and the test run against it.
 //!
 //! Each part is a module of its own under `tests/adversary/` (callers,
-//! oversized, floods, config); this file holds what they share.
+//! oversized, floods, renewals, config); this file holds what they share.
 //!
 //! The tests run one at a time (a flood measures memory; several clusters
 //! at once on a small machine would measure the machine).
@@ -62,3 +64,5 @@ mod config;
 mod floods;
 #[path = "adversary/oversized.rs"]
 mod oversized;
+#[path = "adversary/renewals.rs"]
+mod renewals;

@@ -337,6 +337,7 @@ impl StoreCluster {
                     raft: opts.raft.clone(),
                     lease: opts.lease.clone(),
                     allocs: allocs.clone(),
+                    max_concurrent_reads: seqsvr_store::node::DEFAULT_MAX_CONCURRENT_READS,
                 };
                 let path = dir.path().join(format!("store-{id}.toml"));
                 std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
@@ -400,6 +401,7 @@ impl StoreCluster {
             raft: RaftTiming::default(),
             lease: test_lease(),
             allocs: Vec::new(),
+            max_concurrent_reads: seqsvr_store::node::DEFAULT_MAX_CONCURRENT_READS,
         };
         let path = self.dir.path().join(format!("store-{id}.toml"));
         std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();

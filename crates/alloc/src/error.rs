@@ -283,6 +283,45 @@ pub enum MoveError {
         /// The section named.
         section: SectionId,
     },
+    /// The store's leader does not list the target among its AllocSvrs:
+    /// nothing was released.
+    #[error(
+        "alloc {to:?} is not registered with the store: section {section} not released, \
+         still served here"
+    )]
+    UnknownTarget {
+        /// The section named.
+        section: SectionId,
+        /// The target named.
+        to: AllocId,
+    },
+    /// The store's leader lists the target as unable to take sections
+    /// (`state`: fenced or draining): nothing was released.
+    #[error(
+        "alloc {to:?} is {state} in the store: section {section} not released, still served here"
+    )]
+    TargetUnfit {
+        /// The section named.
+        section: SectionId,
+        /// The target named.
+        to: AllocId,
+        /// Why it cannot take sections.
+        state: &'static str,
+    },
+    /// The store's list of AllocSvrs could not be read, so the target was
+    /// not checked: nothing was released.
+    #[error(
+        "could not check alloc {to:?} with the store ({why}): section {section} not released, \
+         still served here"
+    )]
+    TargetUnchecked {
+        /// The section named.
+        section: SectionId,
+        /// The target named.
+        to: AllocId,
+        /// Why the store's list could not be read.
+        why: String,
+    },
     /// The store refused the handoff or its outcome is unknown; the
     /// section was checked in the store and served again here if it is
     /// still ours at the released epoch.
@@ -342,6 +381,9 @@ pub enum NodeError {
     /// A socket could not be inspected.
     #[error("listener: {0}")]
     Io(#[from] std::io::Error),
+    /// A thread or runtime could not be started.
+    #[error("cannot start {0}")]
+    Runtime(String),
     /// The metrics could not be registered.
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),

@@ -3,8 +3,11 @@
 //! for a lease to expire; and the receiving side, adopt.
 //!
 //! Releasing side, per move, in order:
-//! 1. check the move (section served here, a target that is not us;
-//!    [`release_section`]); an invalid move changes nothing;
+//! 1. check the move (section served here, a target that is not us and
+//!    that the store's leader lists as registered, neither fenced nor
+//!    draining — asked once per request, [`move_sections`];
+//!    [`release_section`]); an invalid move changes nothing, and the
+//!    section is served on at its epoch;
 //! 2. mark the section *releasing* (renewals neither claim nor drop it),
 //!    remember its epoch and ceiling, and stop serving it — before the
 //!    store hands it over, so no number is handed out here after the new
@@ -33,7 +36,7 @@
 //! store confirms is installed, so a forged or replayed adopt cannot make
 //! this process serve what it does not hold (promise 3).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use seqsvr_core::{Epoch, SectionId};
@@ -47,7 +50,7 @@ use crate::ownership::{
     adopt_pending, decide_adopt, decide_after_handoff, release_section, runs, Adoption,
     AfterHandoff,
 };
-pub use crate::ownership::{Released, MAX_ADOPT};
+pub use crate::ownership::{Released, Target, MAX_ADOPT};
 pub use crate::shared::PeerChannels;
 use crate::shared::{Ownership, Shared};
 
@@ -91,10 +94,15 @@ impl Drop for Mark<'_> {
     }
 }
 
-/// Step 1 and 2: checks the move, then marks the section releasing and
-/// stops serving it ([`release_section`]), under the ownership lock so
-/// that a renewal sees it either served or marked.
-fn release<'a>(shared: &'a Shared, m: &pb::Move) -> Result<(Mark<'a>, Released), MoveError> {
+/// Step 1 and 2: checks the move (`target`: what the store's leader said
+/// of its target), then marks the section releasing and stops serving it
+/// ([`release_section`]), under the ownership lock so that a renewal sees
+/// it either served or marked.
+fn release<'a>(
+    shared: &'a Shared,
+    m: &pb::Move,
+    target: &Target,
+) -> Result<(Mark<'a>, Released), MoveError> {
     let mut own = shared.ownership();
     let released = release_section(
         &shared.alloc,
@@ -102,6 +110,7 @@ fn release<'a>(shared: &'a Shared, m: &pb::Move) -> Result<(Mark<'a>, Released),
         &shared.id,
         m.section,
         &m.to_alloc,
+        target,
     )?;
     let mark = Mark {
         shared,
@@ -111,15 +120,66 @@ fn release<'a>(shared: &'a Shared, m: &pb::Move) -> Result<(Mark<'a>, Released),
     Ok((mark, released))
 }
 
-/// Moves one section; reports how long it was unavailable.
-pub async fn move_section(shared: &Shared, m: &pb::Move) -> pb::MoveResult {
+/// Moves each section in turn (`AllocAdmin.Handoff`), after asking the
+/// store's leader once which of the targets named may take a section
+/// ([`targets`]): a move to one it does not list is refused before the
+/// section is released, and the section is served on at its epoch.
+pub async fn move_sections(shared: &Shared, moves: &[pb::Move]) -> Vec<pb::MoveResult> {
+    let targets = targets(shared, moves.iter().map(|m| m.to_alloc.as_str())).await;
+    let mut results = Vec::with_capacity(moves.len());
+    for m in moves {
+        let target = targets.get(m.to_alloc.as_str()).unwrap_or(&Target::Ready);
+        results.push(move_section(shared, m, target).await);
+    }
+    results
+}
+
+/// What the store's leader says of each AllocSvr named (other than this
+/// one, and empty names, which the move's own checks refuse): the same
+/// checks its `Handoff` makes of a target. Not a linearizable read: a
+/// target listed here may still be refused by the handoff (then the
+/// section is reclaimed at a new epoch, step 5), and one registered just
+/// now may be missed (the move is refused and can be asked again). What
+/// it spares is releasing a section for a move the store is known to
+/// refuse.
+async fn targets<'a>(
+    shared: &Shared,
+    named: impl Iterator<Item = &'a str>,
+) -> BTreeMap<&'a str, Target> {
+    let named: BTreeSet<&str> = named
+        .filter(|to| !to.is_empty() && *to != shared.id)
+        .collect();
+    if named.is_empty() {
+        return BTreeMap::new();
+    }
+    let status = shared.store.leader_status().await;
+    named
+        .into_iter()
+        .map(|to| {
+            let target = match &status {
+                None => Target::Unchecked("no store leader answered with its list".into()),
+                Some(s) => match s.allocs.iter().find(|a| a.alloc_id == to) {
+                    None => Target::NotRegistered,
+                    Some(a) if a.fenced => Target::Fenced,
+                    Some(a) if a.draining => Target::Draining,
+                    Some(_) => Target::Ready,
+                },
+            };
+            (to, target)
+        })
+        .collect()
+}
+
+/// Moves one section to a target the store's leader said `target` of;
+/// reports how long it was unavailable.
+pub async fn move_section(shared: &Shared, m: &pb::Move, target: &Target) -> pb::MoveResult {
     let section = m.section;
     let mut result = pb::MoveResult {
         section,
         to_alloc: m.to_alloc.clone(),
         ..Default::default()
     };
-    let (mark, released) = match release(shared, m) {
+    let (mark, released) = match release(shared, m, target) {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(section, to = %m.to_alloc, "handoff refused: {e}");

@@ -2,7 +2,7 @@
 //!
 //! The hot path adds one atomic add per call (numbers handed out); every
 //! other figure is either counted off the hot path (renewals, lapses,
-//! take-overs, raises and their latency) or read when scraped (sections
+//! take-overs, raises, and the latency of renewals and raises) or read when scraped (sections
 //! served, lease left, allocator counters). Calls by method and status
 //! code, with latency, come from the planes' [`seqsvr_net::calls`] layers.
 
@@ -25,6 +25,9 @@ pub struct AllocMetrics {
     renewals: IntCounterVec,
     /// Renewals that found the lease lapsed.
     pub lapses: IntCounter,
+    /// Round trip of granted renewals, from the send time (the time the
+    /// lease is counted from) to the grant.
+    renewal_seconds: Histogram,
     /// Sections claimed by take-over, and adopted after handoffs.
     sections: IntCounterVec,
     /// Store latency of ceiling raises.
@@ -58,6 +61,16 @@ impl AllocMetrics {
         let lapses = IntCounter::new(
             "seqsvr_alloc_lease_lapses_total",
             "renewals that found the lease had lapsed (every section was dropped)",
+        )?;
+        let renewal_seconds = Histogram::with_opts(
+            HistogramOpts::new(
+                "seqsvr_alloc_renewal_seconds",
+                "round trip of a granted lease renewal, from its send time",
+            )
+            .buckets(vec![
+                0.000_5, 0.001, 0.001_5, 0.002, 0.003, 0.004, 0.005, 0.007_5, 0.01, 0.015, 0.02,
+                0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.0,
+            ]),
         )?;
         let sections = IntCounterVec::new(
             Opts::new(
@@ -93,6 +106,7 @@ impl AllocMetrics {
             Box::new(numbers.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(renewals.clone()),
             Box::new(lapses.clone()),
+            Box::new(renewal_seconds.clone()),
             Box::new(sections.clone()),
             Box::new(raise_seconds.clone()),
             Box::new(allocator.clone()),
@@ -105,6 +119,7 @@ impl AllocMetrics {
             numbers,
             renewals,
             lapses,
+            renewal_seconds,
             sections,
             raise_seconds,
             allocator,
@@ -116,6 +131,11 @@ impl AllocMetrics {
     pub fn renewal(&self, granted: bool) {
         let r = if granted { "granted" } else { "failed" };
         self.renewals.with_label_values(&[r]).inc();
+    }
+
+    /// A granted renewal's round trip.
+    pub fn renewed(&self, took: Duration) {
+        self.renewal_seconds.observe(took.as_secs_f64());
     }
 
     /// Sections started by a take-over (`took_over`) or an adopt.

@@ -23,8 +23,9 @@
 //!   early when a section is routed here, publish the table);
 //! - `raise`: [`settle_raise`] (a raise's answer: apply, drop, retry) and
 //!   the raiser's [`Backoff`];
-//! - `handoff`: [`release_section`] (the checks and the release of a
-//!   move), [`decide_after_handoff`] (a handoff failed or its outcome is
+//! - `handoff`: [`release_section`] (the checks, the [`Target`] the
+//!   store's leader listed included, and the release of a move),
+//!   [`decide_after_handoff`] (a handoff failed or its outcome is
 //!   unknown), [`adopt_pending`] and [`decide_adopt`] (another AllocSvr
 //!   says "this section was handed to you");
 //! - `sets`: [`release_moved`] (a range move's release: the sections
@@ -42,7 +43,7 @@ mod sets;
 
 pub use handoff::{
     adopt_pending, decide_adopt, decide_after_handoff, release_section, AdoptRefusal, Adoption,
-    AfterHandoff, Released, MAX_ADOPT,
+    AfterHandoff, Released, Target, MAX_ADOPT,
 };
 pub use raise::{settle_raise, Backoff, RaiseOutcome};
 pub use renewal::{

@@ -397,13 +397,7 @@ impl pb::alloc_admin_server::AllocAdmin for AdminService {
         // a move between its release and the store's answer (the section
         // would stay released until the next renewal).
         let shared = self.shared.clone();
-        let task = tokio::spawn(async move {
-            let mut results = Vec::with_capacity(moves.len());
-            for m in &moves {
-                results.push(handoff::move_section(&shared, m).await);
-            }
-            results
-        });
+        let task = tokio::spawn(async move { handoff::move_sections(&shared, &moves).await });
         let results = task.await.map_err(|e| {
             self.shared
                 .status(&CallError::Internal(format!("handoff task failed: {e}")))

@@ -10,7 +10,8 @@
 //! moves a section with the new owner starting above everything the old
 //! one handed out (promise 1) without a second step (promise 4); a failed
 //! handoff serves the section again from memory, a lost reply leaves it to
-//! the new owner; invalid moves and forged adopts change nothing
+//! the new owner; invalid moves (a target the store does not list
+//! included) and forged adopts change nothing
 //! (promise 3); `Current` follows the lease; a fenced or twin process
 //! serves nothing (promise 3); every refusal is typed (promise 5).
 
@@ -116,6 +117,64 @@ async fn invalid_moves_change_nothing() {
     // Section 2 was never released: same epoch, served from memory.
     assert_eq!(store.section(2).epoch, epoch);
     assert_eq!(next(&mut c1, 25).await.unwrap(), 2);
+    a1.shutdown();
+    a2.shutdown();
+}
+
+/// A move to an AllocSvr the store's leader does not list as able to take
+/// a section — not registered, fenced, or no list to be had — is refused
+/// before the section is released: it is served on from memory at the
+/// same epoch, nothing skipped, and the store is not asked to hand it over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_to_a_target_the_store_does_not_list_keeps_the_section_served() {
+    let store = FakeStore::new("a1", 3000);
+    let addr = store.clone().serve().await;
+    let a1 = start("a1", &addr, 50).await;
+    let a2 = start("a2", &addr, 50).await;
+    let mut c1 = client(&a1).await;
+    let mut last = next(&mut c1, 12).await.unwrap();
+    let before = store.section(1);
+    store.st().allocs.insert(
+        "a3".into(),
+        AllocRec {
+            incarnation: 0xA3,
+            addr: "127.0.0.1:1".into(),
+            peer_addr: "127.0.0.1:2".into(),
+            fenced: true,
+        },
+    );
+    let cases = [
+        ("a9", false, "is not registered with the store"),
+        ("a3", false, "is fenced in the store"),
+        ("a2", true, "could not check alloc \"a2\" with the store"),
+    ];
+    for (to, status_down, says) in cases {
+        store.st().status_down = status_down;
+        let results = handoff(&a1, &[(1, to)]).await;
+        assert!(!results[0].ok, "{results:?}");
+        let error = &results[0].error;
+        assert!(
+            error.contains(says) && error.contains("still served here"),
+            "to {to}: {error}"
+        );
+        // Never released: same owner, incarnation and epoch in the store,
+        // and served on from memory, one number after the last.
+        let now = store.section(1);
+        assert_eq!(
+            (now.owner, now.incarnation, now.epoch),
+            (before.owner.clone(), before.incarnation, before.epoch),
+            "to {to}"
+        );
+        assert!(a1.shared.alloc.is_serving(1));
+        let v = next(&mut c1, 12).await.unwrap();
+        assert_eq!(v, last + 1, "to {to}: nothing skipped");
+        last = v;
+    }
+    // With the list back, the same move to a listed AllocSvr goes through.
+    store.st().status_down = false;
+    let results = handoff(&a1, &[(1, "a2")]).await;
+    assert!(results[0].ok, "{results:?}");
+    assert_eq!(store.section(1).owner.as_deref(), Some("a2"));
     a1.shutdown();
     a2.shutdown();
 }
@@ -354,8 +413,8 @@ async fn a_fenced_incarnation_drops_everything() {
     a1.shutdown();
 }
 
-/// A stop with no live peer to take its sections (this fake store has no
-/// leader's lease view) still exits, within its bound, and reports every
+/// A stop with no live peer to take its sections (this fake store's
+/// leader lists no live lease) still exits, within its bound, and reports every
 /// section as left to its lease (`node/stop.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_with_no_live_peer_still_exits_and_says_what_is_left() {

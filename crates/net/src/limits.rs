@@ -8,6 +8,7 @@
 //! | --- | --- | --- | --- |
 //! | `max_message` | 64 KiB | 8 MiB | 1 MiB |
 //! | `max_concurrent_streams` (per connection) | 1024 | 256 | 64 |
+//! | `max_pending_resets` (per connection) | 1024 | 256 | 64 |
 //! | `max_connections` (per listener, handshake done) | 4096 | 1024 | 64 |
 //! | `max_handshakes` (per listener, handshake under way) | 1024 | 256 | 64 |
 //! | `max_handshakes_per_source` (per IPv4 address or IPv6 /64) | 64 | 16 | 16 |
@@ -40,6 +41,19 @@
 //!   connection therefore holds its slot under `max_connections` until the
 //!   idle timeout closes it; set `keepalive_interval_ms` to find it sooner.
 //!   `keepalive_interval_ms = 0` turns keepalive off on any plane.
+//! - A caller resets a call when its deadline passes. Calls opened and
+//!   reset before the server has taken them up count against
+//!   `max_pending_resets`; beyond it the connection is closed with GOAWAY
+//!   `ENHANCE_YOUR_CALM` (HTTP/2's guard against "rapid reset" floods,
+//!   whose own default is 20). A process resumed after a pause reads its
+//!   whole backlog before taking up any of it, so every call opened and
+//!   reset during the pause counts at once: with 20, a pause of a second
+//!   under a few dozen callers closed their connection and failed the
+//!   calls that were still in time. As many as the connection's
+//!   `max_concurrent_streams` lets a pause reset a full window of calls,
+//!   or a smaller load's calls many times over, and makes a flood hold no
+//!   more than the streams a connection may hold open anyway (see
+//!   docs/architecture/security.md, "Resets after a pause").
 //! - Only connections that finished their TLS handshake (and, on the peer
 //!   and admin planes, presented a certificate naming a seqsvr role) count
 //!   under `max_connections`. Connections still handshaking have their own,
@@ -85,6 +99,13 @@ pub struct Limits {
     /// a new connection) are refused beyond it with REFUSED_STREAM, which
     /// clients see as `UNAVAILABLE` and may retry.
     pub max_concurrent_streams: u32,
+    /// Calls one connection may have opened and reset before the server
+    /// has taken them up (read, not yet accepted). Beyond it the server
+    /// closes the connection with GOAWAY `ENHANCE_YOUR_CALM`: a flood of
+    /// resets. A paused process reads the resets its callers sent during
+    /// the pause all at once, so this bounds the calls a pause may reset
+    /// on one connection without costing the others.
+    pub max_pending_resets: usize,
     /// Connections the listener serves at once: those whose TLS handshake
     /// is done (on the peer and admin planes, with a certificate naming a
     /// role). A connection finishing its handshake beyond it is closed at
@@ -136,6 +157,7 @@ impl Limits {
             Plane::Client => Limits {
                 max_message: 64 * KIB,
                 max_concurrent_streams: 1024,
+                max_pending_resets: 1024,
                 max_connections: 4096,
                 max_handshakes: 1024,
                 max_handshakes_per_source: 64,
@@ -149,6 +171,7 @@ impl Limits {
             Plane::Peer => Limits {
                 max_message: 8 * MIB,
                 max_concurrent_streams: 256,
+                max_pending_resets: 256,
                 max_connections: 1024,
                 max_handshakes: 256,
                 max_handshakes_per_source: 16,
@@ -162,6 +185,7 @@ impl Limits {
             Plane::Admin => Limits {
                 max_message: MIB,
                 max_concurrent_streams: 64,
+                max_pending_resets: 64,
                 max_connections: 64,
                 max_handshakes: 64,
                 max_handshakes_per_source: 16,
@@ -194,6 +218,9 @@ impl Limits {
         }
         if self.max_concurrent_streams == 0 {
             return bad("max_concurrent_streams must be at least 1".into());
+        }
+        if self.max_pending_resets == 0 {
+            return bad("max_pending_resets must be at least 1".into());
         }
         if self.max_connections == 0 {
             return bad("max_connections must be at least 1".into());
@@ -272,6 +299,7 @@ impl PlaneLimits {
 struct Patch {
     max_message: Option<usize>,
     max_concurrent_streams: Option<u32>,
+    max_pending_resets: Option<usize>,
     max_connections: Option<usize>,
     max_handshakes: Option<usize>,
     max_handshakes_per_source: Option<usize>,
@@ -292,6 +320,7 @@ impl Patch {
             max_concurrent_streams: self
                 .max_concurrent_streams
                 .unwrap_or(d.max_concurrent_streams),
+            max_pending_resets: self.max_pending_resets.unwrap_or(d.max_pending_resets),
             max_connections: self.max_connections.unwrap_or(d.max_connections),
             max_handshakes: self.max_handshakes.unwrap_or(d.max_handshakes),
             max_handshakes_per_source: self
@@ -409,7 +438,7 @@ mod tests {
     #[test]
     fn validation() {
         let ok = Limits::for_plane(Plane::Client);
-        let cases: [(&str, Limits); 5] = [
+        let cases: [(&str, Limits); 6] = [
             (
                 "max_message",
                 Limits {
@@ -421,6 +450,13 @@ mod tests {
                 "max_concurrent_streams",
                 Limits {
                     max_concurrent_streams: 0,
+                    ..ok.clone()
+                },
+            ),
+            (
+                "max_pending_resets",
+                Limits {
+                    max_pending_resets: 0,
                     ..ok.clone()
                 },
             ),

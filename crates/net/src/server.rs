@@ -31,7 +31,7 @@
 //! | `max_handshakes`, `max_handshakes_per_source` | accept loop: connections in their TLS handshake, outside the cap |
 //! | `max_connections` | after the handshake: extra connections are closed at once |
 //! | `handshake_timeout`, `idle_timeout` | per-connection timer under HTTP/2 |
-//! | `max_concurrent_streams`, keepalive | HTTP/2 settings of tonic's server |
+//! | `max_concurrent_streams`, `max_pending_resets`, keepalive | HTTP/2 settings of tonic's server |
 //! | `request_timeout` | [`PlaneLayer`], a timer only for calls that wait |
 //! | `max_message` | [`PlaneLayer`], answering `RESOURCE_EXHAUSTED` |
 //! | `max_unfinished_bytes` | [`PlaneLayer`]: messages not complete in one frame, per listener |
@@ -198,8 +198,8 @@ impl Listener {
         }
     }
 
-    /// A tonic server builder with this plane's limits: streams per
-    /// connection, keepalive (if on), request timeout and message size. Add
+    /// A tonic server builder with this plane's limits: streams and
+    /// pending resets per connection, keepalive (if on), request timeout and message size. Add
     /// services (and more layers, if wanted) and pass the router to
     /// [`serve`](Listener::serve).
     ///
@@ -212,6 +212,7 @@ impl Listener {
         let l = &self.limits;
         Server::builder()
             .max_concurrent_streams(l.max_concurrent_streams)
+            .http2_max_pending_accept_reset_streams(Some(l.max_pending_resets))
             .http2_keepalive_interval(l.keepalive())
             .http2_keepalive_timeout(Some(l.keepalive_timeout))
             .layer(PlaneLayer::new(

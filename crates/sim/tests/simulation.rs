@@ -137,7 +137,7 @@ fn weakened_protocols_are_caught() {
             "AllocSvrs serve without checking their lease (the Current check sees a stale answer)",
             "skip_lease_check",
             &stale_read,
-            13..14,
+            113..114,
         ),
         (
             "AllocSvr clocks drift at twice the documented bound",

@@ -1,5 +1,7 @@
 //! The arbiter: on the store leader, it notices AllocSvrs that stopped
-//! renewing their lease and routes their sections to live ones.
+//! renewing their lease and routes their sections to live ones, and takes
+//! fenced AllocSvrs off the list once their lease is over and their
+//! sections have moved ([`Arbiter::retirements`]).
 //!
 //! Leases (docs/architecture/promises.md). An AllocSvr renews every `renew` interval; the leader
 //! grants a renewal only after confirming its leadership with a quorum
@@ -22,7 +24,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use seqsvr_core::{AllocId, Epoch, LeaseTerms, Place, SectionId};
+use seqsvr_core::{AllocId, Epoch, Incarnation, LeaseTerms, Place, SectionId};
 use serde::{Deserialize, Serialize};
 
 use crate::state::{LeaseState, SetState};
@@ -72,6 +74,26 @@ struct Inner {
     grants: HashMap<AllocId, Granted>,
     /// When this office last changed the lease terms.
     lease_changed: Option<Instant>,
+}
+
+impl Inner {
+    /// Whether `id`'s lease has certainly expired as this leader sees it at
+    /// `now`: `lease + margin` (under the terms it was granted with) since
+    /// the last grant of this office, and this office's first `wait` over;
+    /// at once for an id whose process recorded its stop (no process holds
+    /// a lease under it); never out of office.
+    fn expired(&self, state: &SetState, id: &AllocId, wait: Duration, now: Instant) -> bool {
+        let Some(o) = self.office else {
+            return false;
+        };
+        if state.allocs.get(id).is_some_and(|a| a.incarnation == 0) {
+            return true;
+        }
+        match self.grants.get(id) {
+            Some(l) => now >= l.at + l.expiry && now >= o.since + wait,
+            None => now >= o.since + wait,
+        }
+    }
 }
 
 /// Lease bookkeeping and section moves of one store replica.
@@ -193,20 +215,53 @@ impl Arbiter {
             .keys()
             .map(|id| {
                 let last = g.grants.get(id).copied();
-                let expired = match g.office {
-                    None => false,
-                    // Stopped: no process holds a lease under this id.
-                    Some(_) if state.allocs[id].incarnation == 0 => true,
-                    Some(o) => match last {
-                        Some(l) => now >= l.at + l.expiry && now >= o.since + wait,
-                        None => now >= o.since + wait,
-                    },
-                };
                 let view = LeaseView {
                     since_grant: last.map(|l| now.saturating_duration_since(l.at)),
-                    expired,
+                    expired: g.expired(state, id, wait, now),
                 };
                 (id.clone(), view)
+            })
+            .collect()
+    }
+
+    /// The AllocSvrs to retire now (`Command::RetireAlloc`, each
+    /// conditional on the incarnation it was decided on): those fenced by
+    /// an operator whose lease this leader sees certainly expired and that
+    /// own no section this set serves. Fenced is not expired — a fenced
+    /// process serves until its lease runs out — so nothing is retired
+    /// before [`plan`](Self::plan) could move its sections; it moves them
+    /// once the lease is over, and the retirement comes on a later tick,
+    /// when they are gone. Gone from the list, the AllocSvr is waited for
+    /// by nothing (a move's release, a rebalance), and its process, if it
+    /// still runs, is refused (`NOT_REGISTERED`). An id whose process
+    /// recorded a planned stop (incarnation 0) stays, fenced or not: its
+    /// next process comes back under it. Promise 3: retiring takes nothing
+    /// from anyone who may still serve.
+    pub fn retirements(&self, state: &SetState, now: Instant) -> Vec<Command> {
+        let g = self.lock();
+        let wait = Duration::from_millis(state.lease.office_wait_ms());
+        let mut gone: BTreeMap<&AllocId, Incarnation> = state
+            .allocs
+            .iter()
+            .filter(|(id, a)| a.fenced && a.incarnation != 0 && g.expired(state, id, wait, now))
+            .map(|(id, a)| (id, a.incarnation))
+            .collect();
+        if gone.is_empty() {
+            return Vec::new();
+        }
+        for (s, r) in state.sections.iter().enumerate() {
+            if let Some(owner) = &r.owner {
+                if gone.contains_key(owner)
+                    && state.placement.place_of(s as SectionId) == Place::Serving
+                {
+                    gone.remove(owner);
+                }
+            }
+        }
+        gone.into_iter()
+            .map(|(alloc, incarnation)| Command::RetireAlloc {
+                alloc: alloc.clone(),
+                incarnation,
             })
             .collect()
     }
@@ -215,13 +270,12 @@ impl Arbiter {
     /// lease has certainly expired goes to a live, non-draining AllocSvr,
     /// the least loaded first. Nothing moves while not in office or when no
     /// AllocSvr is live. During a new office's first `lease + margin` only
-    /// sections nobody may serve move: unowned ones, and those of an
-    /// AllocSvr whose process recorded its stop (`Command::StopAlloc`) —
-    /// an owner with a lease from an earlier office may still serve its
-    /// own, but no process serves a section the store lists without owner
-    /// (a freeze moves it out of `Serving`; an install, a configure and a
-    /// stop leave it unowned only once nobody serves it). So a cluster
-    /// stopped the planned way and started again serves at once.
+    /// the sections of AllocSvrs whose process recorded its stop
+    /// (`Command::StopAlloc`: no live incarnation) move: any other owner
+    /// may hold a lease from an earlier office, and unowned sections wait
+    /// for the initial routes of a new group (bootstrap). So a set stopped
+    /// the planned way and started again without one of its AllocSvrs
+    /// serves that one's sections at once.
     pub fn plan(&self, state: &SetState, now: Instant) -> Vec<Command> {
         let g = self.lock();
         let Some(office) = g.office else {
@@ -269,6 +323,8 @@ impl Arbiter {
                         *n += 1;
                     }
                 }
+                // Unowned: only once the office settled.
+                None if r.owner.is_none() && !settled => {}
                 None => movable.push((s as SectionId, r.epoch)),
             }
         }
@@ -400,7 +456,7 @@ mod tests {
     }
 
     #[test]
-    fn a_new_leader_routes_at_once_what_nobody_may_serve() {
+    fn a_new_leader_routes_a_stopped_ids_sections_at_once() {
         let t0 = Instant::now();
         let a = arbiter();
         // Section 0 is unowned, 1 is a's (stopped: no live incarnation),
@@ -413,18 +469,19 @@ mod tests {
         a.observe(Some(3), t0);
         let at = |ms| t0 + Duration::from_millis(ms);
         a.granted("b", 3, at(100), T);
-        // Long before the office's wait ends, b gets what nobody serves;
-        // c's section waits, as does a stopped id, which gets nothing.
-        assert_eq!(a.plan(&st, at(200)), vec![assign("b", 0, 2)]);
+        // Long before the office's wait ends, b gets the stopped id's
+        // section; c's waits, and so does the unowned one (a new group's
+        // initial routes come first).
+        assert_eq!(a.plan(&st, at(200)), vec![assign("b", 1, 1)]);
         a.granted("a", 3, at(300), T);
         assert_eq!(
             a.plan(&st, at(400)),
-            vec![assign("b", 0, 2)],
+            vec![assign("b", 1, 1)],
             "a stopped id is not live, whatever grant it had"
         );
         let v = a.view(&st, at(400));
         assert!(v["a"].expired && !v["b"].expired && !v["c"].expired);
-        // Once the wait is over, c's section moves too.
+        // Once the wait is over, the rest moves too.
         a.granted("b", 3, at(5900), T);
         assert_eq!(a.plan(&st, at(6000)), vec![assign("b", 0, 3)]);
     }
@@ -527,6 +584,86 @@ mod tests {
         assert_eq!(a.plan(&st, at(13_000)), vec![assign("b", 0, 1)]);
         let v = a.view(&st, at(13_000));
         assert!(v["a"].expired && !v["b"].expired);
+    }
+
+    fn retire(alloc: &str, incarnation: Incarnation) -> Command {
+        Command::RetireAlloc {
+            alloc: alloc.into(),
+            incarnation,
+        }
+    }
+
+    #[test]
+    fn a_fenced_alloc_is_retired_once_its_lease_is_over_and_its_sections_moved() {
+        let t0 = Instant::now();
+        let a = arbiter();
+        let mut st = state(&[Some("f"), Some("b")], &[("f", false), ("b", false)]);
+        st.allocs.get_mut("f").unwrap().fenced = true;
+        let at = |ms| t0 + Duration::from_millis(ms);
+        assert!(a.retirements(&st, at(0)).is_empty(), "not in office");
+        a.observe(Some(1), t0);
+        for ms in (0..=20_000).step_by(500) {
+            a.granted("b", 1, at(ms), T);
+        }
+        // f was granted a renewal at 7 s, then fenced: its renewals are
+        // refused from then on, but that lease runs to 12 s on its clock.
+        a.granted("f", 1, at(7000), T);
+        assert!(
+            a.retirements(&st, at(12_999)).is_empty(),
+            "fenced is not expired"
+        );
+        assert!(a.plan(&st, at(12_999)).is_empty());
+        // Expired: its section moves first; it is not retired while it
+        // owns it.
+        assert_eq!(a.plan(&st, at(13_000)), vec![assign("b", 0, 1)]);
+        assert!(a.retirements(&st, at(13_000)).is_empty(), "owns section 0");
+        st.sections[0].owner = Some("b".into());
+        assert_eq!(a.retirements(&st, at(13_100)), vec![retire("f", 1)]);
+        assert!(a.plan(&st, at(13_100)).is_empty());
+    }
+
+    #[test]
+    fn only_fenced_expired_allocs_that_own_nothing_served_are_retired() {
+        let t0 = Instant::now();
+        let a = arbiter();
+        // Section 0 is f's but moved to set 1; 1 is g's; 2 is b's.
+        let mut st = state(
+            &[Some("f"), Some("g"), Some("b"), None],
+            &[
+                ("b", false),
+                ("dead", false),
+                ("f", false),
+                ("g", false),
+                ("s", false),
+                ("live", false),
+            ],
+        );
+        st.placement.set(0..1, seqsvr_core::Place::Moved { to: 1 });
+        for id in ["f", "g", "s", "live"] {
+            st.allocs.get_mut(id).unwrap().fenced = true;
+        }
+        // s's process recorded its planned stop: its id comes back.
+        st.allocs.get_mut("s").unwrap().incarnation = 0;
+        st.allocs.get_mut("f").unwrap().incarnation = 7;
+        a.observe(Some(1), t0);
+        let at = |ms| t0 + Duration::from_millis(ms);
+        // A new office: no one is certainly expired before its first
+        // lease + margin, whatever it was before.
+        assert!(a.retirements(&st, at(5999)).is_empty());
+        // "live" was granted a renewal before it was fenced.
+        a.granted("live", 1, at(5000), T);
+        // dead is expired but not fenced (an operator retires it, or it
+        // comes back); g owns a section this set serves; s stopped; live's
+        // lease may still run. Only f goes (its section is not served
+        // here), under the incarnation it was decided on.
+        assert_eq!(a.retirements(&st, at(6000)), vec![retire("f", 7)]);
+        // Once live's lease is over too.
+        assert_eq!(
+            a.retirements(&st, at(11_000)),
+            vec![retire("f", 7), retire("live", 1)]
+        );
+        a.observe(None, at(11_001));
+        assert!(a.retirements(&st, at(11_002)).is_empty(), "out of office");
     }
 
     #[test]

@@ -4,9 +4,9 @@
 //! `Status` reports each AllocSvr's section count. Counting them by a scan
 //! is O(sections) under the state machine's read lock, which `apply` needs
 //! for writing: a status flood would delay applies (and with them
-//! renewals). [`OwnerCounts`] is derived state: it follows the
-//! [`Dirty`] marks every command leaves (a section whose owner changed is
-//! always marked, or it would not be written back), so no command has to
+//! renewals). [`OwnerCounts`] is derived state: it follows the sections
+//! a command marks dirty (a section whose owner changed is always marked,
+//! or it would not be written back), so no command has to
 //! remember it, and it is never serialized — it is rebuilt from the
 //! sections when a state is loaded or a snapshot installed, so the
 //! state machine's encoding and snapshots do not change
@@ -15,8 +15,6 @@
 use std::collections::{BTreeMap, HashMap};
 
 use seqsvr_core::AllocId;
-
-use crate::state::{Dirty, SectionRecord};
 
 /// Sections owned per AllocSvr, derived from the section records.
 #[derive(Debug, Clone, Default)]
@@ -43,38 +41,44 @@ impl PartialEq for OwnerCounts {
 impl Eq for OwnerCounts {}
 
 impl OwnerCounts {
-    /// The counts of `sections`, by a full scan.
-    pub fn of_sections(sections: &[SectionRecord]) -> Self {
+    /// The counts of the sections whose owners `owners` lists in order,
+    /// by a full scan.
+    pub fn of_sections<'a>(owners: impl Iterator<Item = Option<&'a AllocId>>) -> Self {
         let mut c = Self {
-            of: Vec::with_capacity(sections.len()),
+            of: Vec::new(),
             names: vec![AllocId::new()],
             index: HashMap::new(),
             counts: vec![0],
         };
-        for r in sections {
-            let i = c.intern(r.owner.as_ref());
+        for owner in owners {
+            let i = c.intern(owner);
             c.counts[i as usize] += 1;
             c.of.push(i);
         }
         c
     }
 
-    /// Follows the changes a command marked in `dirty`. A state never
-    /// counted (decoded, not yet rebuilt) is counted in full.
-    pub fn update(&mut self, sections: &[SectionRecord], dirty: &[Dirty]) {
-        let uncounted = self.names.is_empty() || self.of.len() != sections.len();
-        if uncounted || dirty.contains(&Dirty::All) {
-            *self = Self::of_sections(sections);
+    /// Follows a command's changes: `owner(s)` is section `s`'s owner now,
+    /// of `len` sections; `changed` the sections it marked; `all` whether
+    /// it marked every one. A state never counted (decoded, not yet
+    /// rebuilt) is counted in full.
+    pub fn update<'a>(
+        &mut self,
+        owner: impl Fn(usize) -> Option<&'a AllocId>,
+        len: usize,
+        changed: impl Iterator<Item = usize>,
+        all: bool,
+    ) {
+        let uncounted = self.names.is_empty() || self.of.len() != len;
+        if uncounted || all {
+            *self = Self::of_sections((0..len).map(&owner));
             return;
         }
-        for d in dirty {
-            if let Dirty::Section(s) = d {
-                let s = *s as usize;
-                let new = self.intern(sections[s].owner.as_ref());
-                let old = std::mem::replace(&mut self.of[s], new);
-                self.counts[old as usize] -= 1;
-                self.counts[new as usize] += 1;
-            }
+        for s in changed {
+            let new = self.intern(owner(s));
+            let old = std::mem::replace(&mut self.of[s], new);
+            self.counts[old as usize] -= 1;
+            self.counts[new as usize] += 1;
         }
     }
 
@@ -115,13 +119,12 @@ impl OwnerCounts {
     }
 }
 
-/// What a full scan of `sections` says each owner owns.
-pub fn scan(sections: &[SectionRecord]) -> BTreeMap<AllocId, u32> {
+/// What a full scan says each owner owns, of the sections whose owners
+/// `owners` lists.
+pub fn scan<'a>(owners: impl Iterator<Item = Option<&'a AllocId>>) -> BTreeMap<AllocId, u32> {
     let mut m = BTreeMap::new();
-    for r in sections {
-        if let Some(o) = &r.owner {
-            *m.entry(o.clone()).or_insert(0) += 1;
-        }
+    for o in owners.flatten() {
+        *m.entry(o.clone()).or_insert(0) += 1;
     }
     m
 }
@@ -258,9 +261,9 @@ mod tests {
                 if dirty.len() > 64 {
                     dirty.clear();
                 }
-                prop_assert_eq!(s.owned.all(), scan(&s.sections));
+                prop_assert_eq!(s.owned.all(), scan(s.sections.iter().map(|r| r.owner.as_ref())));
                 for a in ["a0", "a1", "a2", "nobody"] {
-                    prop_assert_eq!(s.owned.count(a), scan(&s.sections).get(a).copied().unwrap_or(0));
+                    prop_assert_eq!(s.owned.count(a), scan(s.sections.iter().map(|r| r.owner.as_ref())).get(a).copied().unwrap_or(0));
                 }
                 prop_assert_eq!(
                     s.owned.total() as usize,

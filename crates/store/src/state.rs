@@ -154,14 +154,24 @@ impl SetState {
         let from = dirty.len();
         let out = self.apply_records(cmd, dirty);
         // The derived counts follow what the command marked.
-        self.owned.update(&self.sections, &dirty[from..]);
+        let marked = &dirty[from..];
+        let sections = &self.sections;
+        self.owned.update(
+            |i| sections[i].owner.as_ref(),
+            sections.len(),
+            marked.iter().filter_map(|d| match d {
+                Dirty::Section(s) => Some(*s as usize),
+                _ => None,
+            }),
+            marked.contains(&Dirty::All),
+        );
         out
     }
 
     /// Rebuilds the state derived from the records (after a load or a
     /// snapshot install: it is never serialized).
     pub fn rebuild_derived(&mut self) {
-        self.owned = OwnerCounts::of_sections(&self.sections);
+        self.owned = OwnerCounts::of_sections(self.sections.iter().map(|r| r.owner.as_ref()));
     }
 
     /// [`apply`](Self::apply) on the records alone.
@@ -416,9 +426,11 @@ impl SetState {
             if r.owner.as_ref() != Some(alloc) {
                 continue;
             }
-            // As a freeze does: no owner, a new epoch, the next owner
-            // starts above everything granted so far.
-            r.owner = None;
+            // The owner stays (the id's next process claims its sections
+            // back through its first renewal), under a new epoch and no
+            // incarnation: nothing the stopped process may still send is
+            // accepted, and the next owner starts above everything
+            // granted so far.
             r.epoch += 1;
             r.incarnation = 0;
             r.start = r.max_seq;
@@ -428,8 +440,8 @@ impl SetState {
         let rec = self.allocs.get_mut(alloc).expect("checked above");
         rec.incarnation = 0;
         dirty.push(Dirty::Alloc(alloc.clone()));
-        // The record changed (no live incarnation), so its sections
-        // version moves even when it owned nothing.
+        // The id's sections changed hands (to no process), so its
+        // sections version moves.
         self.routes_changed(BTreeSet::from([alloc.clone()]), dirty);
         Ok(Reply::Stopped {
             released,

@@ -225,14 +225,14 @@ pub enum Command {
         incarnation: Incarnation,
     },
     /// A planned stop's explicit release, asked by the stopping process
-    /// itself once it serves nothing: every section `alloc`'s
-    /// `incarnation` owns loses its owner and gets a new epoch (like a
-    /// freeze, so nothing the process may still send is accepted), and
-    /// the id is left with no live incarnation. The next process of the
-    /// id registers at once, and the arbiter routes the sections at once,
-    /// instead of waiting out a lease nobody holds any more
-    /// (docs/operations.md, Stopping an AllocSvr). Appended last, like
-    /// `RetireAlloc`.
+    /// itself once it serves nothing: every section `alloc` owns gets a
+    /// new epoch and no incarnation (so nothing the process may still
+    /// send is accepted), and the id is left with no live incarnation.
+    /// The id's next process registers at once and claims the sections
+    /// back through its first renewal; if it does not come back, the
+    /// arbiter routes them elsewhere at once — instead of waiting out a
+    /// lease nobody holds any more (docs/operations.md, Stopping an
+    /// AllocSvr). Appended last, like `RetireAlloc`.
     StopAlloc {
         /// The AllocSvr.
         alloc: AllocId,
@@ -321,7 +321,7 @@ pub enum Reply {
     },
     /// An AllocSvr's planned stop is recorded.
     Stopped {
-        /// Sections it owned, now unowned at a new epoch.
+        /// Sections it owned, now at a new epoch with no incarnation.
         released: u32,
         /// Route version after the change.
         route_version: u64,

@@ -934,3 +934,62 @@ async fn retire_waits_for_the_lease_and_runs_again_safely() {
     let after = c.alive("a", 1, a.epoch).await;
     assert_eq!(after.prev_ceiling, a.max_seq);
 }
+
+/// The arbiter retires a fenced AllocSvr by itself once its lease is
+/// certainly over: it first moves the AllocSvr's sections to a live one,
+/// then takes it off the list; its process is refused from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_alloc_leaves_the_list_by_itself_once_its_sections_moved() {
+    let c = cluster().await;
+    c.wait_configured().await;
+    let admin_addrs: Vec<String> = c.nodes.iter().map(|n| n.addrs.admin.to_string()).collect();
+    let admin =
+        seqsvr_store_api::AdminClient::new(&admin_addrs, &connector(Some(tls(&c.pki, "ops"))))
+            .unwrap();
+    // a takes section 0 over, b section 5; neither has renewed yet, so
+    // the arbiter has routed nothing to either.
+    c.alive("a", 1, 0).await;
+    let b_grant = c.alive("b", 7, 0).await;
+    assert_eq!(b_grant.section, 5);
+    admin.fence_alloc("b", 7).await.unwrap();
+    let (a, b) = (c.peer_as("alloc-a"), c.peer_as("alloc-b"));
+    let r = b.renew("b", 7).await;
+    assert!(
+        matches!(r, Err(Error::Rejected(Rejection::StaleIncarnation { .. }))),
+        "{r:?}"
+    );
+    // a renews on; nobody retires b by hand.
+    let started = std::time::Instant::now();
+    loop {
+        a.renew("a", 1).await.unwrap();
+        // No leader's answer counts as still listed.
+        let listed = a
+            .leader_status()
+            .await
+            .is_none_or(|s| s.allocs.iter().any(|l| l.alloc_id == "b"));
+        if !listed {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the fenced b is still listed after {:?}",
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!(
+        "b left the list {:?} after it was fenced",
+        started.elapsed()
+    );
+    // Its section moved to the live a before it left.
+    let s5 = a.read_sections(5, 1).await.unwrap();
+    assert_eq!(s5[0].owner.as_deref(), Some("a"), "{s5:?}");
+    assert!(s5[0].epoch > b_grant.epoch);
+    let r = b.renew("b", 7).await;
+    assert!(
+        matches!(r, Err(Error::Rejected(Rejection::NotRegistered { .. }))),
+        "{r:?}"
+    );
+    let status = a.leader_status().await.expect("a leader");
+    assert!(status.allocs.iter().any(|l| l.alloc_id == "a"), "a stays");
+}

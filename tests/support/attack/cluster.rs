@@ -52,7 +52,7 @@ pub struct Node {
     pub peer: String,
     /// Admin plane.
     pub admin: String,
-    /// Prometheus metrics (store replicas only).
+    /// Prometheus metrics.
     pub metrics: Option<String>,
 }
 
@@ -195,12 +195,13 @@ impl Cluster {
     /// tells its files apart.
     pub fn start_alloc(&self, id: &str, store: &[String], suffix: &str) -> Node {
         let name = format!("{id}{suffix}");
-        let (client, peer, admin) = (addr(), addr(), addr());
+        let (client, peer, admin, metrics) = (addr(), addr(), addr(), addr());
         let mut t = toml::Table::new();
         t.insert("id".into(), id.into());
         t.insert("addr".into(), client.clone().into());
         t.insert("peer_addr".into(), peer.clone().into());
         t.insert("admin_addr".into(), admin.clone().into());
+        t.insert("metrics_addr".into(), metrics.clone().into());
         t.insert("store".into(), toml::Value::try_from(store).unwrap());
         t.insert("route_poll_ms".into(), 200.into());
         t.insert("renew_ms".into(), (TEST_RENEW_MS as i64).into());
@@ -230,7 +231,7 @@ impl Cluster {
             client,
             peer,
             admin,
-            metrics: None,
+            metrics: Some(metrics),
         }
     }
 

@@ -179,6 +179,30 @@ fn check_own_certificate(tls: &seqsvr_net::TlsConfig, id: &str) -> Result<(), No
     Ok(())
 }
 
+/// The renewals' own thread and runtime (see `start`): runs until the
+/// node stops (or its start-up fails), then drops the runtime and every
+/// task on it. Returns a handle to spawn on it.
+fn control_thread(
+    id: &str,
+    stop: &watch::Sender<bool>,
+) -> Result<tokio::runtime::Handle, NodeError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| NodeError::Runtime(format!("the renewals' runtime: {e}")))?;
+    let handle = rt.handle().clone();
+    let mut stopped = stop.subscribe();
+    std::thread::Builder::new()
+        .name(format!("{id}-renewals"))
+        .spawn(move || {
+            rt.block_on(async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            })
+        })
+        .map_err(|e| NodeError::Runtime(format!("the renewals' thread: {e}")))?;
+    Ok(handle)
+}
+
 fn connector(tls: Option<seqsvr_net::ClientTls>) -> Connector {
     Arc::new(move |addr: &str| {
         seqsvr_net::client::channel(addr, tls.as_ref(), Duration::from_millis(500))
@@ -249,7 +273,16 @@ impl AllocNode {
 
         let store = PeerClient::new(&cfg.store, &connector(client_tls.clone()))?;
         let renew_every = Duration::from_millis(cfg.renew_ms);
-        let renewer = store.clone().with_deadline(renew_every, renew_every / 4);
+        // Renewals run on a thread of their own, with their own
+        // connections to the store: the client plane's calls (a flood of
+        // them, from anyone who can connect) cannot queue a renewal, or
+        // the handling of its reply, until the lease lapses.
+        let control = control_thread(&cfg.id, &stop)?;
+        let renewer = {
+            let _in = control.enter();
+            PeerClient::new(&cfg.store, &connector(client_tls.clone()))?
+                .with_deadline(renew_every, renew_every / 4)
+        };
         let slow = renew_every.max(Duration::from_millis(1000));
         let reader = store.clone().with_deadline(slow, slow / 4);
         let incarnation = fresh_incarnation();
@@ -342,7 +375,7 @@ impl AllocNode {
             )),
         ];
         let control = vec![
-            tokio::spawn(renew_loop(ctx.clone())),
+            control.spawn(renew_loop(ctx.clone())),
             tokio::spawn(route_loop(ctx, poll)),
             tokio::spawn(raiser.run(stopped(&stop))),
         ];

@@ -46,6 +46,7 @@ pub(super) async fn renew_once(ctx: &Ctx) {
     let reply = match renewal.await {
         Ok(r) => {
             shared.metrics.renewal(true);
+            shared.metrics.renewed(sent.elapsed());
             r
         }
         Err(e) if fences(&e) => {

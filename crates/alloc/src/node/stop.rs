@@ -16,18 +16,19 @@
 //!    again while time is left;
 //! 4. stop renewing, polling routes and raising (nothing is claimed from
 //!    here on), and stop serving what is left;
-//! 5. record the stop (`StorePeer.Stopped`): the store takes every section
-//!    this incarnation still owns away from it at a new epoch and leaves
-//!    the id with no live incarnation — the arbiter routes those sections
-//!    at once, and the next process of the id registers at once;
+//! 5. record the stop (`StorePeer.Stopped`): the store gives every section
+//!    the id still owns a new epoch and no incarnation, and leaves the id
+//!    with no live incarnation — the next process of the id registers at
+//!    once and claims them back, or the arbiter routes them elsewhere at
+//!    once;
 //! 6. the listeners close.
 //!
 //! The handoffs are bounded ([`STOP_HANDOFF_BOUND`] or the caller's), and
 //! so is the record ([`STOP_RECORD_BOUND`]): a stop that cannot finish in
 //! time (no live peer, a store without a leader) still exits, and says in
 //! its log that what is left moves once the lease ends, as after a crash
-//! (promise 3). Step 4 comes before step 5, so the store never lists as
-//! free a section this process still serves.
+//! (promise 3). Step 4 comes before step 5, so the store never frees a
+//! section this process still serves.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -189,7 +190,9 @@ async fn hand_all(node: &AllocNode, report: &mut StopReport) {
                 section,
                 to_alloc: peer.id.clone(),
             };
-            let r = handoff::move_section(shared, &m).await;
+            // The peer is one the store's leader listed as live, neither
+            // draining nor fenced (`live_peers`).
+            let r = handoff::move_section(shared, &m, &handoff::Target::Ready).await;
             if r.ok {
                 peer.sections += 1;
                 report.handed_off += 1;

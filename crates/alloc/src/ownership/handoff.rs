@@ -25,6 +25,51 @@ pub struct Released {
     pub ceiling: u64,
 }
 
+/// What the store's leader said of a move's target, asked before anything
+/// is released: the store's own checks of a handoff's target (registered,
+/// neither fenced nor draining), made where a refusal still costs nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Registered, neither fenced nor draining: the store would hand it
+    /// the section.
+    Ready,
+    /// Not in the store's list of AllocSvrs.
+    NotRegistered,
+    /// Fenced by an operator.
+    Fenced,
+    /// Being drained.
+    Draining,
+    /// The store's list could not be read (why).
+    Unchecked(String),
+}
+
+impl Target {
+    /// The refusal of a move of `section` to `to`, unless the target is
+    /// [`Target::Ready`].
+    fn check(&self, section: SectionId, to: &str) -> Result<(), MoveError> {
+        let to = to.to_string();
+        match self {
+            Target::Ready => Ok(()),
+            Target::NotRegistered => Err(MoveError::UnknownTarget { section, to }),
+            Target::Fenced => Err(MoveError::TargetUnfit {
+                section,
+                to,
+                state: "fenced",
+            }),
+            Target::Draining => Err(MoveError::TargetUnfit {
+                section,
+                to,
+                state: "draining",
+            }),
+            Target::Unchecked(why) => Err(MoveError::TargetUnchecked {
+                section,
+                to,
+                why: why.clone(),
+            }),
+        }
+    }
+}
+
 /// Checks a move of `section` from AllocSvr `me` to `to`, then releases
 /// the section: stops serving it and marks it in `releasing` (the
 /// sections being handed off, which renewals neither claim nor drop).
@@ -36,14 +81,19 @@ pub struct Released {
 /// is handed out here after the new owner starts (promise 3, hence promise
 /// 1 across owners). An invalid move changes nothing: a section not in the
 /// set, no target or this AllocSvr itself, a section already being handed
-/// off, or one not served here (also if it was dropped or taken again
-/// between the two looks).
+/// off, one not served here (also if it was dropped or taken again
+/// between the two looks), or a `target` the store's leader did not list
+/// as able to take it. The last matters most: once released, a section is
+/// never served again at the released epoch, even if the store refuses the
+/// handoff (a late copy of it could still land), so a move the store is
+/// known to refuse would cost an outage and a step for nothing.
 pub fn release_section(
     alloc: &Allocator,
     releasing: &mut BTreeMap<SectionId, Released>,
     me: &str,
     section: SectionId,
     to: &str,
+    target: &Target,
 ) -> Result<Released, MoveError> {
     if !alloc.spec().has_section(section) {
         return Err(MoveError::UnknownSection { section });
@@ -60,6 +110,7 @@ pub fn release_section(
     let state = alloc
         .section_state(section)
         .ok_or(MoveError::NotServed { section })?;
+    target.check(section, to)?;
     if !alloc.drop_section_if_epoch(section, state.epoch) {
         return Err(MoveError::NotServed { section });
     }
@@ -277,15 +328,62 @@ mod tests {
         ];
         for (section, to, want) in refused {
             assert_eq!(
-                release_section(&a, &mut releasing, ME, section, to),
+                release_section(&a, &mut releasing, ME, section, to, &Target::Ready),
                 Err(want)
             );
         }
+        let to = || "alloc-2".to_string();
+        let unfit = [
+            (
+                Target::NotRegistered,
+                MoveError::UnknownTarget {
+                    section: 0,
+                    to: to(),
+                },
+            ),
+            (
+                Target::Fenced,
+                MoveError::TargetUnfit {
+                    section: 0,
+                    to: to(),
+                    state: "fenced",
+                },
+            ),
+            (
+                Target::Draining,
+                MoveError::TargetUnfit {
+                    section: 0,
+                    to: to(),
+                    state: "draining",
+                },
+            ),
+            (
+                Target::Unchecked("no leader".into()),
+                MoveError::TargetUnchecked {
+                    section: 0,
+                    to: to(),
+                    why: "no leader".into(),
+                },
+            ),
+        ];
+        for (target, want) in unfit {
+            assert_eq!(
+                release_section(&a, &mut releasing, ME, 0, "alloc-2", &target),
+                Err(want)
+            );
+        }
+        // A section not served here says so, whatever the target.
+        assert_eq!(
+            release_section(&a, &mut releasing, ME, 2, "alloc-9", &Target::NotRegistered),
+            Err(MoveError::NotServed { section: 2 })
+        );
         assert!(
             releasing.is_empty() && a.is_serving(0),
             "refusals change nothing"
         );
-        let released = release_section(&a, &mut releasing, ME, 0, "alloc-2").unwrap();
+        assert_eq!(a.section_state(0).map(|s| s.epoch), Some(5));
+        let released =
+            release_section(&a, &mut releasing, ME, 0, "alloc-2", &Target::Ready).unwrap();
         assert_eq!(
             released,
             Released {
@@ -296,7 +394,7 @@ mod tests {
         assert!(!a.is_serving(0), "stopped before the store hands it over");
         assert_eq!(releasing.get(&0), Some(&released));
         assert_eq!(
-            release_section(&a, &mut releasing, ME, 0, "alloc-3"),
+            release_section(&a, &mut releasing, ME, 0, "alloc-3", &Target::Ready),
             Err(MoveError::Releasing { section: 0 })
         );
         assert!(a.is_serving(1), "other sections unaffected");

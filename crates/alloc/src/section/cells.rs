@@ -17,14 +17,30 @@
 //! Fresh slots are fresh anonymous memory: zero, and not resident until a
 //! cell is written. A slot given back (its block freed after the section
 //! was lost, see `section.rs`) is `MADV_DONTNEED`ed, which drops its pages
-//! (RSS goes down at once) and makes it read as zeros again, and marked
-//! `MADV_NOHUGEPAGE`, so that the kernel's background collapsing
-//! (`khugepaged`) does not fill it back in while it is free; a slot taken
-//! again is marked `MADV_HUGEPAGE` again. Pages of a huge page that a
-//! given-back slot shared with a live neighbour are unmapped at once but
-//! returned to the system when it splits such pages (under memory pressure).
-//! Chunks are unmapped only with the arena (they are address space, not
-//! memory, once their slots are given back).
+//! (RSS goes down at once) and makes it read as zeros again. Pages of a
+//! huge page that a given-back slot shared with a live neighbour are
+//! unmapped at once but returned to the system when it splits such pages
+//! (under memory pressure). Chunks are unmapped only with the arena (they
+//! are address space, not memory, once their slots are given back).
+//!
+//! # Advice per chunk, never per slot
+//! Huge-page advice is given once, to a whole chunk, when it is mapped.
+//! Advice is a property of a mapping: the kernel keeps a range advised
+//! differently from its neighbours as a mapping (VMA) of its own. Advising
+//! slots one by one — `MADV_NOHUGEPAGE` on a slot given back, so that
+//! `khugepaged` would not fill it in while free, and `MADV_HUGEPAGE` again
+//! when it was taken — cut a chunk into one mapping per run of free
+//! slots: losses interleaved with served sections reach the system's
+//! limit on mappings per process (`vm.max_map_count`, 65,530 by default)
+//! at about 10^5 losses, after which every `mmap` of the process fails
+//! (thread stacks, the allocator's own, the next chunk). `MADV_DONTNEED`
+//! changes no advice and splits nothing. The price: where the machine's
+//! `khugepaged` collapses huge pages in the background, a free slot's
+//! pages that share a 2 MB range with a live slot's may be filled in again
+//! (as zeros: a slot still reads as zeros when it is taken), so part of
+//! what interleaved losses gave back may become resident again, up to the
+//! whole 2 MB ranges that live slots touch; free slots are taken first,
+//! before any fresh one, so that memory is the next block's.
 //!
 //! # Falling back
 //! Where the arena cannot help or cannot be had (not Linux, a block larger
@@ -181,11 +197,10 @@ impl CellArena {
             return None;
         }
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        // A reused slot keeps its chunk's advice: no call to the system
+        // here (module docs, Advice per chunk).
         let addr = match st.free.pop() {
-            Some(addr) => {
-                advise(addr, self.slot, Advice::HugePages);
-                addr
-            }
+            Some(addr) => addr,
             None => {
                 if st.end - st.next < self.slot {
                     let (map, len) = map_chunk()?;
@@ -203,13 +218,13 @@ impl CellArena {
 
     /// Takes a slot back: its pages dropped (zero when read again) and kept
     /// for the next block. A slot whose pages could not be dropped is never
-    /// reused, since its cells would not start at zero.
+    /// reused, since its cells would not start at zero. Its huge-page
+    /// advice is left as the chunk's (module docs, Advice per chunk).
     fn give_back(&self, ptr: NonNull<AtomicU64>) {
         let addr = ptr.as_ptr() as usize;
         if !advise(addr, self.slot, Advice::Drop) {
             return;
         }
-        advise(addr, self.slot, Advice::NoHugePages);
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.free.push(addr);
     }
@@ -231,7 +246,8 @@ impl Drop for CellArena {
 }
 
 /// Maps a chunk of address space, 2 MB-aligned inside, marked for huge
-/// pages: (mapping, length). `None` if the system refuses it.
+/// pages — the only huge-page advice the arena gives, once per chunk:
+/// (mapping, length). `None` if the system refuses it.
 #[cfg(target_os = "linux")]
 fn map_chunk() -> Option<(usize, usize)> {
     let len = CHUNK + HUGE;
@@ -261,10 +277,11 @@ fn map_chunk() -> Option<(usize, usize)> {
 
 #[derive(Clone, Copy)]
 enum Advice {
-    /// Drop the pages: RSS returned, zeros when read again.
+    /// Drop the pages: RSS returned, zeros when read again. Changes no
+    /// advice, so it never splits a mapping.
     Drop,
+    /// A whole chunk, when it is mapped.
     HugePages,
-    NoHugePages,
 }
 
 /// `madvise` over `[addr, addr + len)`, inside a chunk of this arena;
@@ -275,7 +292,6 @@ fn advise(addr: usize, len: usize, advice: Advice) -> bool {
     let advice = match advice {
         Advice::Drop => libc::MADV_DONTNEED,
         Advice::HugePages => libc::MADV_HUGEPAGE,
-        Advice::NoHugePages => libc::MADV_NOHUGEPAGE,
     };
     // SAFETY: the range lies in a mapping this arena made and owns; the
     // only advice that changes contents (DONTNEED) is given for a slot no
@@ -336,6 +352,61 @@ mod tests {
         starts.sort_unstable();
         assert!(starts.windows(2).all(|w| w[1] - w[0] >= 8_000_000));
         assert_eq!(arena.state.lock().unwrap().maps.len(), 3);
+    }
+
+    /// How many of the process's mappings (`/proc/self/maps` lines) lie
+    /// over the arena's chunks.
+    fn mappings_over(arena: &CellArena) -> usize {
+        let maps = arena.state.lock().unwrap().maps.clone();
+        let text = std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps");
+        text.lines()
+            .filter_map(|line| {
+                let range = line.split_whitespace().next()?;
+                let (a, b) = range.split_once('-')?;
+                let a = usize::from_str_radix(a, 16).ok()?;
+                let b = usize::from_str_radix(b, 16).ok()?;
+                Some((a, b))
+            })
+            .filter(|&(a, b)| maps.iter().any(|&(m, len)| a < m + len && m < b))
+            .count()
+    }
+
+    #[test]
+    fn interleaved_losses_do_not_split_the_chunks_into_mappings() {
+        // One page a slot: 16,384 slots to a chunk, so 4,000 blocks share
+        // one chunk, and every other one lost leaves 2,000 free runs.
+        const BLOCKS: usize = 4_000;
+        let arena = CellArena::new(512).expect("an arena on Linux");
+        let mut blocks: Vec<Option<Cells>> = (0..BLOCKS)
+            .map(|_| Some(Cells::zeroed(512, Some(&arena))))
+            .collect();
+        assert!(blocks.iter().flatten().all(Cells::in_arena));
+        let chunks = arena.state.lock().unwrap().maps.len();
+        let at_start = mappings_over(&arena);
+        let mut most = at_start;
+        for round in 0..4 {
+            // Lose every other block (odd ones, then even ones), then take
+            // as many again: they reuse the free slots.
+            for b in blocks.iter_mut().skip(round % 2).step_by(2) {
+                b.take();
+            }
+            most = most.max(mappings_over(&arena));
+            for b in blocks.iter_mut().filter(|b| b.is_none()) {
+                let c = Cells::zeroed(512, Some(&arena));
+                assert!(c.iter().all(|x| x.load(Relaxed) == 0));
+                fill(&c, 9);
+                *b = Some(c);
+            }
+            most = most.max(mappings_over(&arena));
+        }
+        assert_eq!(arena.state.lock().unwrap().maps.len(), chunks);
+        println!("mappings over {chunks} chunk(s): {at_start} at the start, at most {most}");
+        // Per chunk: the advised, aligned part and the unaligned ends
+        // around it. One mapping per free run would be thousands.
+        assert!(
+            most <= 3 * chunks,
+            "{most} mappings over {chunks} chunk(s) (at the start: {at_start})"
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! known epochs and prepared grants, one-step raises fenced by owner,
 //! incarnation and epoch, conditional handoffs, linearizable reads; with
 //! faults a test can switch on (refused or lost handoff replies, renewals
-//! that fail, twins replaced).
+//! that fail, twins replaced, no leader's status).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -71,6 +71,8 @@ pub struct State {
     pub replace_twins: bool,
     /// Planned stops recorded.
     pub stops: u32,
+    /// `Status` fails (no leader's list of AllocSvrs) while set.
+    pub status_down: bool,
 }
 
 #[derive(Clone)]
@@ -99,6 +101,7 @@ impl FakeStore {
             renew_down: false,
             replace_twins: false,
             stops: 0,
+            status_down: false,
         })))
     }
 
@@ -217,7 +220,6 @@ impl StorePeer for FakeStore {
         let mut released = 0;
         for rec in st.sections.iter_mut() {
             if rec.owner.as_deref() == Some(r.alloc_id.as_str()) {
-                rec.owner = None;
                 rec.epoch += 1;
                 rec.incarnation = 0;
                 rec.start = rec.max_seq;
@@ -404,7 +406,33 @@ impl StorePeer for FakeStore {
         ))))
     }
 
+    /// The leader's status, with its list of AllocSvrs as a handoff's
+    /// target check reads it. This fake grants no renewal it would record,
+    /// so no AllocSvr shows a live lease in it (a stop finds no live peer).
     async fn status(&self, _req: Request<pb::StatusRequest>) -> Answer<pb::StoreStatus> {
-        Err(Status::unimplemented("not in the fake"))
+        let st = self.st();
+        if st.status_down {
+            return Err(Status::unavailable("injected: no status"));
+        }
+        let allocs = st
+            .allocs
+            .iter()
+            .map(|(id, a)| pb::AllocLease {
+                alloc_id: id.clone(),
+                addr: a.addr.clone(),
+                peer_addr: a.peer_addr.clone(),
+                incarnation: a.incarnation,
+                fenced: a.fenced,
+                since_grant_ms: -1,
+                ..Default::default()
+            })
+            .collect();
+        Ok(Response::new(pb::StoreStatus {
+            state: "Leader".into(),
+            has_leader: true,
+            lease_ms: st.lease_ms,
+            allocs,
+            ..Default::default()
+        }))
     }
 }

@@ -3,6 +3,7 @@
 mod common;
 mod limits;
 mod one;
+mod pause;
 mod strangers;
 mod tls;
 mod unfinished;

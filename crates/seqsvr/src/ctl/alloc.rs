@@ -35,7 +35,8 @@ pub enum AllocOp {
     Rebalance,
     /// Refuses one incarnation of an AllocSvr from now on (as `seqctl
     /// status` shows it, in hex): its renewals fail, its sections move once
-    /// its lease has certainly expired.
+    /// its lease has certainly expired, and then the store retires it by
+    /// itself (unless a new process of the id registered first).
     Fence {
         /// The AllocSvr's id.
         id: String,
@@ -46,7 +47,9 @@ pub enum AllocOp {
     /// Removes an AllocSvr that is gone from the store's list, so moves
     /// stop waiting for it. Refused while it owns sections or while its
     /// lease may still run (fence it or stop it, then wait out the lease).
-    /// Running it again after it went says it is not registered.
+    /// Running it again after it went says it is not registered. A fenced
+    /// one needs none: the store retires it once its lease is over and its
+    /// sections moved.
     Retire {
         /// The AllocSvr's id.
         id: String,
@@ -341,10 +344,14 @@ pub async fn rebalance(ctl: &Ctl) -> Result<()> {
 
 /// Refuses `alloc`'s `incarnation` from now on: its renewals fail, and its
 /// sections move once its lease has certainly expired (or a new process
-/// with the same id registers then).
+/// with the same id registers then); after that the store retires it.
 pub async fn fence(ctl: &Ctl, alloc: &str, incarnation: Incarnation) -> Result<()> {
     ctl.admin.fence_alloc(alloc, incarnation).await?;
-    outln!("{alloc} incarnation {incarnation:x} is fenced")?;
+    outln!(
+        "{alloc} incarnation {incarnation:x} is fenced: its sections move once its lease has \
+         certainly expired, then the store retires it (unless a new process of {alloc} \
+         registers first)"
+    )?;
     Ok(())
 }
 

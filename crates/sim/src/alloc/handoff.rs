@@ -8,7 +8,7 @@ use seqsvr_alloc::handoff::{
 };
 use seqsvr_alloc::ownership::{
     admit, adopt_pending, decide_adopt, decide_after_handoff, release_section, AdoptRefusal,
-    Adoption, AfterHandoff, NotAdmitted,
+    Adoption, AfterHandoff, NotAdmitted, Target,
 };
 use seqsvr_alloc::CallError;
 
@@ -37,17 +37,26 @@ impl Allocs {
                 continue;
             };
             // `release`: the checks, then the drop and the releasing mark.
-            let released =
-                match release_section(alloc, &mut proc_.releasing, &proc_.id, section, &to) {
-                    Ok(released) => released,
-                    Err(e) => {
-                        trace!(
-                            env,
-                            "p{p} handoff of section {section} to {to} refused: {e}"
-                        );
-                        continue;
-                    }
-                };
+            // The target check (the node's read of the store leader's
+            // list) is not modelled: the moves name AllocSvrs of the set,
+            // and a handoff the store refuses anyway is step 5's case.
+            let released = match release_section(
+                alloc,
+                &mut proc_.releasing,
+                &proc_.id,
+                section,
+                &to,
+                &Target::Ready,
+            ) {
+                Ok(released) => released,
+                Err(e) => {
+                    trace!(
+                        env,
+                        "p{p} handoff of section {section} to {to} refused: {e}"
+                    );
+                    continue;
+                }
+            };
             let j = proc_.jobs.get_mut(&job).expect("the job");
             j.moving = Some(Move {
                 section,

@@ -199,6 +199,24 @@ pub struct StoreConfig {
     /// Lease timing.
     #[serde(default)]
     pub lease: LeaseSection,
+    /// How many client-plane reads (`GetRoutes`, `ReadSections`, `Status`)
+    /// this replica serves at once; more wait their turn (within the
+    /// request timeout). Renewals and Raft share the replica's threads
+    /// with these reads, which anyone who can connect may send: served
+    /// all at once, thousands of reads in flight queue every step of a
+    /// renewal behind them until leases lapse
+    /// (docs/architecture/security.md, Reads that cannot starve renewals).
+    #[serde(default = "default_max_concurrent_reads")]
+    pub max_concurrent_reads: usize,
+}
+
+/// The default of [`StoreConfig::max_concurrent_reads`]: enough to keep
+/// both cores of a small machine busy with reads, few enough that a
+/// renewal waits behind at most that many.
+pub const DEFAULT_MAX_CONCURRENT_READS: usize = 64;
+
+fn default_max_concurrent_reads() -> usize {
+    DEFAULT_MAX_CONCURRENT_READS
 }
 
 pub(super) fn config_err(key: &str, msg: impl std::fmt::Display) -> Error {
@@ -258,6 +276,9 @@ impl StoreConfig {
         }
         check_host_port("client_addr", &self.client_addr)?;
         check_host_port("admin_addr", &self.admin_addr)?;
+        if self.max_concurrent_reads == 0 {
+            return Err(config_err("max_concurrent_reads", "must be at least 1"));
+        }
         for (key, v) in [
             ("metrics_addr", &self.metrics_addr),
             ("listen", &self.listen),

@@ -50,7 +50,7 @@ use crate::service::read::ReadService;
 use crate::service::sets::SetsService;
 use crate::service::StoreApi;
 use crate::state_machine::StateMachine;
-use crate::types::{NodeId, Raft};
+use crate::types::{Command, NodeId, Raft};
 use seqsvr_net::TlsConfig;
 use seqsvr_store_api::{Error, Result};
 
@@ -222,6 +222,7 @@ impl StoreNode {
             member_changes: Default::default(),
             barriers: crate::service::barriers(&raft),
             route_snapshot: Default::default(),
+            reads: Arc::new(tokio::sync::Semaphore::new(cfg.max_concurrent_reads)),
         };
         let calls = |plane: &str, paths: &[&str]| {
             seqsvr_net::calls::CallMetrics::register(&api.metrics.registry, plane, paths)
@@ -484,6 +485,38 @@ async fn arbitrate(api: StoreApi) {
                     tracing::warn!("arbiter move failed: {e}");
                     break;
                 }
+            }
+        }
+        retire(&api, now).await;
+    }
+}
+
+/// Retires the fenced AllocSvrs whose lease is over and whose sections
+/// have moved (`Arbiter::retirements`), still under the arbiter's lock.
+/// A refusal (the record changed since it was read) is left to the next
+/// tick.
+async fn retire(api: &StoreApi, now: std::time::Instant) {
+    let retire = {
+        let a = api.sm.read();
+        api.arbiter.retirements(&a.state, now)
+    };
+    for cmd in retire {
+        let Command::RetireAlloc { alloc, incarnation } = &cmd else {
+            continue;
+        };
+        let (alloc, incarnation) = (alloc.clone(), *incarnation);
+        match api.proposer.propose(cmd).await {
+            Ok(Ok(_)) => tracing::info!(
+                %alloc,
+                incarnation,
+                "arbiter: retired a fenced AllocSvr (lease certainly expired, owns no section)"
+            ),
+            Ok(Err(e)) => {
+                tracing::info!(%alloc, "arbiter: retirement refused (state moved on): {e}")
+            }
+            Err(e) => {
+                tracing::warn!(%alloc, "arbiter: retirement failed: {e}");
+                break;
             }
         }
     }

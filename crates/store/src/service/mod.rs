@@ -93,6 +93,9 @@ pub struct StoreApi {
     /// The route table, built once per route (and directory) version and
     /// shared by every read of it (see `snapshot`).
     pub(crate) route_snapshot: snapshot::RouteSnapshot,
+    /// Client-plane reads served at once (`max_concurrent_reads`); the
+    /// rest wait here, costing no CPU (see `read.rs`).
+    pub(crate) reads: Arc<tokio::sync::Semaphore>,
 }
 
 fn forwarded<T>(req: &Request<T>) -> bool {

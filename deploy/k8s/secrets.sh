@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The TLS Secrets deploy/k8s mounts, from a PKI made by `seqsvr certs`:
 #
-#   seqsvr certs --dir certs --store 1,2,3 \
+#   seqsvr certs --dir certs --set 0 --store 1,2,3 \
 #       --alloc seqsvr-alloc-0,seqsvr-alloc-1,seqsvr-alloc-2 --operator ops \
 #       --host "$(deploy/k8s/secrets.sh hosts)"
 #   deploy/k8s/secrets.sh yaml certs | kubectl apply -f -
@@ -11,6 +11,11 @@
 #   yaml DIR   prints two Secrets: seqsvr-store-tls (ca.pem, store-N.pem,
 #              store-N-key.pem) and seqsvr-alloc-tls (ca.pem,
 #              seqsvr-alloc-N.pem, seqsvr-alloc-N-key.pem)
+#
+# Each store-N.pem must carry urn:seqsvr:store:0:N (set 0's replica N):
+# a replica refuses to start with any other, and one of the old form
+# (urn:seqsvr:store:N) only with legacy_store_certificates = true
+# (docs/operations.md, "Rotating certificates").
 #
 # The CA key (ca-key.pem) and the operator's certificate stay out of the
 # cluster. NAMESPACE overrides the namespace (seqsvr).

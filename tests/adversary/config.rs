@@ -20,7 +20,10 @@ async fn config_mistakes_stop_the_process_with_a_message() {
     let pki = seqsvr_net::DevPki::generate(
         &d.join("pki"),
         &[
-            seqsvr_net::Leaf::new("store-1", seqsvr_net::Role::Store(1)),
+            seqsvr_net::Leaf::new(
+                "store-1",
+                seqsvr_net::Role::Store(seqsvr_net::StoreId::new(0, 1)),
+            ),
             seqsvr_net::Leaf::new("alloc-1", seqsvr_net::Role::Alloc("alloc-1".into())),
         ],
         false,

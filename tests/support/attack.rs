@@ -32,7 +32,7 @@ use seqsvr_alloc::node::AllocNodeConfig;
 use seqsvr_client::{ClientOptions, SeqClient};
 use seqsvr_core::checker::Observation;
 use seqsvr_core::SetSpec;
-use seqsvr_net::{ClientTls, DevPki, Leaf, Role};
+use seqsvr_net::{ClientTls, DevPki, Leaf, Role, StoreId};
 use seqsvr_proto::{detail_of, ErrorKind};
 use seqsvr_store::node::{InitialAlloc, LeaseSection, Member};
 use seqsvr_store::StoreConfig;

@@ -327,6 +327,7 @@ impl StoreCluster {
                     admin_listen: None,
                     tls: None,
                     insecure: false,
+                    legacy_store_certificates: false,
                     limits: PlaneLimits::default(),
                     metrics_addr: metrics_addrs.get(i).cloned(),
                     members: members.clone(),
@@ -387,6 +388,7 @@ impl StoreCluster {
             admin_listen: None,
             tls: None,
             insecure: false,
+            legacy_store_certificates: false,
             limits: PlaneLimits::default(),
             metrics_addr: None,
             members: vec![Member {

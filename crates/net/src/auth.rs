@@ -32,7 +32,7 @@
 //! trusted**: each check passes and returns a stand-in role (see the
 //! methods). Never use it where another host can connect.
 
-use crate::role::Role;
+use crate::role::{Role, StoreId};
 use std::cell::RefCell;
 use std::fmt::Display;
 use std::sync::{Arc, Weak};
@@ -68,16 +68,19 @@ impl Auth {
         }
     }
 
-    /// Passes a store replica (any node id). Under [`Auth::Insecure`] the
-    /// returned role is `Store(0)`, an id no replica has.
+    /// Passes a store replica: any set, any node id, and the old form
+    /// without a set too — which of them may do what is the store's to
+    /// judge (its set, its membership, its config). Under
+    /// [`Auth::Insecure`] the returned role is `Store(0:0)`, an id no
+    /// replica has.
     pub fn require_store<T>(self, req: &Request<T>) -> Result<Role, Status> {
         match self {
-            Auth::Insecure => Ok(Role::Store(0)),
+            Auth::Insecure => Ok(Role::Store(StoreId::new(0, 0))),
             Auth::Tls => {
-                let role = self.presented(req, &"store:<id>")?;
+                let role = self.presented(req, &"store:<set>:<id>")?;
                 match role {
-                    Role::Store(_) => Ok(role),
-                    other => Err(denied(&"store:<id>", &other)),
+                    Role::Store(_) | Role::LegacyStore(_) => Ok(role),
+                    other => Err(denied(&"store:<set>:<id>", &other)),
                 }
             }
         }
@@ -203,7 +206,10 @@ mod tests {
             a.caller(&req).unwrap(),
             Role::Operator(INSECURE_OPERATOR.into())
         );
-        assert_eq!(a.require_store(&req).unwrap(), Role::Store(0));
+        assert_eq!(
+            a.require_store(&req).unwrap(),
+            Role::Store(StoreId::new(0, 0))
+        );
         assert_eq!(
             a.require_alloc(&req, "a1").unwrap(),
             Role::Alloc("a1".into())
@@ -237,16 +243,16 @@ mod tests {
             let der = p.self_signed(&k).unwrap().der().clone();
             Arc::new(vec![der])
         };
-        let a = mk("urn:seqsvr:store:1");
-        assert_eq!(role_of(&a).unwrap(), Role::Store(1));
-        assert_eq!(role_of(&a).unwrap(), Role::Store(1));
+        let a = mk("urn:seqsvr:store:0:1");
+        assert_eq!(role_of(&a).unwrap(), Role::Store(StoreId::new(0, 1)));
+        assert_eq!(role_of(&a).unwrap(), Role::Store(StoreId::new(0, 1)));
         drop(a);
         // The dead entry pins its allocation, so a new Arc cannot alias it.
         let b = mk("urn:seqsvr:alloc:x");
         assert_eq!(role_of(&b).unwrap(), Role::Alloc("x".into()));
         for i in 0..(CACHE_ENTRIES as u64 + 5) {
-            let c = mk(&format!("urn:seqsvr:store:{i}"));
-            assert_eq!(role_of(&c).unwrap(), Role::Store(i));
+            let c = mk(&format!("urn:seqsvr:store:1:{i}"));
+            assert_eq!(role_of(&c).unwrap(), Role::Store(StoreId::new(1, i)));
         }
         ROLES.with(|t| assert!(t.borrow().len() <= CACHE_ENTRIES));
     }

@@ -286,13 +286,14 @@ fn write_new(path: &Path, data: &[u8], mode: u32, replace: bool) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::role::StoreId;
 
     #[test]
     fn generate_is_idempotent_and_reuses_the_ca() {
         let dir = tempfile::tempdir().unwrap();
         let pki = DevPki::generate(
             dir.path(),
-            &[Leaf::new("store-1", Role::Store(1)).host("db1.example")],
+            &[Leaf::new("store-1", Role::Store(StoreId::new(0, 1))).host("db1.example")],
             false,
         )
         .unwrap();
@@ -309,11 +310,15 @@ mod tests {
 
         // An existing leaf is kept unless asked.
         let old = std::fs::read(pki.cert_path("store-1")).unwrap();
-        let e = DevPki::generate(dir.path(), &[Leaf::new("store-1", Role::Store(1))], false)
-            .unwrap_err();
+        let e = DevPki::generate(
+            dir.path(),
+            &[Leaf::new("store-1", Role::Store(StoreId::new(0, 1)))],
+            false,
+        )
+        .unwrap_err();
         assert!(matches!(e, Error::Exists(_)), "{e}");
         assert_eq!(std::fs::read(pki.cert_path("store-1")).unwrap(), old);
-        let again = Leaf::new("store-1", Role::Store(1))
+        let again = Leaf::new("store-1", Role::Store(StoreId::new(0, 1)))
             .host("10.0.0.5")
             .host("db1.example");
         DevPki::generate(dir.path(), &[again], true).unwrap();
@@ -331,7 +336,7 @@ mod tests {
         let (_, c) = x509_parser::parse_x509_certificate(&p.contents).unwrap();
         let sans = format!("{:?}", c.subject_alternative_name().unwrap().unwrap().value);
         for want in [
-            "URI(\"urn:seqsvr:store:1\")",
+            "URI(\"urn:seqsvr:store:0:1\")",
             "DNSName(\"localhost\")",
             "IPAddress([127, 0, 0, 1])",
             "IPAddress([10, 0, 0, 5])",
@@ -378,7 +383,11 @@ mod tests {
             Err(Error::HalfCa { .. })
         ));
         for bad in ["", "ca", "../x", ".hidden", "a/b", "n-key"] {
-            let e = DevPki::generate(dir.path(), &[Leaf::new(bad, Role::Store(1))], false);
+            let e = DevPki::generate(
+                dir.path(),
+                &[Leaf::new(bad, Role::Store(StoreId::new(0, 1)))],
+                false,
+            );
             assert!(matches!(e, Err(Error::BadName(_))), "{bad:?}");
         }
     }

@@ -48,7 +48,7 @@ pub enum Error {
     #[error("unreadable certificate: {0}")]
     Certificate(String),
     /// A certificate carries no seqsvr role.
-    #[error("certificate carries no seqsvr role (a URI SAN urn:seqsvr:store:<id>, urn:seqsvr:alloc:<id> or urn:seqsvr:operator:<name>)")]
+    #[error("certificate carries no seqsvr role (a URI SAN urn:seqsvr:store:<set>:<id>, urn:seqsvr:alloc:<id> or urn:seqsvr:operator:<name>)")]
     NoRole,
     /// A certificate carries more than one seqsvr role.
     #[error("certificate carries {0} seqsvr roles; exactly one is allowed")]

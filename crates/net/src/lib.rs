@@ -48,6 +48,6 @@ pub use certs::{DevPki, Leaf};
 pub use error::{Error, Result};
 pub use limits::{Limits, PlaneLimits};
 pub use plane::Plane;
-pub use role::Role;
+pub use role::{Role, StoreId};
 pub use server::Listener;
 pub use tls::{ClientTls, ServerTls, TlsConfig};

@@ -6,9 +6,17 @@
 //!
 //! | role | URI SAN |
 //! | --- | --- |
-//! | store replica with Raft node id 3 | `urn:seqsvr:store:3` |
+//! | store replica with Raft node id 4 in set 1's group | `urn:seqsvr:store:1:4` |
 //! | AllocSvr `alloc-1` | `urn:seqsvr:alloc:alloc-1` |
 //! | operator `alice` | `urn:seqsvr:operator:alice` |
+//!
+//! A store certificate names the set as well as the node id because node
+//! ids are numbered per group and every set's group shares the CA: with
+//! the id alone, set 1's replica 2 would pass for set 0's replica 2. The
+//! old form `urn:seqsvr:store:<id>`, issued before certificates named the
+//! set, still parses (as [`Role::LegacyStore`]) so that a replica can say
+//! what it refuses, and accept it where its config allows
+//! (`docs/architecture/security.md`).
 //!
 //! A URI SAN is the standard place for a machine identity (SPIFFE puts its
 //! ids there too), sits beside the DNS and IP SANs a server certificate
@@ -28,11 +36,39 @@ use x509_parser::extensions::GeneralName;
 /// Every seqsvr role URI starts with this.
 pub const URN_PREFIX: &str = "urn:seqsvr:";
 
+/// A store replica: the set whose group it belongs to and its Raft node
+/// id in that group. Written `<set>:<id>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StoreId {
+    /// The set (`SetSpec::set_id` of its group's config).
+    pub set: u32,
+    /// Its Raft node id, unique within the set's group only.
+    pub id: u64,
+}
+
+impl StoreId {
+    /// Replica `id` of set `set`'s group.
+    pub fn new(set: u32, id: u64) -> Self {
+        Self { set, id }
+    }
+}
+
+impl fmt::Display for StoreId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.set, self.id)
+    }
+}
+
 /// A caller's role.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Role {
-    /// A store replica, by Raft node id.
-    Store(u64),
+    /// A store replica, by set and Raft node id (`store:<set>:<id>`).
+    Store(StoreId),
+    /// A store replica named in the old form `store:<id>`, which says
+    /// nothing of its set. Issued before certificates named the set;
+    /// nothing issues it now. A replica accepts it from its peers only when
+    /// its config allows it.
+    LegacyStore(u64),
     /// An AllocSvr, by alloc id.
     Alloc(String),
     /// An operator, by name.
@@ -44,7 +80,7 @@ impl Role {
     /// `alloc` or `operator`.
     pub fn kind(&self) -> &'static str {
         match self {
-            Role::Store(_) => "store",
+            Role::Store(_) | Role::LegacyStore(_) => "store",
             Role::Alloc(_) => "alloc",
             Role::Operator(_) => "operator",
         }
@@ -70,12 +106,7 @@ impl Role {
             .split_once(':')
             .ok_or_else(|| bad("expected urn:seqsvr:<kind>:<id>"))?;
         match kind {
-            "store" => {
-                let id = id
-                    .parse::<u64>()
-                    .map_err(|_| bad("a store id is a decimal node id"))?;
-                Ok(Some(Role::Store(id)))
-            }
+            "store" => parse_store(id).map(Some).map_err(bad),
             "alloc" => Ok(Some(Role::Alloc(checked_name(id).map_err(bad)?))),
             "operator" => Ok(Some(Role::Operator(checked_name(id).map_err(bad)?))),
             _ => Err(bad("the kind must be store, alloc or operator")),
@@ -109,12 +140,13 @@ impl Role {
     }
 }
 
-/// `store:3`, `alloc:alloc-1`, `operator:alice`: the URI without its
-/// `urn:seqsvr:` prefix.
+/// `store:1:4`, `alloc:alloc-1`, `operator:alice` (and the old
+/// `store:4`): the URI without its `urn:seqsvr:` prefix.
 impl fmt::Display for Role {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Role::Store(id) => write!(f, "store:{id}"),
+            Role::Store(s) => write!(f, "store:{s}"),
+            Role::LegacyStore(id) => write!(f, "store:{id}"),
             Role::Alloc(id) => write!(f, "alloc:{id}"),
             Role::Operator(name) => write!(f, "operator:{name}"),
         }
@@ -145,6 +177,29 @@ fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
     let head = s.get(..prefix.len())?;
     head.eq_ignore_ascii_case(prefix)
         .then(|| &s[prefix.len()..])
+}
+
+/// What follows `store:`: `<set>:<id>`, or the old `<id>` alone. Both are
+/// plain decimal numbers (no sign, no spaces), so a URI has exactly one
+/// reading.
+fn parse_store(rest: &str) -> std::result::Result<Role, &'static str> {
+    fn number<T: FromStr>(s: &str, what: &'static str) -> std::result::Result<T, &'static str> {
+        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(what);
+        }
+        s.parse().map_err(|_| what)
+    }
+    const SET: &str = "a store's set is a decimal set id (store:<set>:<id>)";
+    const ID: &str = "a store id is a decimal node id (store:<set>:<id>)";
+    let mut parts = rest.split(':');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(id), None, None) => Ok(Role::LegacyStore(number(id, ID)?)),
+        (Some(set), Some(id), None) => Ok(Role::Store(StoreId {
+            set: number(set, SET)?,
+            id: number(id, ID)?,
+        })),
+        _ => Err("a store role is store:<set>:<id>, nothing more"),
+    }
 }
 
 /// Alloc ids and operator names: non-empty, at most 128 characters, URI
@@ -181,7 +236,8 @@ mod tests {
     #[test]
     fn uri_round_trip() {
         for role in [
-            Role::Store(3),
+            Role::Store(StoreId::new(1, 4)),
+            Role::LegacyStore(3),
             Role::Alloc("alloc-1".into()),
             Role::Operator("alice".into()),
         ] {
@@ -189,11 +245,96 @@ mod tests {
             assert_eq!(role.to_string().parse::<Role>().unwrap(), role);
             assert_eq!(role.uri().parse::<Role>().unwrap(), role);
         }
-        assert_eq!(Role::Store(7).uri(), "urn:seqsvr:store:7");
+        assert_eq!(
+            Role::Store(StoreId::new(1, 7)).uri(),
+            "urn:seqsvr:store:1:7"
+        );
         assert_eq!(
             Role::from_uri("URN:SEQSVR:alloc:a").unwrap(),
             Some(Role::Alloc("a".into()))
         );
+    }
+
+    /// Every store URI has one reading: `<set>:<id>`, the old `<id>`, or
+    /// a typed refusal saying what is wrong.
+    #[test]
+    fn store_roles_name_their_set() {
+        let store = |set, id| Ok(Some(Role::Store(StoreId::new(set, id))));
+        let bad = |reason: &'static str| reason;
+        let table: &[(&str, std::result::Result<Option<Role>, &'static str>)] = &[
+            ("urn:seqsvr:store:1:4", store(1, 4)),
+            ("urn:seqsvr:store:0:1", store(0, 1)),
+            (
+                "urn:seqsvr:store:4294967295:18446744073709551615",
+                store(u32::MAX, u64::MAX),
+            ),
+            ("urn:seqsvr:store:4", Ok(Some(Role::LegacyStore(4)))),
+            (
+                "urn:seqsvr:store:x:1",
+                Err(bad("a store's set is a decimal set id (store:<set>:<id>)")),
+            ),
+            (
+                "urn:seqsvr:store:1:",
+                Err(bad("a store id is a decimal node id (store:<set>:<id>)")),
+            ),
+            (
+                "urn:seqsvr:store::1",
+                Err(bad("a store's set is a decimal set id (store:<set>:<id>)")),
+            ),
+            (
+                "urn:seqsvr:store:1:x",
+                Err(bad("a store id is a decimal node id (store:<set>:<id>)")),
+            ),
+            (
+                "urn:seqsvr:store:1:2:3",
+                Err(bad("a store role is store:<set>:<id>, nothing more")),
+            ),
+            (
+                "urn:seqsvr:store:1:2:",
+                Err(bad("a store role is store:<set>:<id>, nothing more")),
+            ),
+            (
+                "urn:seqsvr:store:+1:2",
+                Err(bad("a store's set is a decimal set id (store:<set>:<id>)")),
+            ),
+            (
+                "urn:seqsvr:store:1:-2",
+                Err(bad("a store id is a decimal node id (store:<set>:<id>)")),
+            ),
+            (
+                "urn:seqsvr:store:4294967296:1",
+                Err(bad("a store's set is a decimal set id (store:<set>:<id>)")),
+            ),
+            (
+                "urn:seqsvr:store: 1:2",
+                Err(bad("a store's set is a decimal set id (store:<set>:<id>)")),
+            ),
+            (
+                "urn:seqsvr:store:",
+                Err(bad("a store id is a decimal node id (store:<set>:<id>)")),
+            ),
+            (
+                "urn:seqsvr:store:x",
+                Err(bad("a store id is a decimal node id (store:<set>:<id>)")),
+            ),
+            (
+                "urn:seqsvr:store:-1",
+                Err(bad("a store id is a decimal node id (store:<set>:<id>)")),
+            ),
+            (
+                "urn:seqsvr:store",
+                Err(bad("expected urn:seqsvr:<kind>:<id>")),
+            ),
+        ];
+        for (uri, want) in table {
+            match (Role::from_uri(uri), want) {
+                (Ok(got), Ok(want)) => assert_eq!(&got, want, "{uri}"),
+                (Err(Error::BadRole { uri: u, reason }), Err(want)) => {
+                    assert_eq!((u.as_str(), reason), (*uri, *want), "{uri}");
+                }
+                (got, want) => panic!("{uri}: got {got:?}, want {want:?}"),
+            }
+        }
     }
 
     #[test]
@@ -204,6 +345,9 @@ mod tests {
             "urn:seqsvr:store",
             "urn:seqsvr:store:x",
             "urn:seqsvr:store:-1",
+            "urn:seqsvr:store:x:1",
+            "urn:seqsvr:store:1:",
+            "urn:seqsvr:store:1:2:3",
             "urn:seqsvr:alloc:",
             "urn:seqsvr:alloc:a/b",
             "urn:seqsvr:alloc:a:b",
@@ -221,13 +365,13 @@ mod tests {
         let der = cert_with_uris(&[]);
         assert!(matches!(Role::from_cert_der(&der), Err(Error::NoRole)));
 
-        let der = cert_with_uris(&["urn:seqsvr:store:1", "urn:seqsvr:operator:bob"]);
+        let der = cert_with_uris(&["urn:seqsvr:store:0:1", "urn:seqsvr:operator:bob"]);
         assert!(matches!(
             Role::from_cert_der(&der),
             Err(Error::ManyRoles(2))
         ));
 
-        let der = cert_with_uris(&["urn:seqsvr:store:1", "urn:seqsvr:store:1"]);
+        let der = cert_with_uris(&["urn:seqsvr:store:0:1", "urn:seqsvr:store:0:1"]);
         assert!(matches!(
             Role::from_cert_der(&der),
             Err(Error::ManyRoles(2))
@@ -238,6 +382,15 @@ mod tests {
             Role::from_cert_der(&der),
             Err(Error::BadRole { .. })
         ));
+
+        // The old form is read as what it is, never as a set's replica.
+        let der = cert_with_uris(&["urn:seqsvr:store:2"]);
+        assert_eq!(Role::from_cert_der(&der).unwrap(), Role::LegacyStore(2));
+        let der = cert_with_uris(&["urn:seqsvr:store:0:2"]);
+        assert_eq!(
+            Role::from_cert_der(&der).unwrap(),
+            Role::Store(StoreId::new(0, 2))
+        );
 
         assert!(matches!(
             Role::from_cert_der(b"not a certificate"),

@@ -268,7 +268,7 @@ fn certs(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>> {
 mod tests {
     use super::*;
     use crate::certs::{DevPki, Leaf};
-    use crate::role::Role;
+    use crate::role::{Role, StoreId};
 
     #[test]
     fn errors_name_the_file() {
@@ -276,8 +276,8 @@ mod tests {
         let pki = DevPki::generate(
             dir.path(),
             &[
-                Leaf::new("s1", Role::Store(1)),
-                Leaf::new("s2", Role::Store(2)),
+                Leaf::new("s1", Role::Store(StoreId::new(0, 1))),
+                Leaf::new("s2", Role::Store(StoreId::new(0, 2))),
             ],
             false,
         )

@@ -5,7 +5,7 @@
 //!
 //! Its own test binary, because it counts with a global allocator.
 
-use seqsvr_net::{ClientTls, DevPki, Leaf, Limits, Plane, Role};
+use seqsvr_net::{ClientTls, DevPki, Leaf, Limits, Plane, Role, StoreId};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -130,7 +130,7 @@ async fn mutual_tls() {
     let pki = DevPki::generate(
         dir.path(),
         &[
-            Leaf::new("store-1", Role::Store(1)),
+            Leaf::new("store-1", Role::Store(StoreId::new(0, 1))),
             Leaf::new("a1", Role::Alloc("a1".into())),
         ],
         false,

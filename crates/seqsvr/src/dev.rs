@@ -61,8 +61,14 @@ pub fn dev_set_store_config(
         admin_addr: s.admin.to_string(),
         client_listen: None,
         admin_listen: None,
-        tls: pki.map(|p| p.tls_config(&s.name())),
+        tls: pki.map(|p| {
+            p.tls_config(&crate::certs::store_cert_name(seqsvr_net::StoreId::new(
+                set.spec.set_id,
+                s.id,
+            )))
+        }),
         insecure: false,
+        legacy_store_certificates: false,
         limits: PlaneLimits::default(),
         metrics_addr: Some(s.metrics.to_string()),
         members: set

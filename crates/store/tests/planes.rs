@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use openraft::raft::VoteRequest;
-use seqsvr_net::{DevPki, Leaf, Role};
+use seqsvr_net::{DevPki, Leaf, Role, StoreId};
 use seqsvr_proto::raft_client::RaftClient;
 use seqsvr_proto::store_peer_client::StorePeerClient;
 use seqsvr_proto::{self as pb};
@@ -77,17 +77,42 @@ election_max_ms = 400
     )
 }
 
+/// A group of set 0, its replicas running with `store-<id>` (`store:0:<id>`).
 async fn cluster() -> Cluster {
-    let dir = tempfile::tempdir().unwrap();
-    let leaves = [
-        Leaf::new("store-1", Role::Store(1)),
-        Leaf::new("store-2", Role::Store(2)),
-        Leaf::new("store-3", Role::Store(3)),
-        Leaf::new("store-9", Role::Store(9)),
+    cluster_with(false, "store").await
+}
+
+/// The certificates of every test: set 0's replicas `store-<id>`, a store
+/// id no group has (`store-9`), set 1's replicas with the same node ids as
+/// set 0's (`set1-<id>`, `store:1:<id>`), the old form naming no set
+/// (`old-<id>`, `store:<id>`), two AllocSvrs and an operator.
+fn leaves() -> Vec<Leaf> {
+    let mut leaves = Vec::new();
+    for id in 1..=3 {
+        leaves.push(Leaf::new(
+            format!("store-{id}"),
+            Role::Store(StoreId::new(0, id)),
+        ));
+        leaves.push(Leaf::new(
+            format!("set1-{id}"),
+            Role::Store(StoreId::new(1, id)),
+        ));
+        leaves.push(Leaf::new(format!("old-{id}"), Role::LegacyStore(id)));
+    }
+    leaves.extend([
+        Leaf::new("store-9", Role::Store(StoreId::new(0, 9))),
         Leaf::new("alloc-a", Role::Alloc("a".into())),
         Leaf::new("alloc-b", Role::Alloc("b".into())),
         Leaf::new("ops", Role::Operator("ops".into())),
-    ];
+    ]);
+    leaves
+}
+
+/// A group of set 0 whose replicas run with the certificates
+/// `<certs>-<id>`, taking old-form store certificates if `legacy`.
+async fn cluster_with(legacy: bool, certs: &str) -> Cluster {
+    let dir = tempfile::tempdir().unwrap();
+    let leaves = leaves();
     let pki = DevPki::generate(&dir.path().join("pki"), &leaves, false).unwrap();
     let mut listeners = Vec::new();
     for _ in 0..3 {
@@ -113,7 +138,10 @@ async fn cluster() -> Cluster {
     for (i, l) in listeners.into_iter().enumerate() {
         let id = i as u64 + 1;
         let data = dir.path().join(format!("store-{id}"));
-        let text = config_text(id, &data, &l, &pki, &format!("store-{id}"));
+        let mut text = config_text(id, &data, &l, &pki, &format!("{certs}-{id}"));
+        if legacy {
+            text = format!("legacy_store_certificates = true\n{text}");
+        }
         let mut cfg: StoreConfig = toml::from_str(&text).unwrap();
         cfg.members = members.clone();
         cfg.validate().unwrap();
@@ -208,8 +236,12 @@ impl Cluster {
             )),
         )
         .unwrap();
-        for _ in 0..100 {
-            if read.routes().await.is_ok() {
+        // A group that cannot elect fails here, not after every call's
+        // own retries.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while tokio::time::Instant::now() < deadline {
+            let call = tokio::time::timeout(Duration::from_secs(2), read.routes());
+            if let Ok(Ok(_)) = call.await {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -473,6 +505,230 @@ async fn raft_and_forwarded_calls_only_from_members() {
     assert_eq!(after.prev_ceiling, a.max_seq, "the section stayed a's");
 }
 
+/// Sends, as `cert`, to replica `i`: a vote for `claimed` and an append
+/// as leader `claimed`, each one term above the receiver's; returns both
+/// refusals (or panics if one got through).
+async fn raft_as(c: &Cluster, i: usize, cert: &str, claimed: u64) -> [tonic::Status; 2] {
+    let own = c.nodes[i].raft.metrics().borrow().current_term;
+    let mut raft = RaftClient::new(c.raw(i, Some(cert)));
+    let vote = VoteRequest::<u64>::new(openraft::Vote::new(own + 1, claimed), None);
+    let data = seqsvr_core::codec::encode(&vote).unwrap();
+    let vote = raft.vote(pb::RaftPayload { data }).await;
+    let append = openraft::raft::AppendEntriesRequest::<seqsvr_store::types::TypeConfig> {
+        vote: openraft::Vote::new_committed(own + 1, claimed),
+        prev_log_id: None,
+        entries: vec![],
+        leader_commit: None,
+    };
+    let data = seqsvr_core::codec::encode(&append).unwrap();
+    let append = raft.append_entries(pb::RaftPayload { data }).await;
+    match (vote, append) {
+        (Err(v), Err(a)) => [v, a],
+        (v, a) => panic!("{cert} to replica {i}: vote {v:?}, append {a:?}"),
+    }
+}
+
+/// Sends, as `cert`, forwarded calls to replica `i` in a's name (hand
+/// off a's section 0 to b; record a's stop) and a registration of a
+/// made-up AllocSvr; returns the three answers.
+async fn forwarded_as(
+    c: &Cluster,
+    i: usize,
+    cert: &str,
+    epoch: u64,
+) -> Vec<Result<(), tonic::Status>> {
+    fn fwd<T>(msg: T) -> tonic::Request<T> {
+        let mut req = tonic::Request::new(msg);
+        req.metadata_mut()
+            .insert(seqsvr_store::auth::FORWARDED, "1".parse().unwrap());
+        req
+    }
+    let mut peer = StorePeerClient::new(c.raw(i, Some(cert)));
+    let handoff = peer
+        .handoff(fwd(pb::HandoffRequest {
+            from_alloc: "a".into(),
+            incarnation: 1,
+            to_alloc: "b".into(),
+            section: 0,
+            epoch,
+        }))
+        .await
+        .map(|_| ());
+    let register = peer
+        .register_alloc(fwd(pb::RegisterAllocRequest {
+            alloc_id: "ghost".into(),
+            addr: "127.0.0.1:9".into(),
+            peer_addr: "127.0.0.1:9".into(),
+            incarnation: 1,
+            admin_addr: "127.0.0.1:9".into(),
+        }))
+        .await
+        .map(|_| ());
+    let stopped = peer
+        .stopped(fwd(pb::StoppedRequest {
+            alloc_id: "a".into(),
+            incarnation: 1,
+        }))
+        .await
+        .map(|_| ());
+    vec![handoff, register, stopped]
+}
+
+/// The AllocSvrs the leader lists.
+async fn registered(c: &Cluster) -> Vec<String> {
+    let read = ReadClient::new(
+        &c.client,
+        &connector(Some(
+            seqsvr_net::ClientTls::server_only(&c.pki.ca_path()).unwrap(),
+        )),
+    )
+    .unwrap();
+    let mut ids = Vec::new();
+    for (addr, status) in read.status_all().await {
+        let status = status.unwrap_or_else(|e| panic!("status of {addr}: {e}"));
+        ids.extend(status.allocs.into_iter().map(|l| l.alloc_id));
+    }
+    assert!(
+        ids.contains(&"a".to_string()),
+        "no leader listed a: {ids:?}"
+    );
+    ids
+}
+
+fn terms(c: &Cluster) -> Vec<u64> {
+    c.nodes
+        .iter()
+        .map(|n| n.raft.metrics().borrow().current_term)
+        .collect()
+}
+
+/// Node ids are numbered per group, so set 1's replica 2 carries the id of
+/// set 0's replica 2: its certificate names its set, and set 0's replicas
+/// refuse it on Raft and forwarded calls alike, naming both sets, and
+/// nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_sets_replica_is_refused_even_with_a_members_id() {
+    let c = cluster().await;
+    c.wait_configured().await;
+    let a = c.alive("a", 1, 0).await;
+    // b is registered, so a forged hand-off of a's section to b would
+    // take effect if it got past the check.
+    c.alive("b", 2, 0).await;
+    let before = terms(&c);
+    for i in 0..3 {
+        for e in raft_as(&c, i, "set1-2", 2).await {
+            assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+            assert!(
+                e.message().contains("a replica of set 1")
+                    && e.message().contains("this replica serves set 0"),
+                "{e:?}"
+            );
+        }
+        for r in forwarded_as(&c, i, "set1-2", a.epoch).await {
+            let e = r.unwrap_err();
+            assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+            assert!(
+                e.message().contains("set 1") && e.message().contains("set 0"),
+                "{e:?}"
+            );
+        }
+    }
+    // The same replica id of this set is heard (the check is the set).
+    let mut peer = StorePeerClient::new(c.raw(0, Some("store-2")));
+    let mut req = tonic::Request::new(pb::RenewRequest {
+        alloc_id: "a".into(),
+        incarnation: 1,
+        known_sections_version: 0,
+    });
+    req.metadata_mut()
+        .insert(seqsvr_store::auth::FORWARDED, "1".parse().unwrap());
+    if let Err(e) = peer.renew(req).await {
+        assert_ne!(e.code(), Code::PermissionDenied, "{e:?}");
+    }
+    // Nothing moved: no election, a's section is a's, no ghost.
+    assert_eq!(terms(&c), before);
+    let after = c.alive("a", 1, a.epoch).await;
+    assert_eq!(after.prev_ceiling, a.max_seq, "the section stayed a's");
+    assert!(!registered(&c).await.contains(&"ghost".to_string()));
+}
+
+/// A store certificate of the old form (`store:<id>`, no set) is refused
+/// by default, saying how to re-issue it; with
+/// `legacy_store_certificates = true` a group whose replicas all run
+/// with such certificates elects, writes, and hears their forwarded
+/// calls — while another set's certificate stays refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_form_store_certificates_only_with_the_allowance() {
+    let mut c = cluster().await;
+    c.wait_configured().await;
+    let a = c.alive("a", 1, 0).await;
+    let before = terms(&c);
+    for i in 0..3 {
+        for e in raft_as(&c, i, "old-2", 2).await {
+            assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+            assert!(
+                e.message().contains("legacy_store_certificates = true")
+                    && e.message().contains("store:0:2"),
+                "{e:?}"
+            );
+        }
+        for r in forwarded_as(&c, i, "old-2", a.epoch).await {
+            let e = r.unwrap_err();
+            assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+            assert!(e.message().contains("old form"), "{e:?}");
+        }
+    }
+    assert_eq!(terms(&c), before);
+    let after = c.alive("a", 1, a.epoch).await;
+    assert_eq!(after.prev_ceiling, a.max_seq, "the section stayed a's");
+    assert!(!registered(&c).await.contains(&"ghost".to_string()));
+    for n in std::mem::take(&mut c.nodes) {
+        n.shutdown().await;
+    }
+
+    // Replicas still on old-form certificates, allowed: the group works.
+    let c = cluster_with(true, "old").await;
+    c.wait_configured().await;
+    let a = c.alive("a", 1, 0).await;
+    let mut peer = StorePeerClient::new(c.raw(0, Some("old-2")));
+    let mut req = tonic::Request::new(pb::RenewRequest {
+        alloc_id: "a".into(),
+        incarnation: 1,
+        known_sections_version: 0,
+    });
+    req.metadata_mut()
+        .insert(seqsvr_store::auth::FORWARDED, "1".parse().unwrap());
+    if let Err(e) = peer.renew(req).await {
+        assert_ne!(e.code(), Code::PermissionDenied, "{e:?}");
+    }
+    // Replicas with certificates naming the set are heard as well (the
+    // state of a cluster half way through re-issuing them).
+    let mut peer = StorePeerClient::new(c.raw(1, Some("store-3")));
+    let mut req = tonic::Request::new(pb::RenewRequest {
+        alloc_id: "a".into(),
+        incarnation: 1,
+        known_sections_version: 0,
+    });
+    req.metadata_mut()
+        .insert(seqsvr_store::auth::FORWARDED, "1".parse().unwrap());
+    if let Err(e) = peer.renew(req).await {
+        assert_ne!(e.code(), Code::PermissionDenied, "{e:?}");
+    }
+    // The allowance is for the old form, not for other sets.
+    let before = terms(&c);
+    for i in 0..3 {
+        for e in raft_as(&c, i, "set1-2", 2).await {
+            assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+        }
+        for r in forwarded_as(&c, i, "set1-2", a.epoch).await {
+            assert_eq!(r.unwrap_err().code(), Code::PermissionDenied);
+        }
+    }
+    assert_eq!(terms(&c), before);
+    let after = c.alive("a", 1, a.epoch).await;
+    assert_eq!(after.prev_ceiling, a.max_seq, "the section stayed a's");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twins_are_refused_with_the_live_address() {
     let c = cluster().await;
@@ -543,38 +799,60 @@ async fn scrape(addr: std::net::SocketAddr) -> String {
 }
 
 /// A replica refuses to start with a certificate that names another
-/// replica (it would speak for that one in every Raft request).
+/// replica (it would speak for that one in every Raft request): another
+/// node id, the same node id of another set, or the old form naming no
+/// set unless its config allows it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_refuses_another_replicas_certificate() {
     let dir = tempfile::tempdir().unwrap();
-    let leaves = [
-        Leaf::new("store-1", Role::Store(1)),
-        Leaf::new("store-2", Role::Store(2)),
-    ];
-    let pki = DevPki::generate(&dir.path().join("pki"), &leaves, false).unwrap();
-    let l = StoreListeners {
-        peer: bind().await,
-        client: bind().await,
-        admin: bind().await,
-        metrics: None,
-    };
-    let text = config_text(1, &dir.path().join("store-1"), &l, &pki, "store-2");
-    let mut cfg: StoreConfig = toml::from_str(&text).unwrap();
-    cfg.members = vec![Member {
-        id: 1,
-        addr: addr(&l.peer),
-    }];
-    cfg.validate().unwrap();
-    let e = StoreNode::start(cfg, l).await.err().expect("refused");
-    let msg = e.to_string();
-    assert!(
-        msg.contains("names store:2, not this replica (store:1)"),
-        "{msg}"
-    );
-    assert!(
-        !dir.path().join("store-1").exists(),
-        "nothing written: {msg}"
-    );
+    let pki = DevPki::generate(&dir.path().join("pki"), &leaves(), false).unwrap();
+    for (cert, legacy, refusal) in [
+        (
+            "store-2",
+            false,
+            "names store:0:2, not this replica (store:0:1)",
+        ),
+        (
+            "set1-1",
+            false,
+            "names store:1:1, a replica of set 1; this replica is store:0:1, of set 0",
+        ),
+        (
+            "set1-1",
+            true,
+            "names store:1:1, a replica of set 1; this replica is store:0:1, of set 0",
+        ),
+        (
+            "old-1",
+            false,
+            "names store:1, the old form without a set; this replica is store:0:1",
+        ),
+        ("old-2", true, "names store:2, not this replica (store:0:1)"),
+    ] {
+        let l = StoreListeners {
+            peer: bind().await,
+            client: bind().await,
+            admin: bind().await,
+            metrics: None,
+        };
+        let mut text = config_text(1, &dir.path().join("store-1"), &l, &pki, cert);
+        if legacy {
+            text = format!("legacy_store_certificates = true\n{text}");
+        }
+        let mut cfg: StoreConfig = toml::from_str(&text).unwrap();
+        cfg.members = vec![Member {
+            id: 1,
+            addr: addr(&l.peer),
+        }];
+        cfg.validate().unwrap();
+        let e = StoreNode::start(cfg, l).await.err().expect("refused");
+        let msg = e.to_string();
+        assert!(msg.contains(refusal), "{cert}: {msg}");
+        assert!(
+            !dir.path().join("store-1").exists(),
+            "nothing written: {msg}"
+        );
+    }
 }
 
 /// `RetireAlloc`: refused while the AllocSvr may still serve (a live

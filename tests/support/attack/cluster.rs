@@ -88,14 +88,14 @@ impl Cluster {
         let n_allocs = opts.allocs;
         let (pki, rogue) = if opts.tls {
             let mut leaves: Vec<Leaf> = (1..=3)
-                .map(|i| Leaf::new(format!("store-{i}"), Role::Store(i)))
+                .map(|i| Leaf::new(format!("store-{i}"), Role::Store(StoreId::new(0, i))))
                 .collect();
             for i in 1..=n_allocs {
                 let id = format!("alloc-{i}");
                 leaves.push(Leaf::new(id.clone(), Role::Alloc(id)));
             }
             leaves.push(Leaf::new("ops", Role::Operator("ops".into())));
-            leaves.push(Leaf::new("store-9", Role::Store(9)));
+            leaves.push(Leaf::new("store-9", Role::Store(StoreId::new(0, 9))));
             let pki = DevPki::generate(&dir.path().join("pki"), &leaves, false).unwrap();
             let rogue = DevPki::generate(
                 &dir.path().join("rogue"),

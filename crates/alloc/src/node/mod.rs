@@ -480,7 +480,7 @@ async fn serve(plane: Plane, serving: impl std::future::Future<Output = seqsvr_n
 #[cfg(test)]
 mod tests {
     use super::*;
-    use seqsvr_net::{DevPki, Leaf, Role};
+    use seqsvr_net::{DevPki, Leaf, Role, StoreId};
 
     #[test]
     fn an_allocsvr_refuses_another_ones_certificate() {
@@ -488,7 +488,7 @@ mod tests {
         let leaves = [
             Leaf::new("alloc-1", Role::Alloc("alloc-1".into())),
             Leaf::new("alloc-2", Role::Alloc("alloc-2".into())),
-            Leaf::new("store-1", Role::Store(1)),
+            Leaf::new("store-1", Role::Store(StoreId::new(0, 1))),
         ];
         let pki = DevPki::generate(&dir, &leaves, false).unwrap();
         let tls = |name: &str| seqsvr_net::TlsConfig {

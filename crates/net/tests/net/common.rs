@@ -2,7 +2,7 @@
 //! 127.0.0.1:0, so tests run in parallel.
 
 use seqsvr_net::server::{listener, Connections, Listener, PlaneLayers};
-use seqsvr_net::{ClientTls, DevPki, Leaf, Limits, Plane, Role, ServerTls};
+use seqsvr_net::{ClientTls, DevPki, Leaf, Limits, Plane, Role, ServerTls, StoreId};
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -41,8 +41,8 @@ impl Pki {
         let pki = DevPki::generate(
             dir.path(),
             &[
-                Leaf::new("store-1", Role::Store(1)),
-                Leaf::new("store-2", Role::Store(2)),
+                Leaf::new("store-1", Role::Store(StoreId::new(0, 1))),
+                Leaf::new("store-2", Role::Store(StoreId::new(0, 2))),
                 Leaf::new("a1", Role::Alloc("a1".into())),
                 Leaf::new("a2", Role::Alloc("a2".into())),
                 Leaf::new("alice", Role::Operator("alice".into())),

@@ -46,7 +46,7 @@ async fn a_wrong_role_or_alloc_id_is_permission_denied() {
         .unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
     assert!(
-        e.message().contains("alloc:a1") && e.message().contains("store:2"),
+        e.message().contains("alloc:a1") && e.message().contains("store:0:2"),
         "{e:?}"
     );
 
@@ -254,7 +254,7 @@ async fn a_certificate_with_no_role_or_two_roles_is_refused() {
         ("nobody", &["spiffe://elsewhere/x"][..]),
         (
             "twofaced",
-            &["urn:seqsvr:store:1", "urn:seqsvr:operator:eve"][..],
+            &["urn:seqsvr:store:0:1", "urn:seqsvr:operator:eve"][..],
         ),
     ] {
         let e = check(&channel(s.addr, Some(&issue(name, uris))), "")

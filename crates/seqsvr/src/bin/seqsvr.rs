@@ -69,14 +69,21 @@ enum Cmd {
     },
     /// Writes a PKI for a cluster: a CA (made once, then reused) and one
     /// certificate per store replica, AllocSvr and operator, each carrying
-    /// its role. Existing certificates are kept unless --overwrite.
+    /// its role. Existing certificates are kept unless --overwrite, except
+    /// store certificates of the old form (no set), which are re-issued.
     Certs {
         /// Where to write them (`ca.pem`, `<name>.pem`, `<name>-key.pem`).
         #[arg(long)]
         dir: PathBuf,
-        /// Store replica ids (certificates `store-<id>`), comma-separated.
+        /// Store replica ids, comma-separated: Raft node ids in the group
+        /// of the set --set names. Each certificate names set and id
+        /// (`urn:seqsvr:store:<set>:<id>`); its files are `store-<id>` for
+        /// set 0, `store-<set>-<id>` for other sets.
         #[arg(long, value_delimiter = ',')]
         store: Vec<u64>,
+        /// The set whose store group the --store replicas belong to.
+        #[arg(long, default_value_t = 0)]
+        set: u32,
         /// AllocSvr ids, comma-separated.
         #[arg(long, value_delimiter = ',')]
         alloc: Vec<String>,
@@ -143,13 +150,17 @@ fn run(cli: Cli) -> Result<()> {
             Cmd::Certs {
                 dir,
                 store,
+                set,
                 alloc,
                 operator,
                 host,
                 overwrite,
             } => {
                 let who = Identities {
-                    stores: store,
+                    stores: store
+                        .into_iter()
+                        .map(|id| seqsvr_net::StoreId::new(set, id))
+                        .collect(),
                     allocs: alloc,
                     operators: operator,
                     hosts: host,

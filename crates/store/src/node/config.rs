@@ -156,6 +156,14 @@ pub struct StoreConfig {
     /// Allow plaintext on non-loopback addresses (warned about at start).
     #[serde(default)]
     pub insecure: bool,
+    /// Take store certificates of the old form `urn:seqsvr:store:<id>`,
+    /// which name no set, as this set's replicas — this replica's own and
+    /// its peers' — logging each caller as a warning. Only for a cluster
+    /// whose store certificates are being re-issued in the form that names
+    /// the set (`docs/operations.md`, "Rotating certificates"); off by
+    /// default, since such a certificate could be any set's. Needs `tls`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub legacy_store_certificates: bool,
     /// Per-plane connection and message limits.
     #[serde(default)]
     pub limits: PlaneLimits,
@@ -280,6 +288,12 @@ impl StoreConfig {
             if let Some(a) = v {
                 check_host_port(key, a)?;
             }
+        }
+        if self.legacy_store_certificates && self.tls.is_none() {
+            return Err(config_err(
+                "legacy_store_certificates",
+                "only means something with tls (without it no certificate is checked)",
+            ));
         }
         let planes = [self.peer_bind(), self.client_bind(), self.admin_bind()];
         if planes[0] == planes[1] || planes[1] == planes[2] || planes[0] == planes[2] {
@@ -441,6 +455,9 @@ mod tests {
             ("[raft]", "[raft]\nheartbeat = 100"),
             ("[lease]", "[leases]"),
             ("data_dir", "datadir"),
+            // Old-form store certificates are a TLS matter: without TLS
+            // the allowance could only be a mistake.
+            ("data_dir", "legacy_store_certificates = true\ndata_dir"),
         ] {
             let text = good.replacen(from, to, 1);
             assert_ne!(text, good, "{from}");

@@ -162,7 +162,12 @@ impl StoreNode {
             Error::Internal(format!("data dir {}: {e}", cfg.data_dir.display()))
         };
         let tls = match &cfg.tls {
-            Some(t) => Some(Tls::load(t, cfg.id)?),
+            Some(t) => Some(Tls::load(
+                t,
+                cfg.set.set_id,
+                cfg.id,
+                cfg.legacy_store_certificates,
+            )?),
             None => None,
         };
         let metrics = crate::metrics::StoreMetrics::new(cfg.id)
@@ -208,6 +213,10 @@ impl StoreNode {
                 tick_ms: cfg.lease.tick_ms,
             })),
             auth: peer.auth(),
+            store_certs: crate::auth::StoreCerts::new(
+                cfg.set.set_id,
+                cfg.legacy_store_certificates,
+            ),
             isolated: isolated.clone(),
             metrics,
             member_changes: Default::default(),
@@ -288,23 +297,58 @@ struct Tls {
 }
 
 impl Tls {
-    /// Loads the files of replica `id`, refusing a certificate that names
-    /// anything else: the replica would speak for another one in every
-    /// Raft request (`docs/architecture/security.md`).
-    fn load(config: &TlsConfig, id: NodeId) -> Result<Self> {
+    /// Loads the files of replica `id` of `set`, refusing a certificate
+    /// that names anything else: the replica would speak for another one
+    /// (of this group or of another set's) in every Raft request
+    /// (`docs/architecture/security.md`). One of the old form, naming no
+    /// set, is taken only if `legacy` allows it.
+    fn load(config: &TlsConfig, set: u32, id: NodeId, legacy: bool) -> Result<Self> {
         let role = config.own_role().map_err(|e| config_err("tls", e))?;
-        let want = seqsvr_net::Role::Store(id);
-        if role != want {
-            return Err(Error::Config(format!(
-                "tls: the certificate {} names {role}, not this replica ({want})",
+        check_own_role(&role, set, id, legacy).map_err(|e| {
+            Error::Config(format!(
+                "tls: the certificate {} {e}",
                 config.cert.display()
-            )));
+            ))
+        })?;
+        if let seqsvr_net::Role::LegacyStore(_) = role {
+            tracing::warn!(
+                "tls: the certificate {} names {role}, the old form without a set; taken \
+                 because legacy_store_certificates = true. Re-issue it as store:{set}:{id} \
+                 (docs/operations.md, Rotating certificates)",
+                config.cert.display()
+            );
         }
         let client = config.client().map_err(|e| config_err("tls", e))?;
         Ok(Self {
             config: config.clone(),
             client,
         })
+    }
+}
+
+/// Whether `role`, found in this replica's own certificate, is replica
+/// `id` of set `set` (or, if `legacy`, the old form naming `id`); the
+/// error says what the certificate names instead.
+fn check_own_role(
+    role: &seqsvr_net::Role,
+    set: u32,
+    id: NodeId,
+    legacy: bool,
+) -> std::result::Result<(), String> {
+    use seqsvr_net::{Role, StoreId};
+    let want = Role::Store(StoreId::new(set, id));
+    match role {
+        r if *r == want => Ok(()),
+        Role::LegacyStore(n) if *n == id && legacy => Ok(()),
+        Role::LegacyStore(n) if *n == id => Err(format!(
+            "names {role}, the old form without a set; this replica is {want}. \
+             Re-issue it (seqsvr certs --set {set} --store {id}), or set \
+             legacy_store_certificates = true while certificates are re-issued"
+        )),
+        Role::Store(StoreId { set: other, .. }) if *other != set => Err(format!(
+            "names {role}, a replica of set {other}; this replica is {want}, of set {set}"
+        )),
+        _ => Err(format!("names {role}, not this replica ({want})")),
     }
 }
 
@@ -379,6 +423,7 @@ async fn serve_peer(api: StoreApi, l: seqsvr_net::Listener, calls: Calls) {
     let raft = RaftServer::new(RaftService {
         raft: api.raft.clone(),
         auth: api.auth,
+        store_certs: api.store_certs.clone(),
         isolated: api.isolated.clone(),
     })
     .max_decoding_message_size(max)
@@ -480,6 +525,22 @@ async fn retire(api: &StoreApi, now: std::time::Instant) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_replica_takes_only_its_own_certificate() {
+        use seqsvr_net::{Role, StoreId};
+        let ok = |r: &Role, legacy| check_own_role(r, 1, 4, legacy);
+        assert!(ok(&Role::Store(StoreId::new(1, 4)), false).is_ok());
+        let e = ok(&Role::Store(StoreId::new(0, 4)), true).unwrap_err();
+        assert!(e.contains("set 0") && e.contains("set 1"), "{e}");
+        let e = ok(&Role::Store(StoreId::new(1, 5)), false).unwrap_err();
+        assert_eq!(e, "names store:1:5, not this replica (store:1:4)");
+        let e = ok(&Role::LegacyStore(4), false).unwrap_err();
+        assert!(e.contains("legacy_store_certificates"), "{e}");
+        assert!(ok(&Role::LegacyStore(4), true).is_ok());
+        assert!(ok(&Role::LegacyStore(5), true).is_err());
+        assert!(ok(&Role::Alloc("a".into()), true).is_err());
+    }
 
     #[test]
     fn a_data_dir_keeps_its_identity() {

@@ -79,6 +79,8 @@ pub struct StoreApi {
     pub(crate) arbiter: Arc<Arbiter>,
     /// Who may call what.
     pub(crate) auth: Auth,
+    /// Which store certificates are of this set (who may forward).
+    pub(crate) store_certs: crate::auth::StoreCerts,
     /// While set, nothing is forwarded to or accepted from peers.
     pub(crate) isolated: crate::fault::Isolation,
     /// What this replica counts.
@@ -107,6 +109,23 @@ impl StoreApi {
         let m = self.raft.metrics();
         let m = m.borrow();
         m.membership_config.nodes().map(|(id, _)| *id).collect()
+    }
+
+    /// Checks a peer-plane call in the name of AllocSvr `id`: from `id`
+    /// itself, or forwarded by a member of this group and set
+    /// ([`crate::auth::require_alloc_or_forward`]).
+    pub(crate) fn require_alloc_or_forward<T>(
+        &self,
+        req: &Request<T>,
+        id: &str,
+    ) -> Result<(), Status> {
+        crate::auth::require_alloc_or_forward(
+            self.auth,
+            &self.store_certs,
+            req,
+            id,
+            &self.members(),
+        )
     }
 
     fn peer(&self, addr: &str) -> Result<StorePeerClient<Channel>, Status> {

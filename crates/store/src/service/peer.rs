@@ -12,7 +12,7 @@ use seqsvr_store_api::{Error, Rejection};
 use tonic::{Request, Response, Status};
 
 use super::{check_addr, check_id, check_run, owned_runs, unexpected, StoreApi};
-use crate::auth::{require_alloc_or_forward, require_peer};
+use crate::auth::require_peer;
 use crate::types::{Command, Reply};
 
 /// The `StorePeer` service.
@@ -236,7 +236,7 @@ impl pb::store_peer_server::StorePeer for PeerService {
         req: Request<pb::RegisterAllocRequest>,
     ) -> Result<Response<pb::RegisterAllocReply>, Status> {
         let api = &self.0;
-        require_alloc_or_forward(api.auth, &req, &req.get_ref().alloc_id, &api.members())?;
+        api.require_alloc_or_forward(&req, &req.get_ref().alloc_id)?;
         api.route(
             req,
             |r| api.register(r),
@@ -250,7 +250,7 @@ impl pb::store_peer_server::StorePeer for PeerService {
         req: Request<pb::RenewRequest>,
     ) -> Result<Response<pb::RenewReply>, Status> {
         let api = &self.0;
-        require_alloc_or_forward(api.auth, &req, &req.get_ref().alloc_id, &api.members())?;
+        api.require_alloc_or_forward(&req, &req.get_ref().alloc_id)?;
         api.route(
             req,
             |r| api.renew(r),
@@ -264,7 +264,7 @@ impl pb::store_peer_server::StorePeer for PeerService {
         req: Request<pb::StoppedRequest>,
     ) -> Result<Response<pb::StoppedReply>, Status> {
         let api = &self.0;
-        require_alloc_or_forward(api.auth, &req, &req.get_ref().alloc_id, &api.members())?;
+        api.require_alloc_or_forward(&req, &req.get_ref().alloc_id)?;
         api.route(
             req,
             |r| api.stopped(r),
@@ -278,7 +278,7 @@ impl pb::store_peer_server::StorePeer for PeerService {
         req: Request<pb::TakeOverRequest>,
     ) -> Result<Response<pb::TakeOverReply>, Status> {
         let api = &self.0;
-        require_alloc_or_forward(api.auth, &req, &req.get_ref().alloc_id, &api.members())?;
+        api.require_alloc_or_forward(&req, &req.get_ref().alloc_id)?;
         api.route(
             req,
             |r| api.take_over(r),
@@ -292,7 +292,7 @@ impl pb::store_peer_server::StorePeer for PeerService {
         req: Request<pb::RaiseRequest>,
     ) -> Result<Response<pb::RaiseReply>, Status> {
         let api = &self.0;
-        require_alloc_or_forward(api.auth, &req, &req.get_ref().alloc_id, &api.members())?;
+        api.require_alloc_or_forward(&req, &req.get_ref().alloc_id)?;
         api.route(
             req,
             |r| api.raise(r),
@@ -306,7 +306,7 @@ impl pb::store_peer_server::StorePeer for PeerService {
         req: Request<pb::HandoffRequest>,
     ) -> Result<Response<pb::HandoffReply>, Status> {
         let api = &self.0;
-        require_alloc_or_forward(api.auth, &req, &req.get_ref().from_alloc, &api.members())?;
+        api.require_alloc_or_forward(&req, &req.get_ref().from_alloc)?;
         api.route(
             req,
             |r| api.handoff(r),

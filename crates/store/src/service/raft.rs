@@ -4,13 +4,14 @@
 //! openraft trusts what it is sent, so two checks run before it sees a
 //! request (`docs/architecture/security.md`, "Raft RPCs"):
 //!
-//! - **Who.** The caller's certificate must name the replica the request
-//!   speaks for (the candidate of a vote, the leader of an append or a
-//!   snapshot), and that replica must be a member (voter or learner) of
-//!   this group as this replica knows it. Without it, any store
-//!   certificate under the cluster's CA — a replica of another set, a
-//!   removed replica still running — could call elections here or send
-//!   entries as a leader of this group.
+//! - **Who.** The caller's certificate must name this replica's set and
+//!   the replica the request speaks for (the candidate of a vote, the
+//!   leader of an append or a snapshot), and that replica must be a member
+//!   (voter or learner) of this group as this replica knows it. Without
+//!   it, any store certificate under the cluster's CA — a replica of
+//!   another set (node ids are numbered per group, so it may well carry a
+//!   member's id), a removed replica still running — could call elections
+//!   here or send entries as a leader of this group.
 //! - **Terms.** A vote with term `u64::MAX` overflows openraft's term
 //!   arithmetic and panics every replica, and the stored vote makes the
 //!   panic survive restarts. An absolute cap on terms is no answer: the
@@ -24,7 +25,7 @@ use seqsvr_proto::{self as pb};
 use seqsvr_store_api::Error;
 use tonic::{Request, Response, Status};
 
-use crate::auth::Auth;
+use crate::auth::{Auth, StoreCerts};
 use crate::fault::Isolation;
 use crate::types::{NodeId, Raft};
 
@@ -90,26 +91,26 @@ pub struct RaftService {
     pub(crate) raft: Raft,
     /// Who may call.
     pub(crate) auth: Auth,
+    /// Which store certificates are of this set.
+    pub(crate) store_certs: StoreCerts,
     /// While on, peers' Raft RPCs are refused (partition fault).
     pub(crate) isolated: Isolation,
 }
 
 impl RaftService {
-    fn check<T>(&self, req: &Request<T>) -> Result<(), Status> {
-        self.auth.require_store(req)?;
+    /// The caller, a replica of this set (`None` on an insecure plane),
+    /// checked before the request is even decoded.
+    fn check<T>(&self, req: &Request<T>) -> Result<Option<NodeId>, Status> {
+        let caller = self.store_certs.replica(self.auth, req)?;
         if self.isolated.is_on() {
             return Err(Status::unavailable("isolated from peers (partition fault)"));
         }
-        Ok(())
+        Ok(caller)
     }
 
     /// The checks of the module's docs, against what this replica knows
     /// now: its term and its membership.
-    fn admit<T>(&self, req: &Request<T>, vote: &openraft::Vote<NodeId>) -> Result<(), Status> {
-        let caller = match self.auth.require_store(req)? {
-            seqsvr_net::role::Role::Store(id) if self.auth != Auth::Insecure => Some(id),
-            _ => None,
-        };
+    fn admit(&self, caller: Option<NodeId>, vote: &openraft::Vote<NodeId>) -> Result<(), Status> {
         let Some(claimed) = vote.leader_id().voted_for() else {
             return Err(Error::Invalid("the request's vote names no replica".into()).to_status());
         };
@@ -140,10 +141,10 @@ impl pb::raft_server::Raft for RaftService {
         &self,
         req: Request<pb::RaftPayload>,
     ) -> Result<Response<pb::RaftPayload>, Status> {
-        self.check(&req)?;
+        let caller = self.check(&req)?;
         let rpc: openraft::raft::AppendEntriesRequest<crate::types::TypeConfig> =
             decode("append-entries request", req.get_ref())?;
-        self.admit(&req, &rpc.vote)?;
+        self.admit(caller, &rpc.vote)?;
         encode(&self.raft.append_entries(rpc).await)
     }
 
@@ -151,9 +152,9 @@ impl pb::raft_server::Raft for RaftService {
         &self,
         req: Request<pb::RaftPayload>,
     ) -> Result<Response<pb::RaftPayload>, Status> {
-        self.check(&req)?;
+        let caller = self.check(&req)?;
         let rpc: openraft::raft::VoteRequest<NodeId> = decode("vote request", req.get_ref())?;
-        self.admit(&req, &rpc.vote)?;
+        self.admit(caller, &rpc.vote)?;
         encode(&self.raft.vote(rpc).await)
     }
 
@@ -161,10 +162,10 @@ impl pb::raft_server::Raft for RaftService {
         &self,
         req: Request<pb::RaftPayload>,
     ) -> Result<Response<pb::RaftPayload>, Status> {
-        self.check(&req)?;
+        let caller = self.check(&req)?;
         let rpc: openraft::raft::InstallSnapshotRequest<crate::types::TypeConfig> =
             decode("install-snapshot request", req.get_ref())?;
-        self.admit(&req, &rpc.vote)?;
+        self.admit(caller, &rpc.vote)?;
         encode(&self.raft.install_snapshot(rpc).await)
     }
 }

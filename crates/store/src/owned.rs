@@ -218,21 +218,8 @@ mod tests {
         /// across snapshot restores, the counts kept equal a full scan.
         #[test]
         fn kept_counts_equal_a_full_scan(steps in proptest::collection::vec(step(), 0..80)) {
-            let mut s = SetState::default();
             let mut dirty = Vec::new();
-            let spec = SetSpec { set_id: 0, uid_begin: 0, uid_end: 80, section_size: 10, step: 10 };
-            s.apply(&Command::ConfigureSet(spec), &mut dirty).unwrap();
-            for a in 0..3 {
-                let reg = Command::RegisterAlloc {
-                    alloc: format!("a{a}"),
-                    addr: "x:1".into(),
-                    peer_addr: "x:2".into(),
-                    admin_addr: "x:3".into(),
-                    incarnation: a + 1,
-                    replaces: 0,
-                };
-                s.apply(&reg, &mut dirty).unwrap();
-            }
+            let mut s = crate::state::tests::three_allocs(80, &mut dirty);
             for (i, step) in steps.into_iter().enumerate() {
                 match step {
                     Some(cmd) => {

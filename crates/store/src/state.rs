@@ -789,4 +789,4 @@ fn check_name(what: &str, s: &str) -> Result<(), Rejection> {
 
 #[cfg(test)]
 #[path = "state_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -448,21 +448,8 @@ mod props {
         /// ceiling before it (promises 1-4 at the store).
         #[test]
         fn ceilings_and_epochs_never_decrease(cmds in proptest::collection::vec(command(), 0..60)) {
-            let mut s = SetState::default();
             let mut d = Vec::new();
-            let spec = SetSpec { set_id: 0, uid_begin: 0, uid_end: 60, section_size: 10, step: 10 };
-            s.apply(&Command::ConfigureSet(spec), &mut d).unwrap();
-            for a in 0..3 {
-                let reg = Command::RegisterAlloc {
-                    alloc: format!("a{a}"),
-                    addr: "x:1".into(),
-                    peer_addr: "x:2".into(),
-                    admin_addr: "x:3".into(),
-                    incarnation: a + 1,
-                    replaces: 0,
-                };
-                s.apply(&reg, &mut d).unwrap();
-            }
+            let mut s = three_allocs(60, &mut d);
             for cmd in cmds {
                 let before = s.clone();
                 let out = s.apply(&cmd, &mut d);
@@ -514,4 +501,31 @@ mod props {
             }
         }
     }
+}
+
+/// A state configured with sections of 10 uids up to `uid_end` (step 10)
+/// and AllocSvrs a0, a1, a2 registered with incarnations 1, 2, 3: where
+/// the property tests start.
+pub(crate) fn three_allocs(uid_end: u64, dirty: &mut Vec<Dirty>) -> SetState {
+    let mut s = SetState::default();
+    let spec = SetSpec {
+        set_id: 0,
+        uid_begin: 0,
+        uid_end,
+        section_size: 10,
+        step: 10,
+    };
+    s.apply(&Command::ConfigureSet(spec), dirty).unwrap();
+    for a in 0..3 {
+        let reg = Command::RegisterAlloc {
+            alloc: format!("a{a}"),
+            addr: "x:1".into(),
+            peer_addr: "x:2".into(),
+            admin_addr: "x:3".into(),
+            incarnation: a + 1,
+            replaces: 0,
+        };
+        s.apply(&reg, dirty).unwrap();
+    }
+    s
 }

@@ -445,57 +445,20 @@ async fn raft_and_forwarded_calls_only_from_members() {
         assert!(e.message().contains("not a member"), "{e:?}");
     }
     // A forwarded AllocSvr call is taken only from a member: store-9's
-    // forged hand-off of a's sections (and its registration of a made-up
-    // AllocSvr) are refused on every replica.
+    // forged hand-off of a's sections, registration of a made-up AllocSvr
+    // and record of a's stop (which would free a's sections) are refused
+    // on every replica.
     let a = c.alive("a", 1, 0).await;
     for i in 0..3 {
-        let mut peer = StorePeerClient::new(c.raw(i, Some("store-9")));
-        let mut req = tonic::Request::new(pb::HandoffRequest {
-            from_alloc: "a".into(),
-            incarnation: 1,
-            to_alloc: "b".into(),
-            section: 0,
-            epoch: a.epoch,
-        });
-        req.metadata_mut()
-            .insert(seqsvr_store::auth::FORWARDED, "1".parse().unwrap());
-        let e = peer.handoff(req).await.unwrap_err();
-        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
-        assert!(e.message().contains("not a member"), "{e:?}");
-        let mut req = tonic::Request::new(pb::RegisterAllocRequest {
-            alloc_id: "ghost".into(),
-            addr: "127.0.0.1:9".into(),
-            peer_addr: "127.0.0.1:9".into(),
-            incarnation: 1,
-            admin_addr: "127.0.0.1:9".into(),
-        });
-        req.metadata_mut()
-            .insert(seqsvr_store::auth::FORWARDED, "1".parse().unwrap());
-        let e = peer.register_alloc(req).await.unwrap_err();
-        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
-        // Nor may it record a's stop, which would free a's sections.
-        let mut req = tonic::Request::new(pb::StoppedRequest {
-            alloc_id: "a".into(),
-            incarnation: 1,
-        });
-        req.metadata_mut()
-            .insert(seqsvr_store::auth::FORWARDED, "1".parse().unwrap());
-        let e = peer.stopped(req).await.unwrap_err();
-        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+        for r in forwarded_as(&c, i, "store-9", a.epoch).await {
+            let e = r.unwrap_err();
+            assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+            assert!(e.message().contains("not a member"), "{e:?}");
+        }
     }
     // A member's forwarded call gets past the check (and is then served
     // or refused as the leader decides).
-    let mut peer = StorePeerClient::new(c.raw(0, Some("store-2")));
-    let mut req = tonic::Request::new(pb::RenewRequest {
-        alloc_id: "a".into(),
-        incarnation: 1,
-        known_sections_version: 0,
-    });
-    req.metadata_mut()
-        .insert(seqsvr_store::auth::FORWARDED, "1".parse().unwrap());
-    if let Err(e) = peer.renew(req).await {
-        assert_ne!(e.code(), Code::PermissionDenied, "{e:?}");
-    }
+    forwarding_is_heard(&c, 0, "store-2").await;
 
     // Nothing moved: the term is the one before, and the group writes.
     for (n, before) in c.nodes.iter().zip(&terms_before) {
@@ -528,6 +491,29 @@ async fn raft_as(c: &Cluster, i: usize, cert: &str, claimed: u64) -> [tonic::Sta
     }
 }
 
+/// A forwarded renewal in a's name, sent as `cert` to replica `i`, gets
+/// past the forwarding check (and is then served or refused as the
+/// leader decides).
+async fn forwarding_is_heard(c: &Cluster, i: usize, cert: &str) {
+    let mut peer = StorePeerClient::new(c.raw(i, Some(cert)));
+    let req = forwarded(pb::RenewRequest {
+        alloc_id: "a".into(),
+        incarnation: 1,
+        known_sections_version: 0,
+    });
+    if let Err(e) = peer.renew(req).await {
+        assert_ne!(e.code(), Code::PermissionDenied, "{e:?}");
+    }
+}
+
+/// `msg` marked as forwarded by a store replica.
+fn forwarded<T>(msg: T) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    req.metadata_mut()
+        .insert(seqsvr_store::auth::FORWARDED, "1".parse().unwrap());
+    req
+}
+
 /// Sends, as `cert`, forwarded calls to replica `i` in a's name (hand
 /// off a's section 0 to b; record a's stop) and a registration of a
 /// made-up AllocSvr; returns the three answers.
@@ -537,15 +523,9 @@ async fn forwarded_as(
     cert: &str,
     epoch: u64,
 ) -> Vec<Result<(), tonic::Status>> {
-    fn fwd<T>(msg: T) -> tonic::Request<T> {
-        let mut req = tonic::Request::new(msg);
-        req.metadata_mut()
-            .insert(seqsvr_store::auth::FORWARDED, "1".parse().unwrap());
-        req
-    }
     let mut peer = StorePeerClient::new(c.raw(i, Some(cert)));
     let handoff = peer
-        .handoff(fwd(pb::HandoffRequest {
+        .handoff(forwarded(pb::HandoffRequest {
             from_alloc: "a".into(),
             incarnation: 1,
             to_alloc: "b".into(),
@@ -555,7 +535,7 @@ async fn forwarded_as(
         .await
         .map(|_| ());
     let register = peer
-        .register_alloc(fwd(pb::RegisterAllocRequest {
+        .register_alloc(forwarded(pb::RegisterAllocRequest {
             alloc_id: "ghost".into(),
             addr: "127.0.0.1:9".into(),
             peer_addr: "127.0.0.1:9".into(),
@@ -565,7 +545,7 @@ async fn forwarded_as(
         .await
         .map(|_| ());
     let stopped = peer
-        .stopped(fwd(pb::StoppedRequest {
+        .stopped(forwarded(pb::StoppedRequest {
             alloc_id: "a".into(),
             incarnation: 1,
         }))
@@ -634,17 +614,7 @@ async fn another_sets_replica_is_refused_even_with_a_members_id() {
         }
     }
     // The same replica id of this set is heard (the check is the set).
-    let mut peer = StorePeerClient::new(c.raw(0, Some("store-2")));
-    let mut req = tonic::Request::new(pb::RenewRequest {
-        alloc_id: "a".into(),
-        incarnation: 1,
-        known_sections_version: 0,
-    });
-    req.metadata_mut()
-        .insert(seqsvr_store::auth::FORWARDED, "1".parse().unwrap());
-    if let Err(e) = peer.renew(req).await {
-        assert_ne!(e.code(), Code::PermissionDenied, "{e:?}");
-    }
+    forwarding_is_heard(&c, 0, "store-2").await;
     // Nothing moved: no election, a's section is a's, no ghost.
     assert_eq!(terms(&c), before);
     let after = c.alive("a", 1, a.epoch).await;
@@ -690,30 +660,10 @@ async fn old_form_store_certificates_only_with_the_allowance() {
     let c = cluster_with(true, "old").await;
     c.wait_configured().await;
     let a = c.alive("a", 1, 0).await;
-    let mut peer = StorePeerClient::new(c.raw(0, Some("old-2")));
-    let mut req = tonic::Request::new(pb::RenewRequest {
-        alloc_id: "a".into(),
-        incarnation: 1,
-        known_sections_version: 0,
-    });
-    req.metadata_mut()
-        .insert(seqsvr_store::auth::FORWARDED, "1".parse().unwrap());
-    if let Err(e) = peer.renew(req).await {
-        assert_ne!(e.code(), Code::PermissionDenied, "{e:?}");
-    }
+    forwarding_is_heard(&c, 0, "old-2").await;
     // Replicas with certificates naming the set are heard as well (the
     // state of a cluster half way through re-issuing them).
-    let mut peer = StorePeerClient::new(c.raw(1, Some("store-3")));
-    let mut req = tonic::Request::new(pb::RenewRequest {
-        alloc_id: "a".into(),
-        incarnation: 1,
-        known_sections_version: 0,
-    });
-    req.metadata_mut()
-        .insert(seqsvr_store::auth::FORWARDED, "1".parse().unwrap());
-    if let Err(e) = peer.renew(req).await {
-        assert_ne!(e.code(), Code::PermissionDenied, "{e:?}");
-    }
+    forwarding_is_heard(&c, 1, "store-3").await;
     // The allowance is for the old form, not for other sets.
     let before = terms(&c);
     for i in 0..3 {

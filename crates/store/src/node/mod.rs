@@ -318,7 +318,15 @@ impl Tls {
                 config.cert.display()
             );
         }
-        let client = config.client().map_err(|e| config_err("tls", e))?;
+        // Peers must present store certificates of this set: another
+        // set's replica, or an AllocSvr, must not receive this group's
+        // Raft messages or answer for its leader (security.md, "Whom a
+        // client dials").
+        let client = config
+            .client()
+            .map_err(|e| config_err("tls", e))?
+            .expecting(seqsvr_net::ServerRole::Store(set))
+            .allowing_legacy_stores(legacy);
         Ok(Self {
             config: config.clone(),
             client,
@@ -540,6 +548,24 @@ mod tests {
         assert!(ok(&Role::LegacyStore(4), true).is_ok());
         assert!(ok(&Role::LegacyStore(5), true).is_err());
         assert!(ok(&Role::Alloc("a".into()), true).is_err());
+    }
+
+    /// A replica dials its peers requiring a store certificate of its own
+    /// set, so another set's replica (or an AllocSvr) at a peer's address
+    /// is refused at the handshake (`crates/net/tests/net/server_role.rs`
+    /// shows the refusal itself).
+    #[test]
+    fn a_replica_dials_only_its_own_sets_replicas() {
+        use seqsvr_net::{DevPki, Leaf, Role, ServerRole, StoreId};
+        let dir = tempfile::tempdir().unwrap();
+        let pki = DevPki::generate(
+            dir.path(),
+            &[Leaf::new("s", Role::Store(StoreId::new(1, 4)))],
+            false,
+        )
+        .unwrap();
+        let tls = Tls::load(&pki.tls_config("s"), 1, 4, false).unwrap();
+        assert_eq!(tls.client.expected(), Some(ServerRole::Store(1)));
     }
 
     #[test]

@@ -184,6 +184,10 @@ impl StoreNode {
         check_stored_set(&sm, &cfg)?;
         let raft_cfg = Arc::new(cfg.raft_config()?);
         let connect = seqsvr_store_api::client::connector(tls.as_ref().map(|t| t.client.clone()));
+        // The home group's replicas, for this set's directory entry.
+        let home_connect = seqsvr_store_api::client::connector(tls.as_ref().map(|t| {
+            (t.client.clone()).expecting(seqsvr_net::ServerRole::Store(seqsvr_core::directory::HOME_SET))
+        }));
         let network = Network::new(connect.clone(), metrics.stages.clone());
         let isolated = network.isolated.clone();
         let raft = Raft::new(cfg.id, raft_cfg, network, log, sm.clone())
@@ -208,6 +212,7 @@ impl StoreNode {
             proposer: Proposer::spawn(raft.clone(), metrics.stages.clone()),
             disk,
             connect,
+            home_connect,
             peers: Default::default(),
             arbiter: Arc::new(Arbiter::new(ArbiterConfig {
                 tick_ms: cfg.lease.tick_ms,
@@ -269,7 +274,7 @@ impl StoreNode {
         }
         tasks.push(tokio::spawn(arbitrate(api.clone())));
         tasks.push(tokio::spawn(configure_set(api.clone(), cfg.clone())));
-        tasks.push(tokio::spawn(home::keep_home_entry(api.clone())));
+        tasks.push(tokio::spawn(home::keep_own_entry(api.clone())));
         tracing::info!(id = cfg.id, peer = %addrs.peer, client = %addrs.client, admin = %addrs.admin, fresh, "store replica started");
         Ok(StoreNode {
             raft,

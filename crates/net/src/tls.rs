@@ -29,9 +29,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio_rustls::rustls::{
     self,
+    client::WebPkiServerVerifier,
     crypto::CryptoProvider,
     pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer},
-    client::WebPkiServerVerifier,
     server::WebPkiClientVerifier,
     RootCertStore,
 };

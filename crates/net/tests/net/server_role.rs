@@ -63,8 +63,14 @@ async fn an_alloc_certificate_cannot_pass_for_a_store() {
         "a store replica",
     )
     .await;
-    assert_eq!(dial(&store, &to_store).await.unwrap(), ServingStatus::Serving);
-    assert_eq!(dial(&alloc, &to_alloc).await.unwrap(), ServingStatus::Serving);
+    assert_eq!(
+        dial(&store, &to_store).await.unwrap(),
+        ServingStatus::Serving
+    );
+    assert_eq!(
+        dial(&alloc, &to_alloc).await.unwrap(),
+        ServingStatus::Serving
+    );
     refused(
         &store,
         &to_alloc,

@@ -37,7 +37,11 @@ pub(super) async fn keep_own_entry(api: StoreApi) {
             let Some(dir) = a.state.directory.as_ref() else {
                 continue;
             };
-            let entry = |s: SetId| dir.sets.get(&s).map(|e| (e.stores.clone(), e.admin.clone()));
+            let entry = |s: SetId| {
+                dir.sets
+                    .get(&s)
+                    .map(|e| (e.stores.clone(), e.admin.clone()))
+            };
             match (entry(set), entry(HOME_SET)) {
                 (Some(own), Some(home)) => (set, own, home.1),
                 _ => continue,

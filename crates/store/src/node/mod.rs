@@ -186,7 +186,9 @@ impl StoreNode {
         let connect = seqsvr_store_api::client::connector(tls.as_ref().map(|t| t.client.clone()));
         // The home group's replicas, for this set's directory entry.
         let home_connect = seqsvr_store_api::client::connector(tls.as_ref().map(|t| {
-            (t.client.clone()).expecting(seqsvr_net::ServerRole::Store(seqsvr_core::directory::HOME_SET))
+            (t.client.clone()).expecting(seqsvr_net::ServerRole::Store(
+                seqsvr_core::directory::HOME_SET,
+            ))
         }));
         let network = Network::new(connect.clone(), metrics.stages.clone());
         let isolated = network.isolated.clone();

@@ -4,8 +4,8 @@
 //! The protocol these serve is in `docs/architecture/sets.md`.
 
 use seqsvr_core::directory::{DirRange, PendingMove, HOME_SET};
-use seqsvr_net::Role;
 use seqsvr_core::{DirChange, DirSet, Directory, SetCall, SetKind};
+use seqsvr_net::Role;
 use seqsvr_proto::{self as pb};
 use seqsvr_store_api::Error;
 use tonic::{Request, Response, Status};
@@ -162,13 +162,13 @@ fn may_change(caller: &Role, change: &DirChange) -> Result<(), Status> {
         (Role::Store(s), DirChange::SetStores { set, .. }) if s.set == *set && *set != HOME_SET => {
             Ok(())
         }
-        (Role::Store(s), DirChange::SetStores { set, .. }) => Err(Status::permission_denied(
-            format!(
+        (Role::Store(s), DirChange::SetStores { set, .. }) => {
+            Err(Status::permission_denied(format!(
                 "a store certificate ({caller}) may change only set {}'s store addresses, \
                  not set {set}'s",
                 s.set
-            ),
-        )),
+            )))
+        }
         (Role::Store(_), _) => Err(Status::permission_denied(format!(
             "a store certificate ({caller}) may change only its own set's store addresses; \
              other directory changes need an operator certificate"

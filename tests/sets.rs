@@ -158,6 +158,35 @@ async fn replace_a_replica(set: &mut SetCluster) {
     std::fs::remove_dir_all(set.store.dir.path().join("store-3")).unwrap();
 }
 
+/// Set 1's leader keeps set 1's directory entry current: after one of its
+/// replicas is replaced, the directory read from set 0 lists the new
+/// replica's address and no longer the old one's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replaced_replica_of_set_1_reaches_the_directory() {
+    let (a, mut b) = two_sets().await;
+    let old = b.store.client_addrs[2].clone();
+    replace_a_replica(&mut b).await;
+    let read = seqsvr_store_api::ReadClient::new(
+        &a.store.client_addrs,
+        &seqsvr_store_api::client::plaintext(),
+    )
+    .unwrap();
+    let start = Instant::now();
+    loop {
+        let dir = read.routes().await.unwrap().directory.unwrap();
+        let listed = dir.sets[&1].stores.clone();
+        if listed.len() == 3 && !listed.contains(&old) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "set 1's entry still {listed:?} (replica 3 was {old})\n{}",
+            b.store.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_set_added_and_ranges_moved_under_load_repeat_nothing() {
     let (mut a, mut b) = two_sets().await;

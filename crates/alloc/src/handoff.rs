@@ -315,7 +315,8 @@ fn peer_channel(shared: &Shared, addr: &str) -> Result<Channel, String> {
     if let Some(ch) = peers.get(addr) {
         return Ok(ch.clone());
     }
-    let ch = seqsvr_net::client::endpoint(addr, shared.client_tls.as_ref(), ADOPT_CONNECT)
+    let tls = (shared.client_tls.clone()).map(|t| t.expecting(seqsvr_net::ServerRole::Alloc));
+    let ch = seqsvr_net::client::endpoint(addr, tls.as_ref(), ADOPT_CONNECT)
         .map_err(|e| e.to_string())?
         .timeout(ADOPT_TIMEOUT)
         .connect_lazy();

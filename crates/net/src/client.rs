@@ -15,8 +15,10 @@
 //!   out its deadline. No pings go out on an idle connection, which lets
 //!   the server's idle timeout close it.
 //! - **TLS** when [`ClientTls`] is given: the address is dialed as
-//!   `https://`, the server's certificate is checked against the CA, and
-//!   the own certificate is presented if the settings carry one.
+//!   `https://`, the server's certificate is checked against the CA and,
+//!   if the settings name one ([`ClientTls::expecting`]), for the role the
+//!   caller expects of that server; the own certificate is presented if
+//!   the settings carry one.
 
 use crate::error::{Error, Result};
 use crate::tls::ClientTls;
@@ -65,7 +67,7 @@ pub fn endpoint(
         .keep_alive_timeout(KEEPALIVE_TIMEOUT)
         .keep_alive_while_idle(false);
     if let Some(tls) = tls {
-        ep = ep.tls_config(tls.config())?;
+        ep = tls.apply(ep, addr)?;
     }
     Ok(ep)
 }

@@ -88,6 +88,17 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// The server dialed presented a certificate from the CA, but not of
+    /// the role the caller expects (`crate::verify`).
+    #[error("the server at {addr} presented {found}; {expected} was expected")]
+    WrongServer {
+        /// The address dialed.
+        addr: String,
+        /// What its certificate names ("an alloc certificate (alloc:a1)").
+        found: String,
+        /// What the caller expected ("a store replica of set 0").
+        expected: String,
+    },
     /// A limit is out of range.
     #[error("bad {plane} plane limits: {reason}")]
     Limits {

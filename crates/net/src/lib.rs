@@ -9,6 +9,8 @@
 //!   the role a call needs ([`Auth`]).
 //! - [`tls`]: loading PEM files into server and client TLS settings
 //!   ([`TlsConfig`], [`ServerTls`], [`ClientTls`]).
+//! - [`verify`]: the role a client requires of the server it dials
+//!   ([`ServerRole`]).
 //! - [`limits`]: what one plane's listener allows ([`Limits`],
 //!   [`PlaneLimits`]).
 //! - [`server`]: a listener that applies a plane's TLS and limits to a tonic
@@ -42,6 +44,7 @@ pub mod plane;
 pub mod role;
 pub mod server;
 pub mod tls;
+pub mod verify;
 
 pub use auth::Auth;
 pub use certs::{DevPki, Leaf};
@@ -51,3 +54,4 @@ pub use plane::Plane;
 pub use role::{Role, StoreId};
 pub use server::Listener;
 pub use tls::{ClientTls, ServerTls, TlsConfig};
+pub use verify::ServerRole;

@@ -9,8 +9,9 @@
 //!   asked for one ([`ServerTls`] for [`Plane::Client`]).
 //! - **peer and admin planes**, server side: the certificate, and a client
 //!   certificate signed by the CA is *required* (mutual TLS).
-//! - **dialing** another seqsvr process: the CA to check the server, and
-//!   the own certificate to present when the server asks ([`ClientTls`]).
+//! - **dialing** another seqsvr process: the CA to check the server, the
+//!   role its certificate must name ([`crate::verify`]), and the own
+//!   certificate to present when the server asks ([`ClientTls`]).
 //!
 //! The files are read once, when the listener or channel is built; every
 //! error names the file it came from.
@@ -22,17 +23,19 @@
 
 use crate::error::{Error, Result};
 use crate::plane::Plane;
+use crate::verify::{RoleVerifier, ServerRole};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio_rustls::rustls::{
     self,
+    client::WebPkiServerVerifier,
     crypto::CryptoProvider,
     pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer},
     server::WebPkiClientVerifier,
     RootCertStore,
 };
-use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity, ServerTlsConfig};
 
 /// Where one process's TLS files are.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,11 +73,21 @@ impl ServerTls {
 }
 
 /// The client side of TLS: the CA that must have signed the server's
-/// certificate, and optionally an identity to present.
+/// certificate, the role that certificate must name (if the caller says),
+/// and optionally an identity to present.
 #[derive(Clone, Debug)]
 pub struct ClientTls {
+    /// SNI name and own identity; the CA is in `webpki`, because tonic
+    /// takes either its own CA list or a verifier, not both.
     config: ClientTlsConfig,
+    /// Checks chain, validity and name against the CA.
+    webpki: Arc<WebPkiServerVerifier>,
     domain: Option<String>,
+    /// The role the server must present; `None` takes any certificate of
+    /// the CA.
+    expect: Option<ServerRole>,
+    /// Whether an old-form store certificate passes [`ServerRole::Store`].
+    legacy_stores: bool,
 }
 
 impl ClientTls {
@@ -82,10 +95,13 @@ impl ClientTls {
     /// certificate: enough for the client plane.
     pub fn server_only(ca: &Path) -> Result<ClientTls> {
         let ca_pem = read(ca)?;
-        certs(ca, &ca_pem)?;
+        let webpki = webpki(ca, &certs(ca, &ca_pem)?)?;
         Ok(ClientTls {
-            config: ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca_pem)),
+            config: ClientTlsConfig::new(),
+            webpki,
             domain: None,
+            expect: None,
+            legacy_stores: false,
         })
     }
 
@@ -97,17 +113,45 @@ impl ClientTls {
         self
     }
 
+    /// The same settings, requiring the server to present a certificate
+    /// of `role` (`docs/architecture/security.md`, "Whom a client dials"):
+    /// a handshake with any other fails with [`Error::WrongServer`].
+    pub fn expecting(mut self, role: ServerRole) -> ClientTls {
+        self.expect = Some(role);
+        self
+    }
+
+    /// The same settings, letting an old-form store certificate (no set)
+    /// pass [`ServerRole::Store`], as `legacy_store_certificates` does on
+    /// the server side.
+    pub fn allowing_legacy_stores(mut self, allow: bool) -> ClientTls {
+        self.legacy_stores = allow;
+        self
+    }
+
+    /// The role the server must present, if set.
+    pub fn expected(&self) -> Option<ServerRole> {
+        self.expect
+    }
+
     /// The name the server's certificate is checked against, if set.
     pub fn domain_name(&self) -> Option<&str> {
         self.domain.as_deref()
     }
 
-    /// The tonic settings.
-    pub fn config(&self) -> ClientTlsConfig {
-        match &self.domain {
+    /// These settings applied to `ep`, an endpoint for `addr`.
+    pub fn apply(&self, ep: Endpoint, addr: &str) -> Result<Endpoint> {
+        let config = match &self.domain {
             Some(d) => self.config.clone().domain_name(d.clone()),
             None => self.config.clone(),
-        }
+        };
+        let verifier = RoleVerifier {
+            webpki: self.webpki.clone(),
+            expect: self.expect,
+            legacy: self.legacy_stores,
+            addr: addr.to_string(),
+        };
+        Ok(ep.tls_config_with_verifier(config, Arc::new(verifier))?)
     }
 }
 
@@ -168,11 +212,13 @@ impl TlsConfig {
             .with_client_auth_cert(chain, key)
             .map_err(|e| self.tls_error(&self.key, e))?;
         let identity = Identity::from_pem(read(&self.cert)?, read(&self.key)?);
+        let ca = certs(&self.ca, &read(&self.ca)?)?;
         Ok(ClientTls {
-            config: ClientTlsConfig::new()
-                .ca_certificate(Certificate::from_pem(read(&self.ca)?))
-                .identity(identity),
+            config: ClientTlsConfig::new().identity(identity),
+            webpki: webpki(&self.ca, &ca)?,
             domain: None,
+            expect: None,
+            legacy_stores: false,
         })
     }
 
@@ -239,6 +285,22 @@ fn warn_if_readable_by_everyone(path: &Path) {
     }
     #[cfg(not(unix))]
     let _ = path;
+}
+
+/// The WebPKI server verifier for the CA certificates `ca` read from
+/// `path`.
+fn webpki(path: &Path, ca: &[CertificateDer<'static>]) -> Result<Arc<WebPkiServerVerifier>> {
+    let bad = |e: &dyn std::fmt::Display| Error::Tls {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
+    let mut roots = RootCertStore::empty();
+    for c in ca {
+        roots.add(c.clone()).map_err(|e| bad(&e))?;
+    }
+    WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
+        .build()
+        .map_err(|e| bad(&e))
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {

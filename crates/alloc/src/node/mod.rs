@@ -271,7 +271,14 @@ impl AllocNode {
             task: Some(client_task),
         };
 
-        let store = PeerClient::new(&cfg.store, &connector(client_tls.clone()))?;
+        // The store's replicas must present store certificates: with an
+        // AllocSvr's, a process could take this AllocSvr's renewals and
+        // raises (docs/architecture/security.md, "Whom a client dials").
+        // The config names no set, so any set's replica passes.
+        let to_store = client_tls
+            .clone()
+            .map(|t| t.expecting(seqsvr_net::ServerRole::AnyStore));
+        let store = PeerClient::new(&cfg.store, &connector(to_store.clone()))?;
         let renew_every = Duration::from_millis(cfg.renew_ms);
         // Renewals run on a thread of their own, with their own
         // connections to the store: the client plane's calls (a flood of
@@ -280,7 +287,7 @@ impl AllocNode {
         let control = control_thread(&cfg.id, &stop)?;
         let renewer = {
             let _in = control.enter();
-            PeerClient::new(&cfg.store, &connector(client_tls.clone()))?
+            PeerClient::new(&cfg.store, &connector(to_store))?
                 .with_deadline(renew_every, renew_every / 4)
         };
         let slow = renew_every.max(Duration::from_millis(1000));

@@ -236,8 +236,9 @@ async fn live_peers(node: &AllocNode) -> Vec<Peer> {
 
 /// A peer's own status, from its client plane.
 async fn peer_status(node: &AllocNode, addr: &str) -> Result<pb::AllocStatus, String> {
-    let ch = seqsvr_net::client::channel(addr, node.shared.client_tls.as_ref(), PEER_CHECK)
-        .map_err(|e| e.to_string())?;
+    let tls = (node.shared.client_tls.clone()).map(|t| t.expecting(seqsvr_net::ServerRole::Alloc));
+    let ch =
+        seqsvr_net::client::channel(addr, tls.as_ref(), PEER_CHECK).map_err(|e| e.to_string())?;
     let mut c = AllocClient::new(ch);
     match tokio::time::timeout(PEER_CHECK, c.status(pb::AllocStatusRequest {})).await {
         Ok(Ok(r)) => Ok(r.into_inner()),

@@ -29,7 +29,8 @@ pub type TestRouter = Router<PlaneLayers>;
 
 pub const CONNECT: Duration = Duration::from_secs(2);
 
-/// A CA with a store, two AllocSvrs and an operator.
+/// A CA with two of set 0's store replicas, one of set 1's, two AllocSvrs
+/// and an operator.
 pub struct Pki {
     _dir: tempfile::TempDir,
     pub pki: DevPki,
@@ -43,6 +44,7 @@ impl Pki {
             &[
                 Leaf::new("store-1", Role::Store(StoreId::new(0, 1))),
                 Leaf::new("store-2", Role::Store(StoreId::new(0, 2))),
+                Leaf::new("set1-store-4", Role::Store(StoreId::new(1, 4))),
                 Leaf::new("a1", Role::Alloc("a1".into())),
                 Leaf::new("a2", Role::Alloc("a2".into())),
                 Leaf::new("alice", Role::Operator("alice".into())),

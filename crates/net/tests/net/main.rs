@@ -4,6 +4,7 @@ mod common;
 mod limits;
 mod one;
 mod pause;
+mod server_role;
 mod strangers;
 mod tls;
 mod unfinished;

@@ -30,13 +30,11 @@ async fn silent(to: SocketAddr, from: Ipv4Addr, n: usize) -> Vec<TcpStream> {
 /// A TLS channel dialing from `from`.
 fn channel_from(addr: SocketAddr, from: Ipv4Addr, tls: &ClientTls) -> Channel {
     let tls = tls.clone().with_domain_name("localhost");
-    Endpoint::from_shared(format!("https://{addr}"))
+    let ep = Endpoint::from_shared(format!("https://{addr}"))
         .unwrap()
         .local_address(Some(IpAddr::V4(from)))
-        .connect_timeout(CONNECT)
-        .tls_config(tls.config())
-        .unwrap()
-        .connect_lazy()
+        .connect_timeout(CONNECT);
+    tls.apply(ep, &addr.to_string()).unwrap().connect_lazy()
 }
 
 /// `max_connections` counts only connections whose handshake is done: a

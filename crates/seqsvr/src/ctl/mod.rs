@@ -33,7 +33,7 @@ pub mod store;
 
 use std::time::Duration;
 
-use seqsvr_net::ClientTls;
+use seqsvr_net::{ClientTls, ServerRole};
 use seqsvr_proto::alloc_admin_client::AllocAdminClient;
 use seqsvr_proto::store_admin_client::StoreAdminClient;
 use seqsvr_proto::{self as pb};
@@ -81,7 +81,10 @@ impl Ctl {
     /// and their admin planes at `admin`, dialed with `tls` (the CA and,
     /// for the admin planes, an operator certificate) or in plaintext.
     pub fn new(read: &[String], admin: &[String], tls: Option<ClientTls>) -> Result<Ctl> {
-        let connect = connector(tls.clone());
+        // The addresses are given without their set: any store replica's
+        // certificate, never an AllocSvr's (docs/architecture/security.md,
+        // "Whom a client dials").
+        let connect = connector(tls.clone().map(|t| t.expecting(ServerRole::AnyStore)));
         let admin_replicas = admin
             .iter()
             .map(|a| {
@@ -124,7 +127,8 @@ impl Ctl {
 
     /// A client of the AllocSvr admin plane at `addr`.
     pub(crate) fn alloc_admin(&self, addr: &str) -> Result<AllocAdminClient<Channel>> {
-        let ch = seqsvr_net::client::channel(addr, self.tls.as_ref(), CONNECT_TIMEOUT)?;
+        let tls = self.tls.clone().map(|t| t.expecting(ServerRole::Alloc));
+        let ch = seqsvr_net::client::channel(addr, tls.as_ref(), CONNECT_TIMEOUT)?;
         Ok(AllocAdminClient::new(ch))
     }
 }

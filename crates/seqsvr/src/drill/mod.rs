@@ -84,7 +84,11 @@ fn grid(set: seqsvr_core::SetSpec, dir: Option<&seqsvr_core::Directory>) -> seqs
 /// Runs a drill.
 pub async fn run(cfg: DrillConfig) -> Result<Report> {
     faults::check(&cfg.faults, cfg.duration)?;
-    let store = ReadClient::new(&cfg.store, &connector(cfg.tls.clone()))?;
+    let to_store = cfg
+        .tls
+        .clone()
+        .map(|t| t.expecting(seqsvr_net::ServerRole::AnyStore));
+    let store = ReadClient::new(&cfg.store, &connector(to_store))?;
     let routes = store.routes().await.context("reading the route table")?;
     let set = grid(routes.set, routes.directory.as_ref());
     let load = workload::Load {

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use seqsvr_core::directory::HOME_SET;
 use seqsvr_core::{DirSet, Directory, SetId};
-use seqsvr_net::ClientTls;
+use seqsvr_net::{ClientTls, ServerRole};
 use seqsvr_proto::alloc_admin_client::AllocAdminClient;
 use seqsvr_proto::store_admin_client::StoreAdminClient;
 use seqsvr_proto::{self as pb};
@@ -70,7 +70,7 @@ impl Sets {
     pub fn new(seeds: &[String], tls: Option<ClientTls>) -> Self {
         Self {
             seeds: seeds.to_vec(),
-            connect: connector(tls.clone()),
+            connect: connector(tls.clone().map(|t| t.expecting(ServerRole::AnyStore))),
             tls,
         }
     }
@@ -114,8 +114,11 @@ impl Sets {
     }
 
     /// The sets service of a set's store group.
+    /// Its replicas must present store certificates of that set.
     pub fn sets_client(&self, set: &DirSet) -> Result<SetsClient> {
-        Ok(SetsClient::new(&set.admin, &self.connect)?)
+        let tls = self.tls.clone();
+        let connect = connector(tls.map(|t| t.expecting(ServerRole::Store(set.spec.set_id))));
+        Ok(SetsClient::new(&set.admin, &connect)?)
     }
 
     /// The sets service of a store group at admin-plane `admin`.
@@ -183,7 +186,8 @@ impl Sets {
 
     /// A client of the AllocSvr admin plane at `addr`.
     pub fn alloc_admin(&self, addr: &str) -> Result<AllocAdminClient<Channel>> {
-        let ch = seqsvr_net::client::channel(addr, self.tls.as_ref(), CALL_TIMEOUT)
+        let tls = self.tls.clone().map(|t| t.expecting(ServerRole::Alloc));
+        let ch = seqsvr_net::client::channel(addr, tls.as_ref(), CALL_TIMEOUT)
             .map_err(|e| Error::Refused(format!("AllocSvr admin plane {addr}: {e}")))?;
         Ok(AllocAdminClient::new(ch))
     }

@@ -184,6 +184,12 @@ impl StoreNode {
         check_stored_set(&sm, &cfg)?;
         let raft_cfg = Arc::new(cfg.raft_config()?);
         let connect = seqsvr_store_api::client::connector(tls.as_ref().map(|t| t.client.clone()));
+        // The home group's replicas, for this set's directory entry.
+        let home_connect = seqsvr_store_api::client::connector(tls.as_ref().map(|t| {
+            (t.client.clone()).expecting(seqsvr_net::ServerRole::Store(
+                seqsvr_core::directory::HOME_SET,
+            ))
+        }));
         let network = Network::new(connect.clone(), metrics.stages.clone());
         let isolated = network.isolated.clone();
         let raft = Raft::new(cfg.id, raft_cfg, network, log, sm.clone())
@@ -208,6 +214,7 @@ impl StoreNode {
             proposer: Proposer::spawn(raft.clone(), metrics.stages.clone()),
             disk,
             connect,
+            home_connect,
             peers: Default::default(),
             arbiter: Arc::new(Arbiter::new(ArbiterConfig {
                 tick_ms: cfg.lease.tick_ms,
@@ -269,7 +276,7 @@ impl StoreNode {
         }
         tasks.push(tokio::spawn(arbitrate(api.clone())));
         tasks.push(tokio::spawn(configure_set(api.clone(), cfg.clone())));
-        tasks.push(tokio::spawn(home::keep_home_entry(api.clone())));
+        tasks.push(tokio::spawn(home::keep_own_entry(api.clone())));
         tracing::info!(id = cfg.id, peer = %addrs.peer, client = %addrs.client, admin = %addrs.admin, fresh, "store replica started");
         Ok(StoreNode {
             raft,
@@ -318,7 +325,15 @@ impl Tls {
                 config.cert.display()
             );
         }
-        let client = config.client().map_err(|e| config_err("tls", e))?;
+        // Peers must present store certificates of this set: another
+        // set's replica, or an AllocSvr, must not receive this group's
+        // Raft messages or answer for its leader (security.md, "Whom a
+        // client dials").
+        let client = config
+            .client()
+            .map_err(|e| config_err("tls", e))?
+            .expecting(seqsvr_net::ServerRole::Store(set))
+            .allowing_legacy_stores(legacy);
         Ok(Self {
             config: config.clone(),
             client,
@@ -540,6 +555,24 @@ mod tests {
         assert!(ok(&Role::LegacyStore(4), true).is_ok());
         assert!(ok(&Role::LegacyStore(5), true).is_err());
         assert!(ok(&Role::Alloc("a".into()), true).is_err());
+    }
+
+    /// A replica dials its peers requiring a store certificate of its own
+    /// set, so another set's replica (or an AllocSvr) at a peer's address
+    /// is refused at the handshake (`crates/net/tests/net/server_role.rs`
+    /// shows the refusal itself).
+    #[test]
+    fn a_replica_dials_only_its_own_sets_replicas() {
+        use seqsvr_net::{DevPki, Leaf, Role, ServerRole, StoreId};
+        let dir = tempfile::tempdir().unwrap();
+        let pki = DevPki::generate(
+            dir.path(),
+            &[Leaf::new("s", Role::Store(StoreId::new(1, 4)))],
+            false,
+        )
+        .unwrap();
+        let tls = Tls::load(&pki.tls_config("s"), 1, 4, false).unwrap();
+        assert_eq!(tls.client.expected(), Some(ServerRole::Store(1)));
     }
 
     #[test]

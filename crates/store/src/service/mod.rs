@@ -73,6 +73,9 @@ pub struct StoreApi {
     pub(crate) disk: Disk,
     /// How to dial other replicas' peer listeners.
     pub(crate) connect: Connector,
+    /// How to dial the home group's (set 0's) admin listeners, to keep
+    /// this set's directory entry current (`node::home`).
+    pub(crate) home_connect: Connector,
     /// Clients to other replicas, for forwarding, by address.
     pub(crate) peers: Arc<Mutex<HashMap<String, StorePeerClient<Channel>>>>,
     /// Leases and section moves (acts only while this replica leads).

@@ -3,8 +3,9 @@
 //! certificates only; answered by the leader only, like `StoreAdmin`.
 //! The protocol these serve is in `docs/architecture/sets.md`.
 
-use seqsvr_core::directory::{DirRange, PendingMove};
+use seqsvr_core::directory::{DirRange, PendingMove, HOME_SET};
 use seqsvr_core::{DirChange, DirSet, Directory, SetCall, SetKind};
+use seqsvr_net::Role;
 use seqsvr_proto::{self as pb};
 use seqsvr_store_api::Error;
 use tonic::{Request, Response, Status};
@@ -151,6 +152,34 @@ impl StoreApi {
     }
 }
 
+/// Who may change the directory: an operator any way; a store replica of
+/// set N only set N's own store addresses (its leader keeps them current,
+/// `node::home`), never the home set's nor another set's, since a store
+/// certificate of one set must not redirect clients of another.
+fn may_change(caller: &Role, change: &DirChange) -> Result<(), Status> {
+    match (caller, change) {
+        (Role::Operator(_), _) => Ok(()),
+        (Role::Store(s), DirChange::SetStores { set, .. }) if s.set == *set && *set != HOME_SET => {
+            Ok(())
+        }
+        (Role::Store(s), DirChange::SetStores { set, .. }) => {
+            Err(Status::permission_denied(format!(
+                "a store certificate ({caller}) may change only set {}'s store addresses, \
+                 not set {set}'s",
+                s.set
+            )))
+        }
+        (Role::Store(_), _) => Err(Status::permission_denied(format!(
+            "a store certificate ({caller}) may change only its own set's store addresses; \
+             other directory changes need an operator certificate"
+        ))),
+        _ => Err(Status::permission_denied(format!(
+            "this call needs an operator certificate, or a store certificate of the set \
+             whose store addresses it changes; the caller presented {caller}"
+        ))),
+    }
+}
+
 /// Refuses copies that could not be a directory at all (the state machine
 /// checks the rest).
 fn copy_of(d: &pb::Directory) -> Result<Directory, Error> {
@@ -186,8 +215,10 @@ impl pb::store_sets_server::StoreSets for SetsService {
         &self,
         req: Request<pb::DirectoryChange>,
     ) -> Result<Response<pb::DirectoryReply>, Status> {
-        self.0.auth.require_operator(&req)?;
-        let cmd = Command::Directory(change_of(req.into_inner())?);
+        let caller = self.0.auth.caller(&req)?;
+        let change = change_of(req.into_inner())?;
+        may_change(&caller, &change)?;
+        let cmd = Command::Directory(change);
         Ok(Response::new(self.0.directory_write(cmd).await?))
     }
 

@@ -42,7 +42,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
-use openraft::{BasicNode, ChangeMembers, Membership, RaftMetrics};
+use openraft::{BasicNode, ChangeMembers};
 use seqsvr_proto::store_peer_client::StorePeerClient;
 use seqsvr_proto::{self as pb};
 pub use seqsvr_store_api::membership::DEFAULT_CATCH_UP;
@@ -67,86 +67,11 @@ pub fn max_catch_up(request_timeout: Duration) -> Duration {
 /// How long a replica may take to answer a status probe.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Serialises membership changes on one replica.
-pub type ChangeLock = std::sync::Arc<tokio::sync::Mutex<()>>;
+pub mod view;
 
-type Metrics = RaftMetrics<NodeId, BasicNode>;
+use view::{Metrics, View};
+
 type WriteError = RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>;
-
-/// Membership as one replica sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct View {
-    /// Every member, voter or learner.
-    pub members: Vec<pb::StoreMember>,
-    /// Voters (of either configuration, while joint).
-    pub voters: BTreeSet<NodeId>,
-    /// Learners.
-    pub learners: BTreeSet<NodeId>,
-    /// Two configurations in force (a change is half done).
-    pub joint: bool,
-    /// The log index of the membership in force.
-    pub index: u64,
-}
-
-impl View {
-    fn of(m: &Membership<NodeId, BasicNode>, index: u64) -> View {
-        let voters: BTreeSet<NodeId> = m.voter_ids().collect();
-        let members = m
-            .nodes()
-            .map(|(id, n)| pb::StoreMember {
-                id: *id,
-                addr: n.addr.clone(),
-                voter: voters.contains(id),
-            })
-            .collect();
-        View {
-            members,
-            learners: m.learner_ids().collect(),
-            voters,
-            joint: m.get_joint_config().len() > 1,
-            index,
-        }
-    }
-
-    /// The view in `m`.
-    pub fn from_metrics(m: &Metrics) -> View {
-        let index = m.membership_config.log_id().map(|l| l.index).unwrap_or(0);
-        View::of(m.membership_config.membership(), index)
-    }
-
-    fn addr(&self, id: NodeId) -> Option<&str> {
-        let m = self.members.iter().find(|m| m.id == id);
-        m.map(|m| m.addr.as_str())
-    }
-}
-
-/// How far each member's log is behind the leader's (empty unless `m` is
-/// a leader's).
-pub fn replication(m: &Metrics) -> Vec<pb::MemberReplication> {
-    let Some(repl) = &m.replication else {
-        return Vec::new();
-    };
-    let last = m.last_log_index.unwrap_or(0);
-    let mut out: Vec<pb::MemberReplication> = m
-        .membership_config
-        .nodes()
-        .map(|(id, _)| {
-            let matched = if *id == m.id {
-                m.last_log_index
-            } else {
-                repl.get(id).copied().flatten().map(|l| l.index)
-            };
-            pb::MemberReplication {
-                id: *id,
-                matched_index: matched.unwrap_or(0),
-                matched: matched.is_some(),
-                lag: last.saturating_sub(matched.unwrap_or(0)),
-            }
-        })
-        .collect();
-    out.sort_by_key(|r| r.id);
-    out
-}
 
 /// How far behind the leader a member may be and count as caught up: one
 /// AppendEntries round, the most a healthy member trails by under load.
@@ -440,6 +365,7 @@ impl StoreApi {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use openraft::Membership;
 
     #[test]
     fn only_an_empty_replica_of_the_right_id_may_join() {

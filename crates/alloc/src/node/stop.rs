@@ -40,6 +40,7 @@ use seqsvr_proto::{self as pb};
 use seqsvr_store_api::{Error as StoreError, Rejection};
 
 use crate::handoff;
+use crate::shared::Shared;
 
 use super::AllocNode;
 
@@ -102,36 +103,7 @@ impl AllocNode {
             shared.alloc.drop_section(s);
         }
         // 5. The store frees what is left, and the id.
-        let incarnation = shared.incarnation();
-        let fenced = shared.fenced.load(Ordering::Acquire);
-        let recorded = tokio::time::timeout(STOP_RECORD_BOUND, async {
-            if fenced {
-                // The store refuses a fenced incarnation everything,
-                // its stop too: its sections move once the lease ends.
-                return Err(StoreError::Invalid("this process is fenced".into()));
-            }
-            shared.store.stopped(&shared.id, incarnation).await
-        })
-        .await;
-        report.recorded = match recorded {
-            Ok(Ok(released)) => {
-                tracing::info!(released, "stop: recorded in the store");
-                true
-            }
-            // A retry of a call whose first try was applied.
-            Ok(Err(StoreError::Rejected(Rejection::StaleIncarnation { current: 0, .. }))) => true,
-            Ok(Err(e)) => {
-                tracing::warn!("stop: the store did not record the stop: {e}");
-                false
-            }
-            Err(_) => {
-                tracing::warn!(
-                    bound = ?STOP_RECORD_BOUND,
-                    "stop: the store did not record the stop in time"
-                );
-                false
-            }
-        };
+        report.recorded = record_stop(&shared).await;
         match (report.left.is_empty(), report.recorded) {
             (true, _) => tracing::info!(
                 handed_off = report.handed_off,
@@ -159,6 +131,42 @@ impl AllocNode {
         }
         self.shutdown();
         report
+    }
+}
+
+/// Step 5: asks the store to record this incarnation's stop, within
+/// [`STOP_RECORD_BOUND`]; whether it is recorded.
+async fn record_stop(shared: &Shared) -> bool {
+    if shared.fenced.load(Ordering::Acquire) {
+        // The store refuses a fenced incarnation everything, its stop
+        // too: its sections move once the lease ends.
+        tracing::warn!("stop: not recorded, this process is fenced");
+        return false;
+    }
+    let call = shared.store.stopped(&shared.id, shared.incarnation());
+    match tokio::time::timeout(STOP_RECORD_BOUND, call).await {
+        Ok(Ok(released)) => {
+            tracing::info!(released, "stop: recorded in the store");
+            true
+        }
+        // The store no longer admits this incarnation: a retried call
+        // whose first try was applied (or a fence this process has not
+        // heard of). Either way it holds nothing any more.
+        Ok(Err(StoreError::Rejected(Rejection::StaleIncarnation { current: 0, .. }))) => {
+            tracing::info!("stop: recorded in the store (by an earlier try)");
+            true
+        }
+        Ok(Err(e)) => {
+            tracing::warn!("stop: the store did not record the stop: {e}");
+            false
+        }
+        Err(_) => {
+            tracing::warn!(
+                bound = ?STOP_RECORD_BOUND,
+                "stop: the store did not record the stop in time"
+            );
+            false
+        }
     }
 }
 

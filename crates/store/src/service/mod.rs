@@ -89,7 +89,7 @@ pub struct StoreApi {
     /// What this replica counts.
     pub(crate) metrics: Arc<crate::metrics::StoreMetrics>,
     /// One membership change at a time (see `membership`).
-    pub(crate) member_changes: crate::membership::ChangeLock,
+    pub(crate) member_changes: crate::membership::view::ChangeLock,
     /// Linearizable barriers, one in flight, shared by the callers that
     /// wait for it (see `barrier`).
     pub(crate) barriers: barrier::Barriers,
@@ -417,7 +417,7 @@ impl StoreApi {
     /// This replica's view of the group.
     pub fn status_now(&self) -> pb::StoreStatus {
         let m = self.raft.metrics().borrow().clone();
-        let view = crate::membership::View::from_metrics(&m);
+        let view = crate::membership::view::View::from_metrics(&m);
         let leader_addr = m
             .current_leader
             .and_then(|l| self.leader_addr(l))
@@ -470,7 +470,7 @@ impl StoreApi {
             has_leader: m.current_leader.is_some(),
             voter_ids: view.voters.into_iter().collect(),
             learner_ids: view.learners.into_iter().collect(),
-            replication: crate::membership::replication(&m),
+            replication: crate::membership::view::replication(&m),
             joint: view.joint,
             membership_index: view.index,
             client_addr: self.client_addr.clone(),

@@ -21,23 +21,10 @@
 
 use seqsvr_core::LeaseTerms;
 
-use crate::config::Layout;
+use crate::layout::Layout;
+pub use crate::model::AdoptFate;
 use crate::net::{fmt_time, Time, MS, SEC};
 use crate::rng::Rng;
-
-/// What happens to the adopt of a planned handoff.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AdoptFate {
-    /// Delivered as the network delivers it.
-    Normal,
-    /// Lost: the new owner claims the section at its next renewal.
-    Lost,
-    /// Held back this long (arrives after the new owner claimed, or after
-    /// the section moved on).
-    Delayed(Time),
-    /// Delivered, and once more this much later.
-    Duplicated(Time),
-}
 
 /// What a forged adopt names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

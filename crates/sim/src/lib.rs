@@ -75,6 +75,7 @@ pub mod rng;
 mod alloc;
 mod client;
 mod env;
+mod layout;
 mod link;
 mod model;
 mod mover;

@@ -20,7 +20,6 @@ use seqsvr_store::state::SetState;
 use seqsvr_store::types::{Command, Rejection, Reply};
 use seqsvr_store_api::SectionInfo;
 
-use crate::faults::AdoptFate;
 use crate::net::{Node, Time};
 
 /// An AllocSvr process slot (`Node::Alloc(slot)`).
@@ -763,4 +762,18 @@ pub(crate) enum Ev {
     },
     /// The `i`-th fault of the schedule.
     Fault(usize),
+}
+
+/// What happens to the adopt of a planned handoff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdoptFate {
+    /// Delivered as the network delivers it.
+    Normal,
+    /// Lost: the new owner claims the section at its next renewal.
+    Lost,
+    /// Held back this long (arrives after the new owner claimed, or after
+    /// the section moved on).
+    Delayed(Time),
+    /// Delivered, and once more this much later.
+    Duplicated(Time),
 }

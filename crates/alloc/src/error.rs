@@ -308,20 +308,6 @@ pub enum MoveError {
         /// Why it cannot take sections.
         state: &'static str,
     },
-    /// The store's list of AllocSvrs could not be read, so the target was
-    /// not checked: nothing was released.
-    #[error(
-        "could not check alloc {to:?} with the store ({why}): section {section} not released, \
-         still served here"
-    )]
-    TargetUnchecked {
-        /// The section named.
-        section: SectionId,
-        /// The target named.
-        to: AllocId,
-        /// Why the store's list could not be read.
-        why: String,
-    },
     /// The store refused the handoff or its outcome is unknown; the
     /// section was checked in the store and served again here if it is
     /// still ours at the released epoch.

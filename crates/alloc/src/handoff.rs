@@ -141,7 +141,7 @@ pub async fn move_sections(shared: &Shared, moves: &[pb::Move]) -> Vec<pb::MoveR
 /// section is reclaimed at a new epoch, step 5), and one registered just
 /// now may be missed (the move is refused and can be asked again). What
 /// it spares is releasing a section for a move the store is known to
-/// refuse.
+/// refuse; when no leader answers, every target is left to the store.
 async fn targets<'a>(
     shared: &Shared,
     named: impl Iterator<Item = &'a str>,
@@ -152,18 +152,23 @@ async fn targets<'a>(
     if named.is_empty() {
         return BTreeMap::new();
     }
-    let status = shared.store.leader_status().await;
+    let Some(status) = shared.store.leader_status().await else {
+        // No list to be had (a leader change, say): the store's handoff
+        // checks the target itself, and a refusal there is safe (step 5);
+        // refusing here would turn a passing election into a failed drain.
+        tracing::info!(
+            "handoff: no store leader answered with its list; the store checks the targets"
+        );
+        return BTreeMap::new();
+    };
     named
         .into_iter()
         .map(|to| {
-            let target = match &status {
-                None => Target::Unchecked("no store leader answered with its list".into()),
-                Some(s) => match s.allocs.iter().find(|a| a.alloc_id == to) {
-                    None => Target::NotRegistered,
-                    Some(a) if a.fenced => Target::Fenced,
-                    Some(a) if a.draining => Target::Draining,
-                    Some(_) => Target::Ready,
-                },
+            let target = match status.allocs.iter().find(|a| a.alloc_id == to) {
+                None => Target::NotRegistered,
+                Some(a) if a.fenced => Target::Fenced,
+                Some(a) if a.draining => Target::Draining,
+                Some(_) => Target::Ready,
             };
             (to, target)
         })

@@ -39,8 +39,6 @@ pub enum Target {
     Fenced,
     /// Being drained.
     Draining,
-    /// The store's list could not be read (why).
-    Unchecked(String),
 }
 
 impl Target {
@@ -60,11 +58,6 @@ impl Target {
                 section,
                 to,
                 state: "draining",
-            }),
-            Target::Unchecked(why) => Err(MoveError::TargetUnchecked {
-                section,
-                to,
-                why: why.clone(),
             }),
         }
     }
@@ -355,14 +348,6 @@ mod tests {
                     section: 0,
                     to: to(),
                     state: "draining",
-                },
-            ),
-            (
-                Target::Unchecked("no leader".into()),
-                MoveError::TargetUnchecked {
-                    section: 0,
-                    to: to(),
-                    why: "no leader".into(),
                 },
             ),
         ];

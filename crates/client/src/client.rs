@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, Rw
 use std::time::Duration;
 
 use seqsvr_core::{Directory, RouteTable, SetId};
+use seqsvr_net::ServerRole;
 use seqsvr_proto::{self as pb};
 use tokio::time::Instant;
 use tonic::transport::Channel;
@@ -34,8 +35,11 @@ pub(crate) struct Inner {
     /// std lock: it is held only to look up or swap a table, never across
     /// an await.
     pub(crate) routes: RwLock<RouteCache>,
-    /// One HTTP/2 channel per AllocSvr or store address.
-    pub(crate) channels: RwLock<HashMap<String, Channel>>,
+    /// The HTTP/2 channels to each AllocSvr or store address, each with
+    /// the role its server was verified to have (usually one per address;
+    /// a seed asked for routes before it is known as an AllocSvr may have
+    /// two under TLS).
+    pub(crate) channels: RwLock<HashMap<String, Vec<(ServerRole, Channel)>>>,
     /// Full refreshes (every seed and known AllocSvr), single-flight.
     pub(crate) full: Flight,
     /// Per set, its fetches from its stores, single-flight.

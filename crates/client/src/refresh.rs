@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use seqsvr_core::{RouteTable, SetId};
+use seqsvr_net::ServerRole;
 use seqsvr_proto::alloc_client::AllocClient;
 use seqsvr_proto::{self as pb};
 use tonic::transport::Channel;
@@ -32,21 +33,38 @@ use crate::client::{lock, read, request, write, SeqClient};
 use crate::routes::Installed;
 
 impl SeqClient {
-    /// The cached channel to `addr`, made on first use.
-    pub(crate) fn channel(&self, addr: &str) -> Result<Channel, String> {
-        if let Some(c) = read(&self.inner.channels).get(addr) {
-            return Ok(c.clone());
+    /// The cached channel to `addr` for a call that needs `role` of the
+    /// server, made on first use. Over TLS the server's certificate must
+    /// show that role (`docs/architecture/security.md`, "Whom a client
+    /// dials"): an AllocSvr's for the calls that hand out numbers, a store
+    /// replica's for a set's table from its stores, either for a seed. A
+    /// channel already made for a narrower role serves a wider one (one
+    /// verified as an AllocSvr's serves "a store replica or an AllocSvr").
+    pub(crate) fn channel(&self, addr: &str, role: ServerRole) -> Result<Channel, String> {
+        let tls = self.inner.options.tls.as_ref();
+        let fits = |have: ServerRole| tls.is_none() || covers(have, role);
+        if let Some(d) = read(&self.inner.channels).get(addr) {
+            if let Some((_, c)) = d.iter().find(|(have, _)| fits(*have)) {
+                return Ok(c.clone());
+            }
         }
         let o = &self.inner.options;
-        let ch = seqsvr_net::client::channel(addr, o.tls.as_ref(), o.connect_timeout)
+        let tls = tls.map(|t| t.clone().expecting(role));
+        let ch = seqsvr_net::client::channel(addr, tls.as_ref(), o.connect_timeout)
             .map_err(|e| e.to_string())?;
         let mut channels = write(&self.inner.channels);
-        Ok(channels.entry(addr.to_string()).or_insert(ch).clone())
+        let dialed = channels.entry(addr.to_string()).or_default();
+        if let Some((_, c)) = dialed.iter().find(|(have, _)| fits(*have)) {
+            return Ok(c.clone());
+        }
+        dialed.push((role, ch.clone()));
+        Ok(ch)
     }
 
-    /// The AllocSvr client for `addr` over its cached channel.
+    /// The AllocSvr client for `addr` over its cached channel, the server
+    /// verified as an AllocSvr.
     pub(crate) fn alloc(&self, addr: &str) -> Result<AllocClient<Channel>, String> {
-        self.channel(addr).map(AllocClient::new)
+        self.channel(addr, ServerRole::Alloc).map(AllocClient::new)
     }
 
     /// Installs a table a server at `from` sent, if it is valid; returns
@@ -97,7 +115,14 @@ impl SeqClient {
         addr: &str,
         timeout: Duration,
     ) -> Result<pb::RouteTable, Failed> {
-        let mut c = self.alloc(addr)?;
+        // A seed may be a store replica or an AllocSvr; an address from a
+        // route table is an AllocSvr's.
+        let role = if self.inner.seeds.iter().any(|s| s == addr) {
+            ServerRole::Server
+        } else {
+            ServerRole::Alloc
+        };
+        let mut c = AllocClient::new(self.channel(addr, role)?);
         let req = request(pb::GetRoutesRequest {}, timeout);
         match tokio::time::timeout(timeout, c.routes(req)).await {
             Ok(Ok(r)) => Ok(r.into_inner()),
@@ -247,5 +272,42 @@ impl From<String> for Failed {
 impl std::fmt::Display for Failed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.message)
+    }
+}
+
+/// Whether a channel whose server was verified as `have` may carry a call
+/// that needs `want`.
+fn covers(have: ServerRole, want: ServerRole) -> bool {
+    have == want
+        || match want {
+            ServerRole::Server => true,
+            ServerRole::AnyStore => matches!(have, ServerRole::Store(_)),
+            _ => false,
+        }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::covers;
+    use seqsvr_net::ServerRole::*;
+
+    #[test]
+    fn a_narrower_verification_serves_a_wider_need() {
+        // (verified as, needed, may serve)
+        let table = [
+            (Alloc, Alloc, true),
+            (Alloc, Server, true),
+            (Store(1), Server, true),
+            (Store(1), AnyStore, true),
+            (AnyStore, Server, true),
+            (Server, Alloc, false),
+            (Server, AnyStore, false),
+            (AnyStore, Alloc, false),
+            (Alloc, AnyStore, false),
+            (AnyStore, Store(1), false),
+        ];
+        for (have, want, ok) in table {
+            assert_eq!(covers(have, want), ok, "{have:?} for {want:?}");
+        }
     }
 }

@@ -37,7 +37,7 @@ impl SeqClient {
         addr: &str,
         timeout: Duration,
     ) -> Result<pb::RouteTable, String> {
-        let mut c = StoreReadClient::new(self.channel(addr)?);
+        let mut c = StoreReadClient::new(self.channel(addr, seqsvr_net::ServerRole::AnyStore)?);
         let req = request(pb::GetRoutesRequest {}, timeout);
         match tokio::time::timeout(timeout, c.get_routes(req)).await {
             Ok(Ok(r)) => Ok(r.into_inner()),

@@ -27,7 +27,7 @@ use tokio_rustls::rustls::{
 };
 
 /// The role a client requires of the server it dials.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ServerRole {
     /// A store replica of any set: for callers that do not know which set
     /// the addresses they were given belong to.
@@ -36,6 +36,10 @@ pub enum ServerRole {
     Store(u32),
     /// An AllocSvr.
     Alloc,
+    /// A server of the cluster, store replica (any set) or AllocSvr: for
+    /// callers given addresses that may be either (a client's seeds, a
+    /// health probe). An operator's certificate is refused.
+    Server,
 }
 
 impl ServerRole {
@@ -50,6 +54,7 @@ impl ServerRole {
             (ServerRole::Store(set), Role::Store(s)) => s.set == *set,
             (ServerRole::Store(_), Role::LegacyStore(_)) => legacy,
             (ServerRole::Alloc, Role::Alloc(_)) => true,
+            (ServerRole::Server, Role::Store(_) | Role::LegacyStore(_) | Role::Alloc(_)) => true,
             _ => false,
         }
     }
@@ -63,6 +68,7 @@ impl fmt::Display for ServerRole {
             ServerRole::AnyStore => write!(f, "a store replica"),
             ServerRole::Store(set) => write!(f, "a store replica of set {set}"),
             ServerRole::Alloc => write!(f, "an AllocSvr"),
+            ServerRole::Server => write!(f, "a store replica or an AllocSvr"),
         }
     }
 }
@@ -185,6 +191,10 @@ mod tests {
             (Alloc, alloc.clone(), false, true),
             (Alloc, store(0, 1), false, false),
             (Alloc, ops.clone(), false, false),
+            (Server, store(3, 1), false, true),
+            (Server, old.clone(), false, true),
+            (Server, alloc.clone(), false, true),
+            (Server, ops.clone(), true, false),
         ];
         for (expect, role, legacy, want) in table {
             assert_eq!(

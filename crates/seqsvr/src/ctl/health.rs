@@ -25,7 +25,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use seqsvr_net::ClientTls;
+use seqsvr_net::{ClientTls, ServerRole};
 use seqsvr_proto::alloc_client::AllocClient;
 use seqsvr_proto::store_read_client::StoreReadClient;
 use seqsvr_proto::{self as pb};
@@ -77,10 +77,13 @@ impl Health {
 }
 
 /// Probes the process at `args.addr`, dialed with `tls` (the CA is enough:
-/// the client plane asks for no certificate). A bad address is an error
-/// (exit 2, like any bad flag).
+/// the client plane asks for no certificate), whose certificate must be a
+/// store replica's or an AllocSvr's: anything else answering there is not
+/// the process probed. A bad address is an error (exit 2, like any bad
+/// flag).
 pub async fn probe(args: &HealthArgs, tls: Option<&ClientTls>) -> Result<Health> {
-    let ch = seqsvr_net::client::channel(&args.addr, tls, args.timeout)?;
+    let tls = tls.map(|t| t.clone().expecting(ServerRole::Server));
+    let ch = seqsvr_net::client::channel(&args.addr, tls.as_ref(), args.timeout)?;
     let addr = &args.addr;
     let asked = async {
         match StoreReadClient::new(ch.clone())

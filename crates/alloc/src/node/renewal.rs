@@ -1,7 +1,11 @@
-//! The renewal loop: every `renew_ms` (or sooner when asked), drop what
-//! is no longer ours ([`reconcile`]), extend the lease from the send time,
-//! then claim what is newly ours with a take-over.
+//! The renewal loop: the node's executor of the control loop's renewal
+//! cycle ([`Control`](crate::control::Control)). It waits for the
+//! interval the last cycle named (or an early request, `renew_now`), then
+//! performs the cycle's effects in order — the renewal call, the drops and
+//! the lease under the ownership lock, the take-overs, the route read —
+//! feeding each answer back, until the cycle ends.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,36 +13,119 @@ use std::time::{Duration, Instant};
 use seqsvr_core::SectionId;
 use seqsvr_proto::{self as pb};
 
+use crate::control::{Effect, Event, Renewal};
 use crate::error::{AllocError, StoreErr};
-use crate::ownership::{claim_pieces, fences, listed_sections, reconcile};
+use crate::ownership::fences;
+use crate::shared::Shared;
 
 use super::routes::refresh_routes;
 use super::Ctx;
 
-/// Renews the lease every `renew_every` (or sooner when asked), until the
-/// process is fenced.
-pub(super) async fn renew_loop(ctx: Arc<Ctx>) {
-    loop {
-        let next = Instant::now() + ctx.renew_every;
-        renew_once(&ctx).await;
+/// Runs renewal cycles, the first due at `next`, until the process is
+/// fenced (`None`).
+pub(super) async fn renew_loop(ctx: Arc<Ctx>, mut next: Option<Instant>) {
+    while let Some(at) = next {
+        let asked = tokio::time::timeout_at(at.into(), ctx.shared.renew_now.notified()).await;
+        let event = if asked.is_ok() {
+            Event::RenewNow
+        } else {
+            Event::Tick
+        };
+        next = run_cycle(&ctx, event).await;
         // Free the cells of sections lost earlier whose last callers have
         // finished, even if nothing is being served to do it.
         ctx.shared.alloc.reclaim();
-        if ctx.shared.is_fenced() {
-            return;
-        }
-        let _ = tokio::time::timeout_at(next.into(), ctx.shared.renew_now.notified()).await;
     }
 }
 
-/// One renewal: drop what is no longer ours, extend the lease from the
-/// send time, then claim what is newly ours.
-pub(super) async fn renew_once(ctx: &Ctx) {
-    let shared = &ctx.shared;
-    if shared.is_fenced() {
-        return;
+/// Runs the renewal cycle `event` starts: performs each effect in turn,
+/// feeding the answers back, until the cycle ends. Returns when the next
+/// one is due (`None`: fenced, never).
+pub(super) async fn run_cycle(ctx: &Ctx, event: Event) -> Option<Instant> {
+    let mut todo: VecDeque<Effect> = step(&ctx.shared, |_| event, None).into();
+    while let Some(effect) = todo.pop_front() {
+        let more = match effect {
+            Effect::Renew { known_version } => renew(ctx, known_version).await,
+            Effect::Claim { pieces } => claim(ctx, pieces).await,
+            Effect::ReadRoutes => refresh_routes(ctx, true).await,
+            Effect::CycleEnded { next, .. } => return next,
+            Effect::ListForgotten { known_version } => {
+                // Not a grant we can act on; the next renewal asks for the list.
+                tracing::warn!(
+                    known_version,
+                    "renewal says the list is unchanged, but none is held"
+                );
+                Vec::new()
+            }
+            other => unreachable!("performed by `step`: {other:?}"),
+        };
+        todo.extend(more);
     }
-    let known_version = ctx.listed.lock().unwrap_or_else(|e| e.into_inner()).0;
+    // A cycle already running (never here: one loop runs them): try again
+    // at the next interval.
+    Some(Instant::now() + ctx.renew_every)
+}
+
+/// Feeds the event `event` builds to the control loop and performs the
+/// effects on this process's memory, in order, under the ownership lock
+/// (so an adopt installing a section either sees a lapse counted here or
+/// is seen by the drops, promise 3): drops, the lease, draining, fencing,
+/// publishing `table` (the one just read), and early renewal requests.
+/// The event is built under the lock too, so what it says of the served
+/// sections holds while the effects run. Returns the effects that call
+/// the store or end the cycle, in order.
+pub(super) fn step(
+    shared: &Shared,
+    event: impl FnOnce(&Shared) -> Event,
+    mut table: Option<pb::RouteTable>,
+) -> Vec<Effect> {
+    let mut own = shared.ownership();
+    let effects = own.on(Instant::now(), event(shared));
+    let mut rest = Vec::new();
+    for effect in effects {
+        match effect {
+            Effect::Drop { sections, lapsed } => {
+                for s in sections {
+                    if shared.alloc.drop_section(s) {
+                        tracing::info!(section = s, lapsed, "section no longer ours: dropped");
+                    }
+                }
+            }
+            Effect::DropIfEpoch { sections } => {
+                for (s, epoch) in sections {
+                    if shared.alloc.drop_section_if_epoch(s, epoch) {
+                        tracing::info!(section = s, epoch, "section routed elsewhere: dropped");
+                    }
+                }
+            }
+            Effect::ExtendLease {
+                sent,
+                lease,
+                lapsed,
+            } => {
+                if lapsed {
+                    shared.metrics.lapses.inc();
+                }
+                shared.lease.granted(sent, lease);
+            }
+            Effect::Draining(d) => shared.draining.store(d, Ordering::Relaxed),
+            Effect::Fence => shared.fence(&mut own, &"the store said so"),
+            Effect::PublishRoutes => {
+                if let Some(t) = table.take() {
+                    shared.set_routes(t);
+                }
+            }
+            Effect::WakeRenewal => shared.renew_now.notify_one(),
+            other => rest.push(other),
+        }
+    }
+    rest
+}
+
+/// [`Effect::Renew`]: one renewal call; its answer goes to the control
+/// loop.
+async fn renew(ctx: &Ctx, known_version: u64) -> Vec<Effect> {
+    let shared = &ctx.shared;
     let sent = Instant::now();
     let renewal = ctx
         .renewer
@@ -49,93 +136,68 @@ pub(super) async fn renew_once(ctx: &Ctx) {
             shared.metrics.renewed(sent.elapsed());
             r
         }
-        Err(e) if fences(&e) => {
-            shared.metrics.renewal(false);
-            return shared.fence(&e);
-        }
         Err(e) => {
             shared.metrics.renewal(false);
-            tracing::warn!(
-                lease_left_ms = shared.lease_left_ms(),
-                "lease renewal failed: {e}"
-            );
-            return;
-        }
-    };
-    let alloc = &shared.alloc;
-    let list = (!reply.sections_unchanged).then(|| {
-        let count = alloc.spec().section_count();
-        (reply.sections_version, expand(&reply.sections, count))
-    });
-    let listed = {
-        let mut cache = ctx.listed.lock().unwrap_or_else(|e| e.into_inner());
-        listed_sections(&mut cache, known_version, list)
-    };
-    let Some(listed) = listed else {
-        // Not a grant we can act on; the next renewal asks for the list.
-        tracing::warn!(
-            known_version,
-            "renewal says the list is unchanged, but none is held"
-        );
-        return;
-    };
-    let claim = {
-        // Under the ownership lock: an adopt installing a section either
-        // sees the lapse counted here or is seen by the drops below
-        // (promise 3); a handoff settling one unmarks it under it too.
-        let mut own = shared.ownership();
-        if shared.is_fenced() {
-            return;
-        }
-        // Drop what is no longer ours *before* extending the lease: a
-        // request admitted by the new lease must not find a section moved
-        // away while our lease had lapsed; and if it had lapsed, drop
-        // everything (promises 1 and 3, see `ownership::reconcile`).
-        let lapsed = !shared.lease.valid_at(Instant::now());
-        let releasing: Vec<SectionId> = own.releasing.keys().copied().collect();
-        let r = reconcile(&alloc.served_sections(), &listed, &releasing, lapsed);
-        if lapsed {
-            own.lapses += 1;
-            shared.metrics.lapses.inc();
-        }
-        for &s in &r.drop {
-            if alloc.drop_section(s) {
-                tracing::info!(section = s, lapsed, "section no longer ours: dropped");
+            let fenced = fences(&e);
+            if fenced {
+                tracing::error!("lease renewal refused: {e}");
+            } else {
+                tracing::warn!(
+                    lease_left_ms = shared.lease_left_ms(),
+                    "lease renewal failed: {e}"
+                );
             }
+            return step(shared, |_| Event::RenewFailed { fenced }, None);
         }
-        shared
-            .lease
-            .granted(sent, Duration::from_millis(reply.lease_ms));
-        r.claim
     };
-    shared.draining.store(reply.draining, Ordering::Relaxed);
-    // Claims go out at once, in pieces the store accepts (`claim_pieces`).
-    let pieces =
-        claim_pieces(&claim)
-            .into_iter()
-            .map(|(first, count)| async move {
-                (first, count, ctx.raiser.take_over(first, count).await)
-            });
-    for (first, count, result) in futures::future::join_all(pieces).await {
-        match result {
+    let count = shared.alloc.spec().section_count();
+    let list = (!reply.sections_unchanged)
+        .then(|| (reply.sections_version, expand(&reply.sections, count)));
+    let grant = Renewal {
+        lease: Duration::from_millis(reply.lease_ms),
+        list,
+        route_version: reply.route_version,
+        draining: reply.draining,
+    };
+    let event = |s: &Shared| Event::Renewed {
+        grant,
+        served: s.alloc.served_sections(),
+    };
+    step(shared, event, None)
+}
+
+/// [`Effect::Claim`]: the take-overs, sent together (the store commits
+/// them together); each answer, then their end, goes to the control loop.
+async fn claim(ctx: &Ctx, pieces: Vec<(SectionId, u32)>) -> Vec<Effect> {
+    let shared = &ctx.shared;
+    let calls = pieces.into_iter().map(|(first, count)| async move {
+        (first, count, ctx.raiser.take_over(first, count).await)
+    });
+    let mut out = Vec::new();
+    for (first, count, result) in futures::future::join_all(calls).await {
+        let fenced = match result {
             Ok(g) => {
                 shared.metrics.sections_started("took_over", g.len());
-                tracing::info!(
-                    first,
-                    count,
-                    epoch = g.first().map(|g| g.epoch),
-                    "took over sections"
-                )
+                let epoch = g.first().map(|g| g.epoch);
+                tracing::info!(first, count, epoch, "took over sections");
+                false
             }
             Err(AllocError::Store(StoreErr::Fenced)) => {
-                return shared.fence(&"a take-over found this incarnation replaced or fenced");
+                tracing::error!(first, count, "a take-over found this incarnation replaced or fenced");
+                true
             }
-            Err(e) => tracing::warn!(first, count, "take-over failed, will retry: {e}"),
-        }
+            Err(e) => {
+                tracing::warn!(first, count, "take-over failed, will retry: {e}");
+                false
+            }
+        };
+        out.extend(step(shared, |_| Event::TakenOver { fenced }, None));
     }
-    if reply.route_version > shared.route_version.load(Ordering::Acquire) {
-        refresh_routes(ctx).await;
-    }
+    let done = |s: &Shared| Event::ClaimsDone {
+        held_routes: s.version(),
+    };
+    out.extend(step(shared, done, None));
+    out
 }
 
 /// The sections of `runs`, in order; sections outside the set (of

@@ -21,7 +21,7 @@ use seqsvr_core::{Epoch, SectionId};
 
 use super::*;
 
-fn list(w: &str) -> Vec<SectionId> {
+fn sections(w: &str) -> Vec<SectionId> {
     if w == "-" || w.is_empty() {
         return Vec::new();
     }
@@ -90,7 +90,7 @@ fn event(w: &Words<'_>) -> Event {
             let l = w.key("list");
             let list = (l != "unchanged").then(|| {
                 let (v, s) = l.split_once(':').expect("version:sections");
-                (v.parse().expect("a version"), list(s))
+                (v.parse().expect("a version"), sections(s))
             });
             Event::Renewed {
                 grant: Renewal {
@@ -99,7 +99,7 @@ fn event(w: &Words<'_>) -> Event {
                     route_version: w.num("routes"),
                     draining: w.flag("draining"),
                 },
-                served: list(w.key("served")),
+                served: sections(w.key("served")),
             }
         }
         "renew-failed" => Event::RenewFailed {
@@ -114,8 +114,8 @@ fn event(w: &Words<'_>) -> Event {
         "routes" => Event::RoutesRead {
             read: Some(RouteFacts {
                 before: epochs(w.key("before")),
-                routed_here: list(w.key("here")),
-                served: list(w.key("served")),
+                routed_here: sections(w.key("here")),
+                served: sections(w.key("served")),
                 version: w.num("version"),
                 held: w.num("held"),
             }),

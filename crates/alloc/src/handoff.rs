@@ -86,7 +86,13 @@ impl Mark<'_> {
     /// for an early renewal ([`Event::HandoffSettled`]).
     fn finish(mut self, own: &mut Ownership, handed_off: bool) {
         let section = self.section;
-        let effects = own.on(Instant::now(), Event::HandoffSettled { section, handed_off });
+        let effects = own.on(
+            Instant::now(),
+            Event::HandoffSettled {
+                section,
+                handed_off,
+            },
+        );
         self.done = true;
         for e in effects {
             if e == Effect::WakeRenewal {

@@ -153,7 +153,12 @@ impl Shared {
     /// the owner's lease has certainly expired; failover.md, Timing), and
     /// no renewal can drop it between this check and the action (promise 3).
     pub fn may_serve(&self, own: &Ownership, lapses_before: u64) -> bool {
-        may_act_on_read(self.lease_ok(), self.is_fenced(), own.lapses(), lapses_before)
+        may_act_on_read(
+            self.lease_ok(),
+            self.is_fenced(),
+            own.lapses(),
+            lapses_before,
+        )
     }
 
     /// Marks this process fenced and stops serving everything: the store

@@ -25,7 +25,9 @@ fn sections(w: &str) -> Vec<SectionId> {
     if w == "-" || w.is_empty() {
         return Vec::new();
     }
-    w.split(',').map(|s| s.parse().expect("a section")).collect()
+    w.split(',')
+        .map(|s| s.parse().expect("a section"))
+        .collect()
 }
 
 fn epochs(w: &str) -> Vec<(SectionId, Epoch)> {

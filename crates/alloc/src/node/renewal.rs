@@ -183,7 +183,11 @@ async fn claim(ctx: &Ctx, pieces: Vec<(SectionId, u32)>) -> Vec<Effect> {
                 false
             }
             Err(AllocError::Store(StoreErr::Fenced)) => {
-                tracing::error!(first, count, "a take-over found this incarnation replaced or fenced");
+                tracing::error!(
+                    first,
+                    count,
+                    "a take-over found this incarnation replaced or fenced"
+                );
                 true
             }
             Err(e) => {

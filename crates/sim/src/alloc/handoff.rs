@@ -2,6 +2,7 @@
 //! the store's conditional `Handoff`, the adopt, the read-back after a
 //! failure) and the receiving side's adopts (read, decide, install).
 
+use seqsvr_alloc::control::Event;
 use seqsvr_alloc::handoff::{
     ADOPT_CONNECT, ADOPT_READ_DEADLINE, ADOPT_TIMEOUT, CHECK_DEADLINE, HANDOFF_DEADLINE,
     STORE_ATTEMPT,
@@ -10,7 +11,6 @@ use seqsvr_alloc::ownership::{
     admit, adopt_pending, decide_adopt, decide_after_handoff, release_section, AdoptRefusal,
     Adoption, AfterHandoff, NotAdmitted, Target,
 };
-use seqsvr_alloc::control::Event;
 use seqsvr_alloc::CallError;
 
 use crate::env::{trace, Env};

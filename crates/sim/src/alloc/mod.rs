@@ -88,8 +88,8 @@ mod service;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use seqsvr_alloc::lease::Lease;
 use seqsvr_alloc::control::{Control, Event};
+use seqsvr_alloc::lease::Lease;
 use seqsvr_alloc::ownership::{may_act_on_read, Backoff, Released};
 use seqsvr_alloc::{Allocator, RaiseRequest, RaiserConfig};
 use seqsvr_core::{AllocId, Epoch, Incarnation, SectionId};

@@ -122,7 +122,10 @@ impl Allocs {
             }
         }
         if knobs.lease_before_drop {
-            if let Some(i) = effects.iter().position(|e| matches!(e, Effect::Drop { .. })) {
+            if let Some(i) = effects
+                .iter()
+                .position(|e| matches!(e, Effect::Drop { .. }))
+            {
                 let drop = effects.remove(i);
                 let lease = (effects.iter())
                     .position(|e| matches!(e, Effect::ExtendLease { .. }))
@@ -271,7 +274,13 @@ impl Allocs {
     /// [`Effect::CycleEnded`]: the next renewal at the time named (none
     /// once fenced); after start-up's cycle the process serves and its
     /// route loop starts.
-    fn cycle_ended(&mut self, env: &mut Env, p: Slot, next: Option<std::time::Instant>, first: bool) {
+    fn cycle_ended(
+        &mut self,
+        env: &mut Env,
+        p: Slot,
+        next: Option<std::time::Instant>,
+        first: bool,
+    ) {
         let Some(next) = next else {
             return;
         };

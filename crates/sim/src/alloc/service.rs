@@ -4,8 +4,8 @@
 //! plane's `Release` and `Refresh` of a range move; and the raiser's rounds
 //! (`raiser.rs`), settled together.
 
-use seqsvr_alloc::ownership::{admit, release_moved, settle_raise, NotAdmitted, RaiseOutcome};
 use seqsvr_alloc::control::Event;
+use seqsvr_alloc::ownership::{admit, release_moved, settle_raise, NotAdmitted, RaiseOutcome};
 use seqsvr_alloc::{AllocError, RaiseRequest, StoreErr};
 use seqsvr_core::{Place, SectionId};
 use seqsvr_store::types::{Rejection, Reply};

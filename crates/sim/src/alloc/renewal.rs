@@ -92,9 +92,9 @@ impl Allocs {
     /// The knobs that restore the renewal's old orders, as perturbations of
     /// a granted renewal's effects: `keep_sections_after_lapse` (bug 2)
     /// neither drops nor claims again what is served and listed after a
-    /// lapse — a section both dropped and claimed; `lease_before_drop` (bug
-    /// 1) extends the lease before the drops, which then come a moment
-    /// later with the claims.
+    /// lapse — a section both dropped and claimed; `lease_before_drop`
+    /// (bug 1) extends the lease before the drops, which then come a
+    /// moment later with the claims.
     fn perturb(env: &Env, mut effects: Vec<Effect>) -> Vec<Effect> {
         let knobs = &env.cfg.knobs;
         if knobs.keep_sections_after_lapse {

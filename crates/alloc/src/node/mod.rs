@@ -31,11 +31,14 @@
 //! - `renewal`: the renewal loop, executing the control loop's renewal
 //!   cycle ([`Control`](crate::control::Control): reconcile, extend the
 //!   lease, claim);
-//! - `routes`: the route loop (its reads go to the control loop too).
+//! - `routes`: the route loop (its reads go to the control loop too);
+//! - `effects`: the control loop's effects on memory, under the
+//!   ownership lock.
 //!
 //! [`reconcile`]: crate::ownership::reconcile
 
 mod config;
+mod effects;
 mod gate;
 mod registration;
 mod renewal;

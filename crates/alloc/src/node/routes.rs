@@ -1,7 +1,7 @@
 //! The route loop: re-reads the route table every `route_poll_ms`; the
 //! control loop decides what each read changes (publish it, drop sections
 //! routed away, renew early when a section was routed here), and
-//! [`step`](super::renewal::step) performs it.
+//! [`step`](super::effects::step) performs it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use crate::control::{Effect, Event, RouteFacts};
 use crate::ownership::served_epochs;
 use crate::shared::Shared;
 
-use super::renewal::step;
+use super::effects::step;
 use super::Ctx;
 
 /// Re-reads the route table every `poll`.

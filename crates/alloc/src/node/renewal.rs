@@ -61,9 +61,10 @@ pub(super) async fn run_cycle(ctx: &Ctx, event: Event) -> Option<Instant> {
         };
         todo.extend(more);
     }
-    // A cycle already running (never here: one loop runs them): try again
-    // at the next interval.
-    Some(Instant::now() + ctx.renew_every)
+    // Nothing started (a cycle already running, never here: one loop runs
+    // them; or fenced): try again at the next interval, unless fenced.
+    let fenced = ctx.shared.ownership().fenced();
+    (!fenced).then(|| Instant::now() + ctx.renew_every)
 }
 
 /// [`Effect::Renew`]: one renewal call; its answer goes to the control

@@ -45,6 +45,7 @@ use seqsvr_proto::{self as pb};
 use seqsvr_store_api::SectionInfo;
 use tonic::transport::Channel;
 
+use crate::control::{Effect, Event};
 use crate::error::{CallError, MoveError};
 use crate::ownership::{
     adopt_pending, decide_adopt, decide_after_handoff, release_section, runs, Adoption,
@@ -80,16 +81,31 @@ struct Mark<'a> {
 }
 
 impl Mark<'_> {
-    fn finish(mut self, own: &mut Ownership) {
-        own.releasing.remove(&self.section);
+    /// Ends the move under the ownership lock `own`: the control loop
+    /// takes the mark off and, if the store did not move the section, asks
+    /// for an early renewal ([`Event::HandoffSettled`]).
+    fn finish(mut self, own: &mut Ownership, handed_off: bool) {
+        let section = self.section;
+        let effects = own.on(
+            Instant::now(),
+            Event::HandoffSettled {
+                section,
+                handed_off,
+            },
+        );
         self.done = true;
+        for e in effects {
+            if e == Effect::WakeRenewal {
+                self.shared.renew_now.notify_one();
+            }
+        }
     }
 }
 
 impl Drop for Mark<'_> {
     fn drop(&mut self) {
         if !self.done {
-            self.shared.ownership().releasing.remove(&self.section);
+            self.shared.ownership().unmark(self.section);
         }
     }
 }
@@ -106,7 +122,7 @@ fn release<'a>(
     let mut own = shared.ownership();
     let released = release_section(
         &shared.alloc,
-        &mut own.releasing,
+        own.releasing_mut(),
         &shared.id,
         m.section,
         &m.to_alloc,
@@ -208,7 +224,7 @@ pub async fn move_section(shared: &Shared, m: &pb::Move, target: &Target) -> pb:
         .await;
     match answer {
         Ok((grant, to_peer)) => {
-            mark.finish(&mut shared.ownership());
+            mark.finish(&mut shared.ownership(), true);
             let told = tell_new_owner(shared, &to_peer, section, grant.epoch).await;
             result.unavailable_us = start.elapsed().as_micros() as u64;
             // `ok`: the section moved. An adopt that did not get through is
@@ -283,10 +299,9 @@ async fn settle(shared: &Shared, mark: Mark<'_>, section: SectionId, released: R
              if it is still ours)"
         ),
     };
-    mark.finish(&mut own);
-    // Unmarked: the next renewal claims it if it is listed. Ask for that
-    // renewal now rather than at the next interval (a no-op if fenced).
-    shared.renew_now.notify_one();
+    // Unmarked: the next renewal claims it if it is listed; the control
+    // loop asks for that renewal now rather than at the next interval.
+    mark.finish(&mut own, false);
     after
 }
 
@@ -343,7 +358,7 @@ pub async fn adopt(shared: &Shared, sections: &[pb::Adopted]) -> Result<u32, Cal
     if pending.is_empty() {
         return Ok(0); // a repeat: everything is installed already
     }
-    let lapses_before = shared.ownership().lapses;
+    let lapses_before = shared.ownership().lapses();
     let infos = read_sections(shared, pending.iter().map(|&(s, _)| s)).await?;
     let me = &shared.id;
     let incarnation = shared.incarnation();

@@ -30,19 +30,24 @@
 //!   the store; [`Grant`] is the project's one grant type.
 //! - [`mem`]: [`MemCeilingStore`](mem::MemCeilingStore), an in-memory store
 //!   with the store's take-over contract and injectable faults.
+//! - [`control`]: [`Control`](control::Control), the control loop as a
+//!   state machine (`on(now, event) -> effects`): the renewal cycle, route
+//!   reads, releasing marks, lapses, fencing; the node and the seeded
+//!   simulation both execute its effects.
 //! - [`ownership`]: the ownership decisions as pure functions (renewal
-//!   reconciliation, adopt, after a failed handoff), shared with the
-//!   seeded simulation.
+//!   reconciliation, adopt, after a failed handoff), the control loop's
+//!   helpers, shared with the seeded simulation.
 //! - [`service`]: the gRPC services, one per plane (client: `Next`,
 //!   `NextBatch`, `Current`, `Routes`, `Status`; peer: `Adopt`; admin:
 //!   `Handoff`, `Status`), and their one mapping of errors to statuses.
 //! - [`shared`]: what the services share with the node's background tasks:
 //!   [`Shared`](shared::Shared) (allocator, lease, route table, fence,
-//!   metrics), the [`Ownership`](shared::Ownership) lock, sections being
-//!   released and the channels to other AllocSvrs.
+//!   metrics), the [`Ownership`](shared::Ownership) lock (which holds the
+//!   control loop) and the channels to other AllocSvrs.
 //! - [`node`]: a running AllocSvr: config, start-up (a fresh incarnation,
-//!   register, claim the sections routed here with take-overs), lease
-//!   renewal, route sync, fencing, serving.
+//!   register, claim the sections routed here with take-overs), the
+//!   executor of the control loop's effects (lease renewal, route sync,
+//!   fencing), serving.
 //! - [`lease`]: the AllocSvr's view of its lease (clock passed in).
 //! - [`handoff`]: planned moves with an explicit release, and adopt.
 //! - [`store_link`]: the [`CeilingStore`] backed by the StoreSvr's peer
@@ -88,6 +93,7 @@
 
 pub mod allocator;
 pub mod ceiling;
+pub mod control;
 pub mod error;
 pub mod handoff;
 pub mod lease;

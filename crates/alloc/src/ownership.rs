@@ -6,9 +6,11 @@
 //! memory ([`take_over_known`], [`served_epochs`], [`release_section`],
 //! [`adopt_pending`], [`release_moved`]) touch nothing else.
 //!
-//! `node/`, `raiser.rs`, `handoff.rs` and `shared.rs` act on these
-//! decisions; the seeded simulation (`crates/sim`) calls the same
-//! functions, so what it checks is what runs. The protocol is described in
+//! The control loop ([`Control`](crate::control::Control)) orders the
+//! renewal's and route reads' decisions; `raiser.rs`, `handoff.rs` and
+//! `shared.rs` act on the others. The seeded simulation (`crates/sim`)
+//! runs the same control loop and calls the same functions, so what it
+//! checks is what runs. The protocol is described in
 //! `docs/architecture/failover.md` (leases, fencing, planned moves) and
 //! `docs/architecture/alloc.md` (ownership, skip ahead).
 //!

@@ -9,7 +9,7 @@
 //! The mapping of errors to statuses stays with the services
 //! ([`Shared::status`], in `service.rs`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
@@ -22,29 +22,22 @@ use tokio::sync::Notify;
 use tonic::transport::Channel;
 
 use crate::allocator::Allocator;
+use crate::control::Control;
 use crate::error::CallError;
 use crate::lease::Lease;
 use crate::metrics::AllocMetrics;
-use crate::ownership::{admit, may_act_on_read, release_moved, NotAdmitted, Released};
+use crate::ownership::{admit, may_act_on_read, release_moved, NotAdmitted};
 
 /// Peer channels by address.
 pub type PeerChannels = std::sync::Mutex<HashMap<String, Channel>>;
 
 /// Who may change which sections this process serves, outside the hot
-/// path: the renewal's reconciliation, handoffs settling a section, adopts
-/// installing one, and fencing all take this lock, so none of them acts on
-/// a lease lapse it did not see (promise 3; see [`Shared::may_serve`]).
-#[derive(Debug, Default)]
-pub struct Ownership {
-    /// Sections being handed off: stopped here, store handoff (or its
-    /// check) in flight. Renewals neither claim nor drop them.
-    pub releasing: BTreeMap<SectionId, Released>,
-    /// How many granted renewals found the lease had lapsed. A decision
-    /// based on a store read may be acted on only if this did not change
-    /// since before the read: a lapse in between means the section may have
-    /// moved away (and back) after the read.
-    pub lapses: u64,
-}
+/// path: the control loop ([`Control`]: renewals' reconciliation, route
+/// reads, releasing marks, lapse counting), handoffs settling a section,
+/// adopts installing one, and fencing all act under this lock, so none of
+/// them acts on a lease lapse it did not see (promise 3; see
+/// [`Shared::may_serve`]).
+pub type Ownership = Control;
 
 /// What the services share with the node's background tasks.
 #[derive(Debug)]
@@ -77,7 +70,8 @@ pub struct Shared {
     pub store: PeerClient,
     /// TLS for dialing other AllocSvrs (adopt), if any.
     pub client_tls: Option<ClientTls>,
-    /// Sections being released, and lease lapses seen.
+    /// The control loop: the section list, releasing marks, lease lapses
+    /// seen, the renewal cycle, the fence (`control/`).
     pub ownership: Mutex<Ownership>,
     /// Channels to other AllocSvrs' peer planes, by address (adopts).
     pub peers: PeerChannels,
@@ -159,14 +153,21 @@ impl Shared {
     /// the owner's lease has certainly expired; failover.md, Timing), and
     /// no renewal can drop it between this check and the action (promise 3).
     pub fn may_serve(&self, own: &Ownership, lapses_before: u64) -> bool {
-        may_act_on_read(self.lease_ok(), self.is_fenced(), own.lapses, lapses_before)
+        may_act_on_read(
+            self.lease_ok(),
+            self.is_fenced(),
+            own.lapses(),
+            lapses_before,
+        )
     }
 
     /// Marks this process fenced and stops serving everything: the store
-    /// says another incarnation holds our id, or an operator fenced us. It
-    /// never serves again; a restart registers a new incarnation.
-    pub fn fence(&self, why: &dyn std::fmt::Display) {
-        let _own = self.ownership();
+    /// says another incarnation holds our id ([`Effect::Fence`], performed
+    /// under the ownership lock, `_own`). It never serves again; a restart
+    /// registers a new incarnation.
+    ///
+    /// [`Effect::Fence`]: crate::control::Effect::Fence
+    pub fn fence(&self, _own: &mut Ownership, why: &dyn std::fmt::Display) {
         if self.fenced.swap(true, Ordering::AcqRel) {
             return;
         }

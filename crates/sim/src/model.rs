@@ -644,11 +644,9 @@ pub(crate) enum ATimer {
     RoutesRetry,
     /// The pause (SIGSTOP) ends.
     Resume,
-    /// The drops of a renewal, a moment after its lease extension (the
-    /// `lease_before_drop` knob).
-    DropLater(Vec<SectionId>),
-    /// A renewal's claims start (after its lease extension).
-    Claims,
+    /// The control loop's effects after a lease extension, a moment
+    /// later (the claims; with the `lease_before_drop` knob the drops too).
+    Effects(Vec<seqsvr_alloc::control::Effect>),
     /// A handoff's adopt got no answer in time.
     AdoptTimeout(u64),
 }

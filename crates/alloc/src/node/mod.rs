@@ -28,12 +28,17 @@
 //! - `registration`: the incarnation drawn at start, its registration,
 //!   the first route read;
 //! - this file: the listeners, start-up, shutdown, serving the planes;
-//! - `renewal`: the renewal loop (reconcile, extend the lease, claim);
-//! - `routes`: the route loop.
+//! - `renewal`: the renewal loop, executing the control loop's renewal
+//!   cycle ([`Control`](crate::control::Control): reconcile, extend the
+//!   lease, claim);
+//! - `routes`: the route loop (its reads go to the control loop too);
+//! - `effects`: the control loop's effects on memory, under the
+//!   ownership lock.
 //!
 //! [`reconcile`]: crate::ownership::reconcile
 
 mod config;
+mod effects;
 mod gate;
 mod registration;
 mod renewal;
@@ -49,7 +54,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use seqsvr_core::{Incarnation, SectionId};
+use seqsvr_core::Incarnation;
 use seqsvr_net::calls::{CallMetrics, CallMetricsLayer};
 use seqsvr_net::Plane;
 use seqsvr_proto::alloc_admin_server::AllocAdminServer;
@@ -63,6 +68,7 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
 use crate::allocator::{AllocConfig, Allocator};
+use crate::control::Event;
 use crate::error::NodeError;
 use crate::lease::Lease;
 use crate::raiser::{Raiser, RaiserConfig};
@@ -73,7 +79,7 @@ use crate::warm::Warmed;
 
 use gate::{Gated, Phase, StartState};
 use registration::{read_routes, register};
-use renewal::{renew_loop, renew_once};
+use renewal::{renew_loop, run_cycle};
 use routes::route_loop;
 
 /// The three listeners of an AllocSvr, bound by the caller (so tests can
@@ -156,10 +162,7 @@ struct Ctx {
     renewer: PeerClient,
     /// Route reads.
     reader: PeerClient,
-    /// The section list of the last renewal that carried one, and its
-    /// `sections_version`: renewals send the version and get the list only
-    /// when it changed.
-    listed: Mutex<(u64, Vec<SectionId>)>,
+    /// The renewal interval.
     renew_every: Duration,
 }
 
@@ -331,7 +334,7 @@ impl AllocNode {
             addrs,
             store: store.clone(),
             client_tls,
-            ownership: Mutex::new(Ownership::default()),
+            ownership: Mutex::new(Ownership::new(renew_every)),
             peers: Default::default(),
             metrics: metrics.clone(),
             renew_now: Notify::new(),
@@ -346,11 +349,10 @@ impl AllocNode {
             raiser: Raiser::new(alloc.clone(), ceilings.clone(), RaiserConfig::default()),
             renewer,
             reader,
-            listed: Mutex::new((0, Vec::new())),
             renew_every,
         });
         // A first lease and our sections before serving anything.
-        renew_once(&ctx).await;
+        let next_renewal = run_cycle(&ctx, Event::RenewNow).await;
 
         let peer_local_addr = peer_l.local_addr();
         let admin_local_addr = admin_l.local_addr();
@@ -382,7 +384,7 @@ impl AllocNode {
             )),
         ];
         let control = vec![
-            control.spawn(renew_loop(ctx.clone())),
+            control.spawn(renew_loop(ctx.clone(), next_renewal)),
             tokio::spawn(route_loop(ctx, poll)),
             tokio::spawn(raiser.run(stopped(&stop))),
         ];

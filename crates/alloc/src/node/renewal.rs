@@ -1,44 +1,76 @@
-//! The renewal loop: every `renew_ms` (or sooner when asked), drop what
-//! is no longer ours ([`reconcile`]), extend the lease from the send time,
-//! then claim what is newly ours with a take-over.
+//! The renewal loop: the node's executor of the control loop's renewal
+//! cycle ([`Control`](crate::control::Control)). It waits for the
+//! interval the last cycle named (or an early request, `renew_now`), then
+//! performs the cycle's effects in order — the renewal call, the drops and
+//! the lease under the ownership lock, the take-overs, the route read —
+//! feeding each answer back, until the cycle ends.
 
-use std::sync::atomic::Ordering;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use seqsvr_core::SectionId;
 use seqsvr_proto::{self as pb};
 
+use crate::control::{Effect, Event, Renewal};
 use crate::error::{AllocError, StoreErr};
-use crate::ownership::{claim_pieces, fences, listed_sections, reconcile};
+use crate::ownership::fences;
+use crate::shared::Shared;
 
+use super::effects::step;
 use super::routes::refresh_routes;
 use super::Ctx;
 
-/// Renews the lease every `renew_every` (or sooner when asked), until the
-/// process is fenced.
-pub(super) async fn renew_loop(ctx: Arc<Ctx>) {
-    loop {
-        let next = Instant::now() + ctx.renew_every;
-        renew_once(&ctx).await;
+/// Runs renewal cycles, the first due at `next`, until the process is
+/// fenced (`None`).
+pub(super) async fn renew_loop(ctx: Arc<Ctx>, mut next: Option<Instant>) {
+    while let Some(at) = next {
+        let asked = tokio::time::timeout_at(at.into(), ctx.shared.renew_now.notified()).await;
+        let event = if asked.is_ok() {
+            Event::RenewNow
+        } else {
+            Event::Tick
+        };
+        next = run_cycle(&ctx, event).await;
         // Free the cells of sections lost earlier whose last callers have
         // finished, even if nothing is being served to do it.
         ctx.shared.alloc.reclaim();
-        if ctx.shared.is_fenced() {
-            return;
-        }
-        let _ = tokio::time::timeout_at(next.into(), ctx.shared.renew_now.notified()).await;
     }
 }
 
-/// One renewal: drop what is no longer ours, extend the lease from the
-/// send time, then claim what is newly ours.
-pub(super) async fn renew_once(ctx: &Ctx) {
-    let shared = &ctx.shared;
-    if shared.is_fenced() {
-        return;
+/// Runs the renewal cycle `event` starts: performs each effect in turn,
+/// feeding the answers back, until the cycle ends. Returns when the next
+/// one is due (`None`: fenced, never).
+pub(super) async fn run_cycle(ctx: &Ctx, event: Event) -> Option<Instant> {
+    let mut todo: VecDeque<Effect> = step(&ctx.shared, |_| event, None).into();
+    while let Some(effect) = todo.pop_front() {
+        let more = match effect {
+            Effect::Renew { known_version } => renew(ctx, known_version).await,
+            Effect::Claim { pieces } => claim(ctx, pieces).await,
+            Effect::ReadRoutes => refresh_routes(ctx, true).await,
+            Effect::CycleEnded { next, .. } => return next,
+            Effect::ListForgotten { known_version } => {
+                // Not a grant we can act on; the next renewal asks for the list.
+                tracing::warn!(
+                    known_version,
+                    "renewal says the list is unchanged, but none is held"
+                );
+                Vec::new()
+            }
+            other => unreachable!("performed by `step`: {other:?}"),
+        };
+        todo.extend(more);
     }
-    let known_version = ctx.listed.lock().unwrap_or_else(|e| e.into_inner()).0;
+    // Nothing started (a cycle already running, never here: one loop runs
+    // them; or fenced): try again at the next interval, unless fenced.
+    let fenced = ctx.shared.ownership().fenced();
+    (!fenced).then(|| Instant::now() + ctx.renew_every)
+}
+
+/// [`Effect::Renew`]: one renewal call; its answer goes to the control
+/// loop.
+async fn renew(ctx: &Ctx, known_version: u64) -> Vec<Effect> {
+    let shared = &ctx.shared;
     let sent = Instant::now();
     let renewal = ctx
         .renewer
@@ -49,93 +81,72 @@ pub(super) async fn renew_once(ctx: &Ctx) {
             shared.metrics.renewed(sent.elapsed());
             r
         }
-        Err(e) if fences(&e) => {
-            shared.metrics.renewal(false);
-            return shared.fence(&e);
-        }
         Err(e) => {
             shared.metrics.renewal(false);
-            tracing::warn!(
-                lease_left_ms = shared.lease_left_ms(),
-                "lease renewal failed: {e}"
-            );
-            return;
-        }
-    };
-    let alloc = &shared.alloc;
-    let list = (!reply.sections_unchanged).then(|| {
-        let count = alloc.spec().section_count();
-        (reply.sections_version, expand(&reply.sections, count))
-    });
-    let listed = {
-        let mut cache = ctx.listed.lock().unwrap_or_else(|e| e.into_inner());
-        listed_sections(&mut cache, known_version, list)
-    };
-    let Some(listed) = listed else {
-        // Not a grant we can act on; the next renewal asks for the list.
-        tracing::warn!(
-            known_version,
-            "renewal says the list is unchanged, but none is held"
-        );
-        return;
-    };
-    let claim = {
-        // Under the ownership lock: an adopt installing a section either
-        // sees the lapse counted here or is seen by the drops below
-        // (promise 3); a handoff settling one unmarks it under it too.
-        let mut own = shared.ownership();
-        if shared.is_fenced() {
-            return;
-        }
-        // Drop what is no longer ours *before* extending the lease: a
-        // request admitted by the new lease must not find a section moved
-        // away while our lease had lapsed; and if it had lapsed, drop
-        // everything (promises 1 and 3, see `ownership::reconcile`).
-        let lapsed = !shared.lease.valid_at(Instant::now());
-        let releasing: Vec<SectionId> = own.releasing.keys().copied().collect();
-        let r = reconcile(&alloc.served_sections(), &listed, &releasing, lapsed);
-        if lapsed {
-            own.lapses += 1;
-            shared.metrics.lapses.inc();
-        }
-        for &s in &r.drop {
-            if alloc.drop_section(s) {
-                tracing::info!(section = s, lapsed, "section no longer ours: dropped");
+            let fenced = fences(&e);
+            if fenced {
+                tracing::error!("lease renewal refused: {e}");
+            } else {
+                tracing::warn!(
+                    lease_left_ms = shared.lease_left_ms(),
+                    "lease renewal failed: {e}"
+                );
             }
+            return step(shared, |_| Event::RenewFailed { fenced }, None);
         }
-        shared
-            .lease
-            .granted(sent, Duration::from_millis(reply.lease_ms));
-        r.claim
     };
-    shared.draining.store(reply.draining, Ordering::Relaxed);
-    // Claims go out at once, in pieces the store accepts (`claim_pieces`).
-    let pieces =
-        claim_pieces(&claim)
-            .into_iter()
-            .map(|(first, count)| async move {
-                (first, count, ctx.raiser.take_over(first, count).await)
-            });
-    for (first, count, result) in futures::future::join_all(pieces).await {
-        match result {
+    let count = shared.alloc.spec().section_count();
+    let list = (!reply.sections_unchanged)
+        .then(|| (reply.sections_version, expand(&reply.sections, count)));
+    let grant = Renewal {
+        lease: Duration::from_millis(reply.lease_ms),
+        list,
+        route_version: reply.route_version,
+        draining: reply.draining,
+    };
+    let event = |s: &Shared| Event::Renewed {
+        grant,
+        served: s.alloc.served_sections(),
+    };
+    step(shared, event, None)
+}
+
+/// [`Effect::Claim`]: the take-overs, sent together (the store commits
+/// them together); each answer, then their end, goes to the control loop.
+async fn claim(ctx: &Ctx, pieces: Vec<(SectionId, u32)>) -> Vec<Effect> {
+    let shared = &ctx.shared;
+    let calls = pieces.into_iter().map(|(first, count)| async move {
+        (first, count, ctx.raiser.take_over(first, count).await)
+    });
+    let mut out = Vec::new();
+    for (first, count, result) in futures::future::join_all(calls).await {
+        let fenced = match result {
             Ok(g) => {
                 shared.metrics.sections_started("took_over", g.len());
-                tracing::info!(
-                    first,
-                    count,
-                    epoch = g.first().map(|g| g.epoch),
-                    "took over sections"
-                )
+                let epoch = g.first().map(|g| g.epoch);
+                tracing::info!(first, count, epoch, "took over sections");
+                false
             }
             Err(AllocError::Store(StoreErr::Fenced)) => {
-                return shared.fence(&"a take-over found this incarnation replaced or fenced");
+                tracing::error!(
+                    first,
+                    count,
+                    "a take-over found this incarnation replaced or fenced"
+                );
+                true
             }
-            Err(e) => tracing::warn!(first, count, "take-over failed, will retry: {e}"),
-        }
+            Err(e) => {
+                tracing::warn!(first, count, "take-over failed, will retry: {e}");
+                false
+            }
+        };
+        out.extend(step(shared, |_| Event::TakenOver { fenced }, None));
     }
-    if reply.route_version > shared.route_version.load(Ordering::Acquire) {
-        refresh_routes(ctx).await;
-    }
+    let done = |s: &Shared| Event::ClaimsDone {
+        held_routes: s.version(),
+    };
+    out.extend(step(shared, done, None));
+    out
 }
 
 /// The sections of `runs`, in order; sections outside the set (of

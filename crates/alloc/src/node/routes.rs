@@ -1,62 +1,60 @@
-//! The route loop: re-reads the route table every `route_poll_ms`,
-//! publishes it, drops sections routed away and asks for an early renewal
-//! when a section was routed here.
+//! The route loop: re-reads the route table every `route_poll_ms`; the
+//! control loop decides what each read changes (publish it, drop sections
+//! routed away, renew early when a section was routed here), and
+//! [`step`](super::effects::step) performs it.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use seqsvr_core::SectionId;
 use seqsvr_proto::{self as pb};
 
-use crate::ownership::{after_route_read, served_epochs};
+use crate::control::{Effect, Event, RouteFacts};
+use crate::ownership::served_epochs;
+use crate::shared::Shared;
 
+use super::effects::step;
 use super::Ctx;
 
-/// Re-reads the route table every `poll`: publishes it, drops sections
-/// routed away at once, and renews early when a section was routed here.
+/// Re-reads the route table every `poll`.
 pub(super) async fn route_loop(ctx: Arc<Ctx>, poll: Duration) {
     let mut tick = tokio::time::interval(poll);
     loop {
         tick.tick().await;
-        refresh_routes(&ctx).await;
+        refresh_routes(&ctx, false).await;
     }
 }
 
-/// One route read, as [`after_route_read`] decides: drops what the table
-/// routes elsewhere, asks for an early renewal when a section routed here
-/// is not served, publishes the table.
-pub(super) async fn refresh_routes(ctx: &Ctx) {
+/// One route read (`renewal`: the renewal cycle's own), compared with what
+/// was served *before* it ([`served_epochs`]; see
+/// [`after_route_read`](crate::ownership::after_route_read) for why).
+/// Returns the effects left for the renewal cycle (its end).
+pub(super) async fn refresh_routes(ctx: &Ctx, renewal: bool) -> Vec<Effect> {
     let shared = &ctx.shared;
-    let alloc = &shared.alloc;
-    // What was served *before* the read, with its epoch (see
-    // `after_route_read` for why).
-    let before = served_epochs(alloc);
-    let t = match ctx.reader.routes().await {
-        Ok(t) => t,
-        Err(e) => return tracing::debug!("route refresh failed: {e}"),
-    };
-    let here: Vec<SectionId> = (0..t.set.section_count())
-        .filter(|&s| t.entry_for_section(s).is_some_and(|e| e.alloc == shared.id))
-        .collect();
-    let read = after_route_read(
-        &before,
-        &here,
-        &alloc.served_sections(),
-        shared.is_fenced(),
-        t.version,
-        shared.route_version.load(Ordering::Acquire),
-    );
-    for (s, epoch) in read.drop {
-        // Promise 3: the table says someone else owns it now.
-        if alloc.drop_section_if_epoch(s, epoch) {
-            tracing::info!(section = s, epoch, "section routed elsewhere: dropped");
+    let before = served_epochs(&shared.alloc);
+    let read = match ctx.reader.routes().await {
+        Ok(t) => Some(t),
+        Err(e) => {
+            tracing::debug!("route refresh failed: {e}");
+            None
         }
-    }
-    if read.renew_now {
-        ctx.shared.renew_now.notify_one();
-    }
-    if read.publish {
-        shared.set_routes(pb::RouteTable::from(&t));
-    }
+    };
+    let table = read.as_ref().map(pb::RouteTable::from);
+    let here = read.as_ref().map(|t| {
+        (0..t.set.section_count())
+            .filter(|&x| t.entry_for_section(x).is_some_and(|e| e.alloc == shared.id))
+            .collect::<Vec<SectionId>>()
+    });
+    let version = read.as_ref().map(|t| t.version);
+    let event = |s: &Shared| Event::RoutesRead {
+        read: here.zip(version).map(|(routed_here, version)| RouteFacts {
+            before,
+            routed_here,
+            served: s.alloc.served_sections(),
+            version,
+            held: s.version(),
+        }),
+        renewal,
+    };
+    step(shared, event, table)
 }

@@ -1,4 +1,5 @@
-//! A granted renewal's decisions (`node/renewal.rs`, `renew_once`): the
+//! A granted renewal's decisions (the control loop's renewal cycle,
+//! `control/renewal.rs`): the
 //! section list it carries, which sections to drop before the lease is
 //! extended and which to claim after, and the take-overs that claim them.
 

@@ -1,4 +1,4 @@
-//! A route read's decisions (`node/routes.rs`, `refresh_routes`): drop the
+//! A route read's decisions (the control loop's, `control/routes.rs`): drop the
 //! sections the table routes elsewhere, renew early when one is routed
 //! here, publish the table.
 

@@ -2,6 +2,7 @@
 //! the store's conditional `Handoff`, the adopt, the read-back after a
 //! failure) and the receiving side's adopts (read, decide, install).
 
+use seqsvr_alloc::control::Event;
 use seqsvr_alloc::handoff::{
     ADOPT_CONNECT, ADOPT_READ_DEADLINE, ADOPT_TIMEOUT, CHECK_DEADLINE, HANDOFF_DEADLINE,
     STORE_ATTEMPT,
@@ -42,7 +43,7 @@ impl Allocs {
             // and a handoff the store refuses anyway is step 5's case.
             let released = match release_section(
                 alloc,
-                &mut proc_.releasing,
+                proc_.control.releasing_mut(),
                 &proc_.id,
                 section,
                 &to,
@@ -89,6 +90,7 @@ impl Allocs {
     /// The store answered a move's handoff.
     pub(super) fn handed_off(&mut self, env: &mut Env, p: Slot, job: u64, resp: StoreResp) {
         let proc_ = &mut self.procs[p];
+        let now = proc_.clock(env.now);
         let Some(j) = proc_.jobs.get_mut(&job) else {
             return;
         };
@@ -96,7 +98,12 @@ impl Allocs {
         let m = j.moving.as_mut().expect("a move");
         match resp {
             Ok(StoreOk::HandedOff { grant, to_addr }) => {
-                proc_.releasing.remove(&m.section);
+                let settled = Event::HandoffSettled {
+                    section: m.section,
+                    handed_off: true,
+                };
+                let asks = proc_.control.on(now, settled);
+                debug_assert!(asks.is_empty(), "a handoff that moved asks for nothing");
                 trace!(
                     env,
                     "p{p} handed section {} to {} ({grant:?})",
@@ -163,14 +170,11 @@ impl Allocs {
             _ => "not checked: left dropped",
         };
         trace!(env, "p{p} section {}: {what}", m.section);
-        proc_.releasing.remove(&m.section);
-        if !proc_.fenced {
-            if proc_.renewing {
-                proc_.renew_early = true;
-            } else {
-                self.renew_start(env, p);
-            }
-        }
+        let settled = Event::HandoffSettled {
+            section: m.section,
+            handed_off: false,
+        };
+        self.control(env, p, settled);
         self.wake(env, p, m.section);
         self.raiser_kick(env, p);
         self.next_move(env, p, job);
@@ -257,7 +261,7 @@ impl Allocs {
                 from,
                 section: s,
                 epoch: grant.epoch,
-                lapses_before: proc_.lapses,
+                lapses_before: proc_.control.lapses(),
             },
         );
         let t = Timing {

@@ -2,6 +2,9 @@
 //! route read), crash, restart as a new incarnation, pause and resume, and
 //! fencing when the store says this incarnation was replaced.
 
+use std::time::Duration;
+
+use seqsvr_alloc::control::{Control, Event};
 use seqsvr_alloc::{AllocConfig, Allocator};
 use seqsvr_store::types::Rejection;
 
@@ -69,6 +72,7 @@ impl Allocs {
         let alloc =
             Allocator::with_incarnation(spec, &cfg, proc_.incarnation).expect("a valid spec");
         proc_.alloc = Some(alloc);
+        proc_.control = Control::new(Duration::from_nanos(env.cfg.renew_every));
         proc_.routes = view;
         trace!(
             env,
@@ -76,7 +80,7 @@ impl Allocs {
             proc_.id,
             proc_.incarnation
         );
-        self.renew_start(env, p);
+        self.control(env, p, Event::RenewNow);
     }
 
     /// kill -9: memory is gone.

@@ -88,6 +88,7 @@ mod service;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use seqsvr_alloc::control::{Control, Event};
 use seqsvr_alloc::lease::Lease;
 use seqsvr_alloc::ownership::{may_act_on_read, Backoff, Released};
 use seqsvr_alloc::{Allocator, RaiseRequest, RaiserConfig};
@@ -109,14 +110,9 @@ pub(crate) enum Purpose {
     Register,
     /// Start-up's route read.
     StartRoutes,
-    /// A renewal sent at this instant of the process's clock, knowing the
-    /// section list of `known_version`.
-    Renew {
-        /// The send time (the lease counts from it).
-        sent: Instant,
-        /// The list version sent.
-        known_version: u64,
-    },
+    /// A renewal (the control loop knows when it was sent and what list
+    /// it named).
+    Renew,
     /// A renewal's claim of a run of sections.
     Claim,
     /// A raise.
@@ -234,21 +230,16 @@ pub(crate) struct AllocProc {
     pub lease: Lease,
     /// Its store client.
     link: StoreClient<Purpose>,
-    /// A renewal cycle (renewal, claims, route refresh) is running.
-    renewing: bool,
-    /// When the next cycle is due (real time).
+    /// The shipped control loop: the section list, releasing marks,
+    /// lapses, the renewal cycle.
+    control: Control,
+    /// When the running renewal's interval ends (real time).
     renew_next: Time,
-    /// Renew as soon as the current cycle ends.
-    renew_early: bool,
     /// Guards renewal timers.
     renew_gen: u64,
-    /// The section list of the last renewal that carried one, and its
-    /// version.
-    listed: (u64, Vec<SectionId>),
-    /// Claims left in this cycle.
+    /// Take-overs of the control loop's claims still to send (one at a
+    /// time).
     claims: VecDeque<(SectionId, u32)>,
-    /// Refresh the routes at the end of this cycle.
-    cycle_refresh: bool,
     /// The route loop's read is running.
     polling: bool,
     /// Guards route-poll timers.
@@ -265,10 +256,6 @@ pub(crate) struct AllocProc {
     waiting: BTreeMap<u64, (SectionId, Work)>,
     /// The route table as last read, sent with errors.
     pub routes: RouteView,
-    /// Sections being handed off (`service::Ownership::releasing`).
-    releasing: BTreeMap<SectionId, Released>,
-    /// Granted renewals that found the lease lapsed.
-    lapses: u64,
     /// Handoff calls in progress, by id.
     jobs: BTreeMap<u64, Job>,
     /// Adopts being checked with the store.
@@ -297,13 +284,10 @@ impl AllocProc {
             alloc: None,
             lease: Lease::new(base),
             link: StoreClient::default(),
-            renewing: false,
+            control: Control::default(),
             renew_next: 0,
-            renew_early: false,
             renew_gen: 0,
-            listed: (0, Vec::new()),
             claims: VecDeque::new(),
-            cycle_refresh: false,
             polling: false,
             poll_gen: 0,
             poll_next: 0,
@@ -315,8 +299,6 @@ impl AllocProc {
             },
             waiting: BTreeMap::new(),
             routes: RouteView::default(),
-            releasing: BTreeMap::new(),
-            lapses: 0,
             jobs: BTreeMap::new(),
             adopts: BTreeMap::new(),
         }
@@ -352,7 +334,7 @@ impl AllocProc {
         may_act_on_read(
             self.lease_valid(now),
             self.fenced,
-            self.lapses,
+            self.control.lapses(),
             lapses_before,
         )
     }
@@ -535,7 +517,9 @@ impl Allocs {
 
     fn timer(&mut self, env: &mut Env, p: Slot, t: ATimer) {
         match t {
-            ATimer::Renew(gen) if gen == self.procs[p].renew_gen => self.renew_start(env, p),
+            ATimer::Renew(gen) if gen == self.procs[p].renew_gen => {
+                self.control(env, p, Event::Tick)
+            }
             ATimer::Renew(_) => {}
             ATimer::Link(lt) => self.link(env, p, |l, env, who| l.on_timer(env, who, lt)),
             ATimer::RaiseRetry => {
@@ -557,11 +541,7 @@ impl Allocs {
             ATimer::RegisterRetry => self.start(env, p),
             ATimer::RoutesRetry => self.read_start_routes(env, p),
             ATimer::Resume => unreachable!("handled before"),
-            ATimer::DropLater(drops) => {
-                self.drop_sections(env, p, &drops, "renewal (late drop)");
-                self.after(env, p, 0, ATimer::Claims);
-            }
-            ATimer::Claims => self.next_claim(env, p),
+            ATimer::Effects(effects) => self.perform(env, p, effects.into(), None),
             ATimer::AdoptTimeout(id) => {
                 self.adopt_answered(env, p, id, Err("no answer in time".into()))
             }
@@ -572,10 +552,7 @@ impl Allocs {
         match purpose {
             Purpose::Register => self.registered(env, p, resp),
             Purpose::StartRoutes => self.started_routes(env, p, resp),
-            Purpose::Renew {
-                sent,
-                known_version,
-            } => self.renewed(env, p, sent, known_version, resp),
+            Purpose::Renew => self.renewed(env, p, resp),
             Purpose::Claim => self.claimed(env, p, resp),
             Purpose::Raise(r) => self.raise_answered(env, p, r, resp),
             Purpose::Poll { before, looped } => self.routes_read(env, p, before, looped, resp),

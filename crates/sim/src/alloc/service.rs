@@ -4,6 +4,7 @@
 //! plane's `Release` and `Refresh` of a range move; and the raiser's rounds
 //! (`raiser.rs`), settled together.
 
+use seqsvr_alloc::control::Event;
 use seqsvr_alloc::ownership::{admit, release_moved, settle_raise, NotAdmitted, RaiseOutcome};
 use seqsvr_alloc::{AllocError, RaiseRequest, StoreErr};
 use seqsvr_core::{Place, SectionId};
@@ -290,13 +291,7 @@ impl Allocs {
         let result = if !proc_.started {
             Err("unavailable: not serving yet".to_string())
         } else {
-            if !proc_.fenced {
-                if proc_.renewing {
-                    proc_.renew_early = true;
-                } else {
-                    self.renew_start(env, p);
-                }
-            }
+            self.control(env, p, Event::RenewNow);
             Ok(0)
         };
         let m = Msg::Admin(AdminMsg::Answer { id, result });

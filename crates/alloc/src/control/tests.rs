@@ -1,0 +1,251 @@
+//! Golden scripts of the control loop (`testdata/*.golden`): one command a
+//! line, each followed by the effects it returned on `> ` lines; times are
+//! ms after an arbitrary start. `UPDATE_GOLDEN=1 cargo test` rewrites the
+//! files, so a change of order shows up as a readable diff.
+//!
+//! Commands (`@<ms>`: when; lists are comma-separated, `-` for none):
+//! `new <renew_ms>`; `tick @t`; `renew-now @t`;
+//! `renewed @t lease=<ms> list=<version>:<sections>|unchanged
+//! routes=<version> served=<sections> [draining]`;
+//! `renew-failed @t [fenced]`; `taken-over [fenced]`;
+//! `claims-done @t held=<version>`;
+//! `routes @t before=<s:e,…> here=<sections> served=<sections>
+//! version=<v> held=<v> [renewal]`; `routes-failed @t [renewal]`;
+//! `release <section> <epoch> <ceiling>` (a releasing mark, as
+//! `release_section` leaves it); `settled <section> [handed-off]`;
+//! `state @t` (lease, lapses, list, releasing, fence, cycle).
+
+use std::time::{Duration, Instant};
+
+use seqsvr_core::{Epoch, SectionId};
+
+use super::*;
+
+fn sections(w: &str) -> Vec<SectionId> {
+    if w == "-" || w.is_empty() {
+        return Vec::new();
+    }
+    w.split(',')
+        .map(|s| s.parse().expect("a section"))
+        .collect()
+}
+
+fn epochs(w: &str) -> Vec<(SectionId, Epoch)> {
+    if w == "-" || w.is_empty() {
+        return Vec::new();
+    }
+    w.split(',')
+        .map(|p| {
+            let (s, e) = p.split_once(':').expect("section:epoch");
+            (s.parse().expect("a section"), e.parse().expect("an epoch"))
+        })
+        .collect()
+}
+
+/// A command's words: positional ones, `key=value` ones and `@time`.
+struct Words<'a> {
+    pos: Vec<&'a str>,
+    keys: Vec<(&'a str, &'a str)>,
+    at: u64,
+}
+
+impl<'a> Words<'a> {
+    fn new(line: &'a str) -> Self {
+        let mut w = Words {
+            pos: Vec::new(),
+            keys: Vec::new(),
+            at: 0,
+        };
+        for word in line.split_whitespace() {
+            if let Some(t) = word.strip_prefix('@') {
+                w.at = t.parse().expect("a time in ms");
+            } else if let Some((k, v)) = word.split_once('=') {
+                w.keys.push((k, v));
+            } else {
+                w.pos.push(word);
+            }
+        }
+        w
+    }
+
+    fn key(&self, k: &str) -> &'a str {
+        (self.keys.iter())
+            .find(|(key, _)| *key == k)
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| panic!("missing {k}="))
+    }
+
+    fn num(&self, k: &str) -> u64 {
+        self.key(k).parse().expect("a number")
+    }
+
+    fn flag(&self, f: &str) -> bool {
+        self.pos.contains(&f)
+    }
+}
+
+fn event(w: &Words<'_>) -> Event {
+    match w.pos[0] {
+        "tick" => Event::Tick,
+        "renew-now" => Event::RenewNow,
+        "renewed" => {
+            let l = w.key("list");
+            let list = (l != "unchanged").then(|| {
+                let (v, s) = l.split_once(':').expect("version:sections");
+                (v.parse().expect("a version"), sections(s))
+            });
+            Event::Renewed {
+                grant: Renewal {
+                    lease: Duration::from_millis(w.num("lease")),
+                    list,
+                    route_version: w.num("routes"),
+                    draining: w.flag("draining"),
+                },
+                served: sections(w.key("served")),
+            }
+        }
+        "renew-failed" => Event::RenewFailed {
+            fenced: w.flag("fenced"),
+        },
+        "taken-over" => Event::TakenOver {
+            fenced: w.flag("fenced"),
+        },
+        "claims-done" => Event::ClaimsDone {
+            held_routes: w.num("held"),
+        },
+        "routes" => Event::RoutesRead {
+            read: Some(RouteFacts {
+                before: epochs(w.key("before")),
+                routed_here: sections(w.key("here")),
+                served: sections(w.key("served")),
+                version: w.num("version"),
+                held: w.num("held"),
+            }),
+            renewal: w.flag("renewal"),
+        },
+        "routes-failed" => Event::RoutesRead {
+            read: None,
+            renewal: w.flag("renewal"),
+        },
+        "settled" => Event::HandoffSettled {
+            section: w.pos[1].parse().expect("a section"),
+            handed_off: w.flag("handed-off"),
+        },
+        other => panic!("unknown command {other:?}"),
+    }
+}
+
+fn ms(t0: Instant, t: Instant) -> u128 {
+    t.duration_since(t0).as_millis()
+}
+
+fn effect(t0: Instant, e: &Effect) -> String {
+    match e {
+        Effect::ExtendLease {
+            sent,
+            lease,
+            lapsed,
+        } => format!(
+            "ExtendLease {{ sent: @{}, lease: {}ms, lapsed: {lapsed} }}",
+            ms(t0, *sent),
+            lease.as_millis()
+        ),
+        Effect::CycleEnded { next, first } => format!(
+            "CycleEnded {{ next: {}, first: {first} }}",
+            next.map_or("never".to_string(), |n| format!("@{}", ms(t0, n)))
+        ),
+        e => format!("{e:?}"),
+    }
+}
+
+fn state(t0: Instant, c: &Control, now: Instant) -> String {
+    format!(
+        "lease={} lapses={} listed={:?} releasing={:?} fenced={} cycle={}\n",
+        match c.lease_until {
+            Some(u) if c.lease_valid(now) => format!("valid until @{}", ms(t0, u)),
+            Some(u) => format!("lapsed at @{}", ms(t0, u)),
+            None => "none".into(),
+        },
+        c.lapses,
+        c.listed,
+        c.releasing.keys().collect::<Vec<_>>(),
+        c.fenced,
+        match &c.cycle {
+            None => "idle".into(),
+            Some(Cycle::Renewing { sent, .. }) => format!("renewing (sent @{})", ms(t0, *sent)),
+            Some(Cycle::Claiming { .. }) => "claiming".into(),
+            Some(Cycle::ReadingRoutes) => "reading routes".into(),
+        }
+    )
+}
+
+fn run_script(input: &str) -> String {
+    let t0 = Instant::now();
+    let mut control = Control::new(Duration::from_millis(1000));
+    let mut out = String::new();
+    for line in input.lines() {
+        if line.starts_with("> ") || line == ">" {
+            continue;
+        }
+        out += line;
+        out.push('\n');
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let w = Words::new(line);
+        let now = t0 + Duration::from_millis(w.at);
+        let result = match w.pos[0] {
+            "new" => {
+                let every = w.pos[1].parse().expect("renew ms");
+                control = Control::new(Duration::from_millis(every));
+                String::new()
+            }
+            "state" => state(t0, &control, now),
+            "release" => {
+                let n = |i: usize| w.pos[i].parse::<u64>().expect("a number");
+                let released = Released {
+                    epoch: n(2),
+                    ceiling: n(3),
+                };
+                control.releasing_mut().insert(n(1) as SectionId, released);
+                String::new()
+            }
+            _ => {
+                let effects = control.on(now, event(&w));
+                let mut s: String = effects.iter().map(|e| effect(t0, e) + "\n").collect();
+                if s.is_empty() {
+                    s = "(nothing)\n".into();
+                }
+                s
+            }
+        };
+        for l in result.lines() {
+            out += &format!("> {l}\n");
+        }
+    }
+    out
+}
+
+#[test]
+fn golden_scripts() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/control/testdata");
+    let mut failed = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("golden") {
+            continue;
+        }
+        let input = std::fs::read_to_string(&path).unwrap();
+        let got = run_script(&input);
+        if got != input {
+            if std::env::var_os("UPDATE_GOLDEN").is_some() {
+                std::fs::write(&path, &got).unwrap();
+            } else {
+                eprintln!("--- {} differs; got:\n{got}", path.display());
+                failed.push(path);
+            }
+        }
+    }
+    assert!(failed.is_empty(), "golden mismatch: {failed:?}");
+}

@@ -1,0 +1,69 @@
+//! Performing the control loop's effects on this process's memory:
+//! [`step`] feeds an event to [`Control`](crate::control::Control) under
+//! the ownership lock and performs the drops, the lease, draining,
+//! fencing, publishing and early renewal requests there; the renewal and
+//! route loops perform the store calls.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use seqsvr_proto::{self as pb};
+
+use crate::control::{Effect, Event};
+use crate::shared::Shared;
+
+/// Feeds the event `event` builds to the control loop and performs the
+/// effects on this process's memory, in order, under the ownership lock
+/// (so an adopt installing a section either sees a lapse counted here or
+/// is seen by the drops, promise 3): drops, the lease, draining, fencing,
+/// publishing `table` (the one just read), and early renewal requests.
+/// The event is built under the lock too, so what it says of the served
+/// sections holds while the effects run. Returns the effects that call
+/// the store or end the cycle, in order.
+pub(super) fn step(
+    shared: &Shared,
+    event: impl FnOnce(&Shared) -> Event,
+    mut table: Option<pb::RouteTable>,
+) -> Vec<Effect> {
+    let mut own = shared.ownership();
+    let effects = own.on(Instant::now(), event(shared));
+    let mut rest = Vec::new();
+    for effect in effects {
+        match effect {
+            Effect::Drop { sections, lapsed } => {
+                for s in sections {
+                    if shared.alloc.drop_section(s) {
+                        tracing::info!(section = s, lapsed, "section no longer ours: dropped");
+                    }
+                }
+            }
+            Effect::DropIfEpoch { sections } => {
+                for (s, epoch) in sections {
+                    if shared.alloc.drop_section_if_epoch(s, epoch) {
+                        tracing::info!(section = s, epoch, "section routed elsewhere: dropped");
+                    }
+                }
+            }
+            Effect::ExtendLease {
+                sent,
+                lease,
+                lapsed,
+            } => {
+                if lapsed {
+                    shared.metrics.lapses.inc();
+                }
+                shared.lease.granted(sent, lease);
+            }
+            Effect::Draining(d) => shared.draining.store(d, Ordering::Relaxed),
+            Effect::Fence => shared.fence(&mut own, &"the store said so"),
+            Effect::PublishRoutes => {
+                if let Some(t) = table.take() {
+                    shared.set_routes(t);
+                }
+            }
+            Effect::WakeRenewal => shared.renew_now.notify_one(),
+            other => rest.push(other),
+        }
+    }
+    rest
+}

@@ -18,6 +18,9 @@
 //!   one place.
 //! - [`grant`]: a section's [`Grant`] (epoch, start, ceiling), the
 //!   AllocSvr [`Incarnation`] and the replicated [`LeaseTerms`].
+//! - [`mover`]: the range mover (`seqctl set move`) as a state machine:
+//!   answers in, the next call (or wait, or end) out; `seqctl` and the
+//!   simulation execute its effects.
 //! - [`error`]: the crate's error type.
 
 pub mod checker;
@@ -25,6 +28,7 @@ pub mod codec;
 pub mod directory;
 pub mod error;
 pub mod grant;
+pub mod mover;
 pub mod route;
 pub mod section;
 

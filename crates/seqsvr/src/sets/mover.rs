@@ -1,34 +1,26 @@
 //! `seqctl set move`: moves a uid range (whole sections) from the set that
 //! serves it to another set, online.
 //!
-//! Steps (each idempotent in the stores; `docs/architecture/sets.md` says
-//! why this order never repeats a number):
-//! 1. **begin** — the home group records the move (one at a time).
-//! 2. **freeze** — the source group freezes the sections: no owner, a new
-//!    epoch, ceilings final (returned).
-//! 3. **release** — every AllocSvr registered in the source is told to stop
-//!    serving them; if one cannot confirm, wait the source's lease + margin
-//!    from the freeze, after which none serves them anyway.
-//! 4. **install** — the destination group installs each section at its
-//!    final ceiling plus a step; its arbiter routes them to its AllocSvrs.
-//! 5. **claim** — wait until the destination's AllocSvrs claimed every
-//!    section (nudging them to renew at once): the moved sections serve
-//!    again; the time since the freeze is what clients waited at most.
-//! 6. **finish** — the home group flips the range to the destination; the
-//!    new directory is copied to every set.
-//!
-//! Only after step 3 may the destination serve (step 4): at no time do two
-//! sets serve a section, and the destination starts above every number the
-//! source handed out (promise 1).
+//! The steps and every decision between them are the mover state machine
+//! ([`seqsvr_core::mover`]; `docs/architecture/sets.md` says why its order
+//! never repeats a number). This file is its executor: it makes each call
+//! the machine asks for with the real store and AllocSvr clients, waits
+//! where it says, and hands back the answers. The simulation executes the
+//! same machine over its simulated network.
 
-use std::time::{Duration, Instant};
+use std::collections::HashMap;
+use std::time::Instant;
 
-use seqsvr_core::directory::sections_of;
-use seqsvr_core::directory::MovePlan;
-use seqsvr_core::{DirChange, SectionId, SetCall, SetId, SetKind, MAX_SECTIONS_PER_CALL};
+use seqsvr_core::mover::{
+    AllocRef, Answer, Call, CallError, Claimed, Effect, MoveCmd, MoveError, Mover, StatusFor,
+};
+use seqsvr_core::{Directory, SetId};
 use seqsvr_proto::{self as pb};
+use seqsvr_store_api::{ReadClient, SetsClient};
 
-use super::{Error, Result, Sets};
+use super::{Error, Result, Sets, CALL_TIMEOUT};
+
+pub use seqsvr_core::mover::MoveReport;
 
 /// A step of the move, for `--stop-after` (tests and drills stop the
 /// mover there, then crash nodes and run it again).
@@ -48,96 +40,19 @@ pub enum Step {
     Finish,
 }
 
-impl Step {
-    fn name(self) -> &'static str {
-        match self {
-            Step::Begin => "begin",
-            Step::Freeze => "freeze",
-            Step::Release => "release",
-            Step::Install => "install",
-            Step::Claim => "claim",
-            Step::Finish => "finish",
+impl From<Step> for seqsvr_core::mover::Step {
+    fn from(s: Step) -> Self {
+        use seqsvr_core::mover::Step as S;
+        match s {
+            Step::Begin => S::Begin,
+            Step::Freeze => S::Freeze,
+            Step::Release => S::Release,
+            Step::Install => S::Install,
+            Step::Claim => S::Claim,
+            Step::Finish => S::Finish,
         }
     }
 }
-
-/// What a move did.
-#[derive(Debug, Clone, Default)]
-pub struct MoveReport {
-    /// The move.
-    pub begin: u64,
-    /// See `begin`.
-    pub end: u64,
-    /// Source set.
-    pub from: SetId,
-    /// Destination set.
-    pub to: SetId,
-    /// Sections moved.
-    pub sections: u32,
-    /// Sections this run froze (0: a resumed move).
-    pub newly_frozen: u32,
-    /// Sections this run installed.
-    pub newly_installed: u32,
-    /// Highest final ceiling in the source.
-    pub max_final: u64,
-    /// AllocSvrs that confirmed the release.
-    pub released_by: Vec<String>,
-    /// Waited for the source's leases instead (some AllocSvr did not
-    /// confirm).
-    pub waited_for_leases: Option<Duration>,
-    /// From the end of the freeze until every section was claimed in the
-    /// destination: the longest any moved section had no server.
-    pub unavailable: Option<Duration>,
-    /// The directory version after the flip.
-    pub directory_version: u64,
-    /// Whether the move had already finished before this run.
-    pub already_done: bool,
-    /// Sets the new directory could not be copied to (retried by running
-    /// the command again).
-    pub copy_failed: Vec<(SetId, String)>,
-}
-
-impl std::fmt::Display for MoveReport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (b, e) = (self.begin, self.end);
-        if self.already_done {
-            writeln!(f, "[{b}, {e}) already moved to set {}", self.to)?;
-        } else {
-            writeln!(
-                f,
-                "moved [{b}, {e}) from set {} to set {}: {} sections ({} frozen and {} installed by this run), highest final ceiling {}",
-                self.from, self.to, self.sections, self.newly_frozen, self.newly_installed, self.max_final
-            )?;
-            match self.waited_for_leases {
-                Some(w) => writeln!(
-                    f,
-                    "  release: not every AllocSvr confirmed; waited {} ms for the source's leases",
-                    w.as_millis()
-                )?,
-                None => writeln!(f, "  release: confirmed by {:?}", self.released_by)?,
-            }
-            if let Some(u) = self.unavailable {
-                writeln!(
-                    f,
-                    "  unavailable: {} ms (freeze → every section claimed in set {})",
-                    u.as_millis(),
-                    self.to
-                )?;
-            }
-        }
-        writeln!(f, "  directory version {}", self.directory_version)?;
-        for (id, e) in &self.copy_failed {
-            writeln!(
-                f,
-                "  warning: set {id} did not take the new directory copy: {e} (run again to retry)"
-            )?;
-        }
-        Ok(())
-    }
-}
-
-/// How long the destination may take to claim the installed sections.
-const CLAIM_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Moves `[begin, end)` to set `to`; see the module docs.
 pub async fn move_range(
@@ -147,214 +62,232 @@ pub async fn move_range(
     to: SetId,
     stop_after: Option<Step>,
 ) -> Result<MoveReport> {
-    let stop = |s: Step| -> Result<()> {
-        match stop_after {
-            Some(x) if x == s => Err(Error::Stopped(s.name())),
-            _ => Ok(()),
-        }
-    };
-    let dir = sets.directory().await?;
-    let mut report = MoveReport {
+    let origin = Instant::now();
+    let stop_after = stop_after.map(Into::into);
+    let mut mover = Mover::new(MoveCmd {
         begin,
         end,
         to,
-        ..Default::default()
-    };
-    let m = match dir.plan_move(begin, end, to).map_err(Error::Refused)? {
-        MovePlan::Done => {
-            report.already_done = true;
-            report.directory_version = dir.version;
-            report.copy_failed = sets.copy_everywhere(&dir).await;
-            return Ok(report);
-        }
-        MovePlan::Move(m) => m,
-    };
-    report.from = m.from;
-    let home = sets.home(&dir)?;
-    let (_, dir) = home.change_directory(&DirChange::BeginMove(m)).await?;
-    let move_id = dir.move_id;
-    report.copy_failed = sets.copy_everywhere(&dir).await;
-    // The source and the destination judge the freeze and the install by
-    // their own copy of the directory: each must show this move.
-    sets.require_copies(&report.copy_failed, &[m.from, m.to], "the move")?;
-    stop(Step::Begin)?;
-    let call = |set: SetId| SetCall {
-        set,
-        move_id,
-        begin,
-        end,
-        kind: SetKind::Move {
-            from: m.from,
-            to: m.to,
-        },
-    };
-
-    let src = sets.set(&dir, m.from)?.clone();
-    let dst = sets.set(&dir, m.to)?.clone();
-    let src_sections =
-        sections_of(&src.spec, begin, end).map_err(|e| Error::Refused(e.to_string()))?;
-    let dst_sections =
-        sections_of(&dst.spec, begin, end).map_err(|e| Error::Refused(e.to_string()))?;
-    report.sections = src_sections.len() as u32;
-
-    // 2. Freeze.
-    let src_client = sets.sets_client(&src)?;
-    let mut finals = Vec::with_capacity(src_sections.len());
-    let mut epochs = Vec::with_capacity(src_sections.len());
-    let mut expiry = Duration::ZERO;
-    for (first, count) in pieces(src_sections.clone()) {
-        let f = src_client.freeze(first, count, &call(m.from)).await?;
-        report.newly_frozen += f.newly;
-        expiry = expiry.max(f.lease_expiry);
-        finals.extend(f.finals);
-        epochs.extend(f.epochs);
-    }
-    let frozen_at = Instant::now();
-    report.max_final = finals.iter().copied().max().unwrap_or(0);
-    stop(Step::Freeze)?;
-
-    // 3. Release.
-    match release(sets, &src.admin, src_sections.start, &epochs).await {
-        Ok(by) => report.released_by = by,
-        Err(why) => {
-            tracing::warn!(
-                "not every AllocSvr of set {} confirmed: {why}; waiting for its leases",
-                m.from
-            );
-            let until = frozen_at + expiry;
-            tokio::time::sleep_until(until.into()).await;
-            report.waited_for_leases = Some(expiry);
-        }
-    }
-    stop(Step::Release)?;
-
-    // 4. Install, at the final ceilings plus a step.
-    let dst_client = sets.sets_client(&dst)?;
-    let mut at = 0usize;
-    for (first, count) in pieces(dst_sections.clone()) {
-        let floors = finals[at..at + count as usize].to_vec();
-        at += count as usize;
-        report.newly_installed += dst_client.install(first, floors, &call(m.to)).await?;
-    }
-    stop(Step::Install)?;
-
-    // 5. Claim.
-    claim(sets, &dst.stores, &dst.admin, dst_sections).await?;
-    report.unavailable = Some(frozen_at.elapsed());
-    stop(Step::Claim)?;
-
-    // 6. Flip.
-    let (_, dir) = home.change_directory(&DirChange::FinishMove(m)).await?;
-    report.directory_version = dir.version;
-    report.copy_failed = sets.copy_everywhere(&dir).await;
-    Ok(report)
-}
-
-/// `range` in pieces one store command accepts.
-fn pieces(range: std::ops::Range<SectionId>) -> Vec<(SectionId, u32)> {
-    (range.start..range.end)
-        .step_by(MAX_SECTIONS_PER_CALL as usize)
-        .map(|f| (f, (range.end - f).min(MAX_SECTIONS_PER_CALL)))
-        .collect()
-}
-
-/// Tells every AllocSvr registered in the source to stop serving the
-/// sections `first..` (frozen at `epochs`) and never to install an older
-/// grant for them; `Ok` with their ids if every one confirmed.
-async fn release(
-    sets: &Sets,
-    admin: &[String],
-    first: SectionId,
-    epochs: &[u64],
-) -> std::result::Result<Vec<String>, String> {
-    let leader = sets
-        .leader_status(admin)
-        .await
-        .ok_or("no leader of the source group answered")?;
-    let sections: Vec<pb::SectionEpoch> = epochs
-        .iter()
-        .enumerate()
-        .map(|(i, &epoch)| pb::SectionEpoch {
-            section: first + i as SectionId,
-            epoch,
-        })
-        .collect();
-    let mut by = Vec::new();
-    for a in leader.allocs.iter().filter(|a| !a.fenced) {
-        let mut c = sets.alloc_admin(&a.admin_addr).map_err(|e| e.to_string())?;
-        for chunk in sections.chunks(MAX_SECTIONS_PER_CALL as usize) {
-            let call = c.release(pb::ReleaseRequest {
-                sections: chunk.to_vec(),
-            });
-            match tokio::time::timeout(super::CALL_TIMEOUT, call).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => return Err(format!("{}: {}", a.alloc_id, e.message())),
-                Err(_) => return Err(format!("{}: no answer", a.alloc_id)),
-            }
-        }
-        by.push(a.alloc_id.clone());
-    }
-    Ok(by)
-}
-
-/// Waits until every section of `range` has an owner in the destination
-/// and that owner claimed it, nudging owners to renew at once.
-async fn claim(
-    sets: &Sets,
-    stores: &[String],
-    admin: &[String],
-    range: std::ops::Range<SectionId>,
-) -> Result<()> {
-    let deadline = Instant::now() + CLAIM_TIMEOUT;
-    let read = seqsvr_store_api::ReadClient::new(stores, &sets.connect)?;
-    let mut admin_of: std::collections::HashMap<String, String> = Default::default();
-    let mut last_nudge: Option<Instant> = None;
+        stop_after,
+    });
+    let mut x = Executor::new(sets);
+    let mut effect = mover.start();
     loop {
-        let mut unowned = 0;
-        let mut waiting: std::collections::BTreeSet<String> = Default::default();
-        for (first, count) in pieces(range.clone()) {
-            for s in read.read_sections(first, count).await? {
-                match (&s.owner, s.incarnation) {
-                    (None, _) => unowned += 1,
-                    (Some(o), 0) => {
-                        waiting.insert(o.clone());
-                    }
-                    _ => {}
+        effect = match effect {
+            Effect::Call(c) => {
+                let answer = x.call(c).await;
+                mover.on(origin.elapsed(), answer)
+            }
+            Effect::WaitUntil(t) => {
+                if mover.waiting_for_leases() {
+                    tracing::warn!(
+                        "not every AllocSvr of set {} confirmed: {}; waiting for its leases",
+                        mover.report().from,
+                        x.unconfirmed.as_deref().unwrap_or("?")
+                    );
+                }
+                tokio::time::sleep_until((origin + t).into()).await;
+                mover.on(origin.elapsed(), Answer::Woke)
+            }
+            Effect::Done(report) => return Ok(report),
+            Effect::Failed(e) => return Err(x.error(e)),
+        }
+    }
+}
+
+/// Makes the mover's calls.
+struct Executor<'s> {
+    /// The cluster.
+    sets: &'s Sets,
+    /// The directory last read or changed (where each set is).
+    dir: Option<Directory>,
+    /// Each set's sets service and client-plane reader, made once.
+    clients: HashMap<SetId, SetsClient>,
+    readers: HashMap<SetId, ReadClient>,
+    /// The error of the last store call that failed: the run's error if
+    /// the machine ends the run on it.
+    failed: Option<Error>,
+    /// Why the release was not confirmed (for the log).
+    unconfirmed: Option<String>,
+}
+
+impl<'s> Executor<'s> {
+    fn new(sets: &'s Sets) -> Self {
+        Self {
+            sets,
+            dir: None,
+            clients: HashMap::new(),
+            readers: HashMap::new(),
+            failed: None,
+            unconfirmed: None,
+        }
+    }
+
+    /// The error the run ends with: a failed store call's own, else the
+    /// machine's.
+    fn error(&mut self, e: MoveError) -> Error {
+        match e {
+            MoveError::Stopped(s) => Error::Stopped(s.name()),
+            e => (self.failed.take()).unwrap_or_else(|| Error::Refused(e.to_string())),
+        }
+    }
+
+    /// Makes `c`; a store call's failure becomes [`Answer::Failed`].
+    async fn call(&mut self, c: Call) -> Answer {
+        let answer = match c {
+            Call::LeaderStatus { set, purpose } => return self.leader(set, purpose).await,
+            Call::Release {
+                alloc,
+                admin_addr,
+                first,
+                epochs,
+            } => return self.release(&alloc, &admin_addr, first, epochs).await,
+            Call::Refresh { admin_addr, .. } => return self.refresh(&admin_addr).await,
+            c => self.store(c).await,
+        };
+        answer.unwrap_or_else(|e| {
+            let error = CallError {
+                rejected: matches!(e, Error::Store(seqsvr_store_api::Error::Rejected(_))),
+                message: e.to_string(),
+            };
+            self.failed = Some(e);
+            Answer::Failed(error)
+        })
+    }
+
+    /// A store call.
+    async fn store(&mut self, c: Call) -> Result<Answer> {
+        Ok(match c {
+            Call::ReadDirectory => {
+                let d = self.sets.directory().await?;
+                self.dir = Some(d.clone());
+                Answer::Directory(d)
+            }
+            Call::ChangeDirectory(change) => {
+                let home = self.client(seqsvr_core::directory::HOME_SET)?;
+                let (_, d) = home.change_directory(&change).await?;
+                self.dir = Some(d.clone());
+                Answer::Changed(d)
+            }
+            Call::CopyDirectory { set, dir } => {
+                let r = match self.client(set) {
+                    Ok(c) => c.copy_directory(&dir).await.map_err(Error::from),
+                    Err(e) => Err(e),
+                };
+                Answer::Copied(r.map(|_| ()).map_err(|e| e.to_string()))
+            }
+            Call::Freeze { first, count, call } => {
+                let f = self.client(call.set)?.freeze(first, count, &call).await?;
+                Answer::Frozen {
+                    finals: f.finals,
+                    epochs: f.epochs,
+                    newly: f.newly,
+                    lease_expiry: f.lease_expiry,
                 }
             }
+            Call::Install {
+                first,
+                floors,
+                call,
+            } => {
+                let c = self.client(call.set)?;
+                Answer::Installed(c.install(first, floors, &call).await?)
+            }
+            Call::ReadSections { set, first, count } => {
+                let infos = self.reader(set)?.read_sections(first, count).await?;
+                Answer::Sections(
+                    (infos.into_iter())
+                        .map(|s| Claimed {
+                            owner: s.owner,
+                            incarnation: s.incarnation,
+                        })
+                        .collect(),
+                )
+            }
+            c => unreachable!("{c:?} is not a store call"),
+        })
+    }
+
+    /// Set `set`'s entry in the directory last seen.
+    fn dir_set(&self, set: SetId) -> Result<&seqsvr_core::DirSet> {
+        let dir = self.dir.as_ref().expect("the directory is read first");
+        self.sets.set(dir, set)
+    }
+
+    /// Set `set`'s sets service (made on first use).
+    fn client(&mut self, set: SetId) -> Result<&SetsClient> {
+        if !self.clients.contains_key(&set) {
+            let c = self.sets.sets_client(self.dir_set(set)?)?;
+            self.clients.insert(set, c);
         }
-        if unowned == 0 && waiting.is_empty() {
-            return Ok(());
+        Ok(&self.clients[&set])
+    }
+
+    /// Set `set`'s client-plane reader (made on first use).
+    fn reader(&mut self, set: SetId) -> Result<&ReadClient> {
+        if !self.readers.contains_key(&set) {
+            let stores = self.dir_set(set)?.stores.clone();
+            let r = ReadClient::new(&stores, &self.sets.connect)?;
+            self.readers.insert(set, r);
         }
-        if Instant::now() > deadline {
-            return Err(Error::Refused(format!(
-                "{} sections still unclaimed in the destination after {CLAIM_TIMEOUT:?}: \
-                 does it have live AllocSvrs? (run the command again once it does)",
-                unowned + waiting.len()
-            )));
-        }
-        // Routed but not claimed yet: ask the owners to renew now rather
-        // than at their next renewal.
-        let due = last_nudge.is_none_or(|t| t.elapsed() >= Duration::from_millis(100));
-        if !waiting.is_empty() && due {
-            if waiting.iter().any(|o| !admin_of.contains_key(o)) {
-                if let Some(l) = sets.leader_status(admin).await {
-                    admin_of = l
-                        .allocs
-                        .into_iter()
-                        .map(|a| (a.alloc_id, a.admin_addr))
-                        .collect();
+        Ok(&self.readers[&set])
+    }
+
+    /// The AllocSvrs `set`'s leader lists, if a leader answered.
+    async fn leader(&mut self, set: SetId, purpose: StatusFor) -> Answer {
+        let admin = match self.dir_set(set) {
+            Ok(s) => s.admin.clone(),
+            Err(_) => return Answer::Leader(None),
+        };
+        let Some(l) = self.sets.leader_status(&admin).await else {
+            if purpose == StatusFor::Release {
+                self.unconfirmed = Some("no leader of the source group answered".into());
+            }
+            return Answer::Leader(None);
+        };
+        let allocs = (l.allocs.into_iter())
+            .map(|a| AllocRef {
+                id: a.alloc_id,
+                admin_addr: a.admin_addr,
+                fenced: a.fenced,
+            })
+            .collect();
+        Answer::Leader(Some(allocs))
+    }
+
+    /// Tells AllocSvr `alloc` to stop serving `first..` (frozen at
+    /// `epochs`).
+    async fn release(&mut self, alloc: &str, addr: &str, first: u32, epochs: Vec<u64>) -> Answer {
+        let sections = (epochs.into_iter().enumerate())
+            .map(|(i, epoch)| pb::SectionEpoch {
+                section: first + i as u32,
+                epoch,
+            })
+            .collect();
+        let r = match self.sets.alloc_admin(addr) {
+            Err(e) => Err(e.to_string()),
+            Ok(mut c) => {
+                let call = c.release(pb::ReleaseRequest { sections });
+                match tokio::time::timeout(CALL_TIMEOUT, call).await {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err(e)) => Err(format!("{alloc}: {}", e.message())),
+                    Err(_) => Err(format!("{alloc}: no answer")),
                 }
             }
-            for o in &waiting {
-                if let Some(Ok(mut c)) = admin_of.get(o).map(|a| sets.alloc_admin(a)) {
-                    let _ =
-                        tokio::time::timeout(super::CALL_TIMEOUT, c.refresh(pb::RefreshRequest {}))
-                            .await;
-                }
-            }
-            last_nudge = Some(Instant::now());
+        };
+        if let Err(why) = &r {
+            self.unconfirmed = Some(why.clone());
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        Answer::Released(r)
+    }
+
+    /// Asks the AllocSvr at `addr` to renew now; its outcome does not
+    /// matter.
+    async fn refresh(&mut self, addr: &str) -> Answer {
+        if let Ok(mut c) = self.sets.alloc_admin(addr) {
+            let call = c.refresh(pb::RefreshRequest {});
+            let _ = tokio::time::timeout(CALL_TIMEOUT, call).await;
+        }
+        Answer::Refreshed
     }
 }

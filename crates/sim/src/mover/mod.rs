@@ -1,54 +1,48 @@
-//! The range mover: `seqctl set move` (`crates/seqsvr/src/sets/mover.rs`)
-//! as a state machine on virtual time, one *run* per invocation. Its steps
-//! are modelled here, call for call, over the shipped store commands
-//! (`Command::Directory`, `Freeze`, `Install`, `CopyDirectory`, applied by
-//! the real `SetState::apply`) and the AllocSvr's shipped release
-//! (`ownership::release_moved`):
+//! The range mover: `seqctl set move` run in the simulation. The steps
+//! and every decision between them are the shipped state machine
+//! ([`seqsvr_core::mover::Mover`]), the very code `seqctl` runs; this
+//! module is its second executor. It makes the calls the machine asks for
+//! over the simulated network, one *run* per invocation, with the shipped
+//! clients' timings, and hands back the answers on virtual time:
 //!
-//! 1. read the directory (the home group's route table) and `plan`: resume
-//!    the move under way if it is this one, report it done, or refuse;
-//! 2. **begin**: `BeginMove` in the home group, then the copies;
-//! 3. **freeze** in the source: final ceilings, and its lease + margin;
-//! 4. **release**: the source leader's `Status` (replicas asked in order,
-//!    2 s each, the first that says it leads answers), then `Release` on
-//!    every AllocSvr it lists, one after the other, 2 s each; if any does
-//!    not confirm, wait the lease + margin from the freeze reply;
-//! 5. **install** in the destination at the final ceilings (the store adds
-//!    the step);
-//! 6. **claim**: read the sections back every 10 ms until each has an
-//!    owner that claimed it, nudging owners (`Refresh`) every 100 ms;
-//!    30 s at most;
-//! 7. **finish**: `FinishMove` in the home group, then the copies.
+//! - store calls (directory read, begin, copies, freeze, install, claim
+//!   reads, finish) go through the store client model (`link`): the sets
+//!   client's timing (`SetsClient`: 10 s, 3 s per replica, not hedged) or
+//!   the reader's (`ReadClient`: 10 s, 300 ms, hedged), applied by the real
+//!   `SetState::apply`;
+//! - a leader's status asks the replicas in order, 2 s each, the first
+//!   that says it leads answers (`leader_status`);
+//! - `Release` and `Refresh` go to an AllocSvr's admin plane, 2 s each
+//!   (`CALL_TIMEOUT`); the AllocSvr runs its shipped release
+//!   (`ownership::release_moved`);
+//! - the machine's waits (the lease wait, the claim loop's poll) are
+//!   timers.
 //!
-//! Store calls go through the store client model (`link`) with the
-//! clients' timings (`SetsClient`: 10 s, 3 s per replica, not hedged;
-//! `ReadClient`: 10 s, 300 ms, hedged). A run may be stopped after a step
-//! (`--stop-after`), killed anywhere (its calls may still land) or
-//! suspended (what reaches it waits until it resumes); running the same
-//! command again resumes the move, every step being idempotent in the
-//! stores. A run that fails (a store call out of time) is run again by the
+//! A run may be stopped after a step (`--stop-after`), killed anywhere (its
+//! calls may still land) or suspended (what reaches it waits until it
+//! resumes); running the same command again resumes the move, every step
+//! being idempotent in the stores. A run that fails (a store call out of
+//! time, a copy not taken, the claim timing out) is run again by the
 //! operator a little later.
 //!
-//! The steps are modelled, not shared: `mover.rs` is an async sequence in
-//! the `seqsvr` binary crate, which this crate does not depend on.
-//!
-//! The knobs `install_below_final` and `install_before_release` change
-//! step 5 (its floors) and skip step 4.
+//! The knobs perturb the effects, not the decisions:
+//! `install_before_release` drops the release (the source's leader is
+//! taken to list no AllocSvr, so none is told), and `install_below_final`
+//! lowers the floors of the install call.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 
 use seqsvr_core::directory::{SetId, HOME_SET};
-use seqsvr_core::{AllocId, Directory, PendingMove, Uid};
+use seqsvr_core::mover::{Answer, MoveCmd, Mover, StatusFor};
+use seqsvr_core::Uid;
 
 use crate::env::{trace, Env};
 use crate::faults::MoveStep;
 use crate::link::{Caller, StoreClient, Timing};
-use crate::model::{
-    AdminMsg, AllocEntry, Ev, LinkTimer, MTimer, Msg, StoreMsg, StoreOk, StoreResp,
-};
+use crate::model::{AdminMsg, Ev, LinkTimer, MTimer, Msg, StoreMsg, StoreOk};
 use crate::net::{Node, Time, MS, SEC};
 
-mod steps;
+mod exec;
 
 /// `ReadClient`'s timing (routes and section reads).
 const READ: Timing = Timing {
@@ -58,11 +52,6 @@ const READ: Timing = Timing {
 };
 /// `CALL_TIMEOUT`: one status, release or refresh call.
 const CALL: Time = 2 * SEC;
-/// `CLAIM_TIMEOUT`.
-const CLAIM: Time = 30 * SEC;
-/// The claim loop's poll and nudge intervals.
-const POLL: Time = 10 * MS;
-const NUDGE: Time = 100 * MS;
 /// Times the operator runs a failed move again on its own.
 const RETRIES: u32 = 3;
 
@@ -77,75 +66,54 @@ pub(crate) struct Cmd {
     pub to: SetId,
 }
 
-/// What a store call of a run is for (one at a time).
+/// What a store call of a run is (one at a time): how its answer reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Call {
+enum Kind {
     ReadDir,
-    Begin,
+    Change,
     Copy,
     Freeze,
     Install,
-    Claim,
-    Finish,
+    Sections,
 }
 
-/// Where a run is, waiting for the answer (or timer) the name says.
+/// What a run waits for.
 #[derive(Debug)]
-enum Phase {
-    /// Between two steps (never waited in).
+enum Wait {
+    /// Nothing (between two effects).
     Idle,
     /// An operator's retry, not started yet.
     Delayed,
-    /// A store call.
-    Call(Call),
-    /// A replica's `Status` (`leader_status`), before the release or a
-    /// nudge.
+    /// A store call (through the run's store client).
+    Store,
+    /// A replica's `Status` (`leader_status`).
     Status {
         set: usize,
         replica: usize,
         call: u64,
-        for_release: bool,
+        purpose: StatusFor,
     },
-    /// A `Release` on the head of `left`.
-    Release {
-        left: VecDeque<AllocEntry>,
-        call: u64,
-    },
-    /// The lease wait after a release that was not confirmed.
-    WaitLeases,
-    /// `Refresh` on each owner that has not claimed yet.
-    Nudge { left: VecDeque<String>, call: u64 },
-    /// Between two reads of the claim loop.
-    ClaimSleep,
-    /// A directory copy; then the rest, then the freeze (or the end).
-    Copies {
-        left: VecDeque<usize>,
-        after_finish: bool,
-    },
+    /// An AllocSvr's answer to `Release` or `Refresh`.
+    Admin { call: u64, release: bool },
+    /// The end of a wait the machine asked for.
+    Until,
 }
 
 /// One invocation of the mover.
 #[derive(Debug)]
 struct Run {
-    cmd: Cmd,
-    stop_after: Option<MoveStep>,
-    links: Vec<StoreClient<Call>>,
-    phase: Phase,
+    /// The shipped mover.
+    mover: Mover,
+    /// Its store clients, one per set.
+    links: Vec<StoreClient<Kind>>,
+    /// What it waits for.
+    wait: Wait,
     /// Guards wake-ups: only the latest counts.
     gen: u64,
-    m: Option<PendingMove>,
-    dir: Option<Directory>,
-    /// Per section, the epoch the freeze left it at (named in releases).
-    epochs: Vec<u64>,
-    /// The move's id (the directory version it began at).
-    move_id: u64,
-    finals: Vec<u64>,
-    expiry: Time,
-    frozen_at: Time,
-    claim_deadline: Time,
-    last_nudge: Option<Time>,
-    waiting: Vec<AllocId>,
-    admin_of: BTreeMap<AllocId, String>,
+    /// The machine waits for the source's leases (counted when it ends).
+    lease_wait: bool,
+    /// The confirmed release was counted.
+    release_counted: bool,
     retries: u32,
     /// Stopped (SIGSTOP): inputs wait in `inbox`.
     paused: bool,
@@ -165,24 +133,10 @@ enum End {
     Done,
     /// `--stop-after`.
     Stopped(MoveStep),
-    /// Refused by `plan` or the home group: nothing changed.
+    /// Refused by the plan or the home group: nothing changed.
     Refused(String),
     /// A call failed; the operator runs the command again.
     Failed(String),
-}
-
-/// What advanced a run.
-enum Input {
-    Store(StoreResp),
-    Status(Option<StoreOk>),
-    Admin(Result<u32, String>),
-    Wake,
-}
-
-/// What `plan` found.
-enum Plan {
-    Move(PendingMove),
-    Done,
 }
 
 /// Every running mover, and the last command (for `ResumeMove`).
@@ -215,13 +169,25 @@ fn caller<'a>(env: &Env, id: u32, set: usize, wrap: &'a dyn Fn(LinkTimer) -> Ev)
     }
 }
 
+/// The machine's step for `--stop-after`.
+fn step_of(s: MoveStep) -> seqsvr_core::mover::Step {
+    use seqsvr_core::mover::Step;
+    match s {
+        MoveStep::Begin => Step::Begin,
+        MoveStep::Freeze => Step::Freeze,
+        MoveStep::Release => Step::Release,
+        MoveStep::Install => Step::Install,
+        MoveStep::Claim => Step::Claim,
+    }
+}
+
 impl Movers {
     /// Runs `cmd` (a new `seqctl set move`).
     pub(crate) fn start(&mut self, env: &mut Env, cmd: Cmd, stop_after: Option<MoveStep>) {
         self.last = Some(cmd);
         let (id, mut run) = self.fresh(env, cmd, stop_after, 0);
-        self.read_dir(env, id, &mut run);
-        self.runs.insert(id, run);
+        let effect = run.mover.start();
+        self.perform(env, id, run, effect);
     }
 
     fn fresh(
@@ -241,25 +207,21 @@ impl Movers {
             cmd.to,
             stop_after.map_or(String::new(), |s| format!(", stopping after {s:?}"))
         );
+        let mover = Mover::new(MoveCmd {
+            begin: cmd.begin,
+            end: cmd.end,
+            to: cmd.to,
+            stop_after: stop_after.map(step_of),
+        });
         let run = Run {
-            cmd,
-            stop_after,
+            mover,
             links: (0..env.cfg.sets.len())
                 .map(|_| StoreClient::default())
                 .collect(),
-            phase: Phase::Idle,
+            wait: Wait::Idle,
             gen: 0,
-            m: None,
-            dir: None,
-            finals: Vec::new(),
-            epochs: Vec::new(),
-            move_id: 0,
-            expiry: 0,
-            frozen_at: 0,
-            claim_deadline: 0,
-            last_nudge: None,
-            waiting: Vec::new(),
-            admin_of: BTreeMap::new(),
+            lease_wait: false,
+            release_counted: false,
             retries,
             paused: false,
             inbox: Vec::new(),
@@ -296,35 +258,46 @@ impl Movers {
         }
     }
 
-    /// A message for the mover: a store answer (through its client, or a
-    /// status), or an AllocSvr's answer.
-    pub(crate) fn msg(&mut self, env: &mut Env, from: Node, m: Msg) {
-        let id = match &m {
+    /// The run an answer is for: a store answer names it; an AllocSvr's
+    /// names the call.
+    fn run_of(&self, m: &Msg) -> Option<u32> {
+        match m {
             Msg::Store(StoreMsg::Resp { call, .. }) => Some(call.life),
             Msg::Admin(AdminMsg::Answer { id: call, .. }) => {
-                self.runs.iter().find_map(|(id, r)| match &r.phase {
-                    Phase::Release { call: c, .. } | Phase::Nudge { call: c, .. } if c == call => {
-                        Some(*id)
-                    }
+                self.runs.iter().find_map(|(id, r)| match r.wait {
+                    Wait::Admin { call: c, .. } if c == *call => Some(*id),
                     _ => None,
                 })
             }
             _ => None,
+        }
+    }
+
+    /// A message for the mover: a store answer (through its client, or a
+    /// status), or an AllocSvr's answer.
+    pub(crate) fn msg(&mut self, env: &mut Env, from: Node, m: Msg) {
+        let id = self.run_of(&m);
+        let Some(mut run) = id.and_then(|id| self.runs.remove(&id)) else {
+            return trace!(env, "mover got {m:?} from {from} (no run waits for it)");
         };
-        if let Some(run) = id.and_then(|id| self.runs.get_mut(&id)) {
-            if run.paused {
-                return run.inbox.push(Queued::Msg(from, Box::new(m)));
-            }
+        let id = id.expect("found");
+        if run.paused {
+            run.inbox.push(Queued::Msg(from, Box::new(m)));
+            self.runs.insert(id, run);
+            return;
         }
         match (from, m) {
             (Node::Replica(r), Msg::Store(StoreMsg::Resp { call, resp, .. })) => {
-                let id = call.life;
-                let Some(mut run) = self.runs.remove(&id) else {
-                    return;
-                };
-                if let Phase::Status { call: c, .. } = run.phase {
+                if let Wait::Status { call: c, .. } = run.wait {
                     if c == call.call {
-                        return self.advance(env, id, run, Input::Status(resp.ok()));
+                        let ok = match resp {
+                            Ok(StoreOk::Status {
+                                leading: true,
+                                allocs,
+                            }) => Some(allocs),
+                            _ => None,
+                        };
+                        return self.status_answer(env, id, run, ok);
                     }
                 }
                 let set = env.cfg.layout().set_of_replica(r);
@@ -334,12 +307,16 @@ impl Movers {
                 self.finished_call(env, id, run, done);
             }
             (Node::Alloc(_), Msg::Admin(AdminMsg::Answer { result, .. })) => {
-                if let Some(run) = id.and_then(|id| self.runs.remove(&id)) {
-                    let id = id.expect("found");
-                    self.advance(env, id, run, Input::Admin(result));
-                }
+                let answer = match run.wait {
+                    Wait::Admin { release: true, .. } => Answer::Released(result.map(|_| ())),
+                    _ => Answer::Refreshed,
+                };
+                self.answer(env, id, run, answer);
             }
-            (from, m) => trace!(env, "mover got {m:?} from {from}"),
+            (from, m) => {
+                trace!(env, "mover got {m:?} from {from}");
+                self.runs.insert(id, run);
+            }
         }
     }
 
@@ -375,38 +352,10 @@ impl Movers {
                 let done = run.links[set].on_timer(env, &who, lt);
                 self.finished_call(env, id, run, done);
             }
-            MTimer::Wake(gen) if gen == run.gen => {
-                let input = match run.phase {
-                    Phase::Status { .. } => Input::Status(None),
-                    Phase::Release { .. } | Phase::Nudge { .. } => {
-                        Input::Admin(Err("no answer in time".into()))
-                    }
-                    _ => Input::Wake,
-                };
-                self.advance(env, id, run, input);
-            }
+            MTimer::Wake(gen) if gen == run.gen => self.woke(env, id, run),
             MTimer::Wake(_) => {
                 self.runs.insert(id, run);
             }
-        }
-    }
-
-    fn finished_call(&mut self, env: &mut Env, id: u32, run: Run, done: Option<(Call, StoreResp)>) {
-        match done {
-            Some((_, resp)) => self.advance(env, id, run, Input::Store(resp)),
-            None => {
-                self.runs.insert(id, run);
-            }
-        }
-    }
-
-    /// The run's next step after `input`; the run is kept unless it ended.
-    fn advance(&mut self, env: &mut Env, id: u32, mut run: Run, input: Input) {
-        match self.step(env, id, &mut run, input) {
-            Ok(()) => {
-                self.runs.insert(id, run);
-            }
-            Err(end) => self.end(env, id, run, end),
         }
     }
 
@@ -423,13 +372,26 @@ impl Movers {
             End::Refused(_) => env.stats.moves_refused += 1,
             End::Failed(_) if run.retries < RETRIES => {
                 // The operator sees the error and runs the command again.
-                let (again, mut r) = self.fresh(env, run.cmd, None, run.retries + 1);
-                r.phase = Phase::Delayed;
+                let cmd = run.mover.cmd();
+                let cmd = Cmd {
+                    begin: cmd.begin,
+                    end: cmd.end,
+                    to: cmd.to,
+                };
+                let (again, mut r) = self.fresh(env, cmd, None, run.retries + 1);
+                r.wait = Wait::Delayed;
                 let d = env.rng.range(SEC, 3 * SEC);
                 Self::wake(env, again, &mut r, d);
                 self.runs.insert(again, r);
             }
             End::Failed(_) => env.stats.moves_refused += 1,
         }
+    }
+
+    /// Sets the run's wake-up `d` from now (earlier ones no longer count).
+    fn wake(env: &mut Env, id: u32, run: &mut Run, d: Time) {
+        run.gen += 1;
+        let t = MTimer::Wake(run.gen);
+        env.after(d, Ev::Mover { run: id, t });
     }
 }

@@ -3,7 +3,7 @@
 //! fencing when the store says this incarnation was replaced.
 
 use seqsvr_alloc::{AllocConfig, Allocator};
-use seqsvr_store::types::Rejection;
+use seqsvr_store_core::command::Rejection;
 
 use crate::env::{trace, Env};
 use crate::model::{ATimer, Ev, Slot, StoreFail, StoreOk, StoreReq, StoreResp};

@@ -9,7 +9,7 @@ use seqsvr_alloc::ownership::{
     take_over_known,
 };
 use seqsvr_core::{Epoch, SectionId};
-use seqsvr_store::types::Reply;
+use seqsvr_store_core::command::Reply;
 
 use crate::env::{trace, Env};
 use crate::model::{ATimer, Slot, StoreOk, StoreReq, StoreResp};

@@ -153,7 +153,7 @@ impl Movers {
                 self.install(env, id, run)
             }
             (Phase::Call(Call::Install), Input::Store(resp)) => match resp {
-                Ok(StoreOk::Written(seqsvr_store::types::Reply::Installed { .. })) => {
+                Ok(StoreOk::Written(seqsvr_store_core::command::Reply::Installed { .. })) => {
                     stop(run, MoveStep::Install)?;
                     run.claim_deadline = env.now + CLAIM;
                     self.claim_read(env, id, run);

@@ -1,23 +1,31 @@
 //! [`MemCeilingStore`]: a [`CeilingStore`] kept in memory, with the store's
-//! semantics (epochs fenced by incarnation, step-sized take-overs, prepared
-//! grants returned unchanged to the incarnation they were made for, raise
-//! checks) and injectable faults. For tests, benchmarks and single-process
+//! semantics — the store's own rules for one section
+//! ([`SectionRecord::claim`], [`SectionRecord::check_raise`]: epochs fenced
+//! by incarnation, step-sized take-overs, prepared grants returned
+//! unchanged to the incarnation they were made for, raise checks) — and
+//! injectable faults. For tests, benchmarks and single-process
 //! experiments; it is not durable, so it must never back a real AllocSvr.
 //!
 //! The one thing it leaves out is routing: anyone may take any section
 //! over (the real store refuses sections routed elsewhere), which is what
-//! lets a test play a second AllocSvr taking sections away.
+//! lets a test play a second AllocSvr taking sections away. Every section
+//! is owned by one name ([`OWNER`]); processes differ by incarnation.
 
 use std::future::{ready, Future};
 use std::sync::{Mutex, MutexGuard};
 
-use seqsvr_core::section::RaiseCheck;
-use seqsvr_core::{Epoch, Incarnation, SectionId, SetSpec};
+use seqsvr_core::{AllocId, Epoch, Incarnation, SectionId, SetSpec};
+use seqsvr_store_api::{Error, Rejection};
+use seqsvr_store_core::SectionRecord;
 
 use crate::ceiling::{CeilingStore, Grant};
 use crate::error::StoreErr;
 
-/// What one section looks like in the store.
+/// The AllocSvr id every section of a [`MemCeilingStore`] is owned under.
+pub const OWNER: &str = "mem";
+
+/// What one section looks like in the store (a [`SectionRecord`] without
+/// its owner, which is always [`OWNER`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MemSection {
     /// Fencing token: grows at every take-over.
@@ -48,11 +56,22 @@ pub enum Fault {
     LoseReplies,
 }
 
+impl From<&SectionRecord> for MemSection {
+    fn from(r: &SectionRecord) -> Self {
+        Self {
+            epoch: r.epoch,
+            max_seq: r.max_seq,
+            start: r.start,
+            holder: r.incarnation,
+        }
+    }
+}
+
 /// The state behind the mutex.
 #[derive(Debug)]
 struct State {
-    /// One entry per section of the set.
-    sections: Vec<MemSection>,
+    /// One record per section of the set, as the store keeps it.
+    sections: Vec<SectionRecord>,
     /// The failure currently injected.
     fault: Fault,
     /// Raises that landed, for tests that count store writes.
@@ -71,7 +90,7 @@ pub struct MemCeilingStore {
 impl MemCeilingStore {
     /// A store where every section has epoch 0 and ceiling 0.
     pub fn new(spec: SetSpec) -> Self {
-        let sections = vec![MemSection::default(); spec.section_count() as usize];
+        let sections = vec![SectionRecord::default(); spec.section_count() as usize];
         Self {
             spec,
             state: Mutex::new(State {
@@ -88,7 +107,7 @@ impl MemCeilingStore {
 
     /// The stored state of `section` (panics if out of range).
     pub fn section(&self, section: SectionId) -> MemSection {
-        self.lock().sections[section as usize]
+        MemSection::from(&self.lock().sections[section as usize])
     }
 
     /// Injects `fault` until changed.
@@ -111,8 +130,9 @@ impl MemCeilingStore {
     /// epoch, ceiling up one step) without it knowing yet: its next
     /// take-over gets this very grant back.
     pub fn prepare(&self, section: SectionId, incarnation: Incarnation) -> Grant {
-        let step = self.spec.step;
-        begin(&mut self.lock().sections, section, incarnation, step)
+        let sec = &mut self.lock().sections[section as usize];
+        sec.begin(&owner(), incarnation, self.spec.step);
+        sec.grant(section)
     }
 
     fn do_take_over(
@@ -129,16 +149,11 @@ impl MemCeilingStore {
         if known.is_empty() || end > st.sections.len() as u64 {
             return Err(StoreErr::UnknownSection);
         }
-        let step = self.spec.step;
+        let (step, owner) = (self.spec.step, owner());
         let grants = (first..).zip(known).map(|(s, &k)| {
-            let sec = st.sections[s as usize];
-            if sec.holder == incarnation && sec.epoch > k {
-                // Prepared for this incarnation and never installed by it:
-                // the same grant again, no extra step (promise 4).
-                grant_of(s, &sec)
-            } else {
-                begin(&mut st.sections, s, incarnation, step)
-            }
+            let sec = &mut st.sections[s as usize];
+            sec.claim(&owner, incarnation, k, step);
+            sec.grant(s)
         });
         let grants: Vec<Grant> = grants.collect();
         match st.fault {
@@ -162,19 +177,9 @@ impl MemCeilingStore {
             .sections
             .get_mut(section as usize)
             .ok_or(StoreErr::UnknownSection)?;
-        // The epoch first: a ceiling answer is only meaningful to the owner.
-        if sec.epoch != epoch || sec.holder != incarnation {
-            return Err(StoreErr::StaleEpoch);
-        }
-        match self.spec.check_raise(sec.max_seq, to) {
-            Err(RaiseCheck::NotAbove) => {
-                return Err(StoreErr::NotAbove {
-                    current: sec.max_seq,
-                })
-            }
-            Err(RaiseCheck::TooLarge) => return Err(StoreErr::TooLarge),
-            Ok(()) => sec.max_seq = to,
-        }
+        sec.check_raise(&self.spec, section, &owner(), incarnation, epoch, to)
+            .map_err(refused)?;
+        sec.max_seq = to;
         st.raises += 1;
         match st.fault {
             Fault::LoseReplies => Err(StoreErr::Unavailable("reply lost".into())),
@@ -183,25 +188,14 @@ impl MemCeilingStore {
     }
 }
 
-/// A new epoch of section `s` for `holder`: it starts at the current
-/// ceiling, which rises one step (skip ahead, promises 1 and 4).
-fn begin(sections: &mut [MemSection], s: SectionId, holder: Incarnation, step: u64) -> Grant {
-    let sec = &mut sections[s as usize];
-    sec.epoch += 1;
-    sec.holder = holder;
-    sec.start = sec.max_seq;
-    sec.max_seq += step;
-    grant_of(s, sec)
+/// The owner of every section.
+fn owner() -> AllocId {
+    OWNER.to_string()
 }
 
-/// The grant of `sec`'s current epoch.
-fn grant_of(s: SectionId, sec: &MemSection) -> Grant {
-    Grant {
-        section: s,
-        epoch: sec.epoch,
-        prev_ceiling: sec.start,
-        max_seq: sec.max_seq,
-    }
+/// A refusal as the AllocSvr's store client maps it.
+fn refused(r: Rejection) -> StoreErr {
+    StoreErr::from(Error::Rejected(r))
 }
 
 impl CeilingStore for MemCeilingStore {

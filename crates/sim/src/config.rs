@@ -7,7 +7,7 @@ use std::ops::Range;
 
 use seqsvr_core::directory::SetId;
 use seqsvr_core::{LeaseTerms, SectionId, SetSpec, Uid};
-use seqsvr_store::arbiter::ArbiterConfig;
+use seqsvr_store_core::arbiter::ArbiterConfig;
 
 use crate::faults::{self, Fault, Shape};
 use crate::knobs::Knobs;

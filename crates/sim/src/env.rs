@@ -7,7 +7,7 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
-use seqsvr_store::state::SetState;
+use seqsvr_store_core::state::SetState;
 
 use crate::check::Monitor;
 use crate::config::SimConfig;

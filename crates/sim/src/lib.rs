@@ -2,8 +2,8 @@
 //! of range moves between sets.
 //!
 //! It drives the project's *real* pure components — the store's state
-//! machine ([`seqsvr_store::state::SetState`], the sets' commands and the
-//! directory included) and arbiter ([`seqsvr_store::arbiter::Arbiter`]),
+//! machine ([`seqsvr_store_core::state::SetState`], the sets' commands and the
+//! directory included) and arbiter ([`seqsvr_store_core::arbiter::Arbiter`]),
 //! the AllocSvr's [`Allocator`], [`Lease`] and every decision of the
 //! AllocSvr's loops ([`seqsvr_alloc::ownership`]: admission, renewal list
 //! and reconciliation, claims, route reads, raise answers and back-off,

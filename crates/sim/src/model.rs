@@ -16,9 +16,9 @@ use seqsvr_core::directory::{SetCall, SetId};
 use seqsvr_core::{
     AllocId, DirChange, Directory, Epoch, Grant, Incarnation, LeaseTerms, Placement, SectionId,
 };
-use seqsvr_store::state::SetState;
-use seqsvr_store::types::{Command, Rejection, Reply};
 use seqsvr_store_api::SectionInfo;
+use seqsvr_store_core::command::{Command, Rejection, Reply};
+use seqsvr_store_core::state::SetState;
 
 use crate::net::{Node, Time};
 

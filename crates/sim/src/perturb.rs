@@ -5,8 +5,8 @@
 //! command, so every replica applies it alike.
 
 use seqsvr_core::Grant;
-use seqsvr_store::state::SetState;
-use seqsvr_store::types::{Command, Outcome, Reply};
+use seqsvr_store_core::command::{Command, Outcome, Reply};
+use seqsvr_store_core::state::SetState;
 
 use crate::knobs::Knobs;
 

@@ -26,8 +26,8 @@
 
 use std::rc::Rc;
 
-use seqsvr_store::state::SetState;
-use seqsvr_store::types::{Command, Outcome, Rejection, Reply};
+use seqsvr_store_core::command::{Command, Outcome, Rejection, Reply};
+use seqsvr_store_core::state::SetState;
 
 use crate::env::{trace, Env};
 use crate::model::{Ack, Append, Entry, EntryRef, Msg, StoreMsg};

@@ -6,10 +6,14 @@
 //! database per replica, and nothing is acknowledged before it is fsynced.
 //!
 //! # Layout
-//! - [`arbiter`]: leases and section moves on the leader (pure logic).
+//! The pure logic — the state of a set and how each command changes it,
+//! the arbiter, the leader's decisions — is the `seqsvr-store-core` crate,
+//! which the seeded simulation drives too; [`state`], [`owned`] and the
+//! commands in [`types`] re-export it.
+//! - [`arbiter`]: the pure arbiter (leases and section moves on the
+//!   leader) with the lock that orders its moves against renewals.
 //! - [`auth`]: which role may call what on each plane.
 //! - [`types`]: the Raft type config; commands, replies, rejections.
-//! - [`state`]: pure state-machine logic (how a command changes the set).
 //! - [`disk`]: the sled database and the fsync that makes it durable.
 //! - [`log_store`]: the Raft log and vote in sled.
 //! - [`state_machine`]: the state machine and snapshots in sled.
@@ -41,12 +45,12 @@ pub mod membership;
 pub mod metrics;
 pub mod network;
 pub mod node;
-pub mod owned;
 pub mod proposer;
 pub mod service;
-pub mod state;
 pub mod state_machine;
 pub mod types;
+
+pub use seqsvr_store_core::{owned, state};
 
 pub use node::{StoreConfig, StoreListeners, StoreNode};
 pub use seqsvr_store_api::{Error, Rejection, Result};

@@ -1,17 +1,20 @@
 //! A fake store speaking the store's peer plane with its semantics:
 //! registered incarnations and twins, fenced renewals, take-overs with
 //! known epochs and prepared grants, one-step raises fenced by owner,
-//! incarnation and epoch, conditional handoffs, linearizable reads; with
+//! incarnation and epoch (the store's own section rules,
+//! `SectionRecord::claim` and `check_raise`), conditional handoffs,
+//! linearizable reads; with
 //! faults a test can switch on (refused or lost handoff replies, renewals
 //! that fail, twins replaced, no leader's status).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use seqsvr_core::{Grant, RouteTable, SectionId, SetSpec};
+use seqsvr_core::{RouteTable, SectionId, SetSpec};
 use seqsvr_proto::store_peer_server::{StorePeer, StorePeerServer};
 use seqsvr_proto::{self as pb};
 use seqsvr_store_api::{Error, Rejection};
+use seqsvr_store_core::SectionRecord;
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 
@@ -29,15 +32,9 @@ pub fn spec() -> SetSpec {
     }
 }
 
-/// A section as the fake store keeps it.
-#[derive(Debug, Clone, Default)]
-pub struct Rec {
-    pub owner: Option<String>,
-    pub incarnation: u64,
-    pub epoch: u64,
-    pub start: u64,
-    pub max_seq: u64,
-}
+/// A section as the fake store keeps it: the store's own record, so its
+/// rules for a claim and a raise are the store's.
+pub type Rec = SectionRecord;
 
 /// A registered AllocSvr.
 #[derive(Debug, Clone)]
@@ -157,24 +154,6 @@ impl FakeStore {
     }
 }
 
-/// A new epoch for `owner`'s `inc`, starting at the ceiling, one step up.
-pub fn begin(r: &mut Rec, owner: &str, inc: u64) {
-    r.epoch += 1;
-    r.owner = Some(owner.into());
-    r.incarnation = inc;
-    r.start = r.max_seq;
-    r.max_seq += STEP;
-}
-
-pub fn grant(r: &Rec, section: SectionId) -> Grant {
-    Grant {
-        section,
-        epoch: r.epoch,
-        prev_ceiling: r.start,
-        max_seq: r.max_seq,
-    }
-}
-
 #[tonic::async_trait]
 impl StorePeer for FakeStore {
     async fn register_alloc(
@@ -289,13 +268,8 @@ impl StorePeer for FakeStore {
         let mut grants = Vec::new();
         for (s, k) in range.zip(r.known_epochs) {
             let rec = &mut st.sections[s as usize];
-            let prepared = rec.owner.as_deref() == Some(r.alloc_id.as_str())
-                && rec.incarnation == r.incarnation
-                && rec.epoch > k;
-            if !prepared {
-                begin(rec, &r.alloc_id, r.incarnation);
-            }
-            grants.push(pb::SectionGrant::from(&grant(rec, s)));
+            rec.claim(&r.alloc_id, r.incarnation, k, STEP);
+            grants.push(pb::SectionGrant::from(&rec.grant(s)));
         }
         Ok(Response::new(pb::TakeOverReply {
             grants,
@@ -310,29 +284,16 @@ impl StorePeer for FakeStore {
             return refuse(e);
         }
         let rec = &mut st.sections[r.section as usize];
-        if rec.epoch != r.epoch
-            || rec.owner.as_deref() != Some(r.alloc_id.as_str())
-            || rec.incarnation != r.incarnation
-        {
-            return refuse(Rejection::StaleEpoch {
-                section: r.section,
-                given: r.epoch,
-                current: rec.epoch,
-            });
-        }
-        if r.to <= rec.max_seq {
-            return refuse(Rejection::NotAbove {
-                section: r.section,
-                to: r.to,
-                current: rec.max_seq,
-            });
-        }
-        if r.to - rec.max_seq > STEP {
-            return refuse(Rejection::TooLarge {
-                section: r.section,
-                to: r.to,
-                current: rec.max_seq,
-            });
+        let checked = rec.check_raise(
+            &spec(),
+            r.section,
+            &r.alloc_id,
+            r.incarnation,
+            r.epoch,
+            r.to,
+        );
+        if let Err(e) = checked {
+            return refuse(e);
         }
         rec.max_seq = r.to;
         Ok(Response::new(pb::RaiseReply { max_seq: r.to }))
@@ -365,8 +326,8 @@ impl StorePeer for FakeStore {
             return refuse(Rejection::NotRegistered { alloc: r.to_alloc });
         };
         let rec = &mut st.sections[r.section as usize];
-        begin(rec, &r.to_alloc, to.incarnation);
-        let g = grant(rec, r.section);
+        rec.begin(&r.to_alloc, to.incarnation, STEP);
+        let g = rec.grant(r.section);
         st.route_version += 1;
         if st.handoff_fault == HandoffFault::LoseReply {
             return Err(Error::NoLeader("reply lost".into()).to_status());

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use seqsvr_alloc::control::{Control, Event};
 use seqsvr_alloc::{AllocConfig, Allocator};
-use seqsvr_store::types::Rejection;
+use seqsvr_store_core::command::Rejection;
 
 use crate::env::{trace, Env};
 use crate::model::{ATimer, Ev, Slot, StoreFail, StoreOk, StoreReq, StoreResp};

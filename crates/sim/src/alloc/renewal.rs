@@ -13,7 +13,7 @@ use std::time::Duration;
 use seqsvr_alloc::control::{Effect, Event, Renewal, RouteFacts};
 use seqsvr_alloc::ownership::{claim_pieces, fences, served_epochs, take_over_known};
 use seqsvr_core::{Epoch, SectionId};
-use seqsvr_store::types::Reply;
+use seqsvr_store_core::command::Reply;
 
 use crate::env::{trace, Env};
 use crate::model::{ATimer, RouteView, Slot, StoreOk, StoreReq, StoreResp};

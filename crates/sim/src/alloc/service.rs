@@ -8,7 +8,7 @@ use seqsvr_alloc::control::Event;
 use seqsvr_alloc::ownership::{admit, release_moved, settle_raise, NotAdmitted, RaiseOutcome};
 use seqsvr_alloc::{AllocError, RaiseRequest, StoreErr};
 use seqsvr_core::{Place, SectionId};
-use seqsvr_store::types::{Rejection, Reply};
+use seqsvr_store_core::command::{Rejection, Reply};
 
 use crate::env::{trace, Env};
 use crate::model::{

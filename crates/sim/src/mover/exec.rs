@@ -6,7 +6,7 @@ use std::time::Duration;
 use seqsvr_core::mover::{
     AllocRef, Answer, Call, CallError, Claimed, Effect, MoveError, StatusFor,
 };
-use seqsvr_store::types::Reply;
+use seqsvr_store_core::command::Reply;
 
 use super::{caller, wrap, End, Kind, Movers, Run, Wait, CALL, HOME, READ};
 use crate::env::{trace, Env};

@@ -1,11 +1,11 @@
-//! The store API's decisions on the leader: the arbiter's lock (a fair
-//! queue), what a call becomes (`decide`: registration, operator assign,
-//! lease change), renewals (`grant_renewal`), the arbiter loop, committed
-//! entries answered, and what a deposed leader fails.
+//! The store API on the leader: the arbiter's lock (a fair queue), what a
+//! call becomes (`decide`: registration, operator assign, lease change),
+//! renewals (`grant_renewal`) — each decided by the store's own
+//! `seqsvr_store_core::decision` — the arbiter loop, committed entries
+//! answered, and what a deposed leader fails.
 
-use seqsvr_core::{AllocId, Incarnation, SectionId};
-use seqsvr_store::state::SetState;
-use seqsvr_store::types::{Command, Outcome, Rejection, Reply};
+use seqsvr_store_core::command::{Command, Outcome, Rejection, Reply};
+use seqsvr_store_core::decision::{self, RenewalRefused};
 
 use crate::env::{trace, Env};
 use crate::model::{
@@ -82,21 +82,17 @@ impl Store {
                 slot,
                 incarnation,
             } => {
-                let replaces = match st.allocs.get(alloc) {
-                    Some(rec) if rec.incarnation != *incarnation => {
-                        let view = arbiter.view(&judged, now);
-                        let expired = view.get(alloc).is_some_and(|v| v.expired);
-                        if !expired && !env.cfg.knobs.admit_twins {
+                let view = arbiter.view(&judged, now);
+                let replaces = match decision::replaced(st, &view, alloc, *incarnation) {
+                    // `admit_twins`: the live incarnation is replaced anyway.
+                    Err(Rejection::Twin { live, .. }) if env.cfg.knobs.admit_twins => live,
+                    Err(e) => {
+                        if matches!(e, Rejection::Twin { .. }) {
                             env.stats.twins_refused += 1;
-                            return Err(StoreFail::Rejected(Rejection::Twin {
-                                alloc: alloc.clone(),
-                                live: rec.incarnation,
-                                addr: rec.addr.clone(),
-                            }));
                         }
-                        rec.incarnation
+                        return Err(StoreFail::Rejected(e));
                     }
-                    _ => 0,
+                    Ok(replaces) => replaces,
                 };
                 Ok(Command::RegisterAlloc {
                     alloc: alloc.clone(),
@@ -113,23 +109,8 @@ impl Store {
                 expected,
             } => {
                 let view = arbiter.view(&judged, now);
-                let range = *first as usize..*first as usize + expected.len();
-                for (i, rec) in st
-                    .sections
-                    .iter()
-                    .enumerate()
-                    .take(range.end)
-                    .skip(range.start)
-                {
-                    if let Some(owner) = &rec.owner {
-                        if owner != alloc && !view.get(owner).is_some_and(|v| v.expired) {
-                            return Err(StoreFail::Rejected(Rejection::OwnedElsewhere {
-                                section: i as SectionId,
-                                owner: owner.clone(),
-                            }));
-                        }
-                    }
-                }
+                decision::check_assign(st, &view, alloc, *first, expected.len())
+                    .map_err(StoreFail::Rejected)?;
                 Ok(Command::Assign {
                     alloc: alloc.clone(),
                     first: *first,
@@ -171,23 +152,22 @@ impl Store {
         };
         let now = env.store_instant();
         let st = &self.raft.nodes[l].state;
-        let rec = match registered(st, alloc, *incarnation, env.cfg.knobs.admit_twins) {
-            Ok(rec) => rec,
-            Err(e) => return Err(StoreFail::Rejected(e)),
+        // `admit_twins`: any incarnation renews as the registered one.
+        let renewing = match st.allocs.get(alloc) {
+            Some(rec) if env.cfg.knobs.admit_twins => rec.incarnation,
+            _ => *incarnation,
         };
-        let terms = st.lease.terms;
-        let rep = &mut self.reps[l];
-        if !rep.arbiter.granted(alloc, term, now, terms) {
-            return Err(StoreFail::NoLeader);
-        }
-        let unchanged = *known_version != 0 && *known_version == rec.sections_version;
+        let arbiter = &self.reps[l].arbiter;
+        let g = decision::renewal(st, arbiter, alloc, renewing, term, now, *known_version)
+            .map_err(|e| match e {
+                RenewalRefused::Rejected(e) => StoreFail::Rejected(e),
+                RenewalRefused::LeadershipChanged => StoreFail::NoLeader,
+            })?;
+        let unchanged = g.unchanged;
         let sections = if unchanged {
             Vec::new()
         } else {
-            (st.sections.iter().enumerate())
-                .filter(|(_, s)| s.owner.as_ref() == Some(alloc))
-                .map(|(i, _)| i as SectionId)
-                .collect()
+            st.owned_by(alloc).collect()
         };
         env.stats.renewals += 1;
         trace!(
@@ -197,10 +177,10 @@ impl Store {
             if unchanged { " (unchanged)" } else { "" }
         );
         Ok(StoreOk::Renewed(Renewal {
-            lease_ms: terms.lease_ms,
+            lease_ms: g.terms.lease_ms,
             sections,
             unchanged,
-            sections_version: rec.sections_version,
+            sections_version: g.record.sections_version,
             route_version: st.route_version,
         }))
     }
@@ -327,20 +307,4 @@ impl Store {
             }
         }
     }
-}
-
-/// The registered record of `alloc` if `incarnation` may renew (with
-/// `admit_twins`, any incarnation may).
-fn registered<'a>(
-    st: &'a SetState,
-    alloc: &AllocId,
-    incarnation: Incarnation,
-    admit_twins: bool,
-) -> Result<&'a seqsvr_store::state::AllocRecord, Rejection> {
-    if admit_twins {
-        return st.allocs.get(alloc).ok_or(Rejection::NotRegistered {
-            alloc: alloc.clone(),
-        });
-    }
-    st.check_incarnation(alloc, incarnation)
 }

@@ -15,16 +15,11 @@
 //!   assign and a lease change from their check until their write is
 //!   applied, and taken by a renewal to record its grant and read its
 //!   sections. Waiters queue in order (a fair async mutex).
-//! - Renewal (`service/peer.rs`, `renew`): the registered, unfenced
-//!   incarnation only (`SetState::check_incarnation`), granted only if
-//!   `Arbiter::granted(alloc, term_before_barrier, now, terms)` agrees,
-//!   under the lease terms in force.
-//! - Registration (`register`): a different registered incarnation is
-//!   replaced only if the arbiter's view says its lease has certainly
-//!   expired; otherwise `Twin`.
-//! - Operator assign (`service/admin.rs`): only away from owners whose
-//!   lease has certainly expired, conditional on the epochs read; lease
-//!   change: only when `Arbiter::lease_change_allowed`.
+//! - Renewal (`service/peer.rs`, `renew`), registration (`register`) and
+//!   operator assign (`service/admin.rs`): the store's own decisions
+//!   (`seqsvr_store_core::decision`: `renewal`, `replaced`,
+//!   `check_assign`), made under the lock on this replica's applied state;
+//!   lease change: only when `Arbiter::lease_change_allowed`.
 //! - The arbiter loop (`node/mod.rs`, `arbitrate`): every `tick_ms`, under the
 //!   lock, `observe`, `plan` on this replica's applied state, then propose
 //!   the moves one by one, stopping at the first refused.
@@ -56,9 +51,9 @@ use std::rc::Rc;
 
 use seqsvr_core::directory::{DirSet, HOME_SET};
 use seqsvr_core::{DirChange, Incarnation, LeaseTerms};
-use seqsvr_store::arbiter::Arbiter;
-use seqsvr_store::state::SetState;
-use seqsvr_store::types::Command;
+use seqsvr_store_core::arbiter::Arbiter;
+use seqsvr_store_core::command::Command;
+use seqsvr_store_core::state::SetState;
 
 use crate::env::Env;
 use crate::model::{

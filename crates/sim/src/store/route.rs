@@ -6,9 +6,9 @@
 use std::collections::BTreeSet;
 
 use seqsvr_core::SectionId;
-use seqsvr_store::state::SetState;
-use seqsvr_store::types::{Command, Rejection};
 use seqsvr_store_api::SectionInfo;
+use seqsvr_store_core::command::{Command, Rejection};
+use seqsvr_store_core::state::SetState;
 
 use crate::env::Env;
 use crate::model::{

@@ -8,6 +8,7 @@ use std::time::Duration;
 use seqsvr_core::{AllocId, LeaseTerms};
 use seqsvr_proto::{self as pb};
 use seqsvr_store_api::{Error, Rejection};
+use seqsvr_store_core::decision;
 use tonic::{Request, Response, Status};
 
 use super::{check_addr, check_id, check_run, unexpected, StoreApi};
@@ -42,26 +43,8 @@ impl StoreApi {
         {
             let a = self.sm.read();
             let view = self.arbiter.view(&a.state, std::time::Instant::now());
-            let range =
-                r.first_section as usize..r.first_section as usize + r.expected_epochs.len();
-            for (i, rec) in a
-                .state
-                .sections
-                .iter()
-                .enumerate()
-                .take(range.end)
-                .skip(range.start)
-            {
-                if let Some(owner) = &rec.owner {
-                    if *owner != alloc && !view.get(owner).is_some_and(|v| v.expired) {
-                        return Err(Rejection::OwnedElsewhere {
-                            section: i as u32,
-                            owner: owner.clone(),
-                        }
-                        .into());
-                    }
-                }
-            }
+            let count = r.expected_epochs.len();
+            decision::check_assign(&a.state, &view, &alloc, r.first_section, count)?;
         }
         let cmd = Command::Assign {
             alloc,

@@ -397,11 +397,7 @@ fn unexpected(r: Reply) -> Error {
 /// The runs of sections routed to `alloc`.
 fn owned_runs(state: &crate::state::SetState, alloc: &str) -> Vec<pb::SectionRun> {
     let mut runs: Vec<pb::SectionRun> = Vec::new();
-    for (i, r) in state.sections.iter().enumerate() {
-        if r.owner.as_deref() != Some(alloc) {
-            continue;
-        }
-        let s = i as u32;
+    for s in state.owned_by(alloc) {
         match runs.last_mut() {
             Some(run) if run.first_section + run.count == s => run.count += 1,
             _ => runs.push(pb::SectionRun {

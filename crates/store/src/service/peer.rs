@@ -9,6 +9,7 @@
 
 use seqsvr_proto::{self as pb};
 use seqsvr_store_api::{Error, Rejection};
+use seqsvr_store_core::decision::{self, RenewalRefused};
 use tonic::{Request, Response, Status};
 
 use super::{check_addr, check_id, check_run, owned_runs, unexpected, StoreApi};
@@ -42,32 +43,26 @@ impl StoreApi {
         let _moves = self.arbiter.moves.lock().await;
         let replaces = {
             let a = self.sm.read();
-            match a.state.allocs.get(&alloc) {
-                // The id's last process recorded its stop: nobody to wait for.
-                Some(rec) if rec.incarnation == 0 => 0,
-                Some(rec) if rec.incarnation != incarnation => {
-                    let view = self.arbiter.view(&a.state, std::time::Instant::now());
-                    if !view.get(&alloc).is_some_and(|v| v.expired) {
-                        tracing::error!(
-                            %alloc,
-                            live = format_args!("{:x}", rec.incarnation),
-                            addr = %rec.addr,
-                            newcomer = format_args!("{incarnation:x}"),
-                            newcomer_addr = %r.addr,
-                            "refusing a second process with a live AllocSvr's id"
-                        );
-                        return Err(Rejection::Twin {
-                            alloc,
-                            live: rec.incarnation,
-                            addr: rec.addr.clone(),
-                        }
-                        .into());
-                    }
-                    tracing::warn!(%alloc, old = format_args!("{:x}", rec.incarnation),
-                        new = format_args!("{incarnation:x}"), "replacing an AllocSvr incarnation whose lease expired");
-                    rec.incarnation
+            let view = self.arbiter.view(&a.state, std::time::Instant::now());
+            match decision::replaced(&a.state, &view, &alloc, incarnation) {
+                Err(Rejection::Twin { alloc, live, addr }) => {
+                    tracing::error!(
+                        %alloc,
+                        live = format_args!("{live:x}"),
+                        %addr,
+                        newcomer = format_args!("{incarnation:x}"),
+                        newcomer_addr = %r.addr,
+                        "refusing a second process with a live AllocSvr's id"
+                    );
+                    return Err(Rejection::Twin { alloc, live, addr }.into());
                 }
-                _ => 0,
+                Err(e) => return Err(e.into()),
+                Ok(0) => 0,
+                Ok(old) => {
+                    tracing::warn!(%alloc, old = format_args!("{old:x}"),
+                        new = format_args!("{incarnation:x}"), "replacing an AllocSvr incarnation whose lease expired");
+                    old
+                }
             }
         };
         let cmd = Command::RegisterAlloc {
@@ -102,33 +97,36 @@ impl StoreApi {
             self.metrics.renewal(false);
             return Err(Rejection::NotConfigured.into());
         }
-        let rec = match a.state.check_incarnation(&alloc, incarnation) {
-            Ok(rec) => rec,
-            Err(e) => {
-                self.metrics.renewal(false);
-                return Err(e.into());
+        let known = r.known_sections_version;
+        let granted = decision::renewal(
+            &a.state,
+            &self.arbiter,
+            &alloc,
+            incarnation,
+            term,
+            now,
+            known,
+        );
+        self.metrics.renewal(granted.is_ok());
+        let g = match granted {
+            Ok(g) => g,
+            Err(RenewalRefused::Rejected(e)) => return Err(e.into()),
+            Err(RenewalRefused::LeadershipChanged) => {
+                return Err(Error::NoLeader("leadership changed during renewal".into()))
             }
         };
-        let terms = a.state.lease.terms;
-        if !self.arbiter.granted(&alloc, term, now, terms) {
-            self.metrics.renewal(false);
-            return Err(Error::NoLeader("leadership changed during renewal".into()));
-        }
-        self.metrics.renewal(true);
         // The list only when it changed: a renewal costs O(changes).
-        let unchanged =
-            r.known_sections_version != 0 && r.known_sections_version == rec.sections_version;
         Ok(pb::RenewReply {
-            lease_ms: terms.lease_ms,
-            sections: if unchanged {
+            lease_ms: g.terms.lease_ms,
+            sections: if g.unchanged {
                 Vec::new()
             } else {
                 owned_runs(&a.state, &alloc)
             },
             route_version: a.state.route_version,
-            draining: rec.draining,
-            sections_version: rec.sections_version,
-            sections_unchanged: unchanged,
+            draining: g.record.draining,
+            sections_version: g.record.sections_version,
+            sections_unchanged: g.unchanged,
         })
     }
 

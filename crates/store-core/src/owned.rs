@@ -135,8 +135,8 @@ mod tests {
     use seqsvr_core::{codec, SetSpec};
 
     use super::*;
+    use crate::command::Command;
     use crate::state::SetState;
-    use crate::types::Command;
 
     /// Any command that can change owners (or refuse to), over 3
     /// AllocSvrs and 8 sections; `None` stands for a snapshot restore.

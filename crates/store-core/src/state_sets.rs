@@ -13,7 +13,7 @@ use seqsvr_core::directory::{sections_of, HOME_SET};
 use seqsvr_core::{DirChange, Directory, Place, SectionId, SetCall, SetId, SetKind};
 
 use super::{Dirty, SetState};
-use crate::types::{Outcome, Rejection, Reply};
+use crate::command::{Outcome, Rejection, Reply};
 
 impl SetState {
     /// Refuses unless every section of `range` is served by this set: a
@@ -28,7 +28,7 @@ impl SetState {
         }
     }
 
-    /// See [`crate::types::Command::Freeze`]. Idempotent for sections
+    /// See [`crate::command::Command::Freeze`]. Idempotent for sections
     /// already moved to `to`, so a resumed move re-reads the same final
     /// ceilings.
     pub(super) fn freeze(
@@ -99,7 +99,7 @@ impl SetState {
         })
     }
 
-    /// See [`crate::types::Command::Install`]. Idempotent: a section
+    /// See [`crate::command::Command::Install`]. Idempotent: a section
     /// already served at or above its floor plus a step is left alone.
     /// `move_id` is `None` for a set's addition, which is no move: it
     /// neither checks nor records a move id.
@@ -171,7 +171,7 @@ impl SetState {
         })
     }
 
-    /// See [`crate::types::Command::Freeze`]: a freeze checked against the
+    /// See [`crate::command::Command::Freeze`]: a freeze checked against the
     /// directory this group holds, then applied as before.
     pub(super) fn checked_freeze(
         &mut self,
@@ -187,7 +187,7 @@ impl SetState {
         self.freeze(first, count, to, call.move_id, dirty)
     }
 
-    /// See [`crate::types::Command::Install`]: an install checked against
+    /// See [`crate::command::Command::Install`]: an install checked against
     /// the directory this group holds. An addition installs only sections
     /// never served here (`Absent`; those it already installed are left
     /// alone), at one step, and records no move id.

@@ -4,7 +4,7 @@
 //! This is pure: no I/O, no clock, no randomness. Every replica applies the
 //! same commands in the same order and must reach the same state, so apply
 //! may only depend on the state and the command. Persistence lives in
-//! [`crate::state_machine`], which writes back exactly the records a command
+//! the store's `state_machine.rs`, which writes back exactly the records a command
 //! [`Dirty`]-marked.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -17,8 +17,8 @@ use seqsvr_core::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::command::{Command, Outcome, Rejection, Reply};
 use crate::owned::OwnerCounts;
-use crate::types::{Command, Outcome, Rejection, Reply};
 
 /// Longest alloc id and address accepted (they are stored and replicated).
 pub const MAX_NAME_LEN: usize = 256;
@@ -40,7 +40,8 @@ pub struct SectionRecord {
 }
 
 impl SectionRecord {
-    fn grant(&self, section: SectionId) -> Grant {
+    /// The grant of this epoch: where its owner starts and the ceiling.
+    pub fn grant(&self, section: SectionId) -> Grant {
         Grant {
             section,
             epoch: self.epoch,
@@ -51,12 +52,77 @@ impl SectionRecord {
 
     /// A new epoch for `owner`'s `incarnation`, starting at the current
     /// ceiling, which rises by `step` (skip ahead, promises 1 and 4).
-    fn begin(&mut self, owner: &AllocId, incarnation: Incarnation, step: u64) {
+    pub fn begin(&mut self, owner: &AllocId, incarnation: Incarnation, step: u64) {
         self.epoch += 1;
         self.owner = Some(owner.clone());
         self.incarnation = incarnation;
         self.start = self.max_seq;
         self.max_seq += step;
+    }
+
+    /// `owner`'s `incarnation` claims this section, having installed it at
+    /// epoch `known` at most (0: never). A grant prepared for that very
+    /// incarnation at a newer epoch (a handoff to it, a take-over whose
+    /// reply was lost) is kept as it is, so a retry skips no further step
+    /// (promise 4); otherwise a new epoch [`begin`](Self::begin)s. Returns
+    /// whether one began (the record changed). Whether `owner` may claim
+    /// the section at all (routing, registration) is the caller's check.
+    pub fn claim(
+        &mut self,
+        owner: &AllocId,
+        incarnation: Incarnation,
+        known: Epoch,
+        step: u64,
+    ) -> bool {
+        let prepared = self.owner.as_ref() == Some(owner)
+            && self.incarnation == incarnation
+            && self.epoch > known;
+        if !prepared {
+            self.begin(owner, incarnation, step);
+        }
+        !prepared
+    }
+
+    /// Whether `owner`'s `incarnation` may raise this section (`section`
+    /// of a set shaped `spec`) to `to` under `epoch`: fenced by owner,
+    /// incarnation and epoch (promise 3), only up and by at most one step
+    /// (promises 2 and 4). The epoch is checked before the ceiling, so a
+    /// ceiling in a refusal is only ever told to the owner.
+    pub fn check_raise(
+        &self,
+        spec: &SetSpec,
+        section: SectionId,
+        owner: &AllocId,
+        incarnation: Incarnation,
+        epoch: Epoch,
+        to: u64,
+    ) -> Result<(), Rejection> {
+        if self.owner.as_ref() != Some(owner) {
+            return Err(Rejection::OwnedElsewhere {
+                section,
+                owner: self.owner.clone().unwrap_or_default(),
+            });
+        }
+        if epoch != self.epoch || self.incarnation != incarnation {
+            return Err(Rejection::StaleEpoch {
+                section,
+                given: epoch,
+                current: self.epoch,
+            });
+        }
+        let current = self.max_seq;
+        spec.check_raise(current, to).map_err(|e| match e {
+            RaiseCheck::NotAbove => Rejection::NotAbove {
+                section,
+                to,
+                current,
+            },
+            RaiseCheck::TooLarge => Rejection::TooLarge {
+                section,
+                to,
+                current,
+            },
+        })
     }
 }
 
@@ -498,6 +564,13 @@ impl SetState {
         Ok(rec)
     }
 
+    /// The sections routed to `alloc`, in order (a renewal lists them).
+    pub fn owned_by<'a>(&'a self, alloc: &'a str) -> impl Iterator<Item = SectionId> + 'a {
+        (self.sections.iter().enumerate())
+            .filter(move |(_, r)| r.owner.as_deref() == Some(alloc))
+            .map(|(i, _)| i as SectionId)
+    }
+
     pub(crate) fn check_sections(
         &self,
         first: SectionId,
@@ -595,13 +668,11 @@ impl SetState {
         let mut grants = Vec::with_capacity(known.len());
         for (i, &k) in range.zip(known) {
             let r = &mut self.sections[i];
-            let prepared =
-                r.owner.as_ref() == Some(alloc) && r.incarnation == incarnation && r.epoch > k;
-            if !prepared {
-                if r.owner.as_ref() != Some(alloc) {
+            let routed_here = r.owner.as_ref() == Some(alloc);
+            if r.claim(alloc, incarnation, k, step) {
+                if !routed_here {
                     moved.insert(alloc.clone());
                 }
-                r.begin(alloc, incarnation, step);
                 dirty.push(Dirty::Section(i as SectionId));
             }
             grants.push(r.grant(i as SectionId));
@@ -688,37 +759,10 @@ impl SetState {
         let spec = self.spec()?.clone();
         self.check_incarnation(alloc, incarnation)?;
         let r = &mut self.sections[section as usize];
-        if r.owner.as_ref() != Some(alloc) {
-            return Err(Rejection::OwnedElsewhere {
-                section,
-                owner: r.owner.clone().unwrap_or_default(),
-            });
-        }
-        if epoch != r.epoch || r.incarnation != incarnation {
-            return Err(Rejection::StaleEpoch {
-                section,
-                given: epoch,
-                current: r.epoch,
-            });
-        }
-        let current = r.max_seq;
-        match spec.check_raise(current, to) {
-            Err(RaiseCheck::NotAbove) => Err(Rejection::NotAbove {
-                section,
-                to,
-                current,
-            }),
-            Err(RaiseCheck::TooLarge) => Err(Rejection::TooLarge {
-                section,
-                to,
-                current,
-            }),
-            Ok(()) => {
-                r.max_seq = to;
-                dirty.push(Dirty::Section(section));
-                Ok(Reply::Raised { max_seq: to })
-            }
-        }
+        r.check_raise(&spec, section, alloc, incarnation, epoch, to)?;
+        r.max_seq = to;
+        dirty.push(Dirty::Section(section));
+        Ok(Reply::Raised { max_seq: to })
     }
 
     /// After sections changed owners: a new route version, which is also

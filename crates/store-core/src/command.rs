@@ -1,0 +1,299 @@
+//! What travels in the store's log.
+//!
+//! A log entry carries a [`Request`]: a batch of [`Command`]s proposed
+//! together (group commit: one entry, one fsync per replica, many commands).
+//! Applying it yields one [`Outcome`] per command, in order. Commands are
+//! encoded by position (`seqsvr_core::codec`, docs/architecture/encoding.md):
+//! new ones are appended, none is ever removed or reordered.
+
+use seqsvr_core::{
+    AllocId, DirChange, Directory, Epoch, Grant, Incarnation, LeaseTerms, SectionId, SetCall,
+    SetId, SetSpec,
+};
+pub use seqsvr_store_api::Rejection;
+use serde::{Deserialize, Serialize};
+
+pub use seqsvr_core::MAX_SECTIONS_PER_CALL;
+
+/// One state-machine command. Everything a command needs (including any
+/// time) travels inside it: apply must be deterministic. Every command that
+/// changes ownership is *conditional* on the state it was decided on (an
+/// expected epoch, a registered incarnation), so a delayed, repeated or
+/// forged one is refused instead of undoing a later decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Fixes the set this store group serves. Idempotent with an equal spec;
+    /// a different spec is rejected (a set never changes shape in place).
+    ConfigureSet(SetSpec),
+    /// Like `ConfigureSet`, for a group added to a cluster that runs
+    /// already: it starts with every section absent and serves what
+    /// `seqctl set add` and range moves install.
+    ConfigureAddedSet(SetSpec),
+    /// Sets the lease terms every leader grants and judges leases by.
+    SetLease(LeaseTerms),
+    /// Records an AllocSvr incarnation and its addresses. A different live
+    /// incarnation is replaced only if `replaces` names it (the leader sets
+    /// it after checking that its lease has certainly expired).
+    RegisterAlloc {
+        /// The AllocSvr.
+        alloc: AllocId,
+        /// Its client-plane `host:port`.
+        addr: String,
+        /// Its peer-plane `host:port`.
+        peer_addr: String,
+        /// Its admin-plane `host:port`.
+        admin_addr: String,
+        /// The registering process's incarnation.
+        incarnation: Incarnation,
+        /// The incarnation it replaces (0: none).
+        replaces: Incarnation,
+    },
+    /// Refuses `alloc`'s `incarnation` from now on (operator).
+    FenceAlloc {
+        /// The AllocSvr.
+        alloc: AllocId,
+        /// The incarnation to refuse.
+        incarnation: Incarnation,
+    },
+    /// Routes sections `first..first+expected.len()` to `alloc`, if each
+    /// still has the epoch in `expected`. Each section that changes hands
+    /// gets a new epoch, which fences the previous owner at once (promise
+    /// 3); the new owner then claims them with `TakeOver`.
+    Assign {
+        /// The new owner.
+        alloc: AllocId,
+        /// First section.
+        first: SectionId,
+        /// Per section, the epoch the decision was made on.
+        expected: Vec<Epoch>,
+    },
+    /// `alloc`'s `incarnation` claims sections `first..first+known.len()`
+    /// routed to it (or unowned). Per section: a grant prepared for this
+    /// incarnation at an epoch newer than `known[i]` (the newest it ever
+    /// installed) is returned unchanged; otherwise the epoch grows by one
+    /// and the ceiling by a step, and the previous ceiling is where it
+    /// starts (skip ahead). So a retried take-over, or one after a handoff
+    /// whose adopt was lost, skips nothing more (promise 4).
+    TakeOver {
+        /// The claimant.
+        alloc: AllocId,
+        /// Its incarnation.
+        incarnation: Incarnation,
+        /// First section.
+        first: SectionId,
+        /// Per section, the newest epoch the claimant installed (0: none).
+        known: Vec<Epoch>,
+    },
+    /// A planned move asked by the releasing owner: `section`, held by
+    /// `from`'s `incarnation` at `epoch` (and no longer served by it), goes
+    /// to `to` — new owner, new epoch, ceiling + step — in one write.
+    Handoff {
+        /// The releasing owner.
+        from: AllocId,
+        /// Its incarnation.
+        incarnation: Incarnation,
+        /// The new owner.
+        to: AllocId,
+        /// The section.
+        section: SectionId,
+        /// The epoch it is released at.
+        epoch: Epoch,
+    },
+    /// Marks an AllocSvr as draining (the arbiter routes nothing to it) or
+    /// not.
+    SetDraining {
+        /// The AllocSvr.
+        alloc: AllocId,
+        /// Draining or not.
+        draining: bool,
+    },
+    /// Raises one section's ceiling to `to`, if `alloc`'s `incarnation`
+    /// still owns it at `epoch`.
+    Raise {
+        /// The owner.
+        alloc: AllocId,
+        /// Its incarnation.
+        incarnation: Incarnation,
+        /// The section.
+        section: SectionId,
+        /// The caller's epoch for the section (fencing token).
+        epoch: Epoch,
+        /// The new ceiling.
+        to: u64,
+    },
+    /// The freeze of a move as written before freezes were checked against
+    /// the directory. Kept (at its place in the enum, which is its encoding)
+    /// so that a log written by an older version replays as it was
+    /// applied then; nothing proposes it any more (`Freeze` replaces it;
+    /// docs/architecture/encoding.md).
+    LegacyFreeze {
+        /// First section.
+        first: SectionId,
+        /// Number of sections.
+        count: u32,
+        /// The set they move to.
+        to: SetId,
+        /// The move's id (refused if older than one applied here).
+        move_id: u64,
+    },
+    /// The install of a move or addition as written before installs were
+    /// checked against the directory; kept for replay like `LegacyFreeze`
+    /// (`Install` replaces it).
+    LegacyInstall {
+        /// First section.
+        first: SectionId,
+        /// Per section, the source's final ceiling.
+        floors: Vec<u64>,
+        /// The move's id (refused if older than one applied here).
+        move_id: u64,
+    },
+    /// A change to the directory (the home group only).
+    Directory(DirChange),
+    /// A copy of the home group's directory (other groups; only a newer
+    /// version replaces the one held).
+    CopyDirectory(Directory),
+    /// Freezes sections `first..first+count` for the move `call` out of
+    /// this set: no owner, a new epoch (the old owner's raises are refused
+    /// from now on, promise 3), place `Moved`. Their ceilings are final
+    /// here: every number this set handed out for them is at or below.
+    /// Refused unless the directory this group holds shows that move under
+    /// way with that id, and the sections lie in its range
+    /// (`SetState::check_call`).
+    Freeze {
+        /// First section.
+        first: SectionId,
+        /// Number of sections.
+        count: u32,
+        /// The move (a `SetKind::Move` from this set).
+        call: SetCall,
+    },
+    /// Installs sections `first..first+floors.len()` for `call`: a move
+    /// into this set (each ceiling becomes at least `floors[i] + step`,
+    /// the source's final ceiling plus a step, promise 1) or this set's
+    /// addition (sections never served here only, at one step). Place
+    /// `Serving`, no owner (the arbiter routes them). Refused unless the
+    /// directory this group holds shows that move or addition under way
+    /// (`SetState::check_call`).
+    Install {
+        /// First section.
+        first: SectionId,
+        /// Per section, the source's final ceiling (0 for an addition).
+        floors: Vec<u64>,
+        /// The move or addition.
+        call: SetCall,
+    },
+    /// Removes `alloc`'s `incarnation` from the AllocSvrs the group knows,
+    /// if it owns no section this set serves. The leader proposes it only
+    /// once that incarnation's lease has certainly expired (an operator's
+    /// `seqctl alloc retire`), so moves and rebalancing stop waiting for a
+    /// process that is gone. Appended last: commands are encoded by
+    /// position, and an old log replays.
+    RetireAlloc {
+        /// The AllocSvr.
+        alloc: AllocId,
+        /// The incarnation the decision was made on.
+        incarnation: Incarnation,
+    },
+    /// A planned stop's explicit release, asked by the stopping process
+    /// itself once it serves nothing: every section `alloc` owns gets a
+    /// new epoch and no incarnation (so nothing the process may still
+    /// send is accepted), and the id is left with no live incarnation.
+    /// The id's next process registers at once and claims the sections
+    /// back through its first renewal; if it does not come back, the
+    /// arbiter routes them elsewhere at once — instead of waiting out a
+    /// lease nobody holds any more (docs/operations.md, Stopping an
+    /// AllocSvr). Appended last, like `RetireAlloc`.
+    StopAlloc {
+        /// The AllocSvr.
+        alloc: AllocId,
+        /// The stopping process's incarnation.
+        incarnation: Incarnation,
+    },
+}
+
+/// A log entry's application payload: commands proposed together.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    /// Applied in order; each gets its own outcome.
+    pub commands: Vec<Command>,
+}
+
+/// What applying a [`Request`] produced.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Response {
+    /// One per command, in order. Empty for blank and membership entries.
+    pub outcomes: Vec<Outcome>,
+}
+
+/// The result of one command.
+pub type Outcome = Result<Reply, Rejection>;
+
+/// A command's successful result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    /// The set is configured (now or before).
+    Configured,
+    /// The alloc is registered; the route version after the change.
+    Registered {
+        /// Route version.
+        route_version: u64,
+    },
+    /// Sections assigned; the route version after the change.
+    Assigned {
+        /// Route version.
+        route_version: u64,
+    },
+    /// The lease terms in force.
+    Leased(LeaseTerms),
+    /// A section handed off: the new owner's grant.
+    HandedOff {
+        /// The grant.
+        grant: Grant,
+        /// Route version after the change.
+        route_version: u64,
+    },
+    /// Sections taken over.
+    TakenOver {
+        /// One per section, in order.
+        grants: Vec<Grant>,
+        /// Route version after the change.
+        route_version: u64,
+    },
+    /// The ceiling now stands at `max_seq`.
+    Raised {
+        /// The new ceiling.
+        max_seq: u64,
+    },
+    /// Sections frozen for a move.
+    Frozen {
+        /// Per section, its final ceiling here.
+        finals: Vec<u64>,
+        /// Per section, the epoch it is frozen at.
+        epochs: Vec<u64>,
+        /// How many were frozen by this command (0: all already were).
+        newly: u32,
+        /// Route version after the change.
+        route_version: u64,
+    },
+    /// Sections installed.
+    Installed {
+        /// How many changed (0: all already were).
+        newly: u32,
+        /// Route version after the change.
+        route_version: u64,
+    },
+    /// The directory (or copy) now at `version`.
+    Directory {
+        /// Its version.
+        version: u64,
+        /// Whether this command changed it.
+        changed: bool,
+    },
+    /// An AllocSvr's planned stop is recorded.
+    Stopped {
+        /// Sections it owned, now at a new epoch with no incarnation.
+        released: u32,
+        /// Route version after the change.
+        route_version: u64,
+    },
+}

@@ -1,0 +1,27 @@
+//! StoreSvr's pure logic: how one set's replicated state changes, and
+//! what its leader decides before it writes. No Raft, no disk, no clock,
+//! no socket: the store (`seqsvr-store`, openraft + sled) and the seeded
+//! simulation (`seqsvr-sim`) drive the same code, the one with real
+//! replicas and time, the other in its simulated world
+//! (docs/architecture/store.md, docs/architecture/simulation.md).
+//!
+//! # Layout
+//! - [`command`]: what travels in the log — commands, the batches they are
+//!   proposed in, their replies.
+//! - [`state`]: the state of one set (sections, AllocSvrs, route version,
+//!   lease terms, placement, directory) and how each command changes it;
+//!   a section's own rules (a claim, a raise) on [`state::SectionRecord`].
+//! - [`owned`]: the per-AllocSvr section counts derived from the state.
+//! - [`arbiter`]: leases as the leader granted them, and the section moves
+//!   and retirements they allow.
+//! - [`decision`]: the leader's checks before a registration, an
+//!   operator's assign and a renewal's grant.
+
+pub mod arbiter;
+pub mod command;
+pub mod decision;
+pub mod owned;
+pub mod state;
+
+pub use command::{Command, Outcome, Rejection, Reply, Request, Response};
+pub use state::{AllocRecord, Dirty, LeaseState, SectionRecord, SetState};

@@ -93,7 +93,7 @@ fn worker(alloc: Arc<Allocator>, seed: u64, ops: usize, max_n: u64) -> Vec<Got> 
         x ^= x >> 7;
         x ^= x << 17;
         let uid = x % 4 * 5; // uids 0, 5, 10, 15: both sections
-        let n = if x >> 40 & 1 == 0 {
+        let n = if (x >> 40) & 1 == 0 {
             1
         } else {
             1 + (x >> 20) % max_n
@@ -151,7 +151,7 @@ proptest! {
         let threads: Vec<_> = (0..3u64)
             .map(|t| {
                 let alloc = alloc.clone();
-                std::thread::spawn(move || worker(alloc, seed ^ (t + 1) * 0x9E37_79B9, 3000, max_n))
+                std::thread::spawn(move || worker(alloc, seed ^ ((t + 1) * 0x9E37_79B9), 3000, max_n))
             })
             .collect();
         let all: Vec<Got> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();

@@ -153,7 +153,7 @@ pub async fn run<B: Backend>(b: &B, op: Op) -> Result<Reply, Fail> {
             let mut seqs = Vec::with_capacity(us.len());
             b.next_batch(&us, &mut seqs).await.map_err(fail)?;
             Ok(Reply::Array(
-                seqs.into_iter().map(|v| int(v)).collect::<Result<_, _>>()?,
+                seqs.into_iter().map(int).collect::<Result<_, _>>()?,
             ))
         }
     }

@@ -2,67 +2,15 @@
 //! the auth gate, `MULTI` queues, consecutive `INCR`s coalesced into one
 //! backend batch, and every reply in request order.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Instant;
-
-use bytes::Bytes;
 
 use crate::backend::Backend;
 use crate::cmd::{self, counter, Fail, Kind, Op};
-use crate::config::DoorConfig;
-use crate::metrics::DoorMetrics;
 use crate::parse::Request;
 use crate::reply::{Proto, Reply};
 
-/// Counters `INFO` reports.
-#[derive(Debug)]
-pub struct Stats {
-    /// When the door started.
-    pub started: Instant,
-    /// Connections open now.
-    pub open: AtomicUsize,
-    /// Connections accepted.
-    pub accepted: AtomicU64,
-    /// Commands run.
-    pub commands: AtomicU64,
-    /// The last connection id handed out.
-    pub last_id: AtomicU64,
-}
-
-/// What every connection of a door shares.
-#[derive(Debug)]
-pub struct Ctx {
-    /// The door's settings.
-    pub cfg: DoorConfig,
-    /// Its metrics.
-    pub metrics: DoorMetrics,
-    /// What `INFO` reports.
-    pub stats: Stats,
-    /// The backend's `INCRBY` cap.
-    pub max_count: u64,
-    /// The backend's batch cap (`MGET`, `SEQ.BATCH`).
-    pub max_batch: usize,
-}
-
-impl Ctx {
-    /// The shared state of a door serving `backend` with `cfg`.
-    pub fn new<B: Backend>(cfg: DoorConfig, metrics: DoorMetrics, backend: &B) -> Ctx {
-        Ctx {
-            cfg,
-            metrics,
-            stats: Stats {
-                started: Instant::now(),
-                open: AtomicUsize::new(0),
-                accepted: AtomicU64::new(0),
-                commands: AtomicU64::new(0),
-                last_id: AtomicU64::new(0),
-            },
-            max_count: backend.max_count(),
-            max_batch: backend.max_batch(),
-        }
-    }
-}
+pub use crate::state::{Ctx, Session, Stats};
 
 /// A `MULTI` under way.
 #[derive(Debug, Default)]
@@ -71,23 +19,6 @@ pub struct Multi {
     queued: Vec<Planned>,
     /// Whether a command was refused while queueing (`EXEC` then aborts).
     failed: bool,
-}
-
-/// One connection's state.
-#[derive(Debug)]
-pub struct Session {
-    /// Its id (`CLIENT ID`, `HELLO`).
-    pub id: u64,
-    /// The protocol it speaks.
-    pub proto: Proto,
-    /// Whether it may run commands (always, without `AUTH` configured).
-    pub authed: bool,
-    /// Its name (`CLIENT SETNAME`).
-    pub name: Option<Bytes>,
-    /// A transaction under way.
-    pub multi: Option<Multi>,
-    /// Set by `QUIT`: close after the replies so far.
-    pub close: bool,
 }
 
 /// A request ready to run.
@@ -106,6 +37,8 @@ pub struct Conn<B> {
     ctx: Arc<Ctx>,
     /// The connection's state.
     pub session: Session,
+    /// A transaction under way.
+    multi: Option<Multi>,
 }
 
 impl<B: Backend> Conn<B> {
@@ -121,9 +54,9 @@ impl<B: Backend> Conn<B> {
                 proto: Proto::Resp2,
                 authed,
                 name: None,
-                multi: None,
                 close: false,
             },
+            multi: None,
         }
     }
 
@@ -216,19 +149,23 @@ impl<B: Backend> Conn<B> {
             return self.refuse_in_multi(cmd::not_served(&req));
         };
         ctx.metrics.commands.with_label_values(&[spec.name]).inc();
+        if spec.name == "reset" {
+            // RESET ends a transaction too (the rest it resets itself).
+            self.multi = None;
+        }
         if !self.session.authed && !spec.flags.contains(&"no-auth") {
             return self.refuse_in_multi(Fail::coded("noauth", "NOAUTH Authentication required."));
         }
         if let Err(f) = cmd::check_arity(spec, &req) {
             return self.refuse_in_multi(f);
         }
-        let in_multi = self.session.multi.is_some();
+        let in_multi = self.multi.is_some();
         match spec.kind {
             Kind::Multi if in_multi => {
                 Planned::Fail(Fail::err("multi", "MULTI calls can not be nested"))
             }
             Kind::Multi => {
-                self.session.multi = Some(Multi::default());
+                self.multi = Some(Multi::default());
                 Planned::Local(|_, _, _| Ok(Reply::OK), req)
             }
             Kind::Exec | Kind::Discard if !in_multi => Planned::Fail(Fail::err(
@@ -236,7 +173,7 @@ impl<B: Backend> Conn<B> {
                 format!("{} without MULTI", spec.name.to_uppercase()),
             )),
             Kind::Discard => {
-                self.session.multi = None;
+                self.multi = None;
                 Planned::Local(|_, _, _| Ok(Reply::OK), req)
             }
             Kind::Exec => self.exec_planned(),
@@ -251,7 +188,7 @@ impl<B: Backend> Conn<B> {
                 if let Planned::Fail(f) = p {
                     return self.refuse_in_multi(f);
                 }
-                if let Some(m) = self.session.multi.as_mut() {
+                if let Some(m) = self.multi.as_mut() {
                     m.queued.push(p);
                 }
                 Planned::Local(
@@ -283,7 +220,7 @@ impl<B: Backend> Conn<B> {
     /// An error reply that, inside `MULTI`, also dooms the transaction
     /// (Redis's `EXECABORT`).
     fn refuse_in_multi(&mut self, f: Fail) -> Planned {
-        if let Some(m) = self.session.multi.as_mut() {
+        if let Some(m) = self.multi.as_mut() {
             m.failed = true;
         }
         Planned::Fail(f)
@@ -291,7 +228,7 @@ impl<B: Backend> Conn<B> {
 
     /// `EXEC`: the queued commands, to run as one step.
     fn exec_planned(&mut self) -> Planned {
-        let Some(m) = self.session.multi.take() else {
+        let Some(m) = self.multi.take() else {
             return Planned::Fail(Fail::err("multi", "EXEC without MULTI"));
         };
         if m.failed {

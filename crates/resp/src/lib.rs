@@ -20,6 +20,7 @@
 //!   order (auth gate, `MULTI`/`EXEC`, consecutive `INCR`s as one batch).
 //! - [`server`]: the listener and the connections' read/answer/write
 //!   rounds.
+//! - [`state`]: the door's shared state and a connection's session.
 //! - [`keys`]: keys to uids. [`backend`]: what the door serves from.
 //!   [`config`]: limits, credentials. [`metrics`]: Prometheus counters.
 
@@ -33,12 +34,13 @@ pub mod parse;
 pub mod reply;
 pub mod server;
 pub mod split;
+pub mod state;
 
 pub use backend::{Backend, BackendError};
 pub use config::{Credentials, DoorConfig};
-pub use conn::Ctx;
 pub use keys::KeyMap;
 pub use metrics::DoorMetrics;
 pub use parse::{Limits, Parsed, Parser, ProtoError, Request};
 pub use reply::{Proto, Reply};
 pub use server::serve;
+pub use state::Ctx;

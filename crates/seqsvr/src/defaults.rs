@@ -23,8 +23,6 @@ pub struct DevStore {
     pub admin: &'static str,
     /// Prometheus metrics (`GET /metrics`).
     pub metrics: &'static str,
-    /// The Redis-protocol door (`redis-cli -p 7241 INCR seq:42`).
-    pub resp: &'static str,
 }
 
 impl DevStore {
@@ -47,6 +45,8 @@ pub struct DevAlloc {
     pub admin: &'static str,
     /// Prometheus metrics (`GET /metrics`).
     pub metrics: &'static str,
+    /// The Redis-protocol door (`redis-cli -p 7241 INCR seq:42`).
+    pub resp: &'static str,
 }
 
 /// The dev cluster's store replicas.

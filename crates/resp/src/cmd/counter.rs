@@ -6,9 +6,9 @@ use bytes::Bytes;
 
 use super::{not_integer, Fail};
 use crate::backend::{Backend, BackendError};
-use crate::conn::Ctx;
 use crate::parse::{parse_int, Request};
 use crate::reply::Reply;
+use crate::state::Ctx;
 
 /// A counter operation, its keys already mapped to uids.
 #[derive(Debug, Clone, PartialEq, Eq)]

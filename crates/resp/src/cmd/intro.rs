@@ -7,9 +7,9 @@ use std::fmt::Write;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::{printable, Fail, Spec, COMMANDS};
-use crate::conn::{Ctx, Session};
 use crate::parse::Request;
 use crate::reply::Reply;
+use crate::state::{Ctx, Session};
 
 /// `INFO [section …]`: the sections named (`default`, `all` or none:
 /// every section), as `# Section` blocks of `field:value` lines.

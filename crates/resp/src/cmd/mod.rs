@@ -11,9 +11,9 @@ pub mod session;
 
 use bytes::Bytes;
 
-use crate::conn::{Ctx, Session};
 use crate::parse::Request;
 use crate::reply::Reply;
+use crate::state::{Ctx, Session};
 
 pub use counter::Op;
 

@@ -5,9 +5,9 @@
 use bytes::Bytes;
 
 use super::{not_integer, printable, syntax, wrong_args, Fail};
-use crate::conn::{Ctx, Session};
 use crate::parse::{parse_int, Request};
 use crate::reply::{Proto, Reply};
+use crate::state::{Ctx, Session};
 
 /// `PING [message]`.
 pub fn ping(req: &Request, _: &mut Session, _: &Ctx) -> Result<Reply, Fail> {
@@ -34,7 +34,6 @@ pub fn quit(_: &Request, s: &mut Session, _: &Ctx) -> Result<Reply, Fail> {
 pub fn reset(_: &Request, s: &mut Session, ctx: &Ctx) -> Result<Reply, Fail> {
     s.proto = Proto::Resp2;
     s.name = None;
-    s.multi = None;
     s.authed = ctx.cfg.auth.is_none();
     Ok(Reply::Simple("RESET"))
 }

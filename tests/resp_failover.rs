@@ -50,7 +50,9 @@ impl Door {
             self.conn = Some(c.await.ok()?.ok()?);
         }
         let conn = self.conn.as_mut()?;
-        let call = redis::cmd("INCR").arg(key).query_async::<u64>(conn);
+        let mut cmd = redis::cmd("INCR");
+        cmd.arg(key);
+        let call = cmd.query_async::<u64>(conn);
         match tokio::time::timeout(CALL_TIMEOUT, call).await {
             Ok(Ok(v)) => Some(v),
             // A refusal: the connection is fine.

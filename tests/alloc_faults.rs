@@ -174,7 +174,7 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
     let uid = 7; // section 0: alloc-1's
     let foreign = 3999; // section 7: alloc-2's
     let n = a1
-        .next(seqsvr_proto::NextRequest { uid })
+        .next(seqsvr_proto::NextRequest { uid, count: 0 })
         .await
         .unwrap()
         .into_inner();
@@ -187,7 +187,10 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
     let kind = |st: &tonic::Status| detail_of(st).map(|d| ErrorKind::try_from(d.kind).unwrap());
     // Outside the set's range.
     let st = a1
-        .next(seqsvr_proto::NextRequest { uid: 4000 })
+        .next(seqsvr_proto::NextRequest {
+            uid: 4000,
+            count: 0,
+        })
         .await
         .unwrap_err();
     assert_eq!(
@@ -197,7 +200,10 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
     // Not the owner: retryable, naming the owner and the route version
     // (not attaching the table).
     let st = a1
-        .next(seqsvr_proto::NextRequest { uid: foreign })
+        .next(seqsvr_proto::NextRequest {
+            uid: foreign,
+            count: 0,
+        })
         .await
         .unwrap_err();
     assert_eq!(

@@ -104,7 +104,7 @@ async fn numbers_from(addr: &str, sections: &[u32], until: Instant) -> Vec<Obser
         for s in sections {
             let uid = *s as u64 * 1000 + 3;
             let start = Instant::now();
-            if let Ok(r) = c.next(seqsvr_proto::NextRequest { uid }).await {
+            if let Ok(r) = c.next(seqsvr_proto::NextRequest { uid, count: 0 }).await {
                 let seq = r.into_inner().seq;
                 got.push(Observation::next(uid, seq, start, Instant::now()));
             }
@@ -366,5 +366,8 @@ async fn a_new_alloc_gets_its_share_by_rebalance() {
         .await
         .unwrap();
     let uid = s as u64 * 1000 + 1;
-    assert!(a3.next(seqsvr_proto::NextRequest { uid }).await.is_ok());
+    assert!(a3
+        .next(seqsvr_proto::NextRequest { uid, count: 0 })
+        .await
+        .is_ok());
 }

@@ -336,6 +336,7 @@ async fn replace_every_replica_under_load() {
         store,
         alloc_addrs,
         allocs,
+        resp_addrs: vec![],
     };
     let client = cluster.client().await;
     cluster.wait_serving(&client).await;

@@ -432,7 +432,7 @@ async fn call(ch: Channel, m: M, g: &Genuine, fwd: bool) -> (Outcome, Option<Obs
             ),
             M::Next => {
                 let r = AllocClient::new(ch)
-                    .next(req(pb::NextRequest { uid: 1 }, fwd))
+                    .next(req(pb::NextRequest { uid: 1, count: 0 }, fwd))
                     .await;
                 return (
                     Outcome::of(&r),

@@ -260,6 +260,7 @@ async fn client_plane_floods_keep_memory_bounded() {
     let next_ok = a1
         .next(pb::NextRequest {
             uid: attack::uid(0, 2),
+            count: 0,
         })
         .await;
     let (b, _) = burst(&c, 2).await;

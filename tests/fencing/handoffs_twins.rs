@@ -231,7 +231,12 @@ async fn a_twin_is_refused_while_the_first_lives_then_replaces_it() {
             let t = t.clone();
             async move {
                 let mut c = AllocClient::new(plain(&t));
-                c.next(pb::NextRequest { uid: uid(0, 0) }).await.is_ok()
+                c.next(pb::NextRequest {
+                    uid: uid(0, 0),
+                    count: 0,
+                })
+                .await
+                .is_ok()
             }
         },
     )

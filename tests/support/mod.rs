@@ -494,13 +494,24 @@ pub fn logs_in(dir: &Path) -> String {
 
 /// Starts AllocSvr `id` with its client plane at `addr` (peer and admin
 /// planes on free ports) against `store`, with test timing.
-fn start_alloc(store: &StoreCluster, id: &str, addr: &str) -> Proc {
-    start_alloc_on(store, id, addr, &store.peer_addrs)
+fn start_alloc(store: &StoreCluster, id: &str, addr: &str, resp: &str) -> Proc {
+    start_alloc_door(store, id, addr, &store.peer_addrs, Some(resp))
 }
 
 /// [`start_alloc`] dialing the store replicas at `store_addrs`, which may
 /// name replicas not started yet (a group whose membership will change).
 pub fn start_alloc_on(store: &StoreCluster, id: &str, addr: &str, store_addrs: &[String]) -> Proc {
+    start_alloc_door(store, id, addr, store_addrs, None)
+}
+
+/// [`start_alloc_on`], with the Redis-protocol door on `resp` if given.
+pub fn start_alloc_door(
+    store: &StoreCluster,
+    id: &str,
+    addr: &str,
+    store_addrs: &[String],
+    resp: Option<&str>,
+) -> Proc {
     let cfg = AllocNodeConfig {
         id: id.to_string(),
         addr: addr.to_string(),
@@ -518,6 +529,7 @@ pub fn start_alloc_on(store: &StoreCluster, id: &str, addr: &str, store_addrs: &
         renew_ms: TEST_RENEW_MS,
         wait_ms: 500,
         raise_ahead_fraction: 0.25,
+        resp: resp.map(seqsvr_alloc::node::RespSection::on),
     };
     let path = store.dir.path().join(format!("{id}.toml"));
     std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
@@ -538,6 +550,8 @@ pub struct SetCluster {
     pub alloc_addrs: Vec<String>,
     /// AllocSvr processes, by index (`alloc-1` is index 0).
     pub allocs: Vec<Proc>,
+    /// AllocSvr Redis-protocol doors, by index.
+    pub resp_addrs: Vec<String>,
 }
 
 impl SetCluster {
@@ -555,16 +569,21 @@ impl SetCluster {
             (0..n_allocs).map(|i| format!("alloc-{}", i + 1)),
             set.section_count(),
         );
+        let resp_addrs: Vec<String> = (0..n_allocs)
+            .map(|_| format!("127.0.0.1:{}", free_port()))
+            .collect();
         let store = StoreCluster::start_opts(3, set, initial, opts);
         let allocs = alloc_addrs
             .iter()
+            .zip(&resp_addrs)
             .enumerate()
-            .map(|(i, addr)| start_alloc(&store, &format!("alloc-{}", i + 1), addr))
+            .map(|(i, (addr, resp))| start_alloc(&store, &format!("alloc-{}", i + 1), addr, resp))
             .collect();
         SetCluster {
             store,
             alloc_addrs,
             allocs,
+            resp_addrs,
         }
     }
 
@@ -572,9 +591,15 @@ impl SetCluster {
     pub fn add_alloc(&mut self) -> usize {
         let i = self.allocs.len();
         let addr = format!("127.0.0.1:{}", free_port());
-        self.allocs
-            .push(start_alloc(&self.store, &format!("alloc-{}", i + 1), &addr));
+        let resp = format!("127.0.0.1:{}", free_port());
+        self.allocs.push(start_alloc(
+            &self.store,
+            &format!("alloc-{}", i + 1),
+            &addr,
+            &resp,
+        ));
         self.alloc_addrs.push(addr);
+        self.resp_addrs.push(resp);
         i
     }
 

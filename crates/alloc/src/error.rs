@@ -59,6 +59,15 @@ pub enum AllocError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A reservation of a count outside `1..=max` (promise 5: refused,
+    /// nothing handed out).
+    #[error("a reservation takes 1..={max} numbers, not {count}")]
+    InvalidCount {
+        /// The count asked for.
+        count: u64,
+        /// The most one reservation takes.
+        max: u64,
+    },
     /// The set spec given to the allocator does not validate.
     #[error(transparent)]
     InvalidSet(#[from] seqsvr_core::Error),

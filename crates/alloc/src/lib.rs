@@ -48,6 +48,9 @@
 //!   register, claim the sections routed here with take-overs), the
 //!   executor of the control loop's effects (lease renewal, route sync,
 //!   fencing), serving.
+//! - [`resp_backend`]: the Redis-protocol door's backend: the allocator
+//!   answering as the client plane does (the door itself is the
+//!   `seqsvr-resp` crate; `node` starts it when configured).
 //! - [`lease`]: the AllocSvr's view of its lease (clock passed in).
 //! - [`handoff`]: planned moves with an explicit release, and adopt.
 //! - [`store_link`]: the [`CeilingStore`] backed by the StoreSvr's peer
@@ -103,6 +106,7 @@ pub mod metrics;
 pub mod node;
 pub mod ownership;
 pub mod raiser;
+pub mod resp_backend;
 pub mod section;
 pub mod service;
 pub mod shared;

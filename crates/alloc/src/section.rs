@@ -286,6 +286,39 @@ impl Block {
         Ok(v)
     }
 
+    /// Reserves `n` (≥ 1) numbers of the uid at `idx` with one
+    /// compare-and-swap and returns the last: the caller owns `(v − n, v]`.
+    /// Refused as [`take`](Self::take) is when the ceiling leaves less
+    /// than `n` (the raise it queues targets a step above the highest
+    /// number handed out, which leaves room for `n` as long as `n` is at
+    /// most a step: the allocator caps it so).
+    fn take_n(&self, idx: usize, n: u64, queue_raise: impl FnOnce()) -> Result<u64, Refused> {
+        let cell = &self.cells[idx];
+        let mut raw = cell.load(Relaxed);
+        let (v, ceiling) = loop {
+            // Acquire: as in `take` (promise 1 across a reinstall).
+            let ceiling = self.ceiling.load(Acquire);
+            let cur = raw.max(self.base.load(Relaxed));
+            if cur >= ceiling || ceiling - cur < n {
+                return Err(self.refuse(cur, ceiling, queue_raise));
+            }
+            // As in `take`: every success writes more than it replaced,
+            // so the ranges of one uid rise in the cell's modification
+            // order and never overlap.
+            match cell.compare_exchange_weak(raw, cur + n, Relaxed, Relaxed) {
+                Ok(_) => break (cur + n, ceiling),
+                Err(seen) => raw = seen,
+            }
+        };
+        if v > self.high_water.0.load(Relaxed) {
+            self.high_water.0.fetch_max(v, Relaxed);
+        }
+        if ceiling - v <= self.raise_margin {
+            self.low(queue_raise);
+        }
+        Ok(v)
+    }
+
     /// Starts loading the cell at `idx` into the cache, so that a later
     /// [`take`](Self::take) finds it there. Changes nothing; an index past
     /// the cells is ignored (`take` reports it).
@@ -455,6 +488,21 @@ impl SectionSlot {
         #[cfg(test)]
         hooks::check_live(block);
         taken
+    }
+
+    /// [`Block::take_n`] under a guard the caller holds.
+    #[inline]
+    pub(crate) fn take_n_pinned(
+        &self,
+        idx: usize,
+        n: u64,
+        guard: &Guard,
+        queue_raise: impl FnOnce(),
+    ) -> Result<u64, Refused> {
+        let Some(block) = self.block(guard) else {
+            return Err(Refused::NotServing);
+        };
+        block.take_n(idx, n, queue_raise)
     }
 
     /// The uid's `cur_seq`, or `None` if the section is not served here.

@@ -77,6 +77,15 @@ impl Shared {
                     at(&mut d, *section);
                     (Code::OutOfRange, ErrorKind::UnknownSection, false, false)
                 }
+                AllocError::InvalidCount { .. } => {
+                    d.reason = a.to_string();
+                    (
+                        Code::InvalidArgument,
+                        ErrorKind::InvalidRequest,
+                        false,
+                        false,
+                    )
+                }
                 AllocError::Store(s) if s.is_transient() => {
                     (Code::Unavailable, ErrorKind::NoLeader, true, false)
                 }
@@ -225,6 +234,29 @@ fn deadline(s: &Shared) -> Instant {
     Instant::now() + s.wait
 }
 
+/// `Next` with a count above one: `count` numbers reserved in one step,
+/// the reply's `seq` the last of them (the caller owns `(seq − count,
+/// seq]`). A count above the cap is refused before anything is handed out.
+async fn next_n(s: &Shared, uid: u64, count: u64) -> Result<Response<pb::NextReply>, Status> {
+    let max = s.alloc.max_count();
+    if count > max {
+        return Err(s.status(&AllocError::InvalidCount { count, max }.into()));
+    }
+    if !s.admitted() {
+        return Err(s.status(&s.not_admitted()));
+    }
+    let seq = s
+        .alloc
+        .next_n_waiting(uid, count, deadline(s))
+        .await
+        .map_err(|e| s.status(&e.into()))?;
+    s.metrics.numbers.inc_by(count);
+    Ok(Response::new(pb::NextReply {
+        seq,
+        route_version: s.version(),
+    }))
+}
+
 /// The client plane (`Alloc`): what IM backends call.
 #[derive(Clone, Debug)]
 pub struct ClientService {
@@ -235,8 +267,11 @@ pub struct ClientService {
 #[tonic::async_trait]
 impl pb::alloc_server::Alloc for ClientService {
     async fn next(&self, req: Request<pb::NextRequest>) -> Result<Response<pb::NextReply>, Status> {
-        let uid = req.get_ref().uid;
+        let (uid, count) = (req.get_ref().uid, req.get_ref().count);
         let s = &self.shared;
+        if count > 1 {
+            return next_n(s, uid, count).await;
+        }
         if !s.admitted() {
             return Err(s.status(&s.not_admitted()));
         }

@@ -196,7 +196,7 @@ impl SeqClient {
         let call = async {
             match op {
                 Op::Next => c
-                    .next(request(pb::NextRequest { uid }, timeout))
+                    .next(request(pb::NextRequest { uid, count: 0 }, timeout))
                     .await
                     .map(|r| (r.get_ref().seq, r.get_ref().route_version)),
                 Op::Current => c

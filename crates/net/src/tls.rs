@@ -70,6 +70,15 @@ impl ServerTls {
     pub fn is_mutual(&self) -> bool {
         self.mutual
     }
+
+    /// An acceptor with these settings for a protocol other than gRPC
+    /// (the Redis-protocol door): the same certificate and client
+    /// checks, no ALPN (a Redis client offers none, or its own).
+    pub fn acceptor_without_alpn(&self) -> tokio_rustls::TlsAcceptor {
+        let mut config = (*self.config).clone();
+        config.alpn_protocols.clear();
+        tokio_rustls::TlsAcceptor::from(Arc::new(config))
+    }
 }
 
 /// The client side of TLS: the CA that must have signed the server's

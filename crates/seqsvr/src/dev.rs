@@ -122,6 +122,7 @@ pub fn dev_set_alloc_config(set: &DevSet, a: &DevAlloc, pki: Option<&DevPki>) ->
         renew_ms: 1000,
         wait_ms: 1000,
         raise_ahead_fraction: 0.25,
+        resp: Some(seqsvr_alloc::node::RespSection::on(a.resp)),
     }
 }
 
@@ -275,11 +276,12 @@ pub async fn run(opts: DevOptions) -> Result<()> {
                 write_config(dev_config_path(&dir, a.id), &cfg)?,
             )?;
             outln!(
-                "{:<13}client {}  peer {}  admin {}  (set {})",
+                "{:<13}client {}  peer {}  admin {}  resp {}  (set {})",
                 a.id,
                 a.client,
                 a.peer,
                 a.admin,
+                a.resp,
                 set.spec.set_id
             )?;
         }
@@ -296,6 +298,13 @@ pub async fn run(opts: DevOptions) -> Result<()> {
         Some(pki) => print_tls_usage(&opts.dir, pki)?,
         None => {
             outln!("try:           seqctl next 42        (prints a sequence number)")?;
+            outln!(
+                "               redis-cli -p {} INCR seq:42   (the Redis-protocol door)",
+                crate::defaults::DEV_ALLOCS[0]
+                    .resp
+                    .rsplit_once(':')
+                    .map_or("", |p| p.1)
+            )?;
             outln!("               seqctl status")?;
         }
     }

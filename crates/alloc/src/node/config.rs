@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
 
+use super::resp::RespSection;
+
 /// An AllocSvr's configuration (one TOML file).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -62,6 +64,9 @@ pub struct AllocNodeConfig {
     /// step is left (0.0–1.0).
     #[serde(default = "default_fraction")]
     pub raise_ahead_fraction: f64,
+    /// The Redis-protocol door, if served (off unless configured).
+    #[serde(default)]
+    pub resp: Option<RespSection>,
 }
 
 fn default_route_poll_ms() -> u64 {
@@ -194,6 +199,16 @@ impl AllocNodeConfig {
                 "raise_ahead_fraction",
                 format!("{} is outside 0.0..=1.0", self.raise_ahead_fraction),
             );
+        }
+        if let Some(r) = &self.resp {
+            check_addr(&r.addr, true).or_else(|e| bad("resp.addr", e))?;
+            if let Some((other, _)) = binds
+                .iter()
+                .find(|(_, b)| *b == r.addr && !b.ends_with(":0"))
+            {
+                return bad("resp.addr", format!("binds {}, as {other} does", r.addr));
+            }
+            r.check().or_else(|(key, reason)| bad(key, reason))?;
         }
         if let Some(l) = &self.limits {
             l.validate().or_else(|e| bad("limits", e.to_string()))?;
@@ -369,6 +384,36 @@ raise_ahead_fraction = 0.25
         AllocNodeConfig::from_toml(&ephemeral).unwrap();
         let limits = format!("{GOOD}[limits.client]\nmax_connections = 0\n");
         assert_eq!(key_of(&limits), "limits");
+    }
+
+    #[test]
+    fn the_resp_door_is_off_unless_configured() {
+        assert_eq!(AllocNodeConfig::from_toml(GOOD).unwrap().resp, None);
+        let on = format!("{GOOD}[resp]\naddr = \"127.0.0.1:6380\"\npassword = \"pw\"\n");
+        let r = AllocNodeConfig::from_toml(&on).unwrap().resp.unwrap();
+        assert_eq!(
+            (r.addr.as_str(), r.password.as_deref()),
+            ("127.0.0.1:6380", Some("pw"))
+        );
+        assert_eq!(r.key_prefixes, ["seq:"]);
+        for (extra, key) in [
+            ("[resp]\naddr = \"127.0.0.1:7201\"\n", "resp.addr"),
+            ("[resp]\naddr = \"nowhere\"\n", "resp.addr"),
+            (
+                "[resp]\naddr = \"127.0.0.1:0\"\nuser = \"app\"\n",
+                "resp.user",
+            ),
+            (
+                "[resp]\naddr = \"127.0.0.1:0\"\nkey_prefixes = [\"user1\"]\n",
+                "resp.key_prefixes",
+            ),
+            (
+                "[resp]\naddr = \"127.0.0.1:0\"\nmax_bulk = 1\n",
+                "resp.max_bulk",
+            ),
+        ] {
+            assert_eq!(key_of(&format!("{GOOD}{extra}")), key, "{extra}");
+        }
     }
 
     #[test]

@@ -42,11 +42,13 @@ mod effects;
 mod gate;
 mod registration;
 mod renewal;
+mod resp;
 mod routes;
 mod stop;
 
 pub use config::*;
 pub use registration::fresh_incarnation;
+pub use resp::RespSection;
 pub use stop::{StopReport, STOP_HANDOFF_BOUND, STOP_RECORD_BOUND};
 
 use std::net::SocketAddr;
@@ -94,6 +96,8 @@ pub struct AllocListeners {
     pub admin: TcpListener,
     /// Prometheus metrics, if served.
     pub metrics: Option<TcpListener>,
+    /// The Redis-protocol door, if served.
+    pub resp: Option<TcpListener>,
 }
 
 impl AllocListeners {
@@ -120,6 +124,15 @@ impl AllocListeners {
                 })?),
                 None => None,
             },
+            resp: match &cfg.resp {
+                Some(r) => Some(TcpListener::bind(&r.addr).await.map_err(|e| {
+                    std::io::Error::new(
+                        e.kind(),
+                        format!("binding the resp door on {}: {e}", r.addr),
+                    )
+                })?),
+                None => None,
+            },
         })
     }
 }
@@ -134,6 +147,8 @@ pub struct AllocNode {
     pub peer_local_addr: SocketAddr,
     /// The admin-plane address actually bound.
     pub admin_local_addr: SocketAddr,
+    /// The Redis-protocol door's address actually bound, if served.
+    pub resp_local_addr: Option<SocketAddr>,
     /// Tells the servers to stop.
     stop: watch::Sender<bool>,
     /// Servers (and the metrics listener).
@@ -405,12 +420,28 @@ impl AllocNode {
             }),
             alloc.clone(),
         ));
+        let resp_local_addr = match (&cfg.resp, listeners.resp) {
+            (Some(section), Some(tcp)) => {
+                let (addr, task) = resp::start(
+                    section,
+                    tcp,
+                    tls_for(0),
+                    cfg.insecure,
+                    &shared,
+                    stopped(&stop),
+                )?;
+                tasks.push(task);
+                Some(addr)
+            }
+            _ => None,
+        };
         tracing::info!(
             id = %cfg.id,
             incarnation = %format_args!("{incarnation:x}"),
             %local_addr,
             %peer_local_addr,
             %admin_local_addr,
+            resp = ?resp_local_addr,
             sections = alloc.served_sections().len(),
             "alloc started"
         );
@@ -419,6 +450,7 @@ impl AllocNode {
             local_addr,
             peer_local_addr,
             admin_local_addr,
+            resp_local_addr,
             stop,
             tasks,
             control,

@@ -30,6 +30,7 @@ pub async fn node_config(
         peer: bind().await,
         admin: bind().await,
         metrics: None,
+        resp: None,
     };
     let at = |t: &TcpListener| t.local_addr().unwrap().to_string();
     let cfg = AllocNodeConfig {
@@ -49,6 +50,7 @@ pub async fn node_config(
         renew_ms,
         wait_ms: 200,
         raise_ahead_fraction: 0.25,
+        resp: None,
     };
     (cfg, l)
 }
@@ -82,7 +84,7 @@ pub async fn peer(n: &AllocNode) -> AllocPeerClient<Channel> {
 }
 
 pub async fn next(c: &mut AllocClient<Channel>, uid: u64) -> Result<u64, Status> {
-    c.next(pb::NextRequest { uid })
+    c.next(pb::NextRequest { uid, count: 0 })
         .await
         .map(|r| r.into_inner().seq)
 }

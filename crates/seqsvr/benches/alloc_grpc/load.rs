@@ -80,7 +80,7 @@ impl Caller {
             match self {
                 Caller::Lib(c) => c.next(uid).await.map_err(|e| e.to_string())?,
                 Caller::Raw(c) => {
-                    c.next(NextRequest { uid })
+                    c.next(NextRequest { uid, count: 0 })
                         .await
                         .map_err(|e| e.to_string())?
                         .get_ref()

@@ -58,6 +58,7 @@ pub fn start_cluster_under(threads: usize, step: u64, under: Vec<String>) -> (Se
         store,
         alloc_addrs: vec![addr],
         allocs: vec![alloc],
+        resp_addrs: vec![],
     };
     (cluster, metrics_addr)
 }

@@ -1,0 +1,51 @@
+//! What the door serves from: a [`Backend`] hands out and reads sequence
+//! numbers. The AllocSvr implements it over its allocator; tests over
+//! anything. The door has no numbers of its own (`docs/architecture/resp.md`).
+
+use std::future::Future;
+use std::time::Duration;
+
+use seqsvr_proto::ErrorKind;
+
+/// A typed error from the backend: what any door reports.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct BackendError {
+    /// The kind, as every door and the gRPC details name it.
+    pub kind: ErrorKind,
+    /// What happened, in words.
+    pub message: String,
+    /// Whether the same call may succeed later.
+    pub retryable: bool,
+    /// How long to wait before retrying, if the backend knows.
+    pub retry_after: Option<Duration>,
+}
+
+/// Sequence numbers, as the door needs them. Every call answers what the
+/// client plane's call of the same name answers (promise 1 holds for
+/// every door: `docs/architecture/promises.md`).
+pub trait Backend: Send + Sync + 'static {
+    /// Reserves `n` (1..=[`max_count`](Self::max_count)) numbers of `uid`
+    /// in one step and returns the last: the caller owns `(v − n, v]`.
+    fn next_n(&self, uid: u64, n: u64) -> impl Future<Output = Result<u64, BackendError>> + Send;
+
+    /// One number per entry of `uids`, in order, appended to `out`. Not
+    /// all-or-nothing: on an error the numbers appended (one each for the
+    /// first `out.len()` uids since the call) were handed out, and the
+    /// error is the next uid's.
+    fn next_batch<'a>(
+        &'a self,
+        uids: &'a [u64],
+        out: &'a mut Vec<u64>,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send + 'a;
+
+    /// The uid's current value: at or above every number handed out for
+    /// it, below the next. Never a mutation.
+    fn current(&self, uid: u64) -> impl Future<Output = Result<u64, BackendError>> + Send;
+
+    /// The most numbers one `next_n` reserves.
+    fn max_count(&self) -> u64;
+
+    /// The most uids one `next_batch` takes.
+    fn max_batch(&self) -> usize;
+}

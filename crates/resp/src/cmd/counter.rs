@@ -1,0 +1,199 @@
+//! The counters: `INCR`, `INCRBY`, `GET`, `MGET`, `SEQ.BATCH`, planned
+//! from a request and run against the [`Backend`]. Every number comes
+//! from the backend: the door adds none and keeps none.
+
+use bytes::Bytes;
+
+use super::{not_integer, Fail};
+use crate::backend::{Backend, BackendError};
+use crate::parse::{parse_int, Request};
+use crate::reply::Reply;
+use crate::state::Ctx;
+
+/// A counter operation, its keys already mapped to uids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// One number (`INCR`, `INCRBY k 1`): coalesced with its neighbours
+    /// into one batch call.
+    Incr(u64),
+    /// `n` numbers in one step; the last is the reply.
+    IncrBy(u64, u64),
+    /// The current value, as an integer (`INCRBY k 0`).
+    Current(u64),
+    /// The current value, as a bulk string (`GET`).
+    Get(u64),
+    /// Current values, as bulk strings (`MGET`).
+    MGet(Vec<u64>),
+    /// One number per uid, in order (`SEQ.BATCH`).
+    Batch(Vec<u64>),
+}
+
+fn uid(ctx: &Ctx, key: &Bytes) -> Result<u64, Fail> {
+    ctx.cfg.keys.uid(key).map_err(|e| Fail::err("bad_key", e))
+}
+
+fn uids(ctx: &Ctx, keys: &[Bytes], what: &str, max: usize) -> Result<Vec<u64>, Fail> {
+    if keys.len() > max {
+        return Err(Fail::err(
+            "too_large",
+            format!("{what} takes at most {max} keys, not {}", keys.len()),
+        ));
+    }
+    keys.iter().map(|k| uid(ctx, k)).collect()
+}
+
+/// `INCR key`.
+pub fn incr(req: &Request, ctx: &Ctx) -> Result<Op, Fail> {
+    Ok(Op::Incr(uid(ctx, &req.args[1])?))
+}
+
+/// `INCRBY key n`: `n` numbers reserved, the last returned (the caller
+/// owns `(v − n, v]`); `n = 0` answers the current value; a negative `n`
+/// is refused (numbers never go down).
+pub fn incrby(req: &Request, ctx: &Ctx) -> Result<Op, Fail> {
+    let u = uid(ctx, &req.args[1])?;
+    let n = parse_int(&req.args[2]).ok_or_else(not_integer)?;
+    let max = ctx.max_count;
+    match n {
+        0 => Ok(Op::Current(u)),
+        1 => Ok(Op::Incr(u)),
+        n if n < 0 => Err(Fail::err(
+            "refused",
+            "INCRBY with a negative increment is refused: sequence numbers never go down",
+        )),
+        n if n as u64 > max => Err(Fail::err(
+            "too_large",
+            format!("INCRBY reserves at most {max} numbers at once, not {n}"),
+        )),
+        n => Ok(Op::IncrBy(u, n as u64)),
+    }
+}
+
+/// `GET key`: the current value, never a mutation.
+pub fn get(req: &Request, ctx: &Ctx) -> Result<Op, Fail> {
+    Ok(Op::Get(uid(ctx, &req.args[1])?))
+}
+
+/// `MGET key …`.
+pub fn mget(req: &Request, ctx: &Ctx) -> Result<Op, Fail> {
+    Ok(Op::MGet(uids(ctx, &req.args[1..], "MGET", ctx.max_batch)?))
+}
+
+/// `SEQ.BATCH key …`: the numbers `NextBatch` would return.
+pub fn batch(req: &Request, ctx: &Ctx) -> Result<Op, Fail> {
+    Ok(Op::Batch(uids(
+        ctx,
+        &req.args[1..],
+        "SEQ.BATCH",
+        ctx.max_batch,
+    )?))
+}
+
+/// A number as a Redis integer: above `i64::MAX` it is an error, never
+/// a wrong integer (promise 5).
+pub fn int(v: u64) -> Result<Reply, Fail> {
+    i64::try_from(v)
+        .map(Reply::Int)
+        .map_err(|_| Fail::err("overflow", "increment or decrement would overflow"))
+}
+
+/// A backend error as a reply: retryable ones as `TRYAGAIN` (clients
+/// such as go-redis retry those themselves), the rest as `ERR`; both name
+/// the kind every door uses.
+pub fn backend_fail(e: &BackendError) -> Fail {
+    let kind = e.kind.as_str_name();
+    let after = e
+        .retry_after
+        .map(|d| format!(" (retry in {} ms)", d.as_millis()))
+        .unwrap_or_default();
+    let line = if e.retryable {
+        format!("TRYAGAIN {kind} {}{after}", e.message)
+    } else {
+        format!("ERR {kind} {}", e.message)
+    };
+    Fail::coded(kind_label(e), line)
+}
+
+/// The errors metric's label for a backend error: its kind in lower case.
+fn kind_label(e: &BackendError) -> &'static str {
+    use seqsvr_proto::ErrorKind as K;
+    match e.kind {
+        K::NotOwner => "not_owner",
+        K::OutOfRange => "out_of_range",
+        K::CeilingExhausted => "ceiling_exhausted",
+        K::LeaseExpired => "lease_expired",
+        K::NotServingYet => "not_serving_yet",
+        K::NotServed => "not_served",
+        K::Moved => "moved",
+        K::StaleIncarnation => "stale_incarnation",
+        K::NoLeader => "no_leader",
+        K::InvalidRequest => "invalid_request",
+        K::TooLarge => "too_large",
+        _ => "internal",
+    }
+}
+
+/// Runs one operation other than [`Op::Incr`] (those are batched by the
+/// connection).
+pub async fn run<B: Backend>(b: &B, op: Op) -> Result<Reply, Fail> {
+    let fail = |e: BackendError| backend_fail(&e);
+    match op {
+        Op::Incr(u) => int(b.next_n(u, 1).await.map_err(fail)?),
+        Op::IncrBy(u, n) => int(b.next_n(u, n).await.map_err(fail)?),
+        Op::Current(u) => int(b.current(u).await.map_err(fail)?),
+        Op::Get(u) => Ok(decimal(b.current(u).await.map_err(fail)?)),
+        Op::MGet(us) => {
+            let mut out = Vec::with_capacity(us.len());
+            for u in us {
+                out.push(decimal(b.current(u).await.map_err(fail)?));
+            }
+            Ok(Reply::Array(out))
+        }
+        Op::Batch(us) => {
+            let mut seqs = Vec::with_capacity(us.len());
+            b.next_batch(&us, &mut seqs).await.map_err(fail)?;
+            Ok(Reply::Array(
+                seqs.into_iter().map(int).collect::<Result<_, _>>()?,
+            ))
+        }
+    }
+}
+
+fn decimal(v: u64) -> Reply {
+    Reply::bulk(v.to_string())
+}
+
+/// Runs consecutive `INCR`s as one batch call; `out` gets one result per
+/// uid, in order. A uid refused gets its error and the batch goes on
+/// with the next (each `INCR` is a command of its own).
+pub async fn incr_all<B: Backend>(b: &B, uids: &[u64], out: &mut Vec<Result<Reply, Fail>>) {
+    let mut seqs = Vec::with_capacity(uids.len());
+    let mut done = 0;
+    let max = b.max_batch().max(1);
+    while done < uids.len() {
+        let chunk = &uids[done..uids.len().min(done + max)];
+        seqs.clear();
+        let r = b.next_batch(chunk, &mut seqs).await;
+        out.extend(seqs.iter().map(|&v| int(v)));
+        done += seqs.len();
+        match r {
+            Err(e) => {
+                out.push(Err(backend_fail(&e)));
+                done += 1;
+            }
+            // A backend that answered fewer numbers than asked without
+            // an error broke its contract: the rest get an error, never
+            // a guess.
+            Ok(()) if seqs.len() < chunk.len() => {
+                for _ in seqs.len()..chunk.len() {
+                    out.push(Err(Fail::err(
+                        "internal",
+                        "the backend answered too few numbers",
+                    )));
+                }
+                done += chunk.len() - seqs.len();
+            }
+            Ok(()) => {}
+        }
+    }
+}

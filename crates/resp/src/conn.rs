@@ -1,0 +1,261 @@
+//! One connection's state and the running of its requests, in order:
+//! the auth gate, `MULTI` queues, consecutive `INCR`s coalesced into one
+//! backend batch, and every reply in request order.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use crate::backend::Backend;
+use crate::cmd::{self, counter, Fail, Kind, Op};
+use crate::parse::Request;
+use crate::reply::{Proto, Reply};
+
+pub use crate::state::{Ctx, Session, Stats};
+
+/// A `MULTI` under way.
+#[derive(Debug, Default)]
+pub struct Multi {
+    /// The commands queued, planned.
+    queued: Vec<Planned>,
+    /// Whether a command was refused while queueing (`EXEC` then aborts).
+    failed: bool,
+}
+
+/// A request ready to run.
+#[derive(Debug)]
+enum Planned {
+    Op(Op),
+    Local(cmd::LocalFn, Request),
+    Fail(Fail),
+    /// `EXEC` of the commands queued.
+    Exec(Vec<Planned>),
+}
+
+/// A connection: its session and what it runs against.
+pub struct Conn<B> {
+    backend: Arc<B>,
+    ctx: Arc<Ctx>,
+    /// The connection's state.
+    pub session: Session,
+    /// A transaction under way.
+    multi: Option<Multi>,
+}
+
+impl<B: Backend> Conn<B> {
+    /// A new connection's state.
+    pub fn new(backend: Arc<B>, ctx: Arc<Ctx>) -> Conn<B> {
+        let id = ctx.stats.last_id.fetch_add(1, Relaxed) + 1;
+        let authed = ctx.cfg.auth.is_none();
+        Conn {
+            backend,
+            ctx,
+            session: Session {
+                id,
+                proto: Proto::Resp2,
+                authed,
+                name: None,
+                close: false,
+            },
+            multi: None,
+        }
+    }
+
+    /// Answers `reqs` in order, one reply each (none after `QUIT`), each
+    /// with the protocol to encode it in: the connection's when the
+    /// command had run (`HELLO 3` answers in RESP3, `RESET` in RESP2).
+    pub async fn answer(&mut self, reqs: Vec<Request>) -> Vec<(Reply, Proto)> {
+        let mut out: Vec<Result<Reply, Fail>> = Vec::with_capacity(reqs.len());
+        let mut protos: Vec<Proto> = Vec::with_capacity(reqs.len());
+        let mut incrs: Vec<u64> = Vec::new();
+        for req in reqs {
+            if self.session.close {
+                break;
+            }
+            let step = self.step(req);
+            if !matches!(step, Planned::Op(Op::Incr(_))) {
+                // The INCRs before it are answered in the protocol they
+                // were asked in.
+                self.flush(&mut incrs, &mut out).await;
+                protos.resize(out.len(), self.session.proto);
+            }
+            self.place(step, &mut incrs, &mut out).await;
+            protos.resize(out.len(), self.session.proto);
+        }
+        self.flush(&mut incrs, &mut out).await;
+        protos.resize(out.len(), self.session.proto);
+        out.into_iter()
+            .zip(protos)
+            .map(|(r, p)| (self.reply(r), p))
+            .collect()
+    }
+
+    /// Counts a result and turns it into its reply.
+    fn reply(&self, r: Result<Reply, Fail>) -> Reply {
+        match r {
+            Ok(reply) => reply,
+            Err(f) => {
+                self.ctx.metrics.errors.with_label_values(&[f.kind]).inc();
+                f.reply
+            }
+        }
+    }
+
+    /// Runs `p` now, or (an `INCR`) queues it behind the `INCR`s before
+    /// it; anything else first runs those, keeping replies in order.
+    async fn place(
+        &mut self,
+        p: Planned,
+        incrs: &mut Vec<u64>,
+        out: &mut Vec<Result<Reply, Fail>>,
+    ) {
+        match p {
+            Planned::Op(Op::Incr(u)) => incrs.push(u),
+            Planned::Exec(queued) => {
+                self.flush(incrs, out).await;
+                let r = self.exec(queued).await;
+                out.push(Ok(r));
+            }
+            other => {
+                self.flush(incrs, out).await;
+                let r = self.run(other).await;
+                out.push(r);
+            }
+        }
+    }
+
+    async fn flush(&mut self, incrs: &mut Vec<u64>, out: &mut Vec<Result<Reply, Fail>>) {
+        if !incrs.is_empty() {
+            counter::incr_all(&*self.backend, incrs, out).await;
+            incrs.clear();
+        }
+    }
+
+    async fn run(&mut self, p: Planned) -> Result<Reply, Fail> {
+        match p {
+            Planned::Op(op) => counter::run(&*self.backend, op).await,
+            Planned::Local(f, req) => f(&req, &mut self.session, &self.ctx),
+            Planned::Fail(f) => Err(f),
+            Planned::Exec(_) => Err(Fail::err("internal", "EXEC inside EXEC")),
+        }
+    }
+
+    /// Plans one request in the connection's state now: the auth gate,
+    /// `MULTI`/`EXEC`/`DISCARD`, queueing inside a transaction.
+    fn step(&mut self, req: Request) -> Planned {
+        let ctx = self.ctx.clone();
+        ctx.stats.commands.fetch_add(1, Relaxed);
+        let Some(spec) = cmd::lookup(&req.args[0]) else {
+            ctx.metrics.commands.with_label_values(&["unknown"]).inc();
+            return self.refuse_in_multi(cmd::not_served(&req));
+        };
+        ctx.metrics.commands.with_label_values(&[spec.name]).inc();
+        if spec.name == "reset" {
+            // RESET ends a transaction too (the rest it resets itself).
+            self.multi = None;
+        }
+        if !self.session.authed && !spec.flags.contains(&"no-auth") {
+            return self.refuse_in_multi(Fail::coded("noauth", "NOAUTH Authentication required."));
+        }
+        if let Err(f) = cmd::check_arity(spec, &req) {
+            return self.refuse_in_multi(f);
+        }
+        let in_multi = self.multi.is_some();
+        match spec.kind {
+            Kind::Multi if in_multi => {
+                Planned::Fail(Fail::err("multi", "MULTI calls can not be nested"))
+            }
+            Kind::Multi => {
+                self.multi = Some(Multi::default());
+                Planned::Local(|_, _, _| Ok(Reply::OK), req)
+            }
+            Kind::Exec | Kind::Discard if !in_multi => Planned::Fail(Fail::err(
+                "multi",
+                format!("{} without MULTI", spec.name.to_uppercase()),
+            )),
+            Kind::Discard => {
+                self.multi = None;
+                Planned::Local(|_, _, _| Ok(Reply::OK), req)
+            }
+            Kind::Exec => self.exec_planned(),
+            _ if in_multi && matches!(spec.name, "quit" | "reset") => self.plan(spec.kind, req),
+            _ if in_multi && matches!(spec.name, "hello" | "auth" | "select") => self
+                .refuse_in_multi(Fail::err(
+                    "multi",
+                    "Command not allowed inside a transaction",
+                )),
+            _ if in_multi => {
+                let p = self.plan(spec.kind, req);
+                if let Planned::Fail(f) = p {
+                    return self.refuse_in_multi(f);
+                }
+                if let Some(m) = self.multi.as_mut() {
+                    m.queued.push(p);
+                }
+                Planned::Local(
+                    |_, _, _| Ok(Reply::Simple("QUEUED")),
+                    Request {
+                        args: vec![],
+                        inline: false,
+                    },
+                )
+            }
+            kind => self.plan(kind, req),
+        }
+    }
+
+    fn plan(&self, kind: Kind, req: Request) -> Planned {
+        match kind {
+            Kind::Local(f) => Planned::Local(f, req),
+            Kind::Counter(plan) => match plan(&req, &self.ctx) {
+                Ok(op) => Planned::Op(op),
+                Err(f) => Planned::Fail(f),
+            },
+            Kind::Multi | Kind::Exec | Kind::Discard => Planned::Fail(Fail::err(
+                "internal",
+                "transaction commands are planned apart",
+            )),
+        }
+    }
+
+    /// An error reply that, inside `MULTI`, also dooms the transaction
+    /// (Redis's `EXECABORT`).
+    fn refuse_in_multi(&mut self, f: Fail) -> Planned {
+        if let Some(m) = self.multi.as_mut() {
+            m.failed = true;
+        }
+        Planned::Fail(f)
+    }
+
+    /// `EXEC`: the queued commands, to run as one step.
+    fn exec_planned(&mut self) -> Planned {
+        let Some(m) = self.multi.take() else {
+            return Planned::Fail(Fail::err("multi", "EXEC without MULTI"));
+        };
+        if m.failed {
+            return Planned::Fail(Fail::coded(
+                "execabort",
+                "EXECABORT Transaction discarded because of previous errors.",
+            ));
+        }
+        Planned::Exec(m.queued)
+    }
+
+    /// Runs a transaction's commands in order (its `INCR`s coalesced
+    /// too); the reply is the array of their replies.
+    async fn exec(&mut self, queued: Vec<Planned>) -> Reply {
+        let mut out = Vec::with_capacity(queued.len());
+        let mut incrs = Vec::new();
+        for p in queued {
+            match p {
+                Planned::Op(Op::Incr(u)) => incrs.push(u),
+                other => {
+                    self.flush(&mut incrs, &mut out).await;
+                    let r = self.run(other).await;
+                    out.push(r);
+                }
+            }
+        }
+        self.flush(&mut incrs, &mut out).await;
+        Reply::Array(out.into_iter().map(|r| self.reply(r)).collect())
+    }
+}

@@ -1,0 +1,159 @@
+//! Keys to uids: the one documented mapping (`docs/clients.md`, Keys).
+//!
+//! By default a key is a bare decimal uid (`42`) or `seq:<uid>`
+//! (`seq:42`); leading zeros are allowed (`seq:000000000042`, as
+//! `redis-benchmark`'s `__rand_int__` writes it). The prefixes are
+//! configurable; every prefix listed names the same uid space, so a
+//! family shares a counter with another only where the configuration
+//! says so: `user:42` and `order:42` are two keys that fail, not one
+//! counter, unless both prefixes are configured.
+
+use std::fmt;
+
+/// How keys map to uids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyMap {
+    /// Prefixes before a decimal uid (`seq:`).
+    pub prefixes: Vec<String>,
+    /// Whether a bare decimal uid is a key.
+    pub bare: bool,
+}
+
+impl Default for KeyMap {
+    fn default() -> Self {
+        KeyMap {
+            prefixes: vec!["seq:".to_string()],
+            bare: true,
+        }
+    }
+}
+
+/// A key that names no uid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadKey {
+    /// The key, as received (lossy UTF-8, cut short).
+    pub key: String,
+    /// The rule, as configured.
+    pub rule: String,
+}
+
+impl fmt::Display for BadKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "key '{}' names no counter: keys are {}",
+            self.key, self.rule
+        )
+    }
+}
+
+impl KeyMap {
+    /// The uid `key` names.
+    pub fn uid(&self, key: &[u8]) -> Result<u64, BadKey> {
+        if self.bare {
+            if let Some(u) = decimal(key) {
+                return Ok(u);
+            }
+        }
+        for p in &self.prefixes {
+            if let Some(u) = key.strip_prefix(p.as_bytes()).and_then(decimal) {
+                return Ok(u);
+            }
+        }
+        Err(BadKey {
+            key: shorten(key),
+            rule: self.rule(),
+        })
+    }
+
+    /// The rule in words: `a decimal uid (42) or seq:<uid> (seq:42)`.
+    pub fn rule(&self) -> String {
+        let mut forms = Vec::new();
+        if self.bare {
+            forms.push("a decimal uid (42)".to_string());
+        }
+        for p in &self.prefixes {
+            forms.push(format!("{p}<uid> ({p}42)"));
+        }
+        match forms.len() {
+            0 => "none (no key form is configured)".into(),
+            1 => forms.remove(0),
+            _ => {
+                let last = forms.pop().unwrap_or_default();
+                format!("{} or {last}", forms.join(", "))
+            }
+        }
+    }
+}
+
+/// Decimal digits only (leading zeros allowed), within `u64`.
+fn decimal(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || !s.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let digits = &s[s.iter().position(|&b| b != b'0').unwrap_or(s.len() - 1)..];
+    if digits.len() > 20 {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+fn shorten(key: &[u8]) -> String {
+    let s = String::from_utf8_lossy(&key[..key.len().min(64)]);
+    let s: String = s
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    if key.len() > 64 {
+        format!("{s}…")
+    } else {
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_forms() {
+        let k = KeyMap::default();
+        for (key, uid) in [
+            ("42", 42),
+            ("seq:42", 42),
+            ("seq:000000000042", 42),
+            ("0", 0),
+            ("000", 0),
+            ("18446744073709551615", u64::MAX),
+        ] {
+            assert_eq!(k.uid(key.as_bytes()), Ok(uid), "{key}");
+        }
+        for key in [
+            "user:42",
+            "order:42",
+            "seq:",
+            "seq:-1",
+            "42 ",
+            "18446744073709551616",
+            "",
+            "SEQ:1",
+        ] {
+            let e = k.uid(key.as_bytes()).unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains("a decimal uid (42) or seq:<uid> (seq:42)"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn families_share_a_counter_only_when_configured() {
+        let k = KeyMap {
+            prefixes: vec!["user:".into(), "seq:".into()],
+            bare: false,
+        };
+        assert_eq!(k.uid(b"user:7"), k.uid(b"seq:7"));
+        assert!(k.uid(b"7").is_err() && k.uid(b"order:7").is_err());
+    }
+}

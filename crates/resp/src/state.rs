@@ -1,0 +1,76 @@
+//! What a connection's commands read and change: the door's shared
+//! state ([`Ctx`]) and one connection's ([`Session`]).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::backend::Backend;
+use crate::config::DoorConfig;
+use crate::metrics::DoorMetrics;
+use crate::reply::Proto;
+
+/// Counters `INFO` reports.
+#[derive(Debug)]
+pub struct Stats {
+    /// When the door started.
+    pub started: Instant,
+    /// Connections open now.
+    pub open: AtomicUsize,
+    /// Connections accepted.
+    pub accepted: AtomicU64,
+    /// Commands run.
+    pub commands: AtomicU64,
+    /// The last connection id handed out.
+    pub last_id: AtomicU64,
+}
+
+/// What every connection of a door shares.
+#[derive(Debug)]
+pub struct Ctx {
+    /// The door's settings.
+    pub cfg: DoorConfig,
+    /// Its metrics.
+    pub metrics: DoorMetrics,
+    /// What `INFO` reports.
+    pub stats: Stats,
+    /// The backend's `INCRBY` cap.
+    pub max_count: u64,
+    /// The backend's batch cap (`MGET`, `SEQ.BATCH`).
+    pub max_batch: usize,
+}
+
+impl Ctx {
+    /// The shared state of a door serving `backend` with `cfg`.
+    pub fn new<B: Backend>(cfg: DoorConfig, metrics: DoorMetrics, backend: &B) -> Ctx {
+        Ctx {
+            cfg,
+            metrics,
+            stats: Stats {
+                started: Instant::now(),
+                open: AtomicUsize::new(0),
+                accepted: AtomicU64::new(0),
+                commands: AtomicU64::new(0),
+                last_id: AtomicU64::new(0),
+            },
+            max_count: backend.max_count(),
+            max_batch: backend.max_batch(),
+        }
+    }
+}
+
+/// One connection's state.
+#[derive(Debug)]
+pub struct Session {
+    /// Its id (`CLIENT ID`, `HELLO`).
+    pub id: u64,
+    /// The protocol it speaks.
+    pub proto: Proto,
+    /// Whether it may run commands (always, without `AUTH` configured).
+    pub authed: bool,
+    /// Its name (`CLIENT SETNAME`).
+    pub name: Option<Bytes>,
+    /// Set by `QUIT`: close after the replies so far.
+    pub close: bool,
+}

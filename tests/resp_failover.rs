@@ -1,0 +1,176 @@
+//! A failover drill through the Redis-protocol door: clients `INCR` with
+//! the `redis` crate while the owner of half the sections is paused
+//! (SIGSTOP) past its lease, woken, and then the other AllocSvr is killed
+//! (kill -9). Every number a client received is checked per uid by the
+//! monotonicity checker (promise 1): no repeat, no regression, across
+//! both faults and both doors.
+//!
+//! A client here knows every door and tries the next one when a door
+//! refuses (`TRYAGAIN NOT_OWNER …`), hangs or drops the connection: the
+//! door answers for the sections its AllocSvr owns.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use seqsvr_core::checker::Observation;
+use seqsvr_core::SetSpec;
+use support::{assert_monotonic, SetCluster};
+
+/// Lease + margin of the test clusters (see `support::test_lease`).
+const EXPIRY: Duration = Duration::from_millis(2500);
+
+/// How long a client waits for one answer before it tries another door.
+const CALL_TIMEOUT: Duration = Duration::from_millis(300);
+
+fn set() -> SetSpec {
+    SetSpec {
+        set_id: 0,
+        uid_begin: 0,
+        uid_end: 8000,
+        section_size: 1000,
+        step: 500,
+    }
+}
+
+/// One door and its connection (made again after a failure).
+struct Door {
+    addr: String,
+    conn: Option<redis::aio::MultiplexedConnection>,
+}
+
+impl Door {
+    /// `INCR key` through this door, or `None` (refused, hung, dropped).
+    async fn incr(&mut self, key: &str) -> Option<u64> {
+        if self.conn.is_none() {
+            let client = redis::Client::open(format!("redis://{}/", self.addr)).ok()?;
+            let c = tokio::time::timeout(CALL_TIMEOUT, client.get_multiplexed_async_connection());
+            self.conn = Some(c.await.ok()?.ok()?);
+        }
+        let conn = self.conn.as_mut()?;
+        let mut cmd = redis::cmd("INCR");
+        cmd.arg(key);
+        let call = cmd.query_async::<u64>(conn);
+        match tokio::time::timeout(CALL_TIMEOUT, call).await {
+            Ok(Ok(v)) => Some(v),
+            // A refusal: the connection is fine.
+            Ok(Err(e)) if e.kind() != redis::ErrorKind::Io && !e.is_connection_dropped() => None,
+            // Hung or dropped: a fresh connection next time.
+            _ => {
+                self.conn = None;
+                None
+            }
+        }
+    }
+}
+
+struct Drill {
+    obs: Arc<Mutex<Vec<Observation>>>,
+    failed: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+fn start_clients(doors: &[String], clients: u64) -> Drill {
+    let obs = Arc::new(Mutex::new(Vec::new()));
+    let failed = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks = (0..clients)
+        .map(|k| {
+            let (obs, failed, stop) = (obs.clone(), failed.clone(), stop.clone());
+            let mut doors: Vec<Door> = doors
+                .iter()
+                .map(|a| Door {
+                    addr: a.clone(),
+                    conn: None,
+                })
+                .collect();
+            tokio::spawn(async move {
+                let mut x = 0x2545_f491_4f6c_dd1du64 ^ (k + 1);
+                let mut prefer = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let uid = (x % 8) * 1000 + (x >> 8) % 16;
+                    let key = format!("seq:{uid}");
+                    let start = Instant::now();
+                    let mut got = None;
+                    for i in 0..doors.len() {
+                        let d = (prefer + i) % doors.len();
+                        if let Some(v) = doors[d].incr(&key).await {
+                            got = Some(v);
+                            prefer = d;
+                            break;
+                        }
+                    }
+                    match got {
+                        Some(seq) => obs.lock().unwrap().push(Observation::next(
+                            uid,
+                            seq,
+                            start,
+                            Instant::now(),
+                        )),
+                        None => {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    Drill {
+        obs,
+        failed,
+        stop,
+        tasks,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incr_through_the_door_across_a_pause_and_a_kill() {
+    let mut cluster = SetCluster::start(set(), 2);
+    let c = cluster.client().await;
+    cluster.wait_serving(&c).await;
+    let drill = start_clients(&cluster.resp_addrs, 8);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+
+    // The owner of sections 0..4 paused past its lease: they move.
+    let pid = cluster.allocs[0].pid().unwrap();
+    support::signal(pid, libc::SIGSTOP);
+    tokio::time::sleep(EXPIRY * 2).await;
+    support::signal(pid, libc::SIGCONT);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+
+    // Then the other one (owning everything now) is killed: every
+    // section moves back to the one that was paused.
+    cluster.allocs[1].kill9();
+    let killed = Instant::now();
+    tokio::time::sleep(EXPIRY * 2 + Duration::from_secs(1)).await;
+
+    drill.stop.store(true, Ordering::Relaxed);
+    for t in drill.tasks {
+        t.await.unwrap();
+    }
+    let obs = std::mem::take(&mut *drill.obs.lock().unwrap());
+    println!(
+        "{} numbers through the door, {} calls failed over",
+        obs.len(),
+        drill.failed.load(Ordering::Relaxed)
+    );
+    assert_monotonic(&obs, || cluster.store.logs());
+    let served_after_kill: std::collections::BTreeSet<u32> = obs
+        .iter()
+        .filter(|o| o.start > killed + EXPIRY + Duration::from_millis(500))
+        .filter_map(|o| set().section_of(o.uid))
+        .collect();
+    assert_eq!(
+        served_after_kill.len(),
+        8,
+        "not every section served through the door after the kill\n{}",
+        cluster.store.logs()
+    );
+}

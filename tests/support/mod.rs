@@ -518,6 +518,8 @@ pub fn start_alloc_on(store: &StoreCluster, id: &str, addr: &str, store_addrs: &
         renew_ms: TEST_RENEW_MS,
         wait_ms: 500,
         raise_ahead_fraction: 0.25,
+        forward: Default::default(),
+        http_addr: None,
     };
     let path = store.dir.path().join(format!("{id}.toml"));
     std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();

@@ -89,7 +89,9 @@
 pub mod allocator;
 pub mod ceiling;
 pub mod error;
+pub mod front;
 pub mod handoff;
+pub mod http;
 pub mod lease;
 pub mod malloc;
 pub mod mem;
@@ -105,7 +107,9 @@ pub mod warm;
 
 pub use allocator::{AllocConfig, AllocStats, Allocator, RaiseRequest};
 pub use ceiling::{CeilingStore, Grant};
-pub use error::{AllocError, CallError, ConfigError, MoveError, NodeError, Result, StoreErr};
+pub use error::{
+    AllocError, CallError, ConfigError, ForwardError, MoveError, NodeError, Result, StoreErr,
+};
 pub use ownership::{
     decide_adopt, decide_after_handoff, reconcile, AdoptRefusal, Adoption, AfterHandoff,
     Reconciliation,

@@ -122,6 +122,8 @@ pub fn dev_set_alloc_config(set: &DevSet, a: &DevAlloc, pki: Option<&DevPki>) ->
         renew_ms: 1000,
         wait_ms: 1000,
         raise_ahead_fraction: 0.25,
+        forward: Default::default(),
+        http_addr: None,
     }
 }
 

@@ -99,7 +99,9 @@ async fn python_grpcio_through_one_address_gets_every_uid() {
     let script = dir.path().join("caller.py");
     std::fs::write(&script, SCRIPT).unwrap();
     // One uid of every section (a few inside each, not just the first).
-    let uids: Vec<u64> = (0..set.section_count() as u64).map(|s| s * 100 + s % 97).collect();
+    let uids: Vec<u64> = (0..set.section_count() as u64)
+        .map(|s| s * 100 + s % 97)
+        .collect();
     let list: Vec<String> = uids.iter().map(u64::to_string).collect();
     let out = Command::new("python3")
         .arg(&script)
@@ -143,5 +145,8 @@ fn check(out: &str, uids: &[u64]) {
     }
     assert_eq!(numbers, uids.len() * 4, "{out}");
     assert!(out.contains("error OUT_OF_RANGE"), "{out}");
-    println!("{numbers} numbers for {} uids through one address", uids.len());
+    println!(
+        "{numbers} numbers for {} uids through one address",
+        uids.len()
+    );
 }

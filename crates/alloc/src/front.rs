@@ -120,7 +120,13 @@ pub enum Decision {
 /// Decides what to do with `uid` after this AllocSvr's own refusal
 /// `local`, given where the routes send it (`owner`) and this AllocSvr's
 /// address. Pure: the routing rules in one place, tested alone.
-pub fn decide(uid: Uid, local: &CallError, owner: &Owner, self_addr: &str, retry_ms: u64) -> Decision {
+pub fn decide(
+    uid: Uid,
+    local: &CallError,
+    owner: &Owner,
+    self_addr: &str,
+    retry_ms: u64,
+) -> Decision {
     if !local.is_elsewhere() {
         return Decision::Answer(local.clone());
     }
@@ -259,7 +265,11 @@ impl Front {
     /// `next_batch` from this AllocSvr's memory only: numbers in order into
     /// `out`. Not all-or-nothing: on an error `out` holds the numbers of
     /// the uids served before it, which were handed out.
-    pub async fn local_next_batch(&self, uids: &[Uid], out: &mut Vec<u64>) -> Result<(), CallError> {
+    pub async fn local_next_batch(
+        &self,
+        uids: &[Uid],
+        out: &mut Vec<u64>,
+    ) -> Result<(), CallError> {
         let s = &self.shared;
         if uids.is_empty() || uids.len() > seqsvr_core::MAX_BATCH {
             return Err(CallError::Invalid(format!(
@@ -298,8 +308,7 @@ impl Front {
     fn serves(&self, uid: Uid) -> bool {
         let s = &self.shared;
         s.admitted()
-            && s
-                .alloc
+            && s.alloc
                 .spec()
                 .section_of(uid)
                 .is_some_and(|sec| s.alloc.is_serving(sec))
@@ -420,7 +429,11 @@ impl Front {
             let _permit = f.admit(&lane)?;
             let _gauge = InFlight::new(&self.shared);
             let part: Vec<Uid> = idx.iter().map(|&i| rest[i]).collect();
-            self.shared.metrics.front.batch_uids.observe(part.len() as f64);
+            self.shared
+                .metrics
+                .front
+                .batch_uids
+                .observe(part.len() as f64);
             let seqs = f
                 .client
                 .next_batch(&part)
@@ -590,10 +603,22 @@ mod tests {
         let exhausted = CallError::Alloc(AllocError::Exhausted { section: 3 });
         let cases: Vec<(CallError, Owner, Decision)> = vec![
             // Owned elsewhere in this set, or in another set: forward.
-            (not_owner(), at("10.0.0.2:7201"), Decision::Forward("10.0.0.2:7201".into())),
-            (outside.clone(), at("10.0.1.1:7201"), Decision::Forward("10.0.1.1:7201".into())),
+            (
+                not_owner(),
+                at("10.0.0.2:7201"),
+                Decision::Forward("10.0.0.2:7201".into()),
+            ),
+            (
+                outside.clone(),
+                at("10.0.1.1:7201"),
+                Decision::Forward("10.0.1.1:7201".into()),
+            ),
             // Our lease lapsed but the section is someone else's: forward.
-            (lapsed.clone(), at("10.0.0.2:7201"), Decision::Forward("10.0.0.2:7201".into())),
+            (
+                lapsed.clone(),
+                at("10.0.0.2:7201"),
+                Decision::Forward("10.0.0.2:7201".into()),
+            ),
             // No owner known right now: the forwarding client finds it.
             (not_owner(), Owner::Held, Decision::Forward(String::new())),
             // Ours by the routes, lease lapsed: our own retryable error.
@@ -606,7 +631,11 @@ mod tests {
                 unavailable("the routes name this AllocSvr, which does not serve the section now"),
             ),
             // No set serves it: out of range, from any door.
-            (outside.clone(), Owner::NoSet, Decision::Answer(outside.clone())),
+            (
+                outside.clone(),
+                Owner::NoSet,
+                Decision::Answer(outside.clone()),
+            ),
             (not_owner(), Owner::NoSet, Decision::Answer(outside)),
             // Not a routing matter: the answer stands.
             (exhausted.clone(), at("x"), Decision::Answer(exhausted)),

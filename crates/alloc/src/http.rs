@@ -148,7 +148,11 @@ fn route(method: &Method, path: &str) -> Result<Route, Refusal> {
         return Err(Refusal::NotFound);
     };
     if *method != want {
-        return Err(Refusal::Method(if want == Method::GET { "GET" } else { "POST" }));
+        return Err(Refusal::Method(if want == Method::GET {
+            "GET"
+        } else {
+            "POST"
+        }));
     }
     r
 }
@@ -214,7 +218,9 @@ async fn read_batch(req: Request<Incoming>) -> Result<Vec<Uid>, Refusal> {
         .collect()
         .await
         .map_err(|e| {
-            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
                 Refusal::TooLarge
             } else {
                 Refusal::Invalid(format!("reading the body: {e}"))
@@ -240,7 +246,11 @@ fn one(front: &Front, uid: Uid, r: Result<u64, CallError>, json: bool) -> Respon
             "application/json",
             serde_json::json!({ "uid": uid, "seq": seq }).to_string(),
         ),
-        Ok(seq) => reply(StatusCode::OK, "text/plain; charset=utf-8", format!("{seq}\n")),
+        Ok(seq) => reply(
+            StatusCode::OK,
+            "text/plain; charset=utf-8",
+            format!("{seq}\n"),
+        ),
         Err(e) => error(front, &e),
     }
 }
@@ -263,7 +273,10 @@ fn refused(front: &Front, refusal: Refusal) -> Response<Body> {
             );
             r.headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static(allow));
-            front.shared().metrics.error(seqsvr_proto::ErrorKind::InvalidRequest);
+            front
+                .shared()
+                .metrics
+                .error(seqsvr_proto::ErrorKind::InvalidRequest);
             return r;
         }
         Refusal::Invalid(m) => (StatusCode::BAD_REQUEST, "INVALID_REQUEST", m),

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
-    Opts, Registry,
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
 };
 use seqsvr_proto::ErrorKind;
 
@@ -84,8 +84,8 @@ impl FrontMetrics {
                 "latency of a forwarded call, from the caller's arrival to the owner's answer",
             )
             .buckets(vec![
-                0.000_1, 0.000_25, 0.000_5, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25,
-                0.5, 1.0, 2.0,
+                0.000_1, 0.000_25, 0.000_5, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5,
+                1.0, 2.0,
             ]),
             &["op"],
         )?;
@@ -94,7 +94,9 @@ impl FrontMetrics {
                 "seqsvr_alloc_forward_batch_uids",
                 "uids in one batch sent to an owner (coalesced Next calls or a batch's part)",
             )
-            .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1024.0]),
+            .buckets(vec![
+                1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1024.0,
+            ]),
         )?;
         let in_flight = IntGauge::new(
             "seqsvr_alloc_forward_in_flight",

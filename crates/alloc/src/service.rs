@@ -313,9 +313,7 @@ impl pb::alloc_server::Alloc for ClientService {
         let mut seqs = Vec::with_capacity(uids.len());
         let seqs = match f.local_next_batch(uids, &mut seqs).await {
             Ok(()) => Ok(seqs),
-            Err(e) if e.is_elsewhere() && !forwarded(&req) => {
-                f.forward_batch(uids, seqs, e).await
-            }
+            Err(e) if e.is_elsewhere() && !forwarded(&req) => f.forward_batch(uids, seqs, e).await,
             Err(e) => Err(e),
         }
         .map_err(|e| f.shared().status(&e))?;

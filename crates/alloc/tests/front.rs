@@ -82,10 +82,20 @@ async fn caller(
                     .map(|r| Observation::batch(&uids, &r.into_inner().seqs, start, Instant::now()))
             }
             1 => c.current(pb::CurrentRequest { uid }).await.map(|r| {
-                vec![Observation::current(uid, r.into_inner().seq, start, Instant::now())]
+                vec![Observation::current(
+                    uid,
+                    r.into_inner().seq,
+                    start,
+                    Instant::now(),
+                )]
             }),
             _ => c.next(pb::NextRequest { uid }).await.map(|r| {
-                vec![Observation::next(uid, r.into_inner().seq, start, Instant::now())]
+                vec![Observation::next(
+                    uid,
+                    r.into_inner().seq,
+                    start,
+                    Instant::now(),
+                )]
             }),
         };
         match r {
@@ -112,7 +122,12 @@ async fn one_address_answers_every_uid_across_handoffs_and_an_owner_kill() {
     let mut tasks = Vec::new();
     for seed in 0..8 {
         let c = client(&a1).await;
-        tasks.push(tokio::spawn(caller(c, seed * 1000, stop.clone(), seen.clone())));
+        tasks.push(tokio::spawn(caller(
+            c,
+            seed * 1000,
+            stop.clone(),
+            seen.clone(),
+        )));
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let results = handoff(&a1, &[(1, "a2")]).await;
@@ -154,14 +169,20 @@ async fn one_address_answers_every_uid_across_handoffs_and_an_owner_kill() {
     assert!(report.ok(), "promise 1 broken: {report:?}");
     assert_eq!(report.uids, (SECTIONS as u64 * SECTION_SIZE) as usize);
     for wrong in [ErrorKind::NotOwner, ErrorKind::Moved, ErrorKind::NotServed] {
-        assert!(!seen.errors.contains(&wrong), "a wrong-node answer: {wrong:?}");
+        assert!(
+            !seen.errors.contains(&wrong),
+            "a wrong-node answer: {wrong:?}"
+        );
     }
     let m = &a1.shared.metrics.front;
     assert!(m.forwarded_count("next", "ok") > 0);
     assert!(m.forwarded_count("next_batch", "ok") > 0);
     assert!(m.forwarded_count("current", "ok") > 0);
     let text = a1.shared.render_metrics();
-    assert!(text.contains("seqsvr_alloc_forward_batch_uids_count"), "{text}");
+    assert!(
+        text.contains("seqsvr_alloc_forward_batch_uids_count"),
+        "{text}"
+    );
     a1.shutdown();
 }
 
@@ -210,7 +231,11 @@ async fn concurrent_forwarded_calls_are_coalesced_into_batches() {
     // What a2 handed out is what the callers got: 10 per uid.
     for (uid, before) in (20..40).zip(before) {
         let mut c = client(&a2).await;
-        assert_eq!(current(&mut c, uid).await.unwrap(), before + 10, "uid {uid}");
+        assert_eq!(
+            current(&mut c, uid).await.unwrap(),
+            before + 10,
+            "uid {uid}"
+        );
     }
     a1.shutdown();
     a2.shutdown();
@@ -294,7 +319,11 @@ async fn two_allocsvrs_that_each_think_the_other_owns_a_section_end_in_a_typed_e
         let started = Instant::now();
         let e = next(&mut c, 25).await.unwrap_err();
         let took = started.elapsed();
-        assert_eq!(kind(&e), (Code::Unavailable, ErrorKind::OwnerUnavailable), "{e:?}");
+        assert_eq!(
+            kind(&e),
+            (Code::Unavailable, ErrorKind::OwnerUnavailable),
+            "{e:?}"
+        );
         let d = detail_of(&e).unwrap();
         assert!(d.retryable && d.retry_after_ms > 0, "{d:?}");
         assert!(took < Duration::from_secs(3), "took {took:?}");

@@ -33,8 +33,14 @@ async fn pair() -> (AllocNode, AllocNode, String) {
     assert!(results.iter().all(|r| r.ok), "{results:?}");
     eventually("a2 serves 2", || a2.shared.alloc.is_serving(2)).await;
     let version = store.st().route_version;
-    eventually("a1 holds the new routes", || a1.shared.routes().version >= version).await;
-    let http = a1.http_local_addr.expect("the HTTP API is served").to_string();
+    eventually("a1 holds the new routes", || {
+        a1.shared.routes().version >= version
+    })
+    .await;
+    let http = a1
+        .http_local_addr
+        .expect("the HTTP API is served")
+        .to_string();
     (a1, a2, http)
 }
 
@@ -79,7 +85,11 @@ async fn next_batch_and_current_for_own_and_forwarded_uids() {
     for uid in [5u64, 25] {
         let (st, head, body) = raw(&http, &get(&format!("/v1/next/{uid}"), "*/*")).await;
         assert_eq!(st, 200, "{head}\n{body}");
-        assert!(head.to_ascii_lowercase().contains("content-type: text/plain"), "{head}");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("content-type: text/plain"),
+            "{head}"
+        );
         let first: u64 = body.trim().parse().unwrap();
         let (st, _, body) = raw(&http, &get(&format!("/v1/next/{uid}"), "application/json")).await;
         assert_eq!(st, 200);
@@ -98,7 +108,11 @@ async fn next_batch_and_current_for_own_and_forwarded_uids() {
     assert!(seqs[2] > seqs[0], "{seqs:?}");
     // Out of every set's range: 400, typed.
     let (st, _, body) = raw(&http, &get("/v1/next/100000", "*/*")).await;
-    assert_eq!((st, kind_of(&body).as_str()), (400, "OUT_OF_RANGE"), "{body}");
+    assert_eq!(
+        (st, kind_of(&body).as_str()),
+        (400, "OUT_OF_RANGE"),
+        "{body}"
+    );
     a1.shutdown();
     a2.shutdown();
 }
@@ -113,14 +127,34 @@ async fn bad_input_gets_a_typed_json_error_and_changes_nothing() {
     let cases: Vec<(Vec<u8>, u16, &str)> = vec![
         (get("/v1/next/abc", "*/*"), 400, "INVALID_REQUEST"),
         (get("/v1/next/-5", "*/*"), 400, "INVALID_REQUEST"),
-        (get("/v1/next/99999999999999999999", "*/*"), 400, "INVALID_REQUEST"),
+        (
+            get("/v1/next/99999999999999999999", "*/*"),
+            400,
+            "INVALID_REQUEST",
+        ),
         (get("/v1/nothing", "*/*"), 404, "NOT_FOUND"),
         (post("/v1/next/5", ""), 405, "INVALID_REQUEST"),
         (get("/v1/next-batch", "*/*"), 405, "INVALID_REQUEST"),
-        (post("/v1/next-batch", "{\"uids\":[5,"), 400, "INVALID_REQUEST"),
-        (post("/v1/next-batch", r#"{"uids":[5],"x":1}"#), 400, "INVALID_REQUEST"),
-        (post("/v1/next-batch", r#"{"uids":[]}"#), 400, "INVALID_REQUEST"),
-        (post("/v1/next-batch", r#"{"uids":[-1]}"#), 400, "INVALID_REQUEST"),
+        (
+            post("/v1/next-batch", "{\"uids\":[5,"),
+            400,
+            "INVALID_REQUEST",
+        ),
+        (
+            post("/v1/next-batch", r#"{"uids":[5],"x":1}"#),
+            400,
+            "INVALID_REQUEST",
+        ),
+        (
+            post("/v1/next-batch", r#"{"uids":[]}"#),
+            400,
+            "INVALID_REQUEST",
+        ),
+        (
+            post("/v1/next-batch", r#"{"uids":[-1]}"#),
+            400,
+            "INVALID_REQUEST",
+        ),
         (post("/v1/next-batch", &many), 400, "INVALID_REQUEST"),
         (post("/v1/next-batch", &huge), 413, "TOO_LARGE"),
     ];
@@ -133,7 +167,11 @@ async fn bad_input_gets_a_typed_json_error_and_changes_nothing() {
             assert!(head.to_ascii_lowercase().contains("allow: "), "{head}");
         }
     }
-    assert_eq!((cur(5), cur(15)), before, "a refused request handed out nothing");
+    assert_eq!(
+        (cur(5), cur(15)),
+        before,
+        "a refused request handed out nothing"
+    );
     a1.shutdown();
     a2.shutdown();
 }
@@ -146,8 +184,15 @@ async fn a_retryable_error_says_when_to_retry() {
     // a2's sections are routed to a dead AllocSvr until the store moves
     // them: forwarding ends `OWNER_UNAVAILABLE`.
     let (st, head, body) = raw(&http, &get("/v1/next/25", "*/*")).await;
-    assert_eq!((st, kind_of(&body).as_str()), (503, "OWNER_UNAVAILABLE"), "{body}");
-    assert!(head.to_ascii_lowercase().contains("retry-after: 1"), "{head}");
+    assert_eq!(
+        (st, kind_of(&body).as_str()),
+        (503, "OWNER_UNAVAILABLE"),
+        "{body}"
+    );
+    assert!(
+        head.to_ascii_lowercase().contains("retry-after: 1"),
+        "{head}"
+    );
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["error"]["retryable"], true);
     assert!(v["error"]["retry_after_ms"].as_u64().unwrap() > 0);
@@ -162,7 +207,10 @@ async fn curl_gets_numbers_and_typed_errors() {
         .is_ok_and(|o| o.status.success());
     if !have_curl {
         let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
-        assert!(!ci, "curl is not installed; CI is set, so this is a failure");
+        assert!(
+            !ci,
+            "curl is not installed; CI is set, so this is a failure"
+        );
         return eprintln!("skipped: curl is not installed");
     }
     let (a1, a2, http) = pair().await;
@@ -176,11 +224,15 @@ async fn curl_gets_numbers_and_typed_errors() {
     };
     let url = |p: &str| format!("http://{http}{p}");
     let (u1, u2) = (url("/v1/next/25"), url("/v1/next-batch"));
-    let first: u64 = tokio::task::block_in_place(|| curl(&[&u1])).trim().parse().unwrap();
+    let first: u64 = tokio::task::block_in_place(|| curl(&[&u1]))
+        .trim()
+        .parse()
+        .unwrap();
     let json = tokio::task::block_in_place(|| curl(&["-H", "Accept: application/json", &u1]));
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert!(v["seq"].as_u64().unwrap() > first, "{json}");
-    let batch = tokio::task::block_in_place(|| curl(&["-X", "POST", "-d", r#"{"uids":[5,25]}"#, &u2]));
+    let batch =
+        tokio::task::block_in_place(|| curl(&["-X", "POST", "-d", r#"{"uids":[5,25]}"#, &u2]));
     assert!(batch.starts_with(r#"{"seqs":["#), "{batch}");
     let bad = tokio::task::block_in_place(|| curl(&[&url("/v1/next/x")]));
     assert_eq!(kind_of(&bad), "INVALID_REQUEST");

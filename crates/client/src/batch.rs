@@ -246,7 +246,8 @@ impl SeqClient {
         let req = pb::NextBatchRequest {
             uids: batch.clone(),
         };
-        let reply = tokio::time::timeout(timeout, c.next_batch(self.data_request(req, timeout))).await;
+        let reply =
+            tokio::time::timeout(timeout, c.next_batch(self.data_request(req, timeout))).await;
         let reply = self.outcome(reply, target, &batch, timeout)?.into_inner();
         if reply.seqs.len() != batch.len() {
             return Err(Failure::Fatal(Error::Internal(format!(

@@ -218,7 +218,11 @@ mod tests {
             h.await.unwrap().unwrap();
         }
         let seen = seen.lock().unwrap();
-        assert!(seen.iter().all(|b| b.len() <= MAX_BATCH), "{:?}", seen.len());
+        assert!(
+            seen.iter().all(|b| b.len() <= MAX_BATCH),
+            "{:?}",
+            seen.len()
+        );
         assert_eq!(seen.iter().map(Vec::len).sum::<usize>(), MAX_BATCH * 2 + 3);
     }
 

@@ -23,6 +23,8 @@ pub struct DevStore {
     pub admin: &'static str,
     /// Prometheus metrics (`GET /metrics`).
     pub metrics: &'static str,
+    /// The HTTP API (`GET /v1/next/{uid}` …; `docs/clients.md`).
+    pub http: &'static str,
 }
 
 impl DevStore {
@@ -80,6 +82,7 @@ pub const DEV_ALLOCS: [DevAlloc; 2] = [
         peer: "127.0.0.1:7211",
         admin: "127.0.0.1:7221",
         metrics: "127.0.0.1:7231",
+        http: "127.0.0.1:7241",
     },
     DevAlloc {
         id: "alloc-2",
@@ -87,6 +90,7 @@ pub const DEV_ALLOCS: [DevAlloc; 2] = [
         peer: "127.0.0.1:7212",
         admin: "127.0.0.1:7222",
         metrics: "127.0.0.1:7232",
+        http: "127.0.0.1:7242",
     },
 ];
 
@@ -123,6 +127,7 @@ pub const DEV_SET1_ALLOCS: [DevAlloc; 2] = [
         peer: "127.0.0.1:7213",
         admin: "127.0.0.1:7223",
         metrics: "127.0.0.1:7233",
+        http: "127.0.0.1:7243",
     },
     DevAlloc {
         id: "alloc-4",
@@ -130,6 +135,7 @@ pub const DEV_SET1_ALLOCS: [DevAlloc; 2] = [
         peer: "127.0.0.1:7214",
         admin: "127.0.0.1:7224",
         metrics: "127.0.0.1:7234",
+        http: "127.0.0.1:7244",
     },
 ];
 

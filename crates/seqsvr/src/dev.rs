@@ -24,8 +24,8 @@ use tokio::process::{Child, Command};
 
 use crate::certs::{issue, Identities};
 use crate::defaults::{
-    dev_config_path, dev_pki, dev_sets, dev_store_addrs, DevAlloc, DevSet, DevStore, DEV_OPERATOR,
-    DEV_UID_END,
+    dev_config_path, dev_pki, dev_sets, dev_store_addrs, DevAlloc, DevSet, DevStore, DEV_ALLOCS,
+    DEV_OPERATOR, DEV_UID_END,
 };
 use crate::error::{Context, Error, Result};
 use crate::outln;
@@ -123,7 +123,7 @@ pub fn dev_set_alloc_config(set: &DevSet, a: &DevAlloc, pki: Option<&DevPki>) ->
         wait_ms: 1000,
         raise_ahead_fraction: 0.25,
         forward: Default::default(),
-        http_addr: None,
+        http_addr: Some(a.http.to_string()),
     }
 }
 
@@ -277,11 +277,12 @@ pub async fn run(opts: DevOptions) -> Result<()> {
                 write_config(dev_config_path(&dir, a.id), &cfg)?,
             )?;
             outln!(
-                "{:<13}client {}  peer {}  admin {}  (set {})",
+                "{:<13}client {}  peer {}  admin {}  http {}  (set {})",
                 a.id,
                 a.client,
                 a.peer,
                 a.admin,
+                a.http,
                 set.spec.set_id
             )?;
         }
@@ -299,6 +300,10 @@ pub async fn run(opts: DevOptions) -> Result<()> {
         None => {
             outln!("try:           seqctl next 42        (prints a sequence number)")?;
             outln!("               seqctl status")?;
+            outln!(
+                "               curl -s http://{}/v1/next/42   (any AllocSvr, any uid)",
+                DEV_ALLOCS[0].http
+            )?;
         }
     }
     outln!("stop:          Ctrl-C")?;

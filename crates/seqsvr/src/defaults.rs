@@ -23,8 +23,6 @@ pub struct DevStore {
     pub admin: &'static str,
     /// Prometheus metrics (`GET /metrics`).
     pub metrics: &'static str,
-    /// The HTTP API (`GET /v1/next/{uid}` …; `docs/clients.md`).
-    pub http: &'static str,
 }
 
 impl DevStore {
@@ -47,6 +45,8 @@ pub struct DevAlloc {
     pub admin: &'static str,
     /// Prometheus metrics (`GET /metrics`).
     pub metrics: &'static str,
+    /// The HTTP API (`GET /v1/next/{uid}` …; `docs/clients.md`).
+    pub http: &'static str,
 }
 
 /// The dev cluster's store replicas.

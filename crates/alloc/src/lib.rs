@@ -36,6 +36,11 @@
 //! - [`service`]: the gRPC services, one per plane (client: `Next`,
 //!   `NextBatch`, `Current`, `Routes`, `Status`; peer: `Adopt`; admin:
 //!   `Handoff`, `Status`), and their one mapping of errors to statuses.
+//! - [`front`]: [`Front`](front::Front), what every door calls: a uid of
+//!   a section served here from memory, any other forwarded to its owner
+//!   (one hop, coalesced, bounded; `docs/architecture/forwarding.md`).
+//! - [`http`]: the HTTP API, a door on its own port answering through the
+//!   front (`docs/clients.md`).
 //! - [`shared`]: what the services share with the node's background tasks:
 //!   [`Shared`](shared::Shared) (allocator, lease, route table, fence,
 //!   metrics), the [`Ownership`](shared::Ownership) lock, sections being

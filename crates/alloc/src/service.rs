@@ -2,7 +2,9 @@
 //! errors to statuses.
 //!
 //! - client plane, [`ClientService`] (`Alloc`): `Next`, `NextBatch`,
-//!   `Current`, `Routes`, `Status`;
+//!   `Current` (through the [`Front`]: any uid of the cluster, forwarded
+//!   to its owner unless the call was itself forwarded), `Routes`,
+//!   `Status`;
 //! - peer plane, [`PeerService`] (`AllocPeer`): `Adopt`, from another
 //!   AllocSvr handing a section over (any AllocSvr's certificate);
 //! - admin plane, [`AdminService`] (`AllocAdmin`): `Handoff`, `Status`

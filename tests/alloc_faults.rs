@@ -197,13 +197,20 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
         (st.code(), kind(&st)),
         (tonic::Code::OutOfRange, Some(ErrorKind::OutOfRange))
     );
-    // Not the owner: retryable, naming the owner and the route version
-    // (not attaching the table).
+    // Not the owner, asked alone (a call another AllocSvr forwarded is
+    // answered from memory, never forwarded again): retryable, naming the
+    // owner and the route version (not attaching the table).
+    let alone = |msg| {
+        let mut r = tonic::Request::new(msg);
+        r.metadata_mut()
+            .insert(seqsvr_client::FORWARDED_BY, "test".parse().unwrap());
+        r
+    };
     let st = a1
-        .next(seqsvr_proto::NextRequest {
+        .next(alone(seqsvr_proto::NextRequest {
             uid: foreign,
             count: 0,
-        })
+        }))
         .await
         .unwrap_err();
     assert_eq!(
@@ -217,10 +224,11 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
         ("alloc-2", cluster.alloc_addrs[1].as_str())
     );
     assert!(d.route_version > 0);
-    let st = a1
-        .current(seqsvr_proto::CurrentRequest { uid: foreign })
-        .await
-        .unwrap_err();
+    let mut alone_current = tonic::Request::new(seqsvr_proto::CurrentRequest { uid: foreign });
+    alone_current
+        .metadata_mut()
+        .insert(seqsvr_client::FORWARDED_BY, "test".parse().unwrap());
+    let st = a1.current(alone_current).await.unwrap_err();
     assert_eq!(kind(&st), Some(ErrorKind::NotOwner));
     // Empty and oversized batches; a batch with a foreign uid.
     for uids in [vec![], vec![uid; seqsvr_core::MAX_BATCH + 1]] {
@@ -255,4 +263,23 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
         before
     );
     assert_eq!(c.next(uid).await.unwrap(), before.0 + 1);
+    // Unmarked, a1 forwards the foreign uid to its owner: the owner's
+    // next number (docs/architecture/forwarding.md).
+    let fwd = a1
+        .current(seqsvr_proto::CurrentRequest { uid: foreign })
+        .await
+        .unwrap()
+        .into_inner()
+        .seq;
+    assert_eq!(fwd, before.1);
+    let fwd = a1
+        .next(seqsvr_proto::NextRequest {
+            uid: foreign,
+            count: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .seq;
+    assert_eq!(fwd, before.1 + 1);
 }

@@ -530,6 +530,8 @@ pub fn start_alloc_door(
         wait_ms: 500,
         raise_ahead_fraction: 0.25,
         resp: resp.map(seqsvr_alloc::node::RespSection::on),
+        forward: Default::default(),
+        http_addr: None,
     };
     let path = store.dir.path().join(format!("{id}.toml"));
     std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();

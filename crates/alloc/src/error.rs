@@ -209,6 +209,65 @@ pub enum CallError {
     /// unknown: reads change nothing). Retryable.
     #[error("store: {0}")]
     Store(#[from] seqsvr_store_api::Error),
+    /// A call for a uid another AllocSvr owns could not be answered by
+    /// forwarding it (`docs/architecture/forwarding.md`). Retryable.
+    #[error(transparent)]
+    Forward(#[from] ForwardError),
+}
+
+impl CallError {
+    /// Whether this AllocSvr refused because the uid is not its to serve
+    /// now: another section's owner or set, or no valid lease. Only such a
+    /// refusal is worth forwarding; every other error is the answer.
+    pub fn is_elsewhere(&self) -> bool {
+        matches!(
+            self,
+            CallError::Alloc(AllocError::NotOwner { .. } | AllocError::OutOfRange { .. })
+                | CallError::LeaseExpired { .. }
+                | CallError::Fenced { .. }
+        )
+    }
+}
+
+/// Why a forwarded call has no number for its caller. Every variant is
+/// retryable, and none hands a number out: what an owner handed out for a
+/// call that ends here is forgotten, a gap (promise 1 of
+/// `docs/architecture/promises.md`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ForwardError {
+    /// No owner answered with a number in time: the section is moving or
+    /// has no owner yet, the owner is unreachable, or the tables of the
+    /// AllocSvrs disagree (a loop, cut after one hop).
+    #[error("uid {uid}: no owner answers right now ({reason}); retry in {retry_after_ms} ms")]
+    OwnerUnavailable {
+        /// The uid asked for (the first one a batch could not place).
+        uid: Uid,
+        /// What stood in the way.
+        reason: String,
+        /// When to try again.
+        retry_after_ms: u64,
+    },
+    /// Too many calls are in flight to the owner already.
+    #[error("{limit} calls are forwarded to {owner} already; retry in {retry_after_ms} ms")]
+    Overloaded {
+        /// The owner's address.
+        owner: String,
+        /// The bound that was reached.
+        limit: usize,
+        /// When to try again.
+        retry_after_ms: u64,
+    },
+    /// The owner answered with a retryable error of its own (ceiling
+    /// exhausted, lease expired, starting…): passed on as it said it.
+    #[error("the owner answered {kind:?}: {message}")]
+    Owner {
+        /// The owner's error kind.
+        kind: seqsvr_proto::ErrorKind,
+        /// The owner's message.
+        message: String,
+        /// When to try again.
+        retry_after_ms: u64,
+    },
 }
 
 /// Why an adopt is refused. A refusal installs nothing.

@@ -40,6 +40,11 @@
 //! - [`service`]: the gRPC services, one per plane (client: `Next`,
 //!   `NextBatch`, `Current`, `Routes`, `Status`; peer: `Adopt`; admin:
 //!   `Handoff`, `Status`), and their one mapping of errors to statuses.
+//! - [`front`]: [`Front`](front::Front), what every door calls: a uid of
+//!   a section served here from memory, any other forwarded to its owner
+//!   (one hop, coalesced, bounded; `docs/architecture/forwarding.md`).
+//! - [`http`]: the HTTP API, a door on its own port answering through the
+//!   front (`docs/clients.md`).
 //! - [`shared`]: what the services share with the node's background tasks:
 //!   [`Shared`](shared::Shared) (allocator, lease, route table, fence,
 //!   metrics), the [`Ownership`](shared::Ownership) lock (which holds the
@@ -98,7 +103,9 @@ pub mod allocator;
 pub mod ceiling;
 pub mod control;
 pub mod error;
+pub mod front;
 pub mod handoff;
+pub mod http;
 pub mod lease;
 pub mod malloc;
 pub mod mem;
@@ -115,7 +122,9 @@ pub mod warm;
 
 pub use allocator::{AllocConfig, AllocStats, Allocator, RaiseRequest};
 pub use ceiling::{CeilingStore, Grant};
-pub use error::{AllocError, CallError, ConfigError, MoveError, NodeError, Result, StoreErr};
+pub use error::{
+    AllocError, CallError, ConfigError, ForwardError, MoveError, NodeError, Result, StoreErr,
+};
 pub use ownership::{
     decide_adopt, decide_after_handoff, reconcile, AdoptRefusal, Adoption, AfterHandoff,
     Reconciliation,

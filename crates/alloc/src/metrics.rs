@@ -10,8 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::{
-    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
 };
+use seqsvr_proto::ErrorKind;
 
 use crate::allocator::Allocator;
 
@@ -36,6 +38,106 @@ pub struct AllocMetrics {
     allocator: IntCounterVec,
     /// State read when scraped.
     state: IntGaugeVec,
+    /// Errors answered, by kind, and forwarding.
+    pub front: FrontMetrics,
+}
+
+/// What the doors and forwarding count (`docs/architecture/forwarding.md`):
+/// errors answered by kind (every door), calls forwarded to owners by
+/// outcome and their latency, the sizes of the batches sent to owners,
+/// and the calls in flight to owners. Nothing here is touched on the
+/// owner's own hot path: errors and forwarded calls only.
+#[derive(Clone)]
+pub struct FrontMetrics {
+    /// Errors answered, by `ErrorKind` name.
+    errors: IntCounterVec,
+    /// Forwarded calls, by operation and outcome (`ok` or the kind).
+    forwarded: IntCounterVec,
+    /// Forwarded calls' latency, by operation.
+    forward_seconds: HistogramVec,
+    /// Uids in each batch sent to an owner (coalesced `Next`s, parts of
+    /// forwarded batches).
+    pub batch_uids: Histogram,
+    /// Forwarded calls waiting for their owner's answer.
+    pub in_flight: IntGauge,
+}
+
+impl FrontMetrics {
+    fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let errors = IntCounterVec::new(
+            Opts::new(
+                "seqsvr_alloc_errors_total",
+                "errors answered to callers (every door), by ErrorKind",
+            ),
+            &["kind"],
+        )?;
+        let forwarded = IntCounterVec::new(
+            Opts::new(
+                "seqsvr_alloc_forwarded_total",
+                "calls for uids owned elsewhere, forwarded to their owner, by op and outcome",
+            ),
+            &["op", "outcome"],
+        )?;
+        let forward_seconds = HistogramVec::new(
+            HistogramOpts::new(
+                "seqsvr_alloc_forward_seconds",
+                "latency of a forwarded call, from the caller's arrival to the owner's answer",
+            )
+            .buckets(vec![
+                0.000_1, 0.000_25, 0.000_5, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5,
+                1.0, 2.0,
+            ]),
+            &["op"],
+        )?;
+        let batch_uids = Histogram::with_opts(
+            HistogramOpts::new(
+                "seqsvr_alloc_forward_batch_uids",
+                "uids in one batch sent to an owner (coalesced Next calls or a batch's part)",
+            )
+            .buckets(vec![
+                1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1024.0,
+            ]),
+        )?;
+        let in_flight = IntGauge::new(
+            "seqsvr_alloc_forward_in_flight",
+            "forwarded calls waiting for their owner's answer",
+        )?;
+        for c in [
+            Box::new(errors.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(forwarded.clone()),
+            Box::new(forward_seconds.clone()),
+            Box::new(batch_uids.clone()),
+            Box::new(in_flight.clone()),
+        ] {
+            registry.register(c)?;
+        }
+        Ok(Self {
+            errors,
+            forwarded,
+            forward_seconds,
+            batch_uids,
+            in_flight,
+        })
+    }
+
+    /// An error answered to a caller.
+    pub fn error(&self, kind: ErrorKind) {
+        self.errors.with_label_values(&[kind.as_str_name()]).inc();
+    }
+
+    /// A forwarded call of `op` ended with `outcome` (`ok` or a kind
+    /// name) after `took`.
+    pub fn forwarded(&self, op: &str, outcome: &str, took: Duration) {
+        self.forwarded.with_label_values(&[op, outcome]).inc();
+        self.forward_seconds
+            .with_label_values(&[op])
+            .observe(took.as_secs_f64());
+    }
+
+    /// How many calls of `op` ended with `outcome` (for tests and status).
+    pub fn forwarded_count(&self, op: &str, outcome: &str) -> u64 {
+        self.forwarded.with_label_values(&[op, outcome]).get()
+    }
 }
 
 impl std::fmt::Debug for AllocMetrics {
@@ -114,7 +216,9 @@ impl AllocMetrics {
         ] {
             registry.register(c)?;
         }
+        let front = FrontMetrics::register(&registry)?;
         Ok(Arc::new(Self {
+            front,
             registry,
             numbers,
             renewals,
@@ -125,6 +229,11 @@ impl AllocMetrics {
             allocator,
             state,
         }))
+    }
+
+    /// An error answered to a caller (see [`FrontMetrics`]).
+    pub fn error(&self, kind: ErrorKind) {
+        self.front.error(kind);
     }
 
     /// A renewal granted or failed.

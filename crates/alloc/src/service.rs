@@ -2,7 +2,9 @@
 //! errors to statuses.
 //!
 //! - client plane, [`ClientService`] (`Alloc`): `Next`, `NextBatch`,
-//!   `Current`, `Routes`, `Status`;
+//!   `Current` (through the [`Front`]: any uid of the cluster, forwarded
+//!   to its owner unless the call was itself forwarded), `Routes`,
+//!   `Status`;
 //! - peer plane, [`PeerService`] (`AllocPeer`): `Adopt`, from another
 //!   AllocSvr handing a section over (any AllocSvr's certificate);
 //! - admin plane, [`AdminService`] (`AllocAdmin`): `Handoff`, `Status`
@@ -20,13 +22,13 @@
 
 use std::sync::Arc;
 
-use seqsvr_core::{SectionId, MAX_BATCH};
+use seqsvr_core::SectionId;
 use seqsvr_net::{Auth, Role};
 use seqsvr_proto::{self as pb, status_with, ErrorDetail, ErrorKind};
-use tokio::time::Instant;
 use tonic::{Code, Request, Response, Status};
 
-use crate::error::{AllocError, CallError};
+use crate::error::{AllocError, CallError, ForwardError};
+use crate::front::Front;
 use crate::handoff;
 use crate::ownership::AdoptRefusal;
 use crate::shared::Shared;
@@ -37,60 +39,20 @@ impl Shared {
     /// The status for an error: the one mapping of this crate's errors to
     /// gRPC (promise 5; table in `docs/architecture/alloc.md`, Errors).
     pub fn status(&self, e: &CallError) -> Status {
-        fn at(d: &mut ErrorDetail, section: SectionId) {
-            d.section = section;
-            d.has_section = true;
+        if let CallError::Starting { .. } = e {
+            return starting_status(e);
         }
+        let (code, d) = self.error_detail(e);
+        status_with(code, e.to_string(), d)
+    }
+
+    /// The gRPC code and `ErrorDetail` of an error: what [`Self::status`]
+    /// sends, and what every other door (HTTP) answers with, so each door
+    /// names the same kinds. Counts the error by kind.
+    pub fn error_detail(&self, e: &CallError) -> (Code, ErrorDetail) {
         let mut d = ErrorDetail::default();
         let (code, kind, retryable, route) = match e {
-            CallError::Alloc(a) => match a {
-                AllocError::OutOfRange { .. } => {
-                    (Code::OutOfRange, ErrorKind::OutOfRange, false, true)
-                }
-                AllocError::NotOwner { section } => {
-                    at(&mut d, *section);
-                    // A section this set no longer (or never) serves is
-                    // answered with where to look: the client refreshes
-                    // its directory (docs/architecture/sets.md).
-                    let t = self.routes();
-                    d.directory_version = t.directory.as_ref().map_or(0, |x| x.version);
-                    match placement_of(&t, *section) {
-                        Some((pb::PlaceKind::PlaceMoved, to)) => {
-                            d.to_set = to;
-                            (Code::Unavailable, ErrorKind::Moved, true, true)
-                        }
-                        Some(_) => (Code::Unavailable, ErrorKind::NotServed, true, true),
-                        None => {
-                            if let Some(e) = entry_of(&t, *section) {
-                                d.owner_addr = e.addr.clone();
-                                d.owner_alloc = e.alloc_id.clone();
-                            }
-                            (Code::Unavailable, ErrorKind::NotOwner, true, true)
-                        }
-                    }
-                }
-                AllocError::Exhausted { section } => {
-                    at(&mut d, *section);
-                    (Code::Unavailable, ErrorKind::CeilingExhausted, true, false)
-                }
-                AllocError::UnknownSection { section } => {
-                    at(&mut d, *section);
-                    (Code::OutOfRange, ErrorKind::UnknownSection, false, false)
-                }
-                AllocError::InvalidCount { .. } => {
-                    d.reason = a.to_string();
-                    (
-                        Code::InvalidArgument,
-                        ErrorKind::InvalidRequest,
-                        false,
-                        false,
-                    )
-                }
-                AllocError::Store(s) if s.is_transient() => {
-                    (Code::Unavailable, ErrorKind::NoLeader, true, false)
-                }
-                _ => (Code::Internal, ErrorKind::Internal, false, false),
-            },
+            CallError::Alloc(a) => self.alloc_detail(a, &mut d),
             CallError::LeaseExpired { .. } => {
                 (Code::Unavailable, ErrorKind::LeaseExpired, true, true)
             }
@@ -99,15 +61,20 @@ impl Shared {
                 d.given = *incarnation;
                 (Code::Unavailable, ErrorKind::StaleIncarnation, true, true)
             }
-            CallError::Starting { .. } => return starting_status(e),
+            CallError::Starting {
+                alloc,
+                reason,
+                retry_after_ms,
+            } => {
+                d.alloc = alloc.clone();
+                d.reason = reason.clone();
+                d.retry_after_ms = *retry_after_ms;
+                (Code::Unavailable, ErrorKind::NotServingYet, true, false)
+            }
             CallError::Invalid(reason) => {
                 d.reason = reason.clone();
-                (
-                    Code::InvalidArgument,
-                    ErrorKind::InvalidRequest,
-                    false,
-                    false,
-                )
+                let kind = ErrorKind::InvalidRequest;
+                (Code::InvalidArgument, kind, false, false)
             }
             CallError::UnknownSection { section } => {
                 at(&mut d, *section);
@@ -116,55 +83,10 @@ impl Shared {
             }
             CallError::Denied(reason) => {
                 d.reason = reason.clone();
-                (
-                    Code::PermissionDenied,
-                    ErrorKind::PermissionDenied,
-                    false,
-                    false,
-                )
+                let kind = ErrorKind::PermissionDenied;
+                (Code::PermissionDenied, kind, false, false)
             }
-            CallError::Adopt(r) => match r {
-                AdoptRefusal::OwnedElsewhere { section, owner } => {
-                    at(&mut d, *section);
-                    d.alloc = owner.clone().unwrap_or_default();
-                    (
-                        Code::FailedPrecondition,
-                        ErrorKind::OwnedElsewhere,
-                        false,
-                        false,
-                    )
-                }
-                AdoptRefusal::OtherIncarnation { section, holder } => {
-                    at(&mut d, *section);
-                    d.alloc = self.id.clone();
-                    d.incarnation = *holder;
-                    (
-                        Code::FailedPrecondition,
-                        ErrorKind::OwnedElsewhere,
-                        false,
-                        false,
-                    )
-                }
-                AdoptRefusal::StaleEpoch {
-                    section,
-                    named,
-                    current,
-                } => {
-                    at(&mut d, *section);
-                    (d.given, d.current) = (*named, *current);
-                    (
-                        Code::FailedPrecondition,
-                        ErrorKind::StaleEpoch,
-                        false,
-                        false,
-                    )
-                }
-                AdoptRefusal::NoRoom { section, .. } => {
-                    at(&mut d, *section);
-                    d.reason = r.to_string();
-                    (Code::Internal, ErrorKind::Internal, false, false)
-                }
-            },
+            CallError::Adopt(r) => self.adopt_detail(r, &mut d),
             CallError::Internal(reason) => {
                 d.reason = reason.clone();
                 (Code::Internal, ErrorKind::Internal, false, false)
@@ -177,6 +99,7 @@ impl Shared {
                 d.reason = s.to_string();
                 (Code::Internal, ErrorKind::Internal, false, false)
             }
+            CallError::Forward(f) => forward_detail(f, &mut d),
         };
         d.kind = kind as i32;
         d.retryable = retryable;
@@ -187,7 +110,136 @@ impl Shared {
             d.route_version = t.version;
             d.set = t.set;
         }
-        status_with(code, e.to_string(), d)
+        self.metrics.error(kind);
+        (code, d)
+    }
+
+    /// [`Self::error_detail`] of an allocator refusal.
+    fn alloc_detail(&self, a: &AllocError, d: &mut ErrorDetail) -> Mapped {
+        match a {
+            AllocError::OutOfRange { .. } => (Code::OutOfRange, ErrorKind::OutOfRange, false, true),
+            AllocError::NotOwner { section } => {
+                at(d, *section);
+                // A section this set no longer (or never) serves is
+                // answered with where to look: the client refreshes
+                // its directory (docs/architecture/sets.md).
+                let t = self.routes();
+                d.directory_version = t.directory.as_ref().map_or(0, |x| x.version);
+                match placement_of(&t, *section) {
+                    Some((pb::PlaceKind::PlaceMoved, to)) => {
+                        d.to_set = to;
+                        (Code::Unavailable, ErrorKind::Moved, true, true)
+                    }
+                    Some(_) => (Code::Unavailable, ErrorKind::NotServed, true, true),
+                    None => {
+                        if let Some(e) = entry_of(&t, *section) {
+                            d.owner_addr = e.addr.clone();
+                            d.owner_alloc = e.alloc_id.clone();
+                        }
+                        (Code::Unavailable, ErrorKind::NotOwner, true, true)
+                    }
+                }
+            }
+            AllocError::Exhausted { section } => {
+                at(d, *section);
+                (Code::Unavailable, ErrorKind::CeilingExhausted, true, false)
+            }
+            AllocError::UnknownSection { section } => {
+                at(d, *section);
+                (Code::OutOfRange, ErrorKind::UnknownSection, false, false)
+            }
+            AllocError::InvalidCount { .. } => {
+                d.reason = a.to_string();
+                (
+                    Code::InvalidArgument,
+                    ErrorKind::InvalidRequest,
+                    false,
+                    false,
+                )
+            }
+            AllocError::Store(s) if s.is_transient() => {
+                (Code::Unavailable, ErrorKind::NoLeader, true, false)
+            }
+            _ => (Code::Internal, ErrorKind::Internal, false, false),
+        }
+    }
+
+    /// [`Self::error_detail`] of a refused adopt.
+    fn adopt_detail(&self, r: &AdoptRefusal, d: &mut ErrorDetail) -> Mapped {
+        let refused = (Code::FailedPrecondition, false, false);
+        let (kind, (code, retryable, route)) = match r {
+            AdoptRefusal::OwnedElsewhere { section, owner } => {
+                at(d, *section);
+                d.alloc = owner.clone().unwrap_or_default();
+                (ErrorKind::OwnedElsewhere, refused)
+            }
+            AdoptRefusal::OtherIncarnation { section, holder } => {
+                at(d, *section);
+                d.alloc = self.id.clone();
+                d.incarnation = *holder;
+                (ErrorKind::OwnedElsewhere, refused)
+            }
+            AdoptRefusal::StaleEpoch {
+                section,
+                named,
+                current,
+            } => {
+                at(d, *section);
+                (d.given, d.current) = (*named, *current);
+                (ErrorKind::StaleEpoch, refused)
+            }
+            AdoptRefusal::NoRoom { section, .. } => {
+                at(d, *section);
+                d.reason = r.to_string();
+                (ErrorKind::Internal, (Code::Internal, false, false))
+            }
+        };
+        (code, kind, retryable, route)
+    }
+}
+
+/// The code, kind, retryability and whether route facts are attached.
+type Mapped = (Code, ErrorKind, bool, bool);
+
+/// Marks the detail as about `section`.
+fn at(d: &mut ErrorDetail, section: SectionId) {
+    d.section = section;
+    d.has_section = true;
+}
+
+/// [`Shared::error_detail`] of a forwarded call's failure: retryable, with
+/// the delay, never a route fact (the caller of a door needs none, and a
+/// wrong-node answer is never passed through; docs/architecture/forwarding.md).
+fn forward_detail(f: &ForwardError, d: &mut ErrorDetail) -> Mapped {
+    match f {
+        ForwardError::OwnerUnavailable {
+            reason,
+            retry_after_ms,
+            ..
+        } => {
+            d.reason = reason.clone();
+            d.retry_after_ms = *retry_after_ms;
+            (Code::Unavailable, ErrorKind::OwnerUnavailable, true, false)
+        }
+        ForwardError::Overloaded {
+            owner,
+            retry_after_ms,
+            ..
+        } => {
+            d.addr = owner.clone();
+            d.reason = f.to_string();
+            d.retry_after_ms = *retry_after_ms;
+            (Code::ResourceExhausted, ErrorKind::Overloaded, true, false)
+        }
+        ForwardError::Owner {
+            kind,
+            message,
+            retry_after_ms,
+        } => {
+            d.reason = message.clone();
+            d.retry_after_ms = *retry_after_ms;
+            (Code::Unavailable, *kind, true, false)
+        }
     }
 }
 
@@ -229,65 +281,48 @@ fn entry_of(t: &pb::RouteTable, section: SectionId) -> Option<&pb::RouteEntry> {
     t.entries.get(i).filter(|e| e.first_section <= section)
 }
 
-/// The deadline of a call that may wait for a raise.
-fn deadline(s: &Shared) -> Instant {
-    Instant::now() + s.wait
+/// Whether a call was forwarded by another AllocSvr: it is answered
+/// from memory or refused, never forwarded again (one hop;
+/// docs/architecture/forwarding.md). Read only after a local refusal, so
+/// the owner's hot path never looks at the metadata.
+fn forwarded<T>(req: &Request<T>) -> bool {
+    req.metadata().contains_key(seqsvr_client::FORWARDED_BY)
 }
 
-/// `Next` with a count above one: `count` numbers reserved in one step,
-/// the reply's `seq` the last of them (the caller owns `(seq − count,
-/// seq]`). A count above the cap is refused before anything is handed out.
-async fn next_n(s: &Shared, uid: u64, count: u64) -> Result<Response<pb::NextReply>, Status> {
-    let max = s.alloc.max_count();
-    if count > max {
-        return Err(s.status(&AllocError::InvalidCount { count, max }.into()));
-    }
-    if !s.admitted() {
-        return Err(s.status(&s.not_admitted()));
-    }
-    let seq = s
-        .alloc
-        .next_n_waiting(uid, count, deadline(s))
-        .await
-        .map_err(|e| s.status(&e.into()))?;
-    s.metrics.numbers.inc_by(count);
-    Ok(Response::new(pb::NextReply {
-        seq,
-        route_version: s.version(),
-    }))
-}
-
-/// The client plane (`Alloc`): what IM backends call.
+/// The client plane (`Alloc`): what IM backends call. Answers every uid
+/// of the cluster through the [`Front`]: its own from memory, the others
+/// by forwarding to their owner.
 #[derive(Clone, Debug)]
 pub struct ClientService {
-    /// State shared with the node.
-    pub shared: Arc<Shared>,
+    /// Answers `Next`, `NextBatch` and `Current`.
+    pub front: Arc<Front>,
 }
 
 #[tonic::async_trait]
 impl pb::alloc_server::Alloc for ClientService {
     async fn next(&self, req: Request<pb::NextRequest>) -> Result<Response<pb::NextReply>, Status> {
         let (uid, count) = (req.get_ref().uid, req.get_ref().count);
-        let s = &self.shared;
-        if count > 1 {
-            return next_n(s, uid, count).await;
-        }
-        if !s.admitted() {
-            return Err(s.status(&s.not_admitted()));
-        }
-        let seq = match s.alloc.next(uid) {
-            Ok(seq) => seq,
-            Err(AllocError::Exhausted { .. }) => s
-                .alloc
-                .next_waiting(uid, deadline(s))
-                .await
-                .map_err(|e| s.status(&e.into()))?,
-            Err(e) => return Err(s.status(&e.into())),
+        let f = &self.front;
+        let answer = if count > 1 {
+            // `count` numbers reserved in one step, the last returned.
+            match f.local_next_n(uid, count).await {
+                Ok(seq) => Ok(seq),
+                Err(e) if e.is_elsewhere() && !forwarded(&req) => {
+                    f.forward_next_n(uid, count, e).await
+                }
+                Err(e) => Err(e),
+            }
+        } else {
+            match f.local_next(uid).await {
+                Ok(seq) => Ok(seq),
+                Err(e) if e.is_elsewhere() && !forwarded(&req) => f.forward_next(uid, e).await,
+                Err(e) => Err(e),
+            }
         };
-        s.metrics.numbers.inc();
+        let seq = answer.map_err(|e| f.shared().status(&e))?;
         Ok(Response::new(pb::NextReply {
             seq,
-            route_version: s.version(),
+            route_version: f.route_version(),
         }))
     }
 
@@ -296,54 +331,37 @@ impl pb::alloc_server::Alloc for ClientService {
         req: Request<pb::NextBatchRequest>,
     ) -> Result<Response<pb::NextBatchReply>, Status> {
         let uids = &req.get_ref().uids;
-        let s = &self.shared;
-        if uids.is_empty() || uids.len() > MAX_BATCH {
-            let e = CallError::Invalid(format!(
-                "a batch holds 1..={MAX_BATCH} uids, not {}",
-                uids.len()
-            ));
-            return Err(s.status(&e));
-        }
-        if !s.admitted() {
-            return Err(s.status(&s.not_admitted()));
-        }
+        let f = &self.front;
         let mut seqs = Vec::with_capacity(uids.len());
-        if let Err(e) = s.alloc.next_batch(uids, &mut seqs) {
-            if !matches!(e, AllocError::Exhausted { .. }) {
-                return Err(s.status(&e.into()));
-            }
-            let done = seqs.len();
-            s.alloc
-                .next_batch_waiting(&uids[done..], &mut seqs, deadline(s))
-                .await
-                .map_err(|e| s.status(&e.into()))?;
+        let seqs = match f.local_next_batch(uids, &mut seqs).await {
+            Ok(()) => Ok(seqs),
+            Err(e) if e.is_elsewhere() && !forwarded(&req) => f.forward_batch(uids, seqs, e).await,
+            Err(e) => Err(e),
         }
-        s.metrics.numbers.inc_by(seqs.len() as u64);
+        .map_err(|e| f.shared().status(&e))?;
         Ok(Response::new(pb::NextBatchReply {
             seqs,
-            route_version: s.version(),
+            route_version: f.route_version(),
         }))
     }
 
-    /// Linearizable like `next`: only with a valid lease, and only for a
-    /// section served here now (not one being released). Memory of a
-    /// section this process no longer owns may be below numbers its new
-    /// owner handed out (promise 1).
+    /// Linearizable like `next`: answered from memory only with a valid
+    /// lease and for a section served here now, else by its owner.
     async fn current(
         &self,
         req: Request<pb::CurrentRequest>,
     ) -> Result<Response<pb::CurrentReply>, Status> {
-        let s = &self.shared;
-        if !s.admitted() {
-            return Err(s.status(&s.not_admitted()));
+        let uid = req.get_ref().uid;
+        let f = &self.front;
+        let seq = match f.local_current(uid) {
+            Ok(seq) => Ok(seq),
+            Err(e) if e.is_elsewhere() && !forwarded(&req) => f.forward_current(uid, e).await,
+            Err(e) => Err(e),
         }
-        let seq = s
-            .alloc
-            .current(req.get_ref().uid)
-            .map_err(|e| s.status(&e.into()))?;
+        .map_err(|e| f.shared().status(&e))?;
         Ok(Response::new(pb::CurrentReply {
             seq,
-            route_version: s.version(),
+            route_version: f.route_version(),
         }))
     }
 
@@ -351,14 +369,14 @@ impl pb::alloc_server::Alloc for ClientService {
         &self,
         _req: Request<pb::GetRoutesRequest>,
     ) -> Result<Response<pb::RouteTable>, Status> {
-        Ok(Response::new(self.shared.route_table()))
+        Ok(Response::new(self.front.shared().route_table()))
     }
 
     async fn status(
         &self,
         _req: Request<pb::AllocStatusRequest>,
     ) -> Result<Response<pb::AllocStatus>, Status> {
-        Ok(Response::new(self.shared.alloc_status()))
+        Ok(Response::new(self.front.shared().alloc_status()))
     }
 }
 

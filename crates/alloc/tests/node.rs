@@ -71,10 +71,11 @@ async fn a_handoff_moves_a_section_and_the_new_owner_adopts_it_at_once() {
     assert_eq!(results.len(), 1);
     assert!(results[0].ok && results[0].error.is_empty(), "{results:?}");
     assert!(results[0].unavailable_us > 0);
-    // The old owner stopped, for `next` and `current` alike.
-    let e = next(&mut c1, 15).await.unwrap_err();
+    // The old owner stopped, for `next` and `current` alike (asked
+    // alone: unmarked, it would forward to the new owner).
+    let e = next_here(&mut c1, 15).await.unwrap_err();
     assert_eq!(kind(&e), (Code::Unavailable, ErrorKind::NotOwner));
-    let e = current(&mut c1, 15).await.unwrap_err();
+    let e = current_here(&mut c1, 15).await.unwrap_err();
     assert_eq!(kind(&e), (Code::Unavailable, ErrorKind::NotOwner));
     // The new owner serves at once, above everything handed out before.
     let v = next(&mut c2, 15).await.unwrap();
@@ -244,7 +245,7 @@ async fn a_handoff_whose_reply_is_lost_leaves_the_section_to_the_new_owner() {
         "{}",
         results[0].error
     );
-    let e = next(&mut c1, 31).await.unwrap_err();
+    let e = next_here(&mut c1, 31).await.unwrap_err();
     assert_eq!(kind(&e), (Code::Unavailable, ErrorKind::NotOwner));
     let handed = store.section(3);
     assert_eq!(handed.owner.as_deref(), Some("a2"));

@@ -23,7 +23,7 @@ use futures::future::join_all;
 use seqsvr_core::{SetId, MAX_BATCH};
 use seqsvr_proto::{self as pb};
 
-use crate::client::{missing, read, request, SeqClient};
+use crate::client::{missing, read, SeqClient};
 use crate::error::{Error, Result};
 use crate::retry::{Attempt, Failure, Retry};
 use crate::routes::{Hold, Located, RouteCache, Target};
@@ -246,7 +246,8 @@ impl SeqClient {
         let req = pb::NextBatchRequest {
             uids: batch.clone(),
         };
-        let reply = tokio::time::timeout(timeout, c.next_batch(request(req, timeout))).await;
+        let reply =
+            tokio::time::timeout(timeout, c.next_batch(self.data_request(req, timeout))).await;
         let reply = self.outcome(reply, target, &batch, timeout)?.into_inner();
         if reply.seqs.len() != batch.len() {
             return Err(Failure::Fatal(Error::Internal(format!(

@@ -57,8 +57,9 @@ pub(crate) struct Inner {
 /// Which single-uid RPC to make.
 #[derive(Debug, Clone, Copy)]
 enum Op {
-    /// `Next`: hand out a new number.
-    Next,
+    /// `Next`: hand out a new number (`count` numbers, the last returned,
+    /// when above one).
+    Next { count: u64 },
     /// `Current`: read the last one.
     Current,
 }
@@ -83,6 +84,39 @@ impl SeqClient {
         let client = SeqClient::new(seeds, options);
         client.learn_routes().await?;
         Ok(client)
+    }
+
+    /// A client that has learned nothing yet and dialed nobody: its first
+    /// call learns routes from `seeds` (or from tables given to
+    /// [`SeqClient::install_routes`] meanwhile). For a process that holds
+    /// a route table already — an AllocSvr forwarding calls it does not
+    /// own — and must not wait on the network to build its client.
+    pub fn unconnected(seeds: &[String], options: ClientOptions) -> Result<SeqClient> {
+        options.validate()?;
+        if seeds.is_empty() {
+            return Err(Error::InvalidArgument("no seed addresses".into()));
+        }
+        Ok(SeqClient::new(seeds, options))
+    }
+
+    /// Installs a route table learned elsewhere (an AllocSvr's own, from
+    /// its store), if it is valid and newer than the cached one of its set
+    /// (its directory likewise). Returns whether anything was installed.
+    pub fn install_routes(&self, table: &pb::RouteTable) -> bool {
+        let done = self.install(table, "installed");
+        done.table || done.directory
+    }
+
+    /// Where the cached routes send `uid` now, without calling anyone.
+    pub fn owner_of(&self, uid: u64) -> Owner {
+        match read(&self.inner.routes).locate(uid) {
+            Located::Owner(t, e) => Owner::At {
+                set: t.set.set_id,
+                addr: e.addr.clone(),
+            },
+            Located::Held(_) => Owner::Held,
+            Located::NoSet => Owner::NoSet,
+        }
     }
 
     /// A client with no routes yet.
@@ -125,7 +159,17 @@ impl SeqClient {
     /// Hands out the next sequence number of `uid`: larger than every
     /// number any earlier completed `next(uid)` returned (promise 1).
     pub async fn next(&self, uid: u64) -> Result<u64> {
-        self.single(uid, Op::Next).await
+        self.single(uid, Op::Next { count: 0 }).await
+    }
+
+    /// Reserves `count` numbers of `uid` in one step and returns the last:
+    /// the caller owns `(v − count, v]`, every one above any number handed
+    /// out for `uid` before (promise 1). A count of 0 or 1 is [`next`];
+    /// one above the server's cap is refused (`InvalidArgument`).
+    ///
+    /// [`next`]: SeqClient::next
+    pub async fn next_n(&self, uid: u64, count: u64) -> Result<u64> {
+        self.single(uid, Op::Next { count }).await
     }
 
     /// The last number handed out for `uid` (or the skip-ahead point after
@@ -195,12 +239,12 @@ impl SeqClient {
         let timeout = retry.attempt_timeout();
         let call = async {
             match op {
-                Op::Next => c
-                    .next(request(pb::NextRequest { uid, count: 0 }, timeout))
+                Op::Next { count } => c
+                    .next(self.data_request(pb::NextRequest { uid, count }, timeout))
                     .await
                     .map(|r| (r.get_ref().seq, r.get_ref().route_version)),
                 Op::Current => c
-                    .current(request(pb::CurrentRequest { uid }, timeout))
+                    .current(self.data_request(pb::CurrentRequest { uid }, timeout))
                     .await
                     .map(|r| (r.get_ref().seq, r.get_ref().route_version)),
             }
@@ -381,6 +425,24 @@ impl SeqClient {
     }
 }
 
+/// Where the cached routes send a uid ([`SeqClient::owner_of`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    /// The AllocSvr at `addr` owns its section, in set `set`.
+    At {
+        /// The set serving the uid.
+        set: SetId,
+        /// The owner's client-plane address.
+        addr: String,
+    },
+    /// A set serves it, but no owner is known now (section unowned, being
+    /// moved between sets, or the set's table not fetched yet); a call
+    /// learns more.
+    Held,
+    /// No known set serves it.
+    NoSet,
+}
+
 /// What to do before the next attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Step {
@@ -418,6 +480,22 @@ pub(crate) fn request<T>(msg: T, timeout: Duration) -> tonic::Request<T> {
     let mut r = tonic::Request::new(msg);
     r.set_timeout(timeout);
     r
+}
+
+impl SeqClient {
+    /// A `Next`, `NextBatch` or `Current` request: [`request`], marked
+    /// forwarded when this client forwards for an AllocSvr
+    /// ([`ClientOptions::forwarded_by`]).
+    pub(crate) fn data_request<T>(&self, msg: T, timeout: Duration) -> tonic::Request<T> {
+        let mut r = request(msg, timeout);
+        if let Some(id) = &self.inner.options.forwarded_by {
+            // Checked printable in `ClientOptions::validate`.
+            if let Ok(v) = tonic::metadata::MetadataValue::try_from(id.as_str()) {
+                r.metadata_mut().insert(crate::options::FORWARDED_BY, v);
+            }
+        }
+        r
+    }
 }
 
 /// Reads a lock, ignoring poisoning: nothing panics while holding these

@@ -90,7 +90,7 @@ mod retry;
 mod routes;
 mod sets;
 
-pub use client::SeqClient;
+pub use client::{Owner, SeqClient};
 pub use error::{Error, ErrorKind, Result};
-pub use options::{ClientOptions, ClientTls};
+pub use options::{ClientOptions, ClientTls, FORWARDED_BY};
 pub use seqsvr_core::{Directory, RouteTable, SetSpec, MAX_BATCH};

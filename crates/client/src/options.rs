@@ -31,7 +31,19 @@ pub struct ClientOptions {
     /// `Some(ClientTls::server_only(Path::new("ca.pem"))?)`. Seeds are then
     /// dialed as `https://`, and so is every address a route table names.
     pub tls: Option<ClientTls>,
+    /// Set only by an AllocSvr that forwards calls for uids it does not
+    /// own (its id; default none). Every `Next`, `NextBatch` and `Current`
+    /// then carries it as [`FORWARDED_BY`] metadata, and the AllocSvr that
+    /// receives it answers from its own memory or with its typed error,
+    /// never by forwarding again: a call makes at most one hop
+    /// (`docs/architecture/forwarding.md`).
+    pub forwarded_by: Option<String>,
 }
+
+/// The metadata key that marks a call forwarded by an AllocSvr (its value:
+/// the forwarding AllocSvr's id). A receiver never forwards such a call.
+/// Anyone may set it; it only ever takes forwarding away from its caller.
+pub const FORWARDED_BY: &str = "seqsvr-forwarded-by";
 
 impl Default for ClientOptions {
     fn default() -> Self {
@@ -42,6 +54,7 @@ impl Default for ClientOptions {
             initial_backoff: Duration::from_millis(10),
             max_backoff: Duration::from_millis(250),
             tls: None,
+            forwarded_by: None,
         }
     }
 }
@@ -58,6 +71,11 @@ impl ClientOptions {
         }
         if self.initial_backoff.is_zero() || self.initial_backoff > self.max_backoff {
             return bad("need 0 < initial_backoff <= max_backoff");
+        }
+        if let Some(id) = &self.forwarded_by {
+            if tonic::metadata::MetadataValue::try_from(id.as_str()).is_err() {
+                return bad("forwarded_by must be printable ASCII");
+            }
         }
         Ok(())
     }

@@ -66,6 +66,23 @@ impl std::fmt::Debug for ServerTls {
 }
 
 impl ServerTls {
+    /// The same identity and client checks for an HTTP/1.1 listener: it
+    /// offers ALPN `http/1.1` instead of `h2`, so a client offering both
+    /// (curl does) speaks what the listener serves.
+    pub fn for_http1(&self) -> ServerTls {
+        let mut config = (*self.config).clone();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        ServerTls {
+            config: Arc::new(config),
+            mutual: self.mutual,
+        }
+    }
+
+    /// A TLS acceptor for a listener served by hand.
+    pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        tokio_rustls::TlsAcceptor::from(self.config.clone())
+    }
+
     /// Whether a client certificate from the CA is required.
     pub fn is_mutual(&self) -> bool {
         self.mutual

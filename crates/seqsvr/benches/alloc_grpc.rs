@@ -53,6 +53,10 @@
 //!   as the AllocSvr's client plane is, instead of through it as a tonic
 //!   user writes it by default: the ratio then shows the AllocSvr's own
 //!   work alone (`alloc_grpc/bare.rs`).
+//! - `--forward`: only `next` at 50 callers through a raw stub, straight
+//!   to the owner and through a second AllocSvr that owns no section (so
+//!   every call is forwarded to the owner; `docs/architecture/forwarding.md`),
+//!   back to back, `--rounds` times, first one then the other alternately.
 //! - `--instructions`: instead of timing, runs both servers under
 //!   callgrind and counts the instructions each spends per call, for the
 //!   50-caller shapes (or `--shape K`) and both clients: a figure that does
@@ -126,6 +130,8 @@ struct Args {
     hot: Option<u64>,
     /// Serve the bare server without tonic's router.
     bare_no_router: bool,
+    /// Only compare `next` direct and forwarded.
+    forward: bool,
 }
 
 impl Args {
@@ -140,6 +146,7 @@ impl Args {
             instructions: false,
             hot: None,
             bare_no_router: false,
+            forward: false,
         };
         let mut it = std::env::args().skip(1);
         while let Some(arg) = it.next() {
@@ -149,6 +156,7 @@ impl Args {
                     a.threads = it.next().and_then(|v| v.parse().ok()).expect("--threads T")
                 }
                 "--redis" => a.redis = true,
+                "--forward" => a.forward = true,
                 "--exhaust" => a.exhaust = true,
                 "--instructions" => a.instructions = true,
                 bare::NO_ROUTER => a.bare_no_router = true,
@@ -290,6 +298,9 @@ async fn run(args: &Args) {
     cluster.store.wait_ready(Duration::from_secs(30)).await;
     let client = cluster.client().await;
     cluster.wait_serving(&client).await;
+    if args.forward {
+        return forward(args, cluster).await;
+    }
     let seqsvr = Target::seqsvr(&cluster);
     let lib = Caller::Lib(client);
     let raw = raw_stub(&cluster.alloc_addrs[0]).await;
@@ -388,6 +399,56 @@ async fn run(args: &Args) {
         ratio_table(&sides);
     } else {
         println!("\n(add --redis for the Redis comparison and its ratio table)");
+    }
+}
+
+/// `--forward`: `next` at 50 callers straight to the owner, and through
+/// a second AllocSvr that owns nothing, so that every call is forwarded.
+async fn forward(args: &Args, mut cluster: support::SetCluster) {
+    let i = cluster.add_alloc();
+    let via = cluster.alloc_addrs[i].clone();
+    let start = std::time::Instant::now();
+    loop {
+        let answered = match AllocClient::connect(format!("http://{via}")).await {
+            Ok(mut c) => c
+                .next(seqsvr_proto::NextRequest { uid: 1, count: 0 })
+                .await
+                .is_ok(),
+            Err(_) => false,
+        };
+        if answered {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{via} never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let owner = Target::seqsvr(&cluster);
+    let front = Target {
+        name: "forwarded",
+        server: cluster.allocs[i].pid(),
+        stores: owner.stores.clone(),
+    };
+    let (direct, through) = (
+        raw_stub(&cluster.alloc_addrs[0]).await,
+        raw_stub(&via).await,
+    );
+    println!(
+        "next, 50 callers, raw tonic stub: `seqsvr` straight to the owner (alloc-1),\n\
+         `forwarded` through alloc-2, which owns no section (its cpu% is the forwarding node's)"
+    );
+    let u = args.hot.map_or(Uids::Uniform, Uids::Hot);
+    for round in 1..=args.rounds {
+        println!("\n== round {round} of {}", args.rounds);
+        if round % 2 == 0 {
+            phase(&front, &through, 0, u, 50, args.secs).await;
+        }
+        phase(&owner, &direct, 0, u, 50, args.secs).await;
+        if round % 2 == 1 {
+            phase(&front, &through, 0, u, 50, args.secs).await;
+        }
     }
 }
 

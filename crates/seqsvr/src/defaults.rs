@@ -47,6 +47,8 @@ pub struct DevAlloc {
     pub metrics: &'static str,
     /// The Redis-protocol door (`redis-cli -p 7241 INCR seq:42`).
     pub resp: &'static str,
+    /// The HTTP API (`GET /v1/next/{uid}` …; `docs/clients.md`).
+    pub http: &'static str,
 }
 
 /// The dev cluster's store replicas.
@@ -83,6 +85,7 @@ pub const DEV_ALLOCS: [DevAlloc; 2] = [
         admin: "127.0.0.1:7221",
         metrics: "127.0.0.1:7231",
         resp: "127.0.0.1:7241",
+        http: "127.0.0.1:7251",
     },
     DevAlloc {
         id: "alloc-2",
@@ -91,6 +94,7 @@ pub const DEV_ALLOCS: [DevAlloc; 2] = [
         admin: "127.0.0.1:7222",
         metrics: "127.0.0.1:7232",
         resp: "127.0.0.1:7242",
+        http: "127.0.0.1:7252",
     },
 ];
 
@@ -128,6 +132,7 @@ pub const DEV_SET1_ALLOCS: [DevAlloc; 2] = [
         admin: "127.0.0.1:7223",
         metrics: "127.0.0.1:7233",
         resp: "127.0.0.1:7243",
+        http: "127.0.0.1:7253",
     },
     DevAlloc {
         id: "alloc-4",
@@ -136,6 +141,7 @@ pub const DEV_SET1_ALLOCS: [DevAlloc; 2] = [
         admin: "127.0.0.1:7224",
         metrics: "127.0.0.1:7234",
         resp: "127.0.0.1:7244",
+        http: "127.0.0.1:7254",
     },
 ];
 

@@ -24,8 +24,8 @@ use tokio::process::{Child, Command};
 
 use crate::certs::{issue, Identities};
 use crate::defaults::{
-    dev_config_path, dev_pki, dev_sets, dev_store_addrs, DevAlloc, DevSet, DevStore, DEV_OPERATOR,
-    DEV_UID_END,
+    dev_config_path, dev_pki, dev_sets, dev_store_addrs, DevAlloc, DevSet, DevStore, DEV_ALLOCS,
+    DEV_OPERATOR, DEV_UID_END,
 };
 use crate::error::{Context, Error, Result};
 use crate::outln;
@@ -123,6 +123,8 @@ pub fn dev_set_alloc_config(set: &DevSet, a: &DevAlloc, pki: Option<&DevPki>) ->
         wait_ms: 1000,
         raise_ahead_fraction: 0.25,
         resp: Some(seqsvr_alloc::node::RespSection::on(a.resp)),
+        forward: Default::default(),
+        http_addr: Some(a.http.to_string()),
     }
 }
 
@@ -276,12 +278,13 @@ pub async fn run(opts: DevOptions) -> Result<()> {
                 write_config(dev_config_path(&dir, a.id), &cfg)?,
             )?;
             outln!(
-                "{:<13}client {}  peer {}  admin {}  resp {}  (set {})",
+                "{:<13}client {}  peer {}  admin {}  resp {}  http {}  (set {})",
                 a.id,
                 a.client,
                 a.peer,
                 a.admin,
                 a.resp,
+                a.http,
                 set.spec.set_id
             )?;
         }
@@ -306,6 +309,10 @@ pub async fn run(opts: DevOptions) -> Result<()> {
                     .map_or("", |p| p.1)
             )?;
             outln!("               seqctl status")?;
+            outln!(
+                "               curl -s http://{}/v1/next/42   (any AllocSvr, any uid)",
+                DEV_ALLOCS[0].http
+            )?;
         }
     }
     outln!("stop:          Ctrl-C")?;

@@ -67,7 +67,95 @@ pub struct AllocNodeConfig {
     /// The Redis-protocol door, if served (off unless configured).
     #[serde(default)]
     pub resp: Option<RespSection>,
+    /// Forwarding calls for uids owned elsewhere to their owner
+    /// (`docs/architecture/forwarding.md`); on by default.
+    #[serde(default)]
+    pub forward: ForwardSection,
+    /// Where to serve the HTTP API (`GET /v1/next/{uid}` …; `docs/clients.md`),
+    /// if anywhere: its own port, on the client plane's terms (TLS when
+    /// `tls` is set; a non-loopback plaintext address needs `insecure`).
+    #[serde(default)]
+    pub http_addr: Option<String>,
 }
+
+/// The `[forward]` table: how calls for uids owned elsewhere are forwarded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardSection {
+    /// Forward at all (off: such calls are refused `NOT_OWNER` with the
+    /// owner's address, for callers that route themselves).
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Most time one forwarded call may take, retries included, in ms.
+    #[serde(default = "default_forward_deadline_ms")]
+    pub deadline_ms: u64,
+    /// Most calls in flight to one owner; more are refused `OVERLOADED`.
+    #[serde(default = "default_forward_max_in_flight")]
+    pub max_in_flight: usize,
+    /// The retry delay forwarding's retryable errors name, in ms.
+    #[serde(default = "default_forward_retry_after_ms")]
+    pub retry_after_ms: u64,
+}
+
+impl Default for ForwardSection {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            deadline_ms: default_forward_deadline_ms(),
+            max_in_flight: default_forward_max_in_flight(),
+            retry_after_ms: default_forward_retry_after_ms(),
+        }
+    }
+}
+
+impl ForwardSection {
+    /// The front's bounds.
+    pub fn config(&self) -> crate::front::ForwardConfig {
+        crate::front::ForwardConfig {
+            deadline: std::time::Duration::from_millis(self.deadline_ms),
+            max_in_flight: self.max_in_flight,
+            retry_after_ms: self.retry_after_ms,
+        }
+    }
+
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        if !(1..=MAX_WAIT_MS).contains(&self.deadline_ms) {
+            let r = format!("{} is outside 1..={MAX_WAIT_MS}", self.deadline_ms);
+            return Err(("forward.deadline_ms", r));
+        }
+        if !(1..=MAX_FORWARD_IN_FLIGHT).contains(&self.max_in_flight) {
+            let r = format!(
+                "{} is outside 1..={MAX_FORWARD_IN_FLIGHT}",
+                self.max_in_flight
+            );
+            return Err(("forward.max_in_flight", r));
+        }
+        if self.retry_after_ms > MAX_WAIT_MS {
+            let r = format!("{} is above {MAX_WAIT_MS}", self.retry_after_ms);
+            return Err(("forward.retry_after_ms", r));
+        }
+        Ok(())
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_forward_deadline_ms() -> u64 {
+    1000
+}
+
+fn default_forward_max_in_flight() -> usize {
+    4096
+}
+
+fn default_forward_retry_after_ms() -> u64 {
+    50
+}
+
+/// The most calls one AllocSvr may have in flight to one owner.
+const MAX_FORWARD_IN_FLIGHT: usize = 1 << 20;
 
 fn default_route_poll_ms() -> u64 {
     250
@@ -148,6 +236,12 @@ impl AllocNodeConfig {
         }
         if let Some(m) = &self.metrics_addr {
             check_addr(m, true).or_else(|r| bad("metrics_addr", r))?;
+        }
+        if let Some(h) = &self.http_addr {
+            check_addr(h, true).or_else(|r| bad("http_addr", r))?;
+        }
+        if let Err((key, r)) = self.forward.validate() {
+            return bad(key, r);
         }
         let binds: Vec<(&str, &str)> = listens
             .iter()
@@ -357,6 +451,21 @@ raise_ahead_fraction = 0.25
                 "raise_ahead_fraction",
             ),
             ("id = \"alloc-1\"", "id = \"\"", "id"),
+            (
+                "wait_ms = 1000",
+                "wait_ms = 1000\nhttp_addr = \"nowhere\"",
+                "http_addr",
+            ),
+            (
+                "raise_ahead_fraction = 0.25",
+                "raise_ahead_fraction = 0.25\n[forward]\nmax_in_flight = 0",
+                "forward.max_in_flight",
+            ),
+            (
+                "raise_ahead_fraction = 0.25",
+                "raise_ahead_fraction = 0.25\n[forward]\ndeadline_ms = 0",
+                "forward.deadline_ms",
+            ),
             ("id = \"alloc-1\"", "id = \"alloc 1\"", "id"),
             ("\"store-3.example:7113\"", "\"127.0.0.1:7111\"", "store[2]"),
             (

@@ -56,6 +56,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use seqsvr_client::{ClientOptions, SeqClient};
 use seqsvr_core::Incarnation;
 use seqsvr_net::calls::{CallMetrics, CallMetricsLayer};
 use seqsvr_net::Plane;
@@ -72,6 +73,7 @@ use tokio::task::JoinHandle;
 use crate::allocator::{AllocConfig, Allocator};
 use crate::control::Event;
 use crate::error::NodeError;
+use crate::front::{Forwarder, Front};
 use crate::lease::Lease;
 use crate::raiser::{Raiser, RaiserConfig};
 use crate::service::{AdminService, ClientService, PeerService};
@@ -98,6 +100,8 @@ pub struct AllocListeners {
     pub metrics: Option<TcpListener>,
     /// The Redis-protocol door, if served.
     pub resp: Option<TcpListener>,
+    /// The HTTP API, if served (`docs/clients.md`, HTTP).
+    pub http: Option<TcpListener>,
 }
 
 impl AllocListeners {
@@ -133,6 +137,12 @@ impl AllocListeners {
                 })?),
                 None => None,
             },
+            http: match &cfg.http_addr {
+                Some(a) => Some(TcpListener::bind(a).await.map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("binding the HTTP API on {a}: {e}"))
+                })?),
+                None => None,
+            },
         })
     }
 }
@@ -149,6 +159,10 @@ pub struct AllocNode {
     pub admin_local_addr: SocketAddr,
     /// The Redis-protocol door's address actually bound, if served.
     pub resp_local_addr: Option<SocketAddr>,
+    /// The HTTP API's address actually bound, if served.
+    pub http_local_addr: Option<SocketAddr>,
+    /// Answers every door's calls (local or forwarded).
+    pub front: Arc<Front>,
     /// Tells the servers to stop.
     stop: watch::Sender<bool>,
     /// Servers (and the metrics listener).
@@ -219,6 +233,37 @@ fn control_thread(
         })
         .map_err(|e| NodeError::Runtime(format!("the renewals' thread: {e}")))?;
     Ok(handle)
+}
+
+/// The front every door answers through: forwarding through the
+/// project's client, marked as this AllocSvr's, seeded with its own
+/// client plane (whose `Routes` answers from the table it holds) and given
+/// that table at once (`docs/architecture/forwarding.md`).
+fn front(
+    cfg: &AllocNodeConfig,
+    shared: &Arc<Shared>,
+    tls: Option<seqsvr_net::ClientTls>,
+) -> Result<Front, NodeError> {
+    if !cfg.forward.enabled {
+        return Ok(Front::new(shared.clone(), None));
+    }
+    let fwd = cfg.forward.config();
+    let options = ClientOptions {
+        deadline: fwd.deadline,
+        attempt_timeout: fwd.deadline.min(Duration::from_millis(500)),
+        tls,
+        forwarded_by: Some(cfg.id.clone()),
+        ..Default::default()
+    };
+    let client = SeqClient::unconnected(std::slice::from_ref(&cfg.addr), options).map_err(|e| {
+        NodeError::Config(crate::error::ConfigError::Invalid {
+            key: "forward".into(),
+            reason: e.to_string(),
+        })
+    })?;
+    client.install_routes(&shared.routes());
+    let forwarder = Forwarder::new(client, fwd, cfg.addr.clone());
+    Ok(Front::new(shared.clone(), Some(forwarder)))
 }
 
 fn connector(tls: Option<seqsvr_net::ClientTls>) -> Connector {
@@ -348,7 +393,7 @@ impl AllocNode {
             id: cfg.id.clone(),
             addrs,
             store: store.clone(),
-            client_tls,
+            client_tls: client_tls.clone(),
             ownership: Mutex::new(Ownership::new(renew_every)),
             peers: Default::default(),
             metrics: metrics.clone(),
@@ -413,10 +458,29 @@ impl AllocNode {
                 }
             }));
         }
+        let front = Arc::new(front(&cfg, &shared, client_tls)?);
+        let http_local_addr = match listeners.http {
+            Some(tcp) => {
+                let at = tcp.local_addr()?;
+                let tls = tls_for(0).cloned();
+                // Plaintext where other hosts can reach it only if the
+                // operator says so, as for every plane.
+                if tls.is_none() && !at.ip().is_loopback() && !cfg.insecure {
+                    return Err(NodeError::Net(seqsvr_net::Error::PlaintextExposed {
+                        plane: Plane::Client,
+                        addr: at,
+                    }));
+                }
+                let serving = crate::http::serve(tcp, front.clone(), tls, stopped(&stop));
+                tasks.push(tokio::spawn(serving));
+                Some(at)
+            }
+            None => None,
+        };
         // The client plane serves one service, the hot path: no router.
         gated.open(Warmed::new(
             AllocServer::new(ClientService {
-                shared: shared.clone(),
+                front: front.clone(),
             }),
             alloc.clone(),
         ));
@@ -427,7 +491,7 @@ impl AllocNode {
                     tcp,
                     tls_for(0),
                     cfg.insecure,
-                    &shared,
+                    &front,
                     stopped(&stop),
                 )?;
                 tasks.push(task);
@@ -442,6 +506,7 @@ impl AllocNode {
             %peer_local_addr,
             %admin_local_addr,
             resp = ?resp_local_addr,
+            http = ?http_local_addr,
             sections = alloc.served_sections().len(),
             "alloc started"
         );
@@ -451,6 +516,8 @@ impl AllocNode {
             peer_local_addr,
             admin_local_addr,
             resp_local_addr,
+            http_local_addr,
+            front,
             stop,
             tasks,
             control,

@@ -12,8 +12,8 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::error::NodeError;
+use crate::front::Front;
 use crate::resp_backend::AllocBackend;
-use crate::shared::Shared;
 
 /// The `[resp]` section of an AllocSvr's config.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -154,9 +154,10 @@ pub(super) fn start(
     tcp: TcpListener,
     tls: Option<&seqsvr_net::ServerTls>,
     insecure: bool,
-    shared: &Arc<Shared>,
+    front: &Arc<Front>,
     stopped: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(SocketAddr, JoinHandle<()>), NodeError> {
+    let shared = front.shared();
     let local = tcp
         .local_addr()
         .map_err(|e| NodeError::Runtime(format!("the resp listener: {e}")))?;
@@ -168,7 +169,7 @@ pub(super) fn start(
     let metrics = DoorMetrics::register(&shared.metrics.registry)
         .map_err(|e| NodeError::Runtime(format!("the resp metrics: {e}")))?;
     let backend = Arc::new(AllocBackend {
-        shared: shared.clone(),
+        front: front.clone(),
     });
     let ctx = Arc::new(seqsvr_resp::Ctx::new(section.door(), metrics, &*backend));
     let acceptor = tls.map(seqsvr_net::ServerTls::acceptor_without_alpn);

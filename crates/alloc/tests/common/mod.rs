@@ -31,6 +31,7 @@ pub async fn node_config(
         admin: bind().await,
         metrics: None,
         resp: None,
+        http: None,
     };
     let at = |t: &TcpListener| t.local_addr().unwrap().to_string();
     let cfg = AllocNodeConfig {
@@ -51,6 +52,8 @@ pub async fn node_config(
         wait_ms: 200,
         raise_ahead_fraction: 0.25,
         resp: None,
+        forward: Default::default(),
+        http_addr: None,
     };
     (cfg, l)
 }
@@ -91,6 +94,30 @@ pub async fn next(c: &mut AllocClient<Channel>, uid: u64) -> Result<u64, Status>
 
 pub async fn current(c: &mut AllocClient<Channel>, uid: u64) -> Result<u64, Status> {
     c.current(pb::CurrentRequest { uid })
+        .await
+        .map(|r| r.into_inner().seq)
+}
+
+/// A request marked as forwarded by another AllocSvr: answered from the
+/// receiver's memory or refused, never forwarded (what a caller sees of
+/// one AllocSvr alone).
+pub fn marked<T>(msg: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut()
+        .insert(seqsvr_client::FORWARDED_BY, "test".parse().unwrap());
+    r
+}
+
+/// `next` answered by this AllocSvr alone (no forwarding).
+pub async fn next_here(c: &mut AllocClient<Channel>, uid: u64) -> Result<u64, Status> {
+    c.next(marked(pb::NextRequest { uid, count: 0 }))
+        .await
+        .map(|r| r.into_inner().seq)
+}
+
+/// `current` answered by this AllocSvr alone (no forwarding).
+pub async fn current_here(c: &mut AllocClient<Channel>, uid: u64) -> Result<u64, Status> {
+    c.current(marked(pb::CurrentRequest { uid }))
         .await
         .map(|r| r.into_inner().seq)
 }

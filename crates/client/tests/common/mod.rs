@@ -207,6 +207,7 @@ pub fn quick(deadline_ms: u64) -> ClientOptions {
         initial_backoff: ms(5),
         max_backoff: ms(50),
         tls: None,
+        forwarded_by: None,
     }
 }
 

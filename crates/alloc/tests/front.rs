@@ -1,0 +1,343 @@
+//! Forwarding, end to end (whole AllocSvr nodes over loopback gRPC against
+//! the fake store; `docs/architecture/forwarding.md`): a caller that
+//! knows ONE AllocSvr's address and has no routing code gets a number for
+//! every uid — its AllocSvr's own from memory, the others' from their
+//! owner — across a handoff both ways and the kill of an owner, with every
+//! uid's numbers checked (promise 1: no repeat, no regression) and never a
+//! wrong-node answer; two AllocSvrs that each think the other owns a
+//! section end a call with a typed error after one hop, not a loop.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use seqsvr_alloc::node::{AllocListeners, AllocNode, AllocNodeConfig};
+use seqsvr_core::checker::{check, Observation};
+use seqsvr_proto::alloc_client::AllocClient;
+use seqsvr_proto::{self as pb, detail_of, ErrorKind};
+use tonic::transport::Channel;
+use tonic::Code;
+
+#[allow(dead_code)] // shared with the other node tests
+mod common;
+
+use common::*;
+
+async fn start_with(cfg: AllocNodeConfig, l: AllocListeners) -> AllocNode {
+    tokio::time::timeout(Duration::from_secs(10), AllocNode::start(cfg, l))
+        .await
+        .expect("started in time")
+        .expect("started")
+}
+
+/// A fake store, and a1 and a2 started on it (with a1's config
+/// changed by `tune`): sections 0–1 served by a1, 2–3 handed to a2.
+async fn split_pair(tune: impl FnOnce(&mut AllocNodeConfig)) -> (FakeStore, AllocNode, AllocNode) {
+    let store = FakeStore::new("a1", 3000);
+    let addr = store.clone().serve().await;
+    let (mut cfg, l) = node_config("a1", &addr, 50).await;
+    tune(&mut cfg);
+    let a1 = start_with(cfg, l).await;
+    let a2 = start("a2", &addr, 50).await;
+    let results = handoff(&a1, &[(2, "a2"), (3, "a2")]).await;
+    assert!(results.iter().all(|r| r.ok), "{results:?}");
+    eventually("a2 serves 2 and 3", || {
+        a2.shared.alloc.is_serving(2) && a2.shared.alloc.is_serving(3)
+    })
+    .await;
+    let version = store.st().route_version;
+    eventually("both hold the new routes", || {
+        a1.shared.routes().version >= version && a2.shared.routes().version >= version
+    })
+    .await;
+    (store, a1, a2)
+}
+
+/// What one caller saw.
+#[derive(Default)]
+struct Seen {
+    obs: Vec<Observation>,
+    /// Errors by kind (every one retried after its delay).
+    errors: Vec<ErrorKind>,
+}
+
+/// A caller pointed at one address: `Next`, `NextBatch` and `Current` for
+/// uids of every section, retried on retryable errors after the delay the
+/// error names, until `stop`.
+async fn caller(
+    mut c: AllocClient<Channel>,
+    seed: u64,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    seen: Arc<Mutex<Seen>>,
+) {
+    let mut i = seed;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        i += 1;
+        let uid = (i * 7) % (SECTIONS as u64 * SECTION_SIZE);
+        let start = Instant::now();
+        let r = match (i / 7) % 5 {
+            0 => {
+                let uids = vec![uid, (uid + 13) % 40, uid, (uid + 29) % 40];
+                c.next_batch(pb::NextBatchRequest { uids: uids.clone() })
+                    .await
+                    .map(|r| Observation::batch(&uids, &r.into_inner().seqs, start, Instant::now()))
+            }
+            1 => c.current(pb::CurrentRequest { uid }).await.map(|r| {
+                vec![Observation::current(
+                    uid,
+                    r.into_inner().seq,
+                    start,
+                    Instant::now(),
+                )]
+            }),
+            _ => c.next(pb::NextRequest { uid, count: 0 }).await.map(|r| {
+                vec![Observation::next(
+                    uid,
+                    r.into_inner().seq,
+                    start,
+                    Instant::now(),
+                )]
+            }),
+        };
+        match r {
+            Ok(o) => seen.lock().unwrap().obs.extend(o),
+            Err(st) => {
+                let d = detail_of(&st).unwrap_or_else(|| panic!("untyped error {st:?}"));
+                let kind = ErrorKind::try_from(d.kind).unwrap();
+                seen.lock().unwrap().errors.push(kind);
+                assert!(d.retryable, "{kind:?} is not retryable: {st:?}");
+                tokio::time::sleep(Duration::from_millis(d.retry_after_ms.max(5))).await;
+            }
+        }
+    }
+}
+
+/// The caller talks to a1 only. Sections 2–3 are a2's; then a1 hands
+/// section 1 to a2 and a2 hands section 3 to a1; then a2 is killed and
+/// the store routes its sections to a1. Every uid's numbers are checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_answers_every_uid_across_handoffs_and_an_owner_kill() {
+    let (store, a1, a2) = split_pair(|_| {}).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let mut tasks = Vec::new();
+    for seed in 0..8 {
+        let c = client(&a1).await;
+        tasks.push(tokio::spawn(caller(
+            c,
+            seed * 1000,
+            stop.clone(),
+            seen.clone(),
+        )));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let results = handoff(&a1, &[(1, "a2")]).await;
+    assert!(results[0].ok, "{results:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let results = handoff(&a2, &[(3, "a1")]).await;
+    assert!(results[0].ok, "{results:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // a2 dies; the store gives its sections to a1 (a take-over at the
+    // ceiling: promise 1 across owners).
+    a2.shutdown();
+    {
+        let mut st = store.st();
+        for r in st.sections.iter_mut() {
+            if r.owner.as_deref() == Some("a2") {
+                r.owner = Some("a1".into());
+            }
+        }
+        st.route_version += 1;
+    }
+    eventually("a1 serves every section", || {
+        (0..SECTIONS).all(|s| a1.shared.alloc.is_serving(s))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    let report = check(&seen.obs);
+    println!(
+        "{} numbers, {} reads, {} uids; errors {:?}",
+        report.observations,
+        report.reads,
+        report.uids,
+        kinds(&seen.errors)
+    );
+    assert!(report.ok(), "promise 1 broken: {report:?}");
+    assert_eq!(report.uids, (SECTIONS as u64 * SECTION_SIZE) as usize);
+    for wrong in [ErrorKind::NotOwner, ErrorKind::Moved, ErrorKind::NotServed] {
+        assert!(
+            !seen.errors.contains(&wrong),
+            "a wrong-node answer: {wrong:?}"
+        );
+    }
+    let m = &a1.shared.metrics.front;
+    assert!(m.forwarded_count("next", "ok") > 0);
+    assert!(m.forwarded_count("next_batch", "ok") > 0);
+    assert!(m.forwarded_count("current", "ok") > 0);
+    let text = a1.shared.render_metrics();
+    assert!(
+        text.contains("seqsvr_alloc_forward_batch_uids_count"),
+        "{text}"
+    );
+    a1.shutdown();
+}
+
+fn kinds(errors: &[ErrorKind]) -> Vec<(ErrorKind, usize)> {
+    let mut out: Vec<(ErrorKind, usize)> = Vec::new();
+    for k in errors {
+        match out.iter_mut().find(|(x, _)| x == k) {
+            Some((_, n)) => *n += 1,
+            None => out.push((*k, 1)),
+        }
+    }
+    out
+}
+
+/// Concurrent single `Next`s through one non-owner reach the owner in
+/// batches, and each caller's number is the owner's for its uid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_forwarded_calls_are_coalesced_into_batches() {
+    let (_store, a1, a2) = split_pair(|_| {}).await;
+    let mut before = Vec::new();
+    for uid in 20..40 {
+        let mut c = client(&a2).await;
+        before.push(current(&mut c, uid).await.unwrap());
+    }
+    let mut calls = Vec::new();
+    for i in 0..200u64 {
+        let mut c = client(&a1).await;
+        calls.push(tokio::spawn(async move {
+            next(&mut c, 20 + i % 20).await.unwrap()
+        }));
+    }
+    let mut got = Vec::new();
+    for h in calls {
+        got.push(h.await.unwrap());
+    }
+    // 200 numbers over 20 uids, 10 each, all distinct per uid.
+    got.sort_unstable();
+    got.dedup();
+    assert!(got.len() >= 10, "{got:?}");
+    let text = a1.shared.render_metrics();
+    let count = metric(&text, "seqsvr_alloc_forward_batch_uids_count");
+    let sum = metric(&text, "seqsvr_alloc_forward_batch_uids_sum");
+    println!("200 forwarded calls went as {count} batches ({sum} uids)");
+    assert_eq!(sum, 200.0);
+    assert!(count < 200.0, "no call was coalesced: {count} batches");
+    // What a2 handed out is what the callers got: 10 per uid.
+    for (uid, before) in (20..40).zip(before) {
+        let mut c = client(&a2).await;
+        assert_eq!(
+            current(&mut c, uid).await.unwrap(),
+            before + 10,
+            "uid {uid}"
+        );
+    }
+    a1.shutdown();
+    a2.shutdown();
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(name) && !l.starts_with('#'))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+}
+
+/// With forwarding off, a uid owned elsewhere is refused `NOT_OWNER`
+/// naming the owner (what every caller got before forwarding; the
+/// forwarding test above fails that way when forwarding is off).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_forwarding_off_a_foreign_uid_is_refused_with_its_owner() {
+    let (_store, a1, a2) = split_pair(|cfg| cfg.forward.enabled = false).await;
+    let mut c = client(&a1).await;
+    let e = next(&mut c, 25).await.unwrap_err();
+    assert_eq!(kind(&e), (Code::Unavailable, ErrorKind::NotOwner));
+    assert_eq!(detail_of(&e).unwrap().owner_addr, a2.local_addr.to_string());
+    assert!(next(&mut c, 5).await.is_ok());
+    a1.shutdown();
+    a2.shutdown();
+}
+
+/// A call marked as forwarded is answered from memory or refused, never
+/// forwarded again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_call_is_never_forwarded_again() {
+    let (_store, a1, a2) = split_pair(|_| {}).await;
+    let mut c = client(&a1).await;
+    let mut req = tonic::Request::new(pb::NextRequest { uid: 25, count: 0 });
+    req.metadata_mut()
+        .insert(seqsvr_client::FORWARDED_BY, "a9".parse().unwrap());
+    let e = c.next(req).await.unwrap_err();
+    assert_eq!(kind(&e), (Code::Unavailable, ErrorKind::NotOwner));
+    assert_eq!(a1.shared.metrics.front.forwarded_count("next", "ok"), 0);
+    // Unmarked, the same call is forwarded and answered by the owner.
+    let mut owner = client(&a2).await;
+    let last = current(&mut owner, 25).await.unwrap();
+    assert_eq!(next(&mut c, 25).await.unwrap(), last + 1);
+    assert_eq!(a1.shared.metrics.front.forwarded_count("next", "ok"), 1);
+    a1.shutdown();
+    a2.shutdown();
+}
+
+/// a1's store routes section 2 to a2; a2's store routes it to a1. A call
+/// for a uid of section 2 — at either — ends with a typed, retryable
+/// `OWNER_UNAVAILABLE` within the forwarding deadline: one hop, no loop,
+/// and neither AllocSvr hands out a number for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_allocsvrs_that_each_think_the_other_owns_a_section_end_in_a_typed_error() {
+    let (mut cfg1, l1) = node_config("a1", "127.0.0.1:1", 50).await;
+    let (mut cfg2, l2) = node_config("a2", "127.0.0.1:1", 50).await;
+    let x = FakeStore::new("a1", 3000);
+    let y = FakeStore::new("a2", 3000);
+    x.st().sections[2].owner = Some("a2".into());
+    y.st().sections[2].owner = Some("a1".into());
+    for (store, other, at) in [(&x, "a2", &cfg2.addr), (&y, "a1", &cfg1.addr)] {
+        store.st().allocs.insert(
+            other.into(),
+            AllocRec {
+                incarnation: 0,
+                addr: at.clone(),
+                peer_addr: String::new(),
+                fenced: false,
+            },
+        );
+    }
+    cfg1.store = vec![x.clone().serve().await];
+    cfg2.store = vec![y.clone().serve().await];
+    for cfg in [&mut cfg1, &mut cfg2] {
+        cfg.forward.deadline_ms = 500;
+    }
+    let a1 = start_with(cfg1, l1).await;
+    let a2 = start_with(cfg2, l2).await;
+    for n in [&a1, &a2] {
+        let mut c = client(n).await;
+        let started = Instant::now();
+        let e = next(&mut c, 25).await.unwrap_err();
+        let took = started.elapsed();
+        assert_eq!(
+            kind(&e),
+            (Code::Unavailable, ErrorKind::OwnerUnavailable),
+            "{e:?}"
+        );
+        let d = detail_of(&e).unwrap();
+        assert!(d.retryable && d.retry_after_ms > 0, "{d:?}");
+        assert!(took < Duration::from_secs(3), "took {took:?}");
+        let e = current(&mut c, 25).await.unwrap_err();
+        assert_eq!(kind(&e), (Code::Unavailable, ErrorKind::OwnerUnavailable));
+    }
+    // Each forwarded its caller's calls once; the calls it received from
+    // the other were answered from memory (refused), not forwarded back.
+    for n in [&a1, &a2] {
+        let m = &n.shared.metrics.front;
+        assert_eq!(m.forwarded_count("next", "OWNER_UNAVAILABLE"), 1);
+        assert_eq!(m.forwarded_count("current", "OWNER_UNAVAILABLE"), 1);
+        assert_eq!(n.shared.alloc.current(25).ok(), None);
+    }
+    a1.shutdown();
+    a2.shutdown();
+}

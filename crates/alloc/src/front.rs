@@ -351,35 +351,27 @@ impl Front {
 
     /// Forwards a `next` this AllocSvr refused with `local`.
     pub async fn forward_next(&self, uid: Uid, local: CallError) -> Result<u64, CallError> {
-        let Some(f) = &self.fwd else {
-            return Err(local);
-        };
-        let addr = match f.decide(&self.shared, uid, &local) {
-            Decision::Answer(e) => return Err(e),
-            Decision::Forward(addr) => addr,
-        };
-        let started = std::time::Instant::now();
-        let lane = f.lane(&addr, &self.shared);
-        let r = match f.admit(&lane) {
-            Ok(_permit) => {
-                let _gauge = InFlight::new(&self.shared);
-                let call = lane.coalescer.next(uid);
-                match tokio::time::timeout(f.cfg.deadline, call).await {
-                    Ok(r) => r.map_err(|e| from_client(e, uid, f.cfg.retry_after_ms)),
-                    Err(_) => Err(f.late(uid)),
-                }
+        self.forward_one("next", uid, local, |f, lane| async move {
+            let call = lane.coalescer.next(uid);
+            match tokio::time::timeout(f.cfg.deadline, call).await {
+                Ok(r) => r.map_err(|e| from_client(e, uid, f.cfg.retry_after_ms)),
+                Err(_) => Err(f.late(uid)),
             }
-            Err(e) => Err(e),
-        };
-        self.count("next", &r, started);
-        r
+        })
+        .await
     }
 
     /// Forwards a `current` this AllocSvr refused with `local` (one call:
     /// there is no batch of `current`s).
     pub async fn forward_current(&self, uid: Uid, local: CallError) -> Result<u64, CallError> {
-        self.forward_one("current", uid, local, |c| c.current(uid))
-            .await
+        self.forward_one("current", uid, local, |f, _| async move {
+            let retry_ms = f.cfg.retry_after_ms;
+            f.client
+                .current(uid)
+                .await
+                .map_err(|e| from_client(e, uid, retry_ms))
+        })
+        .await
     }
 
     /// Forwards a `next` of `count` numbers this AllocSvr refused with
@@ -391,13 +383,20 @@ impl Front {
         count: u64,
         local: CallError,
     ) -> Result<u64, CallError> {
-        self.forward_one("next", uid, local, |c| c.next_n(uid, count))
-            .await
+        self.forward_one("next", uid, local, |f, _| async move {
+            let retry_ms = f.cfg.retry_after_ms;
+            f.client
+                .next_n(uid, count)
+                .await
+                .map_err(|e| from_client(e, uid, retry_ms))
+        })
+        .await
     }
 
     /// Forwards one call for `uid` that this AllocSvr refused with
-    /// `local`, made by `call` with the forwarding client, within the
-    /// owner's in-flight bound.
+    /// `local`: to the owner the routes name (or the answer they give
+    /// instead), within that owner's in-flight bound, made by `call` over
+    /// the owner's lane; counted and timed under `op`.
     async fn forward_one<'a, F, Fut>(
         &'a self,
         op: &str,
@@ -406,8 +405,8 @@ impl Front {
         call: F,
     ) -> Result<u64, CallError>
     where
-        F: FnOnce(&'a SeqClient) -> Fut,
-        Fut: std::future::Future<Output = seqsvr_client::Result<u64>>,
+        F: FnOnce(&'a Forwarder, Arc<Lane>) -> Fut,
+        Fut: std::future::Future<Output = Result<u64, CallError>>,
     {
         let Some(f) = &self.fwd else {
             return Err(local);
@@ -421,10 +420,7 @@ impl Front {
         let r = match f.admit(&lane) {
             Ok(_permit) => {
                 let _gauge = InFlight::new(&self.shared);
-                let retry_ms = f.cfg.retry_after_ms;
-                call(&f.client)
-                    .await
-                    .map_err(|e| from_client(e, uid, retry_ms))
+                call(f, lane.clone()).await
             }
             Err(e) => Err(e),
         };

@@ -341,3 +341,61 @@ async fn two_allocsvrs_that_each_think_the_other_owns_a_section_end_in_a_typed_e
     a1.shutdown();
     a2.shutdown();
 }
+
+/// The other doors answer through the same front: a1's Redis door gives
+/// a number for a uid of a2's section (a2's number: forwarded), `INCRBY`
+/// and `Next` with a count reserve their whole range at the owner, and
+/// `GET` reads the owner's value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_door_and_counted_next_are_forwarded_to_the_owner() {
+    use redis::AsyncCommands;
+    let door = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let at = door.local_addr().unwrap().to_string();
+    let mut door = Some(door);
+    let store = FakeStore::new("a1", 3000);
+    let addr = store.clone().serve().await;
+    let (mut cfg, mut l) = node_config("a1", &addr, 50).await;
+    l.resp = door.take();
+    cfg.resp = Some(seqsvr_alloc::node::RespSection::on(at.clone()));
+    let a1 = start_with(cfg, l).await;
+    let a2 = start("a2", &addr, 50).await;
+    let results = handoff(&a1, &[(2, "a2")]).await;
+    assert!(results.iter().all(|r| r.ok), "{results:?}");
+    eventually("a2 serves 2", || a2.shared.alloc.is_serving(2)).await;
+    let version = store.st().route_version;
+    eventually("a1 holds the new routes", || {
+        a1.shared.routes().version >= version
+    })
+    .await;
+    let uid = a1.shared.alloc.spec().uids_of(2).start + 7;
+    let key = format!("seq:{uid}");
+
+    let mut r = redis::Client::open(format!("redis://{at}"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let v1: u64 = r.incr(&key, 1).await.unwrap();
+    let mut c2 = client(&a2).await;
+    let v2 = next_here(&mut c2, uid).await.unwrap();
+    assert!(v2 > v1, "the owner's next {v2} after the door's {v1}");
+    let v3: u64 = r.incr(&key, 10).await.unwrap();
+    assert_eq!(v3, v2 + 10, "INCRBY 10 reserved (v2, v2 + 10] at the owner");
+    assert_eq!(current_here(&mut c2, uid).await.unwrap(), v3);
+    let got: String = r.get(&key).await.unwrap();
+    assert_eq!(got, v3.to_string());
+
+    let mut c1 = client(&a1).await;
+    let v4 = c1
+        .next(pb::NextRequest { uid, count: 5 })
+        .await
+        .unwrap()
+        .into_inner()
+        .seq;
+    assert_eq!(v4, v3 + 5, "Next with count 5 through a1");
+    assert_eq!(current_here(&mut c2, uid).await.unwrap(), v4);
+    assert!(
+        !a1.shared.alloc.is_serving(2),
+        "a1 answered without serving the section"
+    );
+}

@@ -27,6 +27,7 @@ pub mod checker;
 pub mod codec;
 pub mod directory;
 pub mod error;
+pub mod golden;
 pub mod grant;
 pub mod mover;
 pub mod route;

@@ -230,22 +230,5 @@ fn run_script(input: &str) -> String {
 #[test]
 fn golden_scripts() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/control/testdata");
-    let mut failed = Vec::new();
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().and_then(|e| e.to_str()) != Some("golden") {
-            continue;
-        }
-        let input = std::fs::read_to_string(&path).unwrap();
-        let got = run_script(&input);
-        if got != input {
-            if std::env::var_os("UPDATE_GOLDEN").is_some() {
-                std::fs::write(&path, &got).unwrap();
-            } else {
-                eprintln!("--- {} differs; got:\n{got}", path.display());
-                failed.push(path);
-            }
-        }
-    }
-    assert!(failed.is_empty(), "golden mismatch: {failed:?}");
+    seqsvr_core::golden::assert_dir(&dir, run_script);
 }

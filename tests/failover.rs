@@ -104,7 +104,13 @@ async fn numbers_from(addr: &str, sections: &[u32], until: Instant) -> Vec<Obser
         for s in sections {
             let uid = *s as u64 * 1000 + 3;
             let start = Instant::now();
-            if let Ok(r) = c.next(seqsvr_proto::NextRequest { uid, count: 0 }).await {
+            if let Ok(r) = c
+                .next(support::from_memory(seqsvr_proto::NextRequest {
+                    uid,
+                    count: 0,
+                }))
+                .await
+            {
                 let seq = r.into_inner().seq;
                 got.push(Observation::next(uid, seq, start, Instant::now()));
             }

@@ -174,6 +174,10 @@ async fn a_twin_is_refused_while_the_first_lives_then_replaces_it() {
     };
     let port = || format!("127.0.0.1:{}", support::free_port());
     (cfg.addr, cfg.peer_addr, cfg.admin_addr) = (port(), port(), port());
+    // Its own Redis door, if any: the first process holds that port.
+    if let Some(door) = cfg.resp.as_mut() {
+        door.addr = port();
+    }
     let twin_addr = cfg.addr.clone();
     let path = dir.join("alloc-1-twin.toml");
     std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
@@ -231,10 +235,10 @@ async fn a_twin_is_refused_while_the_first_lives_then_replaces_it() {
             let t = t.clone();
             async move {
                 let mut c = AllocClient::new(plain(&t));
-                c.next(pb::NextRequest {
+                c.next(support::from_memory(pb::NextRequest {
                     uid: uid(0, 0),
                     count: 0,
-                })
+                }))
                 .await
                 .is_ok()
             }
@@ -310,7 +314,9 @@ async fn current_from_a_resumed_ex_owner_is_refused() {
                 let mut a1 = a1.clone();
                 tokio::spawn(async move {
                     let start = Instant::now();
-                    let r = a1.current(pb::CurrentRequest { uid }).await;
+                    let r = a1
+                        .current(support::from_memory(pb::CurrentRequest { uid }))
+                        .await;
                     (uid, start, Instant::now(), r.map(|r| r.into_inner().seq))
                 })
             })

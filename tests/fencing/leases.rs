@@ -111,7 +111,9 @@ async fn a_shorter_lease_and_a_new_leader_move_nothing_early() {
             let mut a1 = a1.clone();
             tokio::spawn(async move {
                 let start = Instant::now();
-                let r = a1.next(pb::NextRequest { uid, count: 0 }).await;
+                let r = a1
+                    .next(support::from_memory(pb::NextRequest { uid, count: 0 }))
+                    .await;
                 r.ok()
                     .map(|r| Observation::next(uid, r.into_inner().seq, start, Instant::now()))
             })

@@ -305,7 +305,13 @@ pub async fn direct_next(
                 break;
             }
             let start = Instant::now();
-            if let Ok(r) = c.next(seqsvr_proto::NextRequest { uid, count: 0 }).await {
+            if let Ok(r) = c
+                .next(crate::support::from_memory(seqsvr_proto::NextRequest {
+                    uid,
+                    count: 0,
+                }))
+                .await
+            {
                 let seq = r.into_inner().seq;
                 got.push(Observation::next(uid, seq, start, Instant::now()));
             }

@@ -20,6 +20,18 @@ use seqsvr_store::StoreConfig;
 use seqsvr_store_api::client::plaintext;
 use seqsvr_store_api::{AdminClient, PeerClient, ReadClient};
 
+/// A call that AllocSvr answers from its own memory or refuses, never
+/// forwarding it to the owner (it carries the mark a forwarded call
+/// carries; `docs/architecture/forwarding.md`): for tests asking what one
+/// process itself would hand out, as a paused, fenced or replaced
+/// AllocSvr.
+pub fn from_memory<T>(msg: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut()
+        .insert(seqsvr_client::FORWARDED_BY, "test".parse().unwrap());
+    r
+}
+
 /// Short leases so that failover tests run quickly: 2 s lease, 0.5 s margin.
 pub fn test_lease() -> LeaseSection {
     LeaseSection {

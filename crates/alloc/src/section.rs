@@ -241,9 +241,14 @@ impl Block {
         (self.cells.len() * std::mem::size_of::<AtomicU64>()) as u64
     }
 
-    /// Hands out the next number of the uid at `idx`, or says why not.
-    /// Calls `queue_raise` (at most once per raise, on the caller that first
-    /// finds the section low) when a raise must be queued.
+    /// Reserves `n` (≥ 1) numbers of the uid at `idx` with one
+    /// compare-and-swap and returns the last: the caller owns `(v − n, v]`
+    /// (`n = 1`: the next number). Refused when the ceiling leaves less
+    /// than `n` (the raise it queues targets a step above the highest
+    /// number handed out, which leaves room for `n` as long as `n` is at
+    /// most a step: the allocator caps it so). Calls `queue_raise` (at most
+    /// once per raise, on the caller that first finds the section low) when
+    /// a raise must be queued.
     ///
     /// Lock-free: one compare-and-swap on the uid's own cell. The ceiling is
     /// re-read on every attempt; it only decreases when the block retires, so
@@ -251,9 +256,11 @@ impl Block {
     ///
     /// Returns a small `Result` and takes the raise as a closure (instead of
     /// returning a richer enum) so the common path compiles to straight-line
-    /// code in registers: every instruction before the next call's CAS counts.
+    /// code in registers: every instruction before the next call's CAS
+    /// counts. Inlined with a constant `n = 1`, the room check folds to
+    /// `cur >= ceiling`.
     #[inline(always)]
-    fn take(&self, idx: usize, queue_raise: impl FnOnce()) -> Result<u64, Refused> {
+    fn take_n(&self, idx: usize, n: u64, queue_raise: impl FnOnce()) -> Result<u64, Refused> {
         let cell = &self.cells[idx];
         let mut raw = cell.load(Relaxed);
         let (v, ceiling) = loop {
@@ -263,16 +270,16 @@ impl Block {
             // serves a uid from below the skip ahead (promise 1).
             let ceiling = self.ceiling.load(Acquire);
             let cur = raw.max(self.base.load(Relaxed));
-            if cur >= ceiling {
+            if cur >= ceiling || ceiling - cur < n {
                 return Err(self.refuse(cur, ceiling, queue_raise));
             }
             // The cell alone orders the numbers of one uid: every success
-            // writes more than the value it replaced (`cur + 1 > raw`), so
-            // the numbers handed out for a uid rise in the cell's
-            // modification order, whatever base a racing caller read.
+            // writes more than the value it replaced (`cur + n > raw`), so
+            // the ranges of one uid rise in the cell's modification order
+            // and never overlap, whatever base a racing caller read.
             // Relaxed is enough for the CAS.
-            match cell.compare_exchange_weak(raw, cur + 1, Relaxed, Relaxed) {
-                Ok(_) => break (cur + 1, ceiling),
+            match cell.compare_exchange_weak(raw, cur + n, Relaxed, Relaxed) {
+                Ok(_) => break (cur + n, ceiling),
                 Err(seen) => raw = seen,
             }
         };
@@ -286,41 +293,8 @@ impl Block {
         Ok(v)
     }
 
-    /// Reserves `n` (≥ 1) numbers of the uid at `idx` with one
-    /// compare-and-swap and returns the last: the caller owns `(v − n, v]`.
-    /// Refused as [`take`](Self::take) is when the ceiling leaves less
-    /// than `n` (the raise it queues targets a step above the highest
-    /// number handed out, which leaves room for `n` as long as `n` is at
-    /// most a step: the allocator caps it so).
-    fn take_n(&self, idx: usize, n: u64, queue_raise: impl FnOnce()) -> Result<u64, Refused> {
-        let cell = &self.cells[idx];
-        let mut raw = cell.load(Relaxed);
-        let (v, ceiling) = loop {
-            // Acquire: as in `take` (promise 1 across a reinstall).
-            let ceiling = self.ceiling.load(Acquire);
-            let cur = raw.max(self.base.load(Relaxed));
-            if cur >= ceiling || ceiling - cur < n {
-                return Err(self.refuse(cur, ceiling, queue_raise));
-            }
-            // As in `take`: every success writes more than it replaced,
-            // so the ranges of one uid rise in the cell's modification
-            // order and never overlap.
-            match cell.compare_exchange_weak(raw, cur + n, Relaxed, Relaxed) {
-                Ok(_) => break (cur + n, ceiling),
-                Err(seen) => raw = seen,
-            }
-        };
-        if v > self.high_water.0.load(Relaxed) {
-            self.high_water.0.fetch_max(v, Relaxed);
-        }
-        if ceiling - v <= self.raise_margin {
-            self.low(queue_raise);
-        }
-        Ok(v)
-    }
-
     /// Starts loading the cell at `idx` into the cache, so that a later
-    /// [`take`](Self::take) finds it there. Changes nothing; an index past
+    /// [`take_n`](Self::take_n) finds it there. Changes nothing; an index past
     /// the cells is ignored (`take` reports it).
     #[inline(always)]
     fn prefetch(&self, idx: usize) {
@@ -337,7 +311,7 @@ impl Block {
         }
     }
 
-    /// The cold half of [`take`](Self::take): the uid is at `ceiling`.
+    /// The cold half of [`take_n`](Self::take_n): the uid is at `ceiling`.
     #[cold]
     fn refuse(&self, cur: u64, ceiling: u64, queue_raise: impl FnOnce()) -> Refused {
         if ceiling == NOT_SERVING {
@@ -453,7 +427,7 @@ impl SectionSlot {
     }
 
     /// Hands out the next number of the uid at `idx`, or says why not (see
-    /// [`Block::take`]). The thread is pinned from the block's load to its
+    /// [`Block::take_n`]). The thread is pinned from the block's load to its
     /// last use, nothing longer: no `.await` in between.
     #[cfg(test)]
     pub(crate) fn take(&self, idx: usize, queue_raise: impl FnOnce()) -> Result<u64, Refused> {
@@ -479,19 +453,12 @@ impl SectionSlot {
         guard: &Guard,
         queue_raise: impl FnOnce(),
     ) -> Result<u64, Refused> {
-        let Some(block) = self.block(guard) else {
-            return Err(Refused::NotServing);
-        };
-        #[cfg(test)]
-        hooks::pause();
-        let taken = block.take(idx, queue_raise);
-        #[cfg(test)]
-        hooks::check_live(block);
-        taken
+        self.take_n_pinned(idx, 1, guard, queue_raise)
     }
 
-    /// [`Block::take_n`] under a guard the caller holds.
-    #[inline]
+    /// [`Block::take_n`] under a guard the caller holds: `n` numbers
+    /// reserved in one step (one, for [`take_pinned`](Self::take_pinned)).
+    #[inline(always)]
     pub(crate) fn take_n_pinned(
         &self,
         idx: usize,
@@ -502,7 +469,12 @@ impl SectionSlot {
         let Some(block) = self.block(guard) else {
             return Err(Refused::NotServing);
         };
-        block.take_n(idx, n, queue_raise)
+        #[cfg(test)]
+        hooks::pause();
+        let taken = block.take_n(idx, n, queue_raise);
+        #[cfg(test)]
+        hooks::check_live(block);
+        taken
     }
 
     /// The uid's `cur_seq`, or `None` if the section is not served here.

@@ -28,11 +28,8 @@ use crate::section::{CellMemory, Refused, SectionSlot, SectionState, Shape};
 /// told apart as two processes would be.
 static STAND_IN: AtomicU64 = AtomicU64::new(1);
 
-/// The most numbers one reservation (`next_n`, `INCRBY`, a `Next` with a
-/// count) takes: enough for any message fan-out to one uid, small beside
-/// the default step (10,000), and never more than the set's step
-/// ([`Allocator::max_count`]).
-pub const MAX_COUNT: u64 = 1000;
+mod reserve;
+pub use reserve::MAX_COUNT;
 
 /// Tuning of the allocator.
 #[derive(Debug, Clone, PartialEq)]
@@ -209,45 +206,6 @@ impl Allocator {
         self.serve(slot, section, idx, &crossbeam_epoch::pin())
     }
 
-    /// Reserves `n` numbers of `uid` in one step and returns the last: the
-    /// caller owns `(v − n, v]`, all strictly above every number handed
-    /// out for the uid before and below every one handed out after
-    /// (promise 1), never above a durable ceiling (promise 2). `n` must be
-    /// in `1..=`[`max_count`](Self::max_count); outside it the call is
-    /// refused and changes nothing.
-    ///
-    /// `Exhausted` (the ceiling leaves less than `n`; a raise is queued)
-    /// is retryable, as for [`next`](Self::next).
-    pub fn next_n(&self, uid: Uid, n: u64) -> Result<u64> {
-        if n == 0 || n > self.max_count() {
-            return Err(AllocError::InvalidCount {
-                count: n,
-                max: self.max_count(),
-            });
-        }
-        let (slot, section, idx) = self.locate(uid)?;
-        let guard = crossbeam_epoch::pin();
-        match slot.take_n_pinned(idx, n, &guard, || self.queue_raise(section)) {
-            Ok(v) => Ok(v),
-            Err(Refused::Exhausted) => Err(self.exhausted(section)),
-            Err(Refused::NotServing) => Err(AllocError::NotOwner { section }),
-        }
-    }
-
-    /// The most numbers one [`next_n`](Self::next_n) reserves:
-    /// [`MAX_COUNT`], and never more than a step (a raise adds one step
-    /// above the highest number handed out, so a larger count could wait
-    /// for ever).
-    pub fn max_count(&self) -> u64 {
-        MAX_COUNT.min(self.spec.step)
-    }
-
-    /// Like [`next_n`](Self::next_n), but when the section is exhausted
-    /// waits for its raise (up to `deadline`) and retries.
-    pub async fn next_n_waiting(&self, uid: Uid, n: u64, deadline: Instant) -> Result<u64> {
-        self.retry_exhausted(deadline, || self.next_n(uid, n)).await
-    }
-
     /// Starts loading `uid`'s cell into the CPU's cache, so that a
     /// [`next`](Self::next) for it soon after finds it there. Changes
     /// nothing; a uid out of range or in a section not served here is
@@ -269,7 +227,22 @@ impl Allocator {
         idx: usize,
         guard: &Guard,
     ) -> Result<u64> {
-        match slot.take_pinned(idx, guard, || self.queue_raise(section)) {
+        self.serve_n(slot, section, idx, 1, guard)
+    }
+
+    /// Reserves `n` numbers of one uid with the thread pinned by `guard`
+    /// (one, for [`serve`](Self::serve)); the refusal as the allocator's
+    /// error.
+    #[inline(always)]
+    fn serve_n(
+        &self,
+        slot: &SectionSlot,
+        section: SectionId,
+        idx: usize,
+        n: u64,
+        guard: &Guard,
+    ) -> Result<u64> {
+        match slot.take_n_pinned(idx, n, guard, || self.queue_raise(section)) {
             Ok(v) => Ok(v),
             Err(Refused::Exhausted) => Err(self.exhausted(section)),
             Err(Refused::NotServing) => Err(AllocError::NotOwner { section }),

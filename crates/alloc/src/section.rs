@@ -431,7 +431,7 @@ impl SectionSlot {
     /// last use, nothing longer: no `.await` in between.
     #[cfg(test)]
     pub(crate) fn take(&self, idx: usize, queue_raise: impl FnOnce()) -> Result<u64, Refused> {
-        self.take_pinned(idx, &pin(), queue_raise)
+        self.take_n_pinned(idx, 1, &pin(), queue_raise)
     }
 
     /// Starts loading the uid's cell at `idx` into the cache (see
@@ -444,20 +444,8 @@ impl SectionSlot {
         }
     }
 
-    /// [`take`](Self::take) under a guard the caller holds (a batch pins
-    /// once for all its uids).
-    #[inline(always)]
-    pub(crate) fn take_pinned(
-        &self,
-        idx: usize,
-        guard: &Guard,
-        queue_raise: impl FnOnce(),
-    ) -> Result<u64, Refused> {
-        self.take_n_pinned(idx, 1, guard, queue_raise)
-    }
-
-    /// [`Block::take_n`] under a guard the caller holds: `n` numbers
-    /// reserved in one step (one, for [`take_pinned`](Self::take_pinned)).
+    /// [`Block::take_n`] under a guard the caller holds (a batch pins once
+    /// for all its uids): `n` numbers reserved in one step, one for `next`.
     #[inline(always)]
     pub(crate) fn take_n_pinned(
         &self,

@@ -487,6 +487,8 @@ impl pb::alloc_admin_server::AllocAdmin for AdminService {
         }
         Ok(Response::new(pb::ReleaseReply {
             released: s.release(&sections),
+            alloc_id: s.id.clone(),
+            incarnation: s.incarnation(),
         }))
     }
 

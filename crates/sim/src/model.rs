@@ -287,6 +287,9 @@ pub(crate) enum StoreOk {
         newly: u32,
         /// `LeaseState::office_wait_ms` of the leader's state.
         lease_expiry_ms: u64,
+        /// Who may still hold the sections (`Arbiter::holders` of the
+        /// leader that applied it).
+        holders: Vec<seqsvr_core::mover::Holder>,
     },
     /// A replica's status: whether it believes it leads, and (if so) the
     /// registered AllocSvrs of its applied state.
@@ -563,8 +566,9 @@ pub(crate) enum AdminMsg {
     Answer {
         /// The call answered.
         id: u64,
-        /// Sections released, or why not.
-        result: Result<u32, String>,
+        /// Who answered (the AllocSvr's id and its process's
+        /// incarnation, as `ReleaseReply` names them), or why not.
+        result: Result<seqsvr_core::mover::Confirmed, String>,
     },
 }
 

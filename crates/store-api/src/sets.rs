@@ -37,6 +37,10 @@ pub struct Frozen {
     /// How long after the reply no AllocSvr of the source serves them,
     /// released or not (the group's lease + margin).
     pub lease_expiry: Duration,
+    /// The AllocSvr incarnations that may still hold the sections, as the
+    /// leader that applied the freeze names them; `None` from a store that
+    /// names none (an older version).
+    pub holders: Option<Vec<seqsvr_core::mover::Holder>>,
 }
 
 impl SetsClient {
@@ -84,6 +88,16 @@ impl SetsClient {
             epochs: r.epochs,
             newly: r.newly,
             lease_expiry: Duration::from_millis(r.lease_expiry_ms),
+            holders: r.holders_named.then(|| {
+                (r.holders.into_iter())
+                    .map(|h| seqsvr_core::mover::Holder {
+                        id: h.alloc_id,
+                        incarnation: h.incarnation,
+                        admin_addr: h.admin_addr,
+                        fenced: h.fenced,
+                    })
+                    .collect()
+            }),
         })
     }
 

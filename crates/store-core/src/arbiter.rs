@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use seqsvr_core::mover::Holder;
 use seqsvr_core::{AllocId, Epoch, Incarnation, LeaseTerms, Place, SectionId};
 use serde::{Deserialize, Serialize};
 
@@ -216,6 +217,29 @@ impl Arbiter {
                     expired: g.expired(state, id, wait, now),
                 };
                 (id.clone(), view)
+            })
+            .collect()
+    }
+
+    /// The AllocSvr incarnations that may still hold sections this set
+    /// froze, as this leader sees them at `now` (a freeze's reply names
+    /// them, docs/architecture/sets.md): every registered one whose lease
+    /// it does not see certainly expired — fenced ones included, since
+    /// fenced is not expired — and none out of office (all are named). An
+    /// id whose process recorded its stop holds nothing. Called under the
+    /// lock renewals take, right after the freeze applied: a renewal
+    /// granted later extends no lease over a frozen section (it lists no
+    /// section this set does not serve, and a take-over of one is refused).
+    pub fn holders(&self, state: &SetState, now: Instant) -> Vec<Holder> {
+        let g = self.lock();
+        let wait = Duration::from_millis(state.lease.office_wait_ms());
+        (state.allocs.iter())
+            .filter(|(id, a)| a.incarnation != 0 && !g.expired(state, id, wait, now))
+            .map(|(id, a)| Holder {
+                id: id.clone(),
+                incarnation: a.incarnation,
+                admin_addr: a.admin_addr.clone(),
+                fenced: a.fenced,
             })
             .collect()
     }
@@ -449,6 +473,50 @@ mod tests {
             a.plan(&st, t0 + Duration::from_millis(6000)),
             vec![assign("b", 0, 1)]
         );
+    }
+
+    #[test]
+    fn a_freeze_names_everyone_not_certainly_expired_fenced_included() {
+        let t0 = Instant::now();
+        let a = arbiter();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let mut st = state(
+            &[Some("a"), Some("b")],
+            &[("a", false), ("b", false), ("c", false), ("d", false)],
+        );
+        let names = |a: &Arbiter, st: &SetState, ms| {
+            (a.holders(st, at(ms)).into_iter())
+                .map(|h| {
+                    format!(
+                        "{}@{}{}",
+                        h.id,
+                        h.incarnation,
+                        if h.fenced { "!" } else { "" }
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        // Out of office: nobody is certainly expired.
+        assert_eq!(names(&a, &st, 0), ["a@1", "b@1", "c@1", "d@1"]);
+        a.observe(Some(2), t0);
+        // In a new office's first lease + margin, the same.
+        assert_eq!(names(&a, &st, 100), ["a@1", "b@1", "c@1", "d@1"]);
+        // a keeps renewing; b is fenced (its renewals are refused, its
+        // last grant still runs); c stopped the planned way; d never
+        // renewed in this office.
+        a.granted("b", 2, at(5000), T);
+        st.allocs.get_mut("b").unwrap().fenced = true;
+        st.allocs.get_mut("c").unwrap().incarnation = 0;
+        for ms in (0..=12_000).step_by(1000) {
+            a.granted("a", 2, at(ms), T);
+        }
+        assert_eq!(
+            names(&a, &st, 7000),
+            ["a@1", "b@1!"],
+            "fenced is not expired"
+        );
+        assert_eq!(names(&a, &st, 10_999), ["a@1", "b@1!"]);
+        assert_eq!(names(&a, &st, 11_000), ["a@1"]);
     }
 
     #[test]

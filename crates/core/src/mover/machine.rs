@@ -5,7 +5,7 @@ use std::ops::Range;
 use std::time::Duration;
 
 use super::{
-    AllocRef, Answer, Call, CallError, Claimed, Effect, MoveCmd, MoveError, MoveReport, Step,
+    Answer, Call, CallError, Claimed, Effect, Holder, MoveCmd, MoveError, MoveReport, Step,
 };
 use crate::directory::{
     sections_of, DirChange, Directory, MovePlan, PendingMove, SetCall, SetId, SetKind, HOME_SET,
@@ -41,11 +41,9 @@ enum Phase {
     },
     /// One freeze piece; `left` still to go.
     Freeze { left: VecDeque<(SectionId, u32)> },
-    /// The source leader's AllocSvrs.
-    ReleaseStatus,
     /// Piece `chunk` of the release on `left`'s head.
     Release {
-        left: VecDeque<AllocRef>,
+        left: VecDeque<Holder>,
         chunk: usize,
     },
     /// The source's leases, after a release that was not confirmed.
@@ -94,6 +92,9 @@ pub struct Mover {
     epochs: Vec<u64>,
     /// The source's lease + margin (the longest a freeze piece named).
     expiry: Duration,
+    /// The AllocSvr incarnations the freeze pieces named, by id and
+    /// incarnation; `None` once a piece named none (an older store).
+    holders: Option<BTreeMap<(String, u64), Holder>>,
     /// When the last freeze piece answered.
     frozen_at: Duration,
     /// When the claim step gives up.
@@ -125,6 +126,7 @@ impl Mover {
             finals: Vec::new(),
             epochs: Vec::new(),
             expiry: Duration::ZERO,
+            holders: Some(BTreeMap::new()),
             frozen_at: Duration::ZERO,
             claim_deadline: Duration::ZERO,
             last_nudge: None,
@@ -188,15 +190,9 @@ impl Mover {
                 self.next_copy(left, then)
             }
             (Phase::Freeze { left }, f @ Answer::Frozen { .. }) => self.frozen(now, left, f),
-            (Phase::ReleaseStatus, Answer::Leader(Some(allocs))) => {
-                let left = allocs.into_iter().filter(|a| !a.fenced).collect();
-                self.release_next(now, left, 0)
+            (Phase::Release { left, chunk }, Answer::Released(r)) => {
+                self.released(now, left, chunk, r)
             }
-            (Phase::ReleaseStatus, Answer::Leader(None)) => Ok(self.wait_leases()),
-            (Phase::Release { left, chunk }, Answer::Released(Ok(()))) => {
-                self.release_next(now, left, chunk + 1)
-            }
-            (Phase::Release { .. }, Answer::Released(Err(_))) => Ok(self.wait_leases()),
             (Phase::WaitLeases, Answer::Woke) => {
                 self.report.waited_for_leases = Some(self.expiry);
                 self.stop(Step::Release)?;
@@ -305,6 +301,7 @@ impl Mover {
         self.report.sections = self.src.len() as u32;
         self.finals.clear();
         self.epochs.clear();
+        self.holders = Some(BTreeMap::new());
         let left = self.pieces(&self.src);
         Ok(self.freeze_next(left))
     }

@@ -19,10 +19,12 @@
 //!    taken it (each judges the freeze and the install by its own copy);
 //! 3. **freeze** — the source freezes the sections: no owner, a new epoch,
 //!    ceilings final (returned with the source's lease + margin);
-//! 4. **release** — every AllocSvr the source's leader lists (not fenced)
-//!    is told to stop serving them; if no leader answers or one AllocSvr
-//!    does not confirm, wait the lease + margin from the freeze, after
-//!    which none serves them anyway;
+//! 4. **release** — every AllocSvr incarnation the freeze's reply names
+//!    (the leader that applied it names each one whose lease it does not
+//!    see certainly expired, fenced ones included) is told to stop serving
+//!    them, and must confirm as that id and incarnation; if one does not,
+//!    or a freeze reply named nobody (an older store), wait the lease +
+//!    margin from the freeze, after which none serves them anyway;
 //! 5. **install** — the destination installs each section at its final
 //!    ceiling (the store adds a step);
 //! 6. **claim** — read the sections back every [`POLL`] until each has an
@@ -103,11 +105,10 @@ pub struct MoveCmd {
     pub stop_after: Option<Step>,
 }
 
-/// Why the mover asks a store leader's status.
+/// Why the mover asks a store leader's status. (The release's list comes
+/// from the freeze's own reply, never from a status: see [`Holder`].)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StatusFor {
-    /// The source's AllocSvrs, to release the frozen sections.
-    Release,
     /// The destination's AllocSvrs' admin addresses, to nudge owners.
     Nudge,
 }
@@ -148,10 +149,12 @@ pub enum Call {
     },
     /// Tell AllocSvr `alloc` to stop serving sections `first..` frozen at
     /// `epochs`, and never to install an older grant for them. Answer:
-    /// [`Answer::Released`].
+    /// [`Answer::Released`], naming who confirmed.
     Release {
         /// The AllocSvr.
         alloc: String,
+        /// The incarnation the freeze named: only its confirmation counts.
+        incarnation: u64,
         /// Its admin-plane address.
         admin_addr: String,
         /// First section.
@@ -189,7 +192,7 @@ pub enum Call {
     },
 }
 
-/// One AllocSvr as a store leader's status lists it.
+/// One AllocSvr as a store leader's status lists it (to nudge owners).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllocRef {
     /// Its id.
@@ -198,6 +201,34 @@ pub struct AllocRef {
     pub admin_addr: String,
     /// Fenced by an operator (it serves nothing).
     pub fenced: bool,
+}
+
+/// An AllocSvr incarnation that may still hold frozen sections, as the
+/// leader that applied the freeze names it in the freeze's reply: one
+/// registered there whose lease that leader does not see certainly
+/// expired by its own clock. Fenced ones are named too: a fence is a mark
+/// in the store, and the fenced process serves until it hears of it or its
+/// lease runs out.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Holder {
+    /// Its id.
+    pub id: String,
+    /// The incarnation registered.
+    pub incarnation: u64,
+    /// Its admin-plane address.
+    pub admin_addr: String,
+    /// Fenced by an operator (for the report: it must confirm all the same).
+    pub fenced: bool,
+}
+
+/// Who confirmed a release: the AllocSvr's reply names its id and the
+/// incarnation of the process that answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Confirmed {
+    /// The id.
+    pub alloc: String,
+    /// The incarnation (0: the AllocSvr did not say, an older version).
+    pub incarnation: u64,
 }
 
 /// A section as read back in the claim step.
@@ -229,11 +260,17 @@ pub enum Answer {
         /// How long after the reply no AllocSvr of the source serves the
         /// sections, released or not (the group's lease + margin).
         lease_expiry: Duration,
+        /// The AllocSvr incarnations that may still hold the sections, as
+        /// the leader that applied the freeze names them; `None` if the
+        /// reply names none (a store of an older version): then every
+        /// lease is waited for.
+        holders: Option<Vec<Holder>>,
     },
     /// The leader's AllocSvrs, or `None` if no leader answered.
     Leader(Option<Vec<AllocRef>>),
-    /// A release was confirmed, or why not (an error, no answer in time).
-    Released(Result<(), String>),
+    /// A release was confirmed (by whom), or why not (an error, no answer
+    /// in time).
+    Released(Result<Confirmed, String>),
     /// An install's reply: how many sections it changed.
     Installed(u32),
     /// Sections read back.

@@ -28,6 +28,9 @@ pub struct MoveReport {
     /// Every AllocSvr the source's leader listed confirmed the release
     /// (so the destination was installed without a lease wait).
     pub release_confirmed: bool,
+    /// Why the release was not confirmed (the first AllocSvr that did not
+    /// confirm as the incarnation the freeze named, and what it said).
+    pub release_unconfirmed: Option<String>,
     /// Waited for the source's leases instead (some AllocSvr did not
     /// confirm).
     pub waited_for_leases: Option<Duration>,
@@ -57,7 +60,8 @@ impl std::fmt::Display for MoveReport {
             match self.waited_for_leases {
                 Some(w) => writeln!(
                     f,
-                    "  release: not every AllocSvr confirmed; waited {} ms for the source's leases",
+                    "  release: not every AllocSvr confirmed ({}); waited {} ms for the source's leases",
+                    self.release_unconfirmed.as_deref().unwrap_or("?"),
                     w.as_millis()
                 )?,
                 None => writeln!(f, "  release: confirmed by {:?}", self.released_by)?,

@@ -10,9 +10,13 @@
 //! - `move RANGE TO [stop-after STEP]` — a new run; its first effect;
 //! - `at MS ANSWER…` — the answer to the last effect at MS ms: `directory`,
 //!   `changed`, `copied`, `copy-failed WHY`, `frozen FINALS EPOCHS NEWLY
-//!   LEASE_MS`, `leader ALLOC…` (`id` or `id!` for a fenced one), `no-leader`,
-//!   `released`, `release-failed WHY`, `installed N`, `sections OWNER:INC…`
-//!   (`-` unowned), `refreshed`, `woke`, `failed WHY`, `rejected WHY`.
+//!   LEASE_MS HOLDER…` (each `id@incarnation`, `!` after it for a fenced
+//!   one; a lone `?` for a reply that names none, as an older store's),
+//!   `leader ALLOC…` (`id` or `id!` for a fenced one), `no-leader`,
+//!   `released` (confirmed by the AllocSvr and incarnation asked),
+//!   `released-as ID INC` (confirmed by another), `release-failed WHY`,
+//!   `installed N`, `sections OWNER:INC…` (`-` unowned), `refreshed`,
+//!   `woke`, `failed WHY`, `rejected WHY`.
 
 use std::time::Duration;
 
@@ -52,6 +56,27 @@ fn dir_set(id: SetId, span: (u64, u64), size: u64) -> DirSet {
         stores: vec![format!("s{id}:client")],
         admin: vec![format!("s{id}:admin")],
     }
+}
+
+/// `id@inc` or `id@inc!` each; `?` alone: none named.
+fn holders_of(words: &[&str]) -> Option<Vec<Holder>> {
+    if words == ["?"] {
+        return None;
+    }
+    Some(
+        (words.iter())
+            .map(|w| {
+                let fenced = w.ends_with('!');
+                let (id, inc) = w.trim_end_matches('!').split_once('@').expect("id@inc");
+                Holder {
+                    id: id.into(),
+                    incarnation: inc.parse().unwrap(),
+                    admin_addr: format!("{id}:admin"),
+                    fenced,
+                }
+            })
+            .collect(),
+    )
 }
 
 fn step_named(s: &str) -> Step {
@@ -134,11 +159,12 @@ impl World {
             }
             ["copied"] => Answer::Copied(Ok(())),
             ["copy-failed", why @ ..] => Answer::Copied(Err(why.join(" "))),
-            ["frozen", finals, epochs, newly, lease] => Answer::Frozen {
+            ["frozen", finals, epochs, newly, lease, holders @ ..] => Answer::Frozen {
                 finals: list(finals),
                 epochs: list(epochs),
                 newly: newly.parse().unwrap(),
                 lease_expiry: Duration::from_millis(lease.parse().unwrap()),
+                holders: holders_of(holders),
             },
             ["leader", allocs @ ..] => Answer::Leader(Some(
                 (allocs.iter())
@@ -150,7 +176,22 @@ impl World {
                     .collect(),
             )),
             ["no-leader"] => Answer::Leader(None),
-            ["released"] => Answer::Released(Ok(())),
+            ["released"] => {
+                let Some(Effect::Call(Call::Release {
+                    alloc, incarnation, ..
+                })) = &self.last
+                else {
+                    panic!("no release was asked");
+                };
+                Answer::Released(Ok(Confirmed {
+                    alloc: alloc.clone(),
+                    incarnation: *incarnation,
+                }))
+            }
+            ["released-as", id, inc] => Answer::Released(Ok(Confirmed {
+                alloc: id.to_string(),
+                incarnation: inc.parse().unwrap(),
+            })),
             ["release-failed", why @ ..] => Answer::Released(Err(why.join(" "))),
             ["installed", n] => Answer::Installed(n.parse().unwrap()),
             ["sections", s @ ..] => Answer::Sections(
@@ -215,11 +256,14 @@ fn call(c: &Call) -> String {
         }
         Call::Release {
             alloc,
+            incarnation,
             admin_addr,
             first,
             epochs,
         } => {
-            format!("release {alloc} at {admin_addr}: sections {first}.. at epochs {epochs:?}")
+            format!(
+                "release {alloc}@{incarnation} at {admin_addr}: sections {first}.. at epochs {epochs:?}"
+            )
         }
         Call::Install {
             first,

@@ -12,7 +12,8 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use seqsvr_core::mover::{
-    AllocRef, Answer, Call, CallError, Claimed, Effect, MoveCmd, MoveError, Mover, StatusFor,
+    AllocRef, Answer, Call, CallError, Claimed, Confirmed, Effect, MoveCmd, MoveError, Mover,
+    StatusFor,
 };
 use seqsvr_core::{Directory, SetId};
 use seqsvr_proto::{self as pb};
@@ -80,10 +81,11 @@ pub async fn move_range(
             }
             Effect::WaitUntil(t) => {
                 if mover.waiting_for_leases() {
+                    let r = mover.report();
                     tracing::warn!(
                         "not every AllocSvr of set {} confirmed: {}; waiting for its leases",
-                        mover.report().from,
-                        x.unconfirmed.as_deref().unwrap_or("?")
+                        r.from,
+                        r.release_unconfirmed.as_deref().unwrap_or("?")
                     );
                 }
                 tokio::time::sleep_until((origin + t).into()).await;
@@ -107,8 +109,6 @@ struct Executor<'s> {
     /// The error of the last store call that failed: the run's error if
     /// the machine ends the run on it.
     failed: Option<Error>,
-    /// Why the release was not confirmed (for the log).
-    unconfirmed: Option<String>,
 }
 
 impl<'s> Executor<'s> {
@@ -119,7 +119,6 @@ impl<'s> Executor<'s> {
             clients: HashMap::new(),
             readers: HashMap::new(),
             failed: None,
-            unconfirmed: None,
         }
     }
 
@@ -141,6 +140,7 @@ impl<'s> Executor<'s> {
                 admin_addr,
                 first,
                 epochs,
+                ..
             } => return self.release(&alloc, &admin_addr, first, epochs).await,
             Call::Refresh { admin_addr, .. } => return self.refresh(&admin_addr).await,
             c => self.store(c).await,
@@ -183,6 +183,7 @@ impl<'s> Executor<'s> {
                     epochs: f.epochs,
                     newly: f.newly,
                     lease_expiry: f.lease_expiry,
+                    holders: f.holders,
                 }
             }
             Call::Install {
@@ -234,15 +235,12 @@ impl<'s> Executor<'s> {
     }
 
     /// The AllocSvrs `set`'s leader lists, if a leader answered.
-    async fn leader(&mut self, set: SetId, purpose: StatusFor) -> Answer {
+    async fn leader(&mut self, set: SetId, _: StatusFor) -> Answer {
         let admin = match self.dir_set(set) {
             Ok(s) => s.admin.clone(),
             Err(_) => return Answer::Leader(None),
         };
         let Some(l) = self.sets.leader_status(&admin).await else {
-            if purpose == StatusFor::Release {
-                self.unconfirmed = Some("no leader of the source group answered".into());
-            }
             return Answer::Leader(None);
         };
         let allocs = (l.allocs.into_iter())
@@ -256,7 +254,8 @@ impl<'s> Executor<'s> {
     }
 
     /// Tells AllocSvr `alloc` to stop serving `first..` (frozen at
-    /// `epochs`).
+    /// `epochs`); the answer names who confirmed (the machine checks it
+    /// against the incarnation the freeze named).
     async fn release(&mut self, alloc: &str, addr: &str, first: u32, epochs: Vec<u64>) -> Answer {
         let sections = (epochs.into_iter().enumerate())
             .map(|(i, epoch)| pb::SectionEpoch {
@@ -269,15 +268,18 @@ impl<'s> Executor<'s> {
             Ok(mut c) => {
                 let call = c.release(pb::ReleaseRequest { sections });
                 match tokio::time::timeout(CALL_TIMEOUT, call).await {
-                    Ok(Ok(_)) => Ok(()),
+                    Ok(Ok(r)) => {
+                        let r = r.into_inner();
+                        Ok(Confirmed {
+                            alloc: r.alloc_id,
+                            incarnation: r.incarnation,
+                        })
+                    }
                     Ok(Err(e)) => Err(format!("{alloc}: {}", e.message())),
                     Err(_) => Err(format!("{alloc}: no answer")),
                 }
             }
         };
-        if let Err(why) = &r {
-            self.unconfirmed = Some(why.clone());
-        }
         Answer::Released(r)
     }
 

@@ -278,11 +278,19 @@ impl Allocs {
                 for &s in &released {
                     self.wake(env, p, s);
                 }
-                Ok(released.len() as u32)
+                Ok(self.confirmed(p))
             }
         };
         let m = Msg::Admin(AdminMsg::Answer { id, result });
         env.send(crate::net::Node::Alloc(p), from, m);
+    }
+
+    /// Who answers an admin call: this process's id and incarnation.
+    fn confirmed(&self, p: Slot) -> seqsvr_core::mover::Confirmed {
+        seqsvr_core::mover::Confirmed {
+            alloc: self.procs[p].id.clone(),
+            incarnation: self.procs[p].incarnation,
+        }
     }
 
     /// `AllocAdmin.Refresh`: renew at once (`renew_now.notify_one()`).
@@ -292,7 +300,7 @@ impl Allocs {
             Err("unavailable: not serving yet".to_string())
         } else {
             self.control(env, p, Event::RenewNow);
-            Ok(0)
+            Ok(self.confirmed(p))
         };
         let m = Msg::Admin(AdminMsg::Answer { id, result });
         env.send(crate::net::Node::Alloc(p), from, m);

@@ -96,10 +96,6 @@ impl Movers {
                 (set as usize, Kind::Sections, req, READ)
             }
             Call::LeaderStatus { set, purpose } => {
-                if purpose == StatusFor::Release && env.cfg.knobs.install_before_release {
-                    // The knob drops the release: no AllocSvr is told.
-                    return Some(Answer::Leader(Some(Vec::new())));
-                }
                 self.status(env, id, run, set as usize, 0, purpose);
                 return None;
             }
@@ -108,6 +104,7 @@ impl Movers {
                 admin_addr,
                 first,
                 epochs,
+                ..
             } => {
                 let Some(slot) = slot_of_addr(&admin_addr) else {
                     return Some(Answer::Released(Err(format!(
@@ -254,7 +251,10 @@ impl Movers {
             );
         }
         match done {
-            Some((kind, resp)) => self.answer(env, id, run, store_answer(kind, resp)),
+            Some((kind, resp)) => {
+                let answer = perturb_frozen(env, store_answer(kind, resp));
+                self.answer(env, id, run, answer)
+            }
             None => {
                 self.runs.insert(id, run);
             }
@@ -300,6 +300,27 @@ fn count_release(env: &mut Env, run: &mut Run) {
     }
 }
 
+/// A freeze's answer as the knobs leave it: `install_before_release`
+/// drops the release (the freeze names nobody, so no AllocSvr is told).
+fn perturb_frozen(env: &Env, answer: Answer) -> Answer {
+    match answer {
+        Answer::Frozen {
+            finals,
+            epochs,
+            newly,
+            lease_expiry,
+            ..
+        } if env.cfg.knobs.install_before_release => Answer::Frozen {
+            finals,
+            epochs,
+            newly,
+            lease_expiry,
+            holders: Some(Vec::new()),
+        },
+        a => a,
+    }
+}
+
 /// The install's floors: the final ceilings, or where the
 /// `install_below_final` knob puts them.
 fn perturb_floors(env: &Env, set: usize, floors: Vec<u64>) -> Vec<u64> {
@@ -340,12 +361,14 @@ fn store_answer(kind: Kind, resp: StoreResp) -> Answer {
                 epochs,
                 newly,
                 lease_expiry_ms,
+                holders,
             }),
         ) => Answer::Frozen {
             finals,
             epochs,
             newly,
             lease_expiry: Duration::from_millis(lease_expiry_ms),
+            holders: Some(holders),
         },
         (Kind::Install, Ok(StoreOk::Written(Reply::Installed { newly, .. }))) => {
             Answer::Installed(newly)

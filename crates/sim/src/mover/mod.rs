@@ -308,7 +308,7 @@ impl Movers {
             }
             (Node::Alloc(_), Msg::Admin(AdminMsg::Answer { result, .. })) => {
                 let answer = match run.wait {
-                    Wait::Admin { release: true, .. } => Answer::Released(result.map(|_| ())),
+                    Wait::Admin { release: true, .. } => Answer::Released(result),
                     _ => Answer::Refreshed,
                 };
                 self.answer(env, id, run, answer);

@@ -219,14 +219,14 @@ impl Store {
         let outcome = outcome.expect("a waited-for entry has a command");
         match w {
             Waiter::Call(p) => {
-                let resp = self.answer(l, &p.req, outcome);
+                let resp = self.answer(l, &p.req, outcome, env.store_instant());
                 self.reply(env, l, &p, resp);
             }
             Waiter::Locked(p) => {
                 if let (StoreReq::SetLease(_), Ok(_)) = (&p.req, &outcome) {
                     self.reps[l].arbiter.lease_changed(env.store_instant());
                 }
-                let resp = self.answer(l, &p.req, outcome);
+                let resp = self.answer(l, &p.req, outcome, env.store_instant());
                 self.reply(env, l, &p, resp);
                 self.unlock(env, l);
             }
@@ -246,7 +246,13 @@ impl Store {
     }
 
     /// The answer to a committed write.
-    pub(super) fn answer(&self, l: usize, req: &StoreReq, outcome: Outcome) -> StoreResp {
+    pub(super) fn answer(
+        &self,
+        l: usize,
+        req: &StoreReq,
+        outcome: Outcome,
+        now: std::time::Instant,
+    ) -> StoreResp {
         match (req, outcome) {
             (StoreReq::Handoff { to, .. }, Ok(Reply::HandedOff { grant, .. })) => {
                 let st = &self.raft.nodes[l].state;
@@ -264,12 +270,16 @@ impl Store {
                     newly,
                     ..
                 }),
-            ) => Ok(StoreOk::Frozen {
-                finals,
-                epochs,
-                newly,
-                lease_expiry_ms: self.raft.nodes[l].state.lease.office_wait_ms(),
-            }),
+            ) => {
+                let st = &self.raft.nodes[l].state;
+                Ok(StoreOk::Frozen {
+                    finals,
+                    epochs,
+                    newly,
+                    lease_expiry_ms: st.lease.office_wait_ms(),
+                    holders: self.reps[l].arbiter.holders(st, now),
+                })
+            }
             (StoreReq::ChangeDirectory(_), Ok(Reply::Directory { version, changed })) => {
                 Ok(StoreOk::Directory {
                     version,

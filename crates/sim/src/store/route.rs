@@ -188,7 +188,7 @@ impl Store {
             // top, before any other replica holds it.
             let mut state = self.raft.nodes[r].state.clone();
             let outcome = crate::perturb::apply(&mut state, &cmd, &env.cfg.knobs);
-            let resp = self.answer(r, &p.req, outcome);
+            let resp = self.answer(r, &p.req, outcome, env.store_instant());
             self.reply(env, r, &p, resp);
             return self.propose(env, r, cmd, Waiter::Answered);
         }

@@ -92,13 +92,30 @@ impl StoreApi {
                 epochs,
                 newly,
                 route_version,
-            } => Ok(pb::FreezeReply {
-                finals,
-                epochs,
-                newly,
-                route_version,
-                lease_expiry_ms: self.sm.read().state.lease.office_wait_ms(),
-            }),
+            } => {
+                // Who may still hold the sections, as this leader — the
+                // one that applied the freeze — sees the leases now, still
+                // under the lock renewals take (docs/architecture/sets.md).
+                let a = self.sm.read();
+                let holders = (self.arbiter.holders(&a.state, std::time::Instant::now()))
+                    .into_iter()
+                    .map(|h| pb::AllocHolder {
+                        alloc_id: h.id,
+                        incarnation: h.incarnation,
+                        admin_addr: h.admin_addr,
+                        fenced: h.fenced,
+                    })
+                    .collect();
+                Ok(pb::FreezeReply {
+                    finals,
+                    epochs,
+                    newly,
+                    route_version,
+                    lease_expiry_ms: a.state.lease.office_wait_ms(),
+                    holders,
+                    holders_named: true,
+                })
+            }
             r => Err(unexpected(r)),
         }
     }

@@ -7,7 +7,8 @@ use std::time::Duration;
 use super::{Mover, Phase};
 use crate::directory::DirChange;
 use crate::mover::{
-    AllocRef, Answer, Call, Claimed, Effect, MoveError, StatusFor, Step, CLAIM_TIMEOUT, NUDGE, POLL,
+    Answer, Call, Claimed, Confirmed, Effect, Holder, MoveError, StatusFor, Step, CLAIM_TIMEOUT,
+    NUDGE, POLL,
 };
 use crate::section::SectionId;
 use crate::MAX_SECTIONS_PER_CALL;
@@ -33,11 +34,23 @@ impl Mover {
             epochs,
             newly,
             lease_expiry,
+            holders,
         } = answer
         else {
             unreachable!("matched by the caller");
         };
         self.report.newly_frozen += newly;
+        // Each piece's leader names who may hold its sections; the release
+        // goes to all of them (a piece answered by another leader, or after
+        // a re-registration, may name others).
+        match (self.holders.as_mut(), holders) {
+            (Some(all), Some(named)) => {
+                for h in named {
+                    all.insert((h.id.clone(), h.incarnation), h);
+                }
+            }
+            _ => self.holders = None,
+        }
         self.expiry = self.expiry.max(lease_expiry);
         self.finals.extend(finals);
         self.epochs.extend(epochs);
@@ -47,11 +60,44 @@ impl Mover {
         self.frozen_at = now;
         self.report.max_final = self.finals.iter().copied().max().unwrap_or(0);
         self.stop(Step::Freeze)?;
-        self.phase = Phase::ReleaseStatus;
-        Ok(Effect::Call(Call::LeaderStatus {
-            set: self.the_move().from,
-            purpose: StatusFor::Release,
-        }))
+        match &self.holders {
+            Some(all) => {
+                let left = all.values().cloned().collect();
+                self.release_next(now, left, 0)
+            }
+            None => {
+                self.report.release_unconfirmed =
+                    Some("the source's freeze reply named no AllocSvrs (an older store)".into());
+                Ok(self.wait_leases())
+            }
+        }
+    }
+
+    /// A release piece answered: it counts only if the AllocSvr the
+    /// freeze named confirmed it, as that id and incarnation (another
+    /// process at its admin address — a replacement, a twin, an older
+    /// version that does not say — confirms nothing for it). Otherwise
+    /// wait the leases.
+    pub(super) fn released(
+        &mut self,
+        now: Duration,
+        left: VecDeque<Holder>,
+        chunk: usize,
+        r: Result<Confirmed, String>,
+    ) -> Result<Effect, MoveError> {
+        let h = left.front().expect("a release is sent to the head");
+        let why = match r {
+            Ok(c) if c.alloc == h.id && c.incarnation == h.incarnation => {
+                return self.release_next(now, left, chunk + 1)
+            }
+            Ok(c) => format!(
+                "{} incarnation {:x} was named by the freeze, but {} incarnation {:x} answered",
+                h.id, h.incarnation, c.alloc, c.incarnation
+            ),
+            Err(e) => format!("{} incarnation {:x}: {e}", h.id, h.incarnation),
+        };
+        self.report.release_unconfirmed = Some(why);
+        Ok(self.wait_leases())
     }
 
     /// Piece `chunk` of the release on the head of `left`, or the next
@@ -59,7 +105,7 @@ impl Mover {
     pub(super) fn release_next(
         &mut self,
         now: Duration,
-        mut left: VecDeque<AllocRef>,
+        mut left: VecDeque<Holder>,
         mut chunk: usize,
     ) -> Result<Effect, MoveError> {
         let per = MAX_SECTIONS_PER_CALL as usize;
@@ -68,6 +114,7 @@ impl Mover {
             if chunk < chunks {
                 let call = Call::Release {
                     alloc: a.id.clone(),
+                    incarnation: a.incarnation,
                     admin_addr: a.admin_addr.clone(),
                     first: self.src.start + (chunk * per) as SectionId,
                     epochs: self.epochs[chunk * per..((chunk + 1) * per).min(self.epochs.len())]

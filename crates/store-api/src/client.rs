@@ -162,6 +162,10 @@ impl<C: Clone + Send + 'static> Replicas<C> {
         let mut backoff = Duration::from_millis(20);
         let mut last = Error::NoLeader("no replica answered in time".into());
         let mut wait_until: Option<Instant> = None;
+        // The replica a NOT_LEADER answer named as the leader, if it is one
+        // of ours: asked next (calls in an AllocSvr's name are not
+        // forwarded between replicas, so the caller goes to the leader).
+        let mut hint: Option<usize> = None;
         let launch = |i: usize| {
             let (addr, c) = &self.replicas[i];
             let call = tokio::time::timeout_at(deadline, f(c.clone()));
@@ -174,10 +178,15 @@ impl<C: Clone + Send + 'static> Replicas<C> {
                 return Err(last);
             }
             let may_start = wait_until.is_none_or(|t| now >= t);
-            if inflight.is_empty() && may_start {
+            if inflight.is_empty() && (may_start || hint.is_some()) {
                 wait_until = None;
-                inflight.push(launch((first + started) % n));
-                started += 1;
+                match hint.take() {
+                    Some(i) => inflight.push(launch(i)),
+                    None => {
+                        inflight.push(launch((first + started) % n));
+                        started += 1;
+                    }
+                }
             }
             let hedge_at = now + self.attempt;
             tokio::select! {
@@ -192,6 +201,11 @@ impl<C: Clone + Send + 'static> Replicas<C> {
                     };
                     if !err.is_retryable() {
                         return Err(err);
+                    }
+                    if let Error::NotLeader { leader: Some((_, a)) } = &err {
+                        hint = (self.replicas.iter())
+                            .position(|(r, _)| r == a)
+                            .filter(|&j| j != i);
                     }
                     last = err;
                     if inflight.is_empty() && started.is_multiple_of(n) {

@@ -131,35 +131,34 @@ impl StoreCerts {
 }
 
 /// Checks a peer-plane call made in the name of AllocSvr `id`: from alloc
-/// `id` itself, or forwarded by a store replica of this set that is one
-/// of `members` of this group (which checked the AllocSvr itself).
+/// `id` itself, and never one marked forwarded.
 ///
-/// Only members may forward: a member is trusted with the group's log
-/// anyway (as leader it writes any entry it likes), so trusting it to
-/// have checked the AllocSvr's certificate adds no power. A store
-/// certificate of anything else — another set's replica (whatever its
-/// node id), a removed one still running, one issued to no group — would
-/// otherwise act as every AllocSvr (`docs/architecture/security.md`,
-/// "Forwarded calls").
-pub fn require_alloc_or_forward<T>(
+/// Such calls are not forwarded between replicas: a follower answers
+/// NOT_LEADER naming the leader, and the AllocSvr calls the leader itself
+/// with its own certificate. A forwarded call carries nothing that proves
+/// the AllocSvr made it, so a replica — any member, a removed one still
+/// running, another set's — could invent it: hand off a live section,
+/// register a made-up AllocSvr at an attacker's address, record a live
+/// one's stop (`docs/architecture/security.md`, "Forwarded calls"). A
+/// call marked forwarded is refused whoever presents it, members
+/// included.
+pub fn require_alloc_not_forwarded<T>(
     auth: Auth,
-    store_certs: &StoreCerts,
     req: &Request<T>,
     id: &str,
-    members: &[u64],
 ) -> Result<(), Status> {
     if req.metadata().contains_key(FORWARDED) {
-        if let Some(n) = store_certs.replica(auth, req)? {
-            if !members.contains(&n) {
-                return Err(Status::permission_denied(format!(
-                    "store {n} is not a member of this group and may not forward AllocSvr calls"
-                )));
-            }
-        }
-    } else {
-        auth.require_alloc(req, id)?;
+        let by = match auth.caller(req) {
+            Ok(r) => r.to_string(),
+            Err(_) => "a caller".to_string(),
+        };
+        return Err(Status::permission_denied(format!(
+            "a call in AllocSvr {id:?}'s name marked forwarded (by {by}) is refused: AllocSvr \
+             calls are never forwarded between replicas (nothing in them proves the AllocSvr \
+             made them); the AllocSvr calls the leader itself"
+        )));
     }
-    Ok(())
+    auth.require_alloc(req, id).map(|_| ())
 }
 
 /// Checks a read forwarded over the peer plane: from an AllocSvr (any) or

@@ -106,29 +106,36 @@ fn forwarded<T>(req: &Request<T>) -> bool {
 }
 
 impl StoreApi {
-    /// The group's members (voters and learners) as this replica knows
-    /// them: who may forward AllocSvr calls to it.
-    pub(crate) fn members(&self) -> Vec<NodeId> {
-        let m = self.raft.metrics();
-        let m = m.borrow();
-        m.membership_config.nodes().map(|(id, _)| *id).collect()
+    /// Checks a peer-plane call in the name of AllocSvr `id`: from `id`
+    /// itself, never forwarded
+    /// ([`crate::auth::require_alloc_not_forwarded`]).
+    pub(crate) fn require_alloc<T>(&self, req: &Request<T>, id: &str) -> Result<(), Status> {
+        crate::auth::require_alloc_not_forwarded(self.auth, req, id)
     }
 
-    /// Checks a peer-plane call in the name of AllocSvr `id`: from `id`
-    /// itself, or forwarded by a member of this group and set
-    /// ([`crate::auth::require_alloc_or_forward`]).
-    pub(crate) fn require_alloc_or_forward<T>(
+    /// Runs an AllocSvr's call here if this replica leads; otherwise
+    /// answers NOT_LEADER naming the leader (after waiting, bounded, for
+    /// an election if none is known), and the AllocSvr calls it itself.
+    /// Never forwarded: a forwarded call could be invented by the
+    /// forwarder (`require_alloc`).
+    async fn at_leader<Req, Resp, L, LF>(
         &self,
-        req: &Request<T>,
-        id: &str,
-    ) -> Result<(), Status> {
-        crate::auth::require_alloc_or_forward(
-            self.auth,
-            &self.store_certs,
-            req,
-            id,
-            &self.members(),
-        )
+        req: Request<Req>,
+        local: L,
+    ) -> Result<Response<Resp>, Status>
+    where
+        L: FnOnce(Req) -> LF,
+        LF: Future<Output = Result<Resp, Error>>,
+    {
+        match local(req.into_inner()).await {
+            Ok(resp) => Ok(Response::new(resp)),
+            Err(Error::NotLeader { leader: None }) => {
+                let leader = self.known_leader().await;
+                let leader = leader.and_then(|l| Some((l, self.leader_addr(l)?)));
+                Err(Error::NotLeader { leader }.to_status())
+            }
+            Err(e) => Err(e.to_status()),
+        }
     }
 
     fn peer(&self, addr: &str) -> Result<StorePeerClient<Channel>, Status> {

@@ -1,7 +1,9 @@
 //! The peer plane for AllocSvrs (`StorePeer`): registration, leases,
 //! take-overs, raises and handoffs. Every call names the calling AllocSvr
-//! and its incarnation; the certificate must name the same AllocSvr (or a
-//! store replica that forwarded the call after checking it).
+//! and its incarnation; the certificate must name the same AllocSvr. These
+//! calls are served by the leader only and never forwarded: a follower
+//! answers NOT_LEADER naming the leader, and the AllocSvr calls it itself
+//! (a forwarded call could be invented by the forwarder).
 //!
 //! Ownership is decided by the replicated state — owner, incarnation,
 //! epoch — never by what a message says about itself (promise 3 against
@@ -234,13 +236,8 @@ impl pb::store_peer_server::StorePeer for PeerService {
         req: Request<pb::RegisterAllocRequest>,
     ) -> Result<Response<pb::RegisterAllocReply>, Status> {
         let api = &self.0;
-        api.require_alloc_or_forward(&req, &req.get_ref().alloc_id)?;
-        api.route(
-            req,
-            |r| api.register(r),
-            |mut c, r| async move { c.register_alloc(r).await },
-        )
-        .await
+        api.require_alloc(&req, &req.get_ref().alloc_id)?;
+        api.at_leader(req, |r| api.register(r)).await
     }
 
     async fn renew(
@@ -248,13 +245,8 @@ impl pb::store_peer_server::StorePeer for PeerService {
         req: Request<pb::RenewRequest>,
     ) -> Result<Response<pb::RenewReply>, Status> {
         let api = &self.0;
-        api.require_alloc_or_forward(&req, &req.get_ref().alloc_id)?;
-        api.route(
-            req,
-            |r| api.renew(r),
-            |mut c, r| async move { c.renew(r).await },
-        )
-        .await
+        api.require_alloc(&req, &req.get_ref().alloc_id)?;
+        api.at_leader(req, |r| api.renew(r)).await
     }
 
     async fn stopped(
@@ -262,13 +254,8 @@ impl pb::store_peer_server::StorePeer for PeerService {
         req: Request<pb::StoppedRequest>,
     ) -> Result<Response<pb::StoppedReply>, Status> {
         let api = &self.0;
-        api.require_alloc_or_forward(&req, &req.get_ref().alloc_id)?;
-        api.route(
-            req,
-            |r| api.stopped(r),
-            |mut c, r| async move { c.stopped(r).await },
-        )
-        .await
+        api.require_alloc(&req, &req.get_ref().alloc_id)?;
+        api.at_leader(req, |r| api.stopped(r)).await
     }
 
     async fn take_over(
@@ -276,13 +263,8 @@ impl pb::store_peer_server::StorePeer for PeerService {
         req: Request<pb::TakeOverRequest>,
     ) -> Result<Response<pb::TakeOverReply>, Status> {
         let api = &self.0;
-        api.require_alloc_or_forward(&req, &req.get_ref().alloc_id)?;
-        api.route(
-            req,
-            |r| api.take_over(r),
-            |mut c, r| async move { c.take_over(r).await },
-        )
-        .await
+        api.require_alloc(&req, &req.get_ref().alloc_id)?;
+        api.at_leader(req, |r| api.take_over(r)).await
     }
 
     async fn raise(
@@ -290,13 +272,8 @@ impl pb::store_peer_server::StorePeer for PeerService {
         req: Request<pb::RaiseRequest>,
     ) -> Result<Response<pb::RaiseReply>, Status> {
         let api = &self.0;
-        api.require_alloc_or_forward(&req, &req.get_ref().alloc_id)?;
-        api.route(
-            req,
-            |r| api.raise(r),
-            |mut c, r| async move { c.raise(r).await },
-        )
-        .await
+        api.require_alloc(&req, &req.get_ref().alloc_id)?;
+        api.at_leader(req, |r| api.raise(r)).await
     }
 
     async fn handoff(
@@ -304,13 +281,8 @@ impl pb::store_peer_server::StorePeer for PeerService {
         req: Request<pb::HandoffRequest>,
     ) -> Result<Response<pb::HandoffReply>, Status> {
         let api = &self.0;
-        api.require_alloc_or_forward(&req, &req.get_ref().from_alloc)?;
-        api.route(
-            req,
-            |r| api.handoff(r),
-            |mut c, r| async move { c.handoff(r).await },
-        )
-        .await
+        api.require_alloc(&req, &req.get_ref().from_alloc)?;
+        api.at_leader(req, |r| api.handoff(r)).await
     }
 
     async fn read_sections(

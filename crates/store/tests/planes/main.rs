@@ -291,19 +291,18 @@ async fn raft_as(c: &Cluster, i: usize, cert: &str, claimed: u64) -> [tonic::Sta
     }
 }
 
-/// A forwarded renewal in a's name, sent as `cert` to replica `i`, gets
-/// past the forwarding check (and is then served or refused as the
-/// leader decides).
-async fn forwarding_is_heard(c: &Cluster, i: usize, cert: &str) {
+/// A forwarded renewal in a's name, sent as `cert` to replica `i`, is
+/// refused whoever sent it: AllocSvr calls are never forwarded.
+async fn forwarding_is_refused(c: &Cluster, i: usize, cert: &str) {
     let mut peer = StorePeerClient::new(c.raw(i, Some(cert)));
     let req = forwarded(pb::RenewRequest {
         alloc_id: "a".into(),
         incarnation: 1,
         known_sections_version: 0,
     });
-    if let Err(e) = peer.renew(req).await {
-        assert_ne!(e.code(), Code::PermissionDenied, "{e:?}");
-    }
+    let e = peer.renew(req).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("marked forwarded"), "{e:?}");
 }
 
 /// `msg` marked as forwarded by a store replica.

@@ -389,7 +389,7 @@ async fn a_members_certificate_cannot_invent_an_allocsvrs_call() {
         .expect("the group has a leader");
     let follower = (leader + 1) % 3;
     let mut peer =
-        seqsvr_proto::store_peer_client::StorePeerClient::new(c.raw(follower, Some("a")));
+        seqsvr_proto::store_peer_client::StorePeerClient::new(c.raw(follower, Some("alloc-a")));
     let e = peer
         .renew(pb::RenewRequest {
             alloc_id: "a".into(),

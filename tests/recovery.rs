@@ -143,8 +143,16 @@ async fn backup_then_drive(s: &SetCluster, c: &SeqClient, obs: &mut Vec<Observat
     let (ok, out, err) = seqctl(s, &["store", "backup", "--out", file.to_str().unwrap()]);
     assert!(ok, "backup failed: {out}{err}");
     assert!(out.contains("backup of set 0 at log index"), "{out}");
-    let (after, _) = drive(c, Duration::from_secs(3)).await;
+    let (after, _) = drive(c, Duration::from_secs(2)).await;
     obs.extend(after);
+    // One hot uid: its section's ceiling grows by many steps, far past
+    // the backup's (a restore with too small a margin repeats it).
+    let w = Workload::new();
+    let r = w.recorder();
+    for _ in 0..(8 * STEP) {
+        r.next(c, 0).await;
+    }
+    obs.extend(w.finish().await.0);
     file
 }
 
@@ -185,7 +193,10 @@ async fn lost_everything_but_a_backup_restores_above_every_number() {
         r.regressions.len(),
         r.repeats.len()
     );
-    assert!(!r.ok(), "a margin below what the set handed out went unnoticed");
+    assert!(
+        !r.ok(),
+        "a margin below what the set handed out went unnoticed"
+    );
     // Everything lost again; the margin from the raise rate (numbers a
     // second, far above what one uid gets here) times the backup's age.
     lose_everything(&mut s);
@@ -229,42 +240,26 @@ async fn lost_a_majority_restores_from_the_newest_backup() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn lost_one_replica_rejoins_empty_and_counts_in_the_majority() {
-    let s = SetCluster::start(set(), 2);
-    let mut s = s;
-    s.store.wait_ready(Duration::from_secs(20)).await;
+async fn lost_one_replica_is_replaced_and_the_new_one_counts_in_the_majority() {
+    let mut s = SetCluster::start(set(), 2);
+    let leader = s.store.wait_ready(Duration::from_secs(20)).await;
     let c = s.client().await;
     s.wait_serving(&c).await;
     let w = start_workload(&c, 4);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    // A follower loses its disk: killed, data gone, started again empty
-    // with the same config. The leader catches it up.
-    let leader = s.store.wait_ready(Duration::from_secs(5)).await;
+    // A follower is lost with its disk.
     let lost = (leader + 1) % 3;
     s.store.procs[lost].kill9();
     std::fs::remove_dir_all(data_of(&s, lost + 1)).unwrap();
+    // Its replacement: a new id on an empty disk, added, caught up and
+    // promoted; then the lost one is removed from the group.
+    let peer = s.store.start_joining(4);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    s.store.procs[lost].restart();
-    let read = s.store.read();
-    let start = Instant::now();
-    loop {
-        let all = read.status_all().await;
-        let applied: Vec<u64> = all
-            .iter()
-            .map(|(_, st)| st.as_ref().map_or(0, |st| st.last_applied))
-            .collect();
-        let top = applied.iter().copied().max().unwrap_or(0);
-        if applied[lost] > 0 && applied[lost] + 50 >= top {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "the rebuilt replica did not catch up: {applied:?}\n{}",
-            s.store.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    // Now the third replica dies: the rebuilt one makes the majority.
+    let old = (lost + 1).to_string();
+    let new = format!("4={peer}");
+    let (ok, out, err) = seqctl(&s, &["store", "replace", "--old", &old, "--new", &new]);
+    assert!(ok, "replace failed: {out}{err}\n{}", s.store.logs());
+    // Now another original replica dies: the new one makes the majority.
     let other = (0..3).find(|&i| i != lost && i != leader).unwrap();
     s.store.procs[other].kill9();
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -272,7 +267,7 @@ async fn lost_one_replica_rejoins_empty_and_counts_in_the_majority() {
     let (after, _) = drive(&c, Duration::from_secs(2)).await;
     assert!(
         after.len() > 100,
-        "the group with its rebuilt replica did not serve\n{}",
+        "the group with its new replica did not serve\n{}",
         s.store.logs()
     );
     obs.extend(after);

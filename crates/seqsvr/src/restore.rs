@@ -38,7 +38,8 @@ pub fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
 pub fn plan(path: &Path, args: MarginArgs, now_unix_ms: u64) -> Result<RestorePlan> {
     let bytes =
         std::fs::read(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
-    let backup = Backup::decode(&bytes).map_err(|e| Error::Failed(format!("{}: {e}", path.display())))?;
+    let backup =
+        Backup::decode(&bytes).map_err(|e| Error::Failed(format!("{}: {e}", path.display())))?;
     Ok(RestorePlan::new(backup, args, now_unix_ms)?)
 }
 
@@ -52,7 +53,13 @@ pub fn now_unix_ms() -> u64 {
 /// One line about a backup: what it holds and how old it is.
 pub fn describe(b: &Backup, now_unix_ms: u64) -> String {
     let h = &b.header;
-    let top = b.state.sections.iter().map(|r| r.max_seq).max().unwrap_or(0);
+    let top = b
+        .state
+        .sections
+        .iter()
+        .map(|r| r.max_seq)
+        .max()
+        .unwrap_or(0);
     format!(
         "backup of set {} at log index {} (term {}): {} sections, highest ceiling {}, taken {:.1} s ago",
         h.set_id,

@@ -102,7 +102,10 @@ pub(super) async fn configure_set(
                 let cmds = plan.commands(&api.sm.read().state);
                 if cmds.is_empty() {
                     restored = true;
-                    tracing::info!(margin = plan.margin, "restore complete: every section landed");
+                    tracing::info!(
+                        margin = plan.margin,
+                        "restore complete: every section landed"
+                    );
                     continue;
                 }
                 (cmds, false)

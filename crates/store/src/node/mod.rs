@@ -310,7 +310,11 @@ impl StoreNode {
             tracing::info!("joining a running group: waiting for its leader to add this replica");
         }
         tasks.push(tokio::spawn(arbitrate(api.clone())));
-        tasks.push(tokio::spawn(configure_set(api.clone(), cfg.clone(), restore)));
+        tasks.push(tokio::spawn(configure_set(
+            api.clone(),
+            cfg.clone(),
+            restore,
+        )));
         tasks.push(tokio::spawn(home::keep_own_entry(api.clone())));
         tracing::info!(id = cfg.id, peer = %addrs.peer, client = %addrs.client, admin = %addrs.admin, fresh, "store replica started");
         Ok(StoreNode {

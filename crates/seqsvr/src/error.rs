@@ -49,6 +49,10 @@ pub enum Error {
     /// A drill caller panicked.
     #[error("drill caller: {0}")]
     Task(#[from] tokio::task::JoinError),
+    /// A backup could not be read, or a restore was refused (no margin,
+    /// one too small).
+    #[error(transparent)]
+    Restore(#[from] seqsvr_store_core::backup::RestoreError),
     /// Flags or arguments that cannot be used together.
     #[error("{0}")]
     Usage(String),

@@ -18,6 +18,8 @@
 //!   binaries so `seqctl` with no flags talks to `seqsvr dev`.
 //! - [`drill`]: `seqctl drill`: workload + faults + report.
 //! - [`logging`]: tracing setup.
+//! - [`restore`]: backup files written and read back into a restore
+//!   plan (`seqctl store backup`, `seqsvr store restore`).
 //! - [`out`]: standard output that reports a closed pipe instead of
 //!   panicking (`outln!`).
 //! - [`error`]: [`Error`], the one error type of both binaries.
@@ -31,6 +33,7 @@ pub mod drill;
 pub mod error;
 pub mod logging;
 pub mod out;
+pub mod restore;
 pub mod sets;
 
 pub use error::{Error, Result};

@@ -33,6 +33,10 @@ use crate::error::{Error, Result};
 use crate::membership::{MembershipChange, DEFAULT_CATCH_UP};
 use crate::NodeId;
 
+/// The largest backup a client reads (`AdminClient::backup`): 10^6
+/// sections at about 30 bytes each, with room to spare.
+pub const MAX_BACKUP: usize = 256 << 20;
+
 /// Default time a call may take, retries included.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
 /// Default time one replica gets before the call is also sent to the next.
@@ -649,6 +653,20 @@ impl AdminClient {
                 c.snapshot(r).await
             })
             .await
+    }
+
+    /// Takes a backup on the leader (a follower answers NO_LEADER and the
+    /// next replica is asked): the backup file's bytes. The reply may be
+    /// far larger than other admin replies (about 30 bytes a section), so
+    /// its size is bounded only by [`MAX_BACKUP`].
+    pub async fn backup(&self) -> Result<Vec<u8>> {
+        let r = self
+            .replicas
+            .call_with(pb::BackupRequest {}, |c, r| async move {
+                c.max_decoding_message_size(MAX_BACKUP).backup(r).await
+            })
+            .await?;
+        Ok(r.file)
     }
 
     /// Membership changes wait for the leader: a catch-up may take the

@@ -7,8 +7,8 @@
 //! new ones are appended, none is ever removed or reordered.
 
 use seqsvr_core::{
-    AllocId, DirChange, Directory, Epoch, Grant, Incarnation, LeaseTerms, SectionId, SetCall,
-    SetId, SetSpec,
+    AllocId, DirChange, Directory, Epoch, Grant, Incarnation, LeaseTerms, Place, SectionId,
+    SetCall, SetId, SetSpec,
 };
 pub use seqsvr_store_api::Rejection;
 use serde::{Deserialize, Serialize};
@@ -209,6 +209,40 @@ pub enum Command {
         /// The stopping process's incarnation.
         incarnation: Incarnation,
     },
+    /// The first write of a group seeded from a backup
+    /// (docs/operations.md, Backup and disaster recovery): fixes the set
+    /// like `ConfigureSet`, with the backup's lease terms, directory and a
+    /// route version above the backup's, but with **every section absent**:
+    /// nothing is served until [`Command::RestoreSections`] lands each
+    /// section at its raised ceiling, in the same write that serves it.
+    /// Idempotent with an equal spec. Appended last, like `RetireAlloc`.
+    RestoreSet {
+        /// The backed-up set.
+        spec: SetSpec,
+        /// The backup's lease terms.
+        lease: LeaseTerms,
+        /// The backup's route version (the group continues above it).
+        route_version: u64,
+        /// The backup's directory (or copy of it), if any.
+        directory: Option<Directory>,
+    },
+    /// Lands sections `first..first+ceilings.len()` of a restore: each
+    /// section still pristine here (absent, never given a ceiling or an
+    /// epoch) gets its ceiling (the backup's plus the safety margin,
+    /// computed by the leader), `start` at that ceiling, its epoch (the
+    /// backup's plus one), no owner, and its place. Sections already
+    /// landed are left alone, so a repeated or resumed restore changes
+    /// nothing more. Appended last.
+    RestoreSections {
+        /// First section.
+        first: SectionId,
+        /// Per section, the raised ceiling.
+        ceilings: Vec<u64>,
+        /// Per section, the epoch to start at.
+        epochs: Vec<Epoch>,
+        /// Per section, its place in the backup.
+        places: Vec<Place>,
+    },
 }
 
 /// A log entry's application payload: commands proposed together.
@@ -293,6 +327,13 @@ pub enum Reply {
     Stopped {
         /// Sections it owned, now at a new epoch with no incarnation.
         released: u32,
+        /// Route version after the change.
+        route_version: u64,
+    },
+    /// Sections of a restore landed (appended last).
+    Restored {
+        /// How many changed (0: all already had).
+        newly: u32,
         /// Route version after the change.
         route_version: u64,
     },

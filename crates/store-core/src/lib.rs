@@ -16,8 +16,11 @@
 //!   and retirements they allow.
 //! - [`decision`]: the leader's checks before a registration, an
 //!   operator's assign and a renewal's grant.
+//! - [`backup`]: backup files, and the restore plan that raises every
+//!   ceiling by a safety margin.
 
 pub mod arbiter;
+pub mod backup;
 pub mod command;
 pub mod decision;
 pub mod owned;

@@ -312,6 +312,18 @@ impl SetState {
             Command::StopAlloc { alloc, incarnation } => {
                 self.stop_alloc(alloc, *incarnation, dirty)
             }
+            Command::RestoreSet {
+                spec,
+                lease,
+                route_version,
+                directory,
+            } => self.restore_set(spec, *lease, *route_version, directory, dirty),
+            Command::RestoreSections {
+                first,
+                ceilings,
+                epochs,
+                places,
+            } => self.restore_sections(*first, ceilings, epochs, places, dirty),
         }
     }
 
@@ -803,6 +815,9 @@ impl SetState {
 
 #[path = "state_sets.rs"]
 mod sets;
+
+#[path = "state_restore.rs"]
+mod restore;
 
 /// Refuses unless every section still has the epoch the caller decided on.
 fn check_epochs(

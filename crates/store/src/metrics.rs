@@ -121,6 +121,8 @@ fn kind(cmd: &Command) -> &'static str {
         Command::CopyDirectory(_) => "copy_directory",
         Command::RetireAlloc { .. } => "retire_alloc",
         Command::StopAlloc { .. } => "stop_alloc",
+        Command::RestoreSet { .. } => "restore_set",
+        Command::RestoreSections { .. } => "restore_sections",
     }
 }
 

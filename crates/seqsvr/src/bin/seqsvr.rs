@@ -9,6 +9,7 @@ use seqsvr::error::{Context, Error, Result};
 use seqsvr::outln;
 use seqsvr_alloc::node::{AllocListeners, AllocNode, AllocNodeConfig};
 use seqsvr_store::{StoreConfig, StoreListeners, StoreNode};
+use seqsvr_store_core::backup::{MarginArgs, RestorePlan};
 
 /// The environment variable that stands for `--config` (the flag wins when
 /// both are given): one image, one command line, the file chosen by the
@@ -30,12 +31,39 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+enum StoreSub {
+    /// Runs the replica of a new group seeded from a backup (`seqctl store
+    /// backup`): while it leads it writes the backup's state with every
+    /// ceiling raised by the margin, each section served only once it
+    /// landed; then it runs as `seqsvr store`. Needs an empty data
+    /// directory (or one this restore began); see docs/operations.md,
+    /// Backup and disaster recovery.
+    Restore {
+        /// The backup file.
+        #[arg(long)]
+        backup: PathBuf,
+        /// Numbers added to every ceiling: at least what any section's
+        /// ceiling can have grown since the backup, and at least one step.
+        #[arg(long)]
+        margin: Option<u64>,
+        /// Instead of --margin: the fastest any section's ceiling grows,
+        /// in numbers per second; the margin is that times the backup's
+        /// age (whole seconds, by this machine's clock) plus one step.
+        #[arg(long)]
+        raise_rate: Option<u64>,
+    },
+}
+
+#[derive(Subcommand)]
 enum Cmd {
     /// Runs one StoreSvr replica from a TOML config.
     Store {
         /// The replica's config file (see config/store-1.toml).
-        #[arg(long, env = CONFIG_ENV)]
-        config: PathBuf,
+        #[arg(long, env = CONFIG_ENV, global = true)]
+        config: Option<PathBuf>,
+        /// `restore`: seed a new group from a backup.
+        #[command(subcommand)]
+        sub: Option<StoreSub>,
     },
     /// Runs one AllocSvr from a TOML config.
     Alloc {
@@ -129,7 +157,26 @@ fn run(cli: Cli) -> Result<()> {
         .map_err(|e| Error::io("starting the runtime", e))?;
     rt.block_on(async move {
         match cli.cmd {
-            Cmd::Store { config } => run_store(config).await,
+            Cmd::Store { config, sub } => {
+                let config = config.ok_or_else(|| {
+                    Error::Usage(format!("--config (or {CONFIG_ENV}) is required"))
+                })?;
+                let plan = match sub {
+                    None => None,
+                    Some(StoreSub::Restore {
+                        backup,
+                        margin,
+                        raise_rate,
+                    }) => {
+                        let args = MarginArgs { margin, raise_rate };
+                        let now = seqsvr::restore::now_unix_ms();
+                        let plan = seqsvr::restore::plan(&backup, args, now)?;
+                        tracing::info!("{}", seqsvr::restore::describe(&plan.backup, now));
+                        Some(plan)
+                    }
+                };
+                run_store(config, plan).await
+            }
             Cmd::Alloc { config, .. } => run_alloc(config).await,
             Cmd::Dev {
                 dir,
@@ -189,15 +236,17 @@ async fn run_alloc(path: PathBuf) -> Result<()> {
     Ok(())
 }
 
-async fn run_store(path: PathBuf) -> Result<()> {
+async fn run_store(path: PathBuf, restore: Option<RestorePlan>) -> Result<()> {
     // Errors name the file and the key (`StoreConfig::from_file`).
     let cfg = StoreConfig::from_file(&path)?;
     let listeners = StoreListeners::bind(&cfg)
         .await
         .with_context(|| path.display().to_string())?;
-    let node = StoreNode::start(cfg, listeners)
-        .await
-        .with_context(|| path.display().to_string())?;
+    let node = match restore {
+        None => StoreNode::start(cfg, listeners).await,
+        Some(plan) => StoreNode::start_restoring(cfg, listeners, plan).await,
+    }
+    .with_context(|| path.display().to_string())?;
     seqsvr::dev::shutdown_signal().await;
     tracing::info!("shutting down");
     node.shutdown().await;

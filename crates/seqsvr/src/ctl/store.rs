@@ -24,6 +24,15 @@ pub enum StoreOp {
     /// replica keeps its own: give `--store-admin` one address to choose
     /// it) and prints its size and build time.
     Snapshot,
+    /// Takes a backup on the leader (every ceiling acknowledged before the
+    /// call is in it) and writes it to `--out`, durably: restore it with
+    /// `seqsvr store restore` (docs/operations.md, Backup and disaster
+    /// recovery).
+    Backup {
+        /// The file to write (replaced only once the new one is on disk).
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
     /// Store group membership: add, remove, replace replicas.
     #[command(flatten)]
     Members(super::members::MemberOp),
@@ -52,8 +61,21 @@ pub async fn run(ctl: &Ctl, op: StoreOp) -> Result<()> {
             )?;
             Ok(())
         }
+        StoreOp::Backup { out } => backup(ctl, &out).await,
         StoreOp::Members(op) => super::members::run(ctl, op).await,
     }
+}
+
+/// `seqctl store backup --out FILE`.
+pub async fn backup(ctl: &Ctl, out: &std::path::Path) -> Result<()> {
+    let bytes = ctl.admin.backup().await?;
+    let b = seqsvr_store_core::backup::Backup::decode(&bytes)
+        .map_err(|e| Error::Failed(format!("the leader's backup does not read back: {e}")))?;
+    crate::restore::write_durably(out, &bytes)?;
+    let now = crate::restore::now_unix_ms();
+    outln!("{}", crate::restore::describe(&b, now))?;
+    outln!("written to {} ({} bytes)", out.display(), bytes.len())?;
+    Ok(())
 }
 
 /// Changes the lease terms (replicated, so every leader judges leases by

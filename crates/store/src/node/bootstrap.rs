@@ -13,11 +13,13 @@
 //! happening.)
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::BasicNode;
 use seqsvr_proto::store_peer_client::StorePeerClient;
 use seqsvr_store_api::client::Connector;
+use seqsvr_store_core::backup::RestorePlan;
 
 use crate::service::StoreApi;
 use crate::types::{Command, NodeId, Raft};
@@ -81,11 +83,35 @@ pub(super) async fn bootstrap(raft: Raft, cfg: StoreConfig, connect: Connector) 
 /// lease terms and the initial routes: whichever replica leads proposes
 /// them (idempotently). Initial routes wait for each AllocSvr to register
 /// (a route needs its address) and touch only sections still unowned.
-pub(super) async fn configure_set(api: StoreApi, cfg: StoreConfig) {
+///
+/// A replica restoring a backup writes the restore instead of a new set
+/// ([`RestorePlan::commands`]: the set with every section absent, then
+/// each piece of sections at its raised ceiling, resumed where it stands
+/// after a crash or a leader change), and only then the initial routes.
+pub(super) async fn configure_set(
+    api: StoreApi,
+    cfg: StoreConfig,
+    restore: Option<Arc<RestorePlan>>,
+) {
     let mut tick = tokio::time::interval(Duration::from_millis(200));
+    let mut restored = restore.is_none();
     loop {
         tick.tick().await;
-        let (pending, done) = initial_commands(&api, &cfg);
+        let (pending, done) = match &restore {
+            Some(plan) if !restored => {
+                let cmds = plan.commands(&api.sm.read().state);
+                if cmds.is_empty() {
+                    restored = true;
+                    tracing::info!(
+                        margin = plan.margin,
+                        "restore complete: every section landed"
+                    );
+                    continue;
+                }
+                (cmds, false)
+            }
+            _ => initial_commands(&api, &cfg),
+        };
         if done && pending.is_empty() {
             return;
         }

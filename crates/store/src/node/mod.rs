@@ -53,6 +53,7 @@ use crate::state_machine::StateMachine;
 use crate::types::{Command, NodeId, Raft};
 use seqsvr_net::TlsConfig;
 use seqsvr_store_api::{Error, Result};
+use seqsvr_store_core::backup::RestorePlan;
 
 use bootstrap::{bootstrap, configure_set, may_initialise};
 use config::config_err;
@@ -157,6 +158,40 @@ fn check_stored_set(sm: &StateMachine, cfg: &StoreConfig) -> Result<()> {
 impl StoreNode {
     /// Opens the replica's storage, starts Raft and serves its three planes.
     pub async fn start(cfg: StoreConfig, listeners: StoreListeners) -> Result<StoreNode> {
+        Self::start_with(cfg, listeners, None).await
+    }
+
+    /// [`start`](Self::start) for a group seeded from a backup
+    /// (docs/operations.md, Backup and disaster recovery): while it leads,
+    /// this replica writes the plan's restore instead of configuring a
+    /// new set, and nothing is served before each section has landed at
+    /// its raised ceiling. Refused unless the backup is of the configured
+    /// set (and so of any set the data directory holds).
+    pub async fn start_restoring(
+        cfg: StoreConfig,
+        listeners: StoreListeners,
+        plan: RestorePlan,
+    ) -> Result<StoreNode> {
+        if plan.backup.state.set.as_ref() != Some(&cfg.set) {
+            return Err(Error::Config(format!(
+                "the backup is of {:?}, the config's [set] is {:?}",
+                plan.backup.state.set, cfg.set
+            )));
+        }
+        tracing::info!(
+            set = cfg.set.set_id,
+            log_index = plan.backup.header.log_index,
+            margin = plan.margin,
+            "restoring a backup: every ceiling raised by the margin"
+        );
+        Self::start_with(cfg, listeners, Some(Arc::new(plan))).await
+    }
+
+    async fn start_with(
+        cfg: StoreConfig,
+        listeners: StoreListeners,
+        restore: Option<Arc<RestorePlan>>,
+    ) -> Result<StoreNode> {
         cfg.validate()?;
         let at = |e: &dyn std::fmt::Display| {
             Error::Internal(format!("data dir {}: {e}", cfg.data_dir.display()))
@@ -275,7 +310,11 @@ impl StoreNode {
             tracing::info!("joining a running group: waiting for its leader to add this replica");
         }
         tasks.push(tokio::spawn(arbitrate(api.clone())));
-        tasks.push(tokio::spawn(configure_set(api.clone(), cfg.clone())));
+        tasks.push(tokio::spawn(configure_set(
+            api.clone(),
+            cfg.clone(),
+            restore,
+        )));
         tasks.push(tokio::spawn(home::keep_own_entry(api.clone())));
         tracing::info!(id = cfg.id, peer = %addrs.peer, client = %addrs.client, admin = %addrs.admin, fresh, "store replica started");
         Ok(StoreNode {
@@ -429,6 +468,7 @@ const ADMIN_PATHS: &[&str] = &[
     "/seqsvr.v1.StoreAdmin/AddMember",
     "/seqsvr.v1.StoreAdmin/RemoveMember",
     "/seqsvr.v1.StoreAdmin/Snapshot",
+    "/seqsvr.v1.StoreAdmin/Backup",
 ];
 
 type Calls = seqsvr_net::calls::CallMetricsLayer;

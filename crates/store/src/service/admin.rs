@@ -8,6 +8,7 @@ use std::time::Duration;
 use seqsvr_core::{AllocId, LeaseTerms};
 use seqsvr_proto::{self as pb};
 use seqsvr_store_api::{Error, Rejection};
+use seqsvr_store_core::backup::Backup;
 use seqsvr_store_core::decision;
 use tonic::{Request, Response, Status};
 
@@ -110,6 +111,37 @@ impl StoreApi {
         }
         self.require_leader()?;
         self.add_member(id, &r.addr, catch_up).await
+    }
+
+    /// A backup (docs/operations.md, Backup and disaster recovery): on the
+    /// leader, after a linearizable barrier, so every ceiling acknowledged
+    /// before the call arrived is in it; the state and the log id it was
+    /// applied up to are read together under the state machine's lock.
+    async fn backup(&self) -> Result<pb::BackupReply, Error> {
+        self.require_leader()?;
+        self.barrier().await?;
+        let backup = {
+            let a = self.sm.read();
+            if a.state.set.is_none() {
+                return Err(Rejection::NotConfigured.into());
+            }
+            let (index, term) = a
+                .last_applied
+                .map_or((0, 0), |l| (l.index, l.leader_id.term));
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            Backup::new(a.state.clone(), index, term, now_ms)
+        };
+        let file = backup
+            .encode()
+            .map_err(|e| Error::Internal(format!("backup: {e}")))?;
+        tracing::info!(
+            log_index = backup.header.log_index,
+            bytes = file.len(),
+            "backup taken"
+        );
+        Ok(pb::BackupReply { file })
     }
 
     /// Builds a snapshot now (openraft's trigger) and waits, within
@@ -294,6 +326,14 @@ impl pb::store_admin_server::StoreAdmin for AdminService {
         // Leave the admin plane's timeout a second to carry the answer.
         let within = self.1.saturating_sub(Duration::from_secs(1));
         Ok(Response::new(self.0.snapshot(within).await?))
+    }
+
+    async fn backup(
+        &self,
+        req: Request<pb::BackupRequest>,
+    ) -> Result<Response<pb::BackupReply>, Status> {
+        self.0.auth.require_operator(&req)?;
+        Ok(Response::new(self.0.backup().await?))
     }
 
     async fn remove_member(

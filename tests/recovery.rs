@@ -1,0 +1,275 @@
+//! Disaster recovery with the real binaries (docs/operations.md, Backup
+//! and disaster recovery): a replica lost with its disk, a majority lost,
+//! everything lost but a backup. Each drives numbers before the loss and
+//! after the recovery, and the per-uid checker looks at every answer the
+//! clients received across both (promise 1: 0 repeats, 0 regressions).
+//! The restore is refused without a margin, and a margin too small is
+//! shown to repeat numbers: the check can fail.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use seqsvr_client::SeqClient;
+use seqsvr_core::checker::Observation;
+use seqsvr_core::SetSpec;
+use support::{assert_monotonic, Proc, SetCluster, Workload};
+
+const STEP: u64 = 200;
+
+/// 8 sections of 500 uids; a small step so ceilings grow fast.
+fn set() -> SetSpec {
+    SetSpec {
+        set_id: 0,
+        uid_begin: 0,
+        uid_end: 4000,
+        section_size: 500,
+        step: STEP,
+    }
+}
+
+/// `callers` tasks calling `next` (every 4th call a batch) on 64 uids
+/// spread over every section.
+fn start_workload(c: &SeqClient, callers: u64) -> Workload {
+    let mut w = Workload::new();
+    w.tasks = (0..callers)
+        .map(|k| {
+            let (c, r) = (c.clone(), w.recorder());
+            tokio::spawn(async move {
+                let mut x = 0x9e3779b97f4a7c15u64 ^ k;
+                let mut i = 0u64;
+                while !r.stopped() {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let uid = (x % 64) * 61 % 4000;
+                    i += 1;
+                    if i.is_multiple_of(4) {
+                        r.batch(&c, &[uid, (uid + 500) % 4000]).await;
+                    } else if !r.next(&c, uid).await {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+            })
+        })
+        .collect();
+    w
+}
+
+/// Runs a workload for `d`; returns what it received and its failures.
+async fn drive(c: &SeqClient, d: Duration) -> (Vec<Observation>, u64) {
+    let w = start_workload(c, 4);
+    tokio::time::sleep(d).await;
+    w.finish().await
+}
+
+/// `seqctl <args…>` against the cluster's store; returns (ok, stdout,
+/// stderr).
+fn seqctl(s: &SetCluster, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_seqctl"))
+        .arg("--store")
+        .arg(s.store.client_addrs.join(","))
+        .arg("--store-admin")
+        .arg(s.store.admin_addrs.join(","))
+        .args(args)
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+fn config_of(s: &SetCluster, id: usize) -> PathBuf {
+    s.store.dir.path().join(format!("store-{id}.toml"))
+}
+
+fn data_of(s: &SetCluster, id: usize) -> PathBuf {
+    s.store.dir.path().join(format!("store-{id}"))
+}
+
+/// kill -9 of every process of the set, every store disk lost.
+fn lose_everything(s: &mut SetCluster) {
+    for p in s.allocs.iter_mut().chain(s.store.procs.iter_mut()) {
+        p.kill9();
+    }
+    for id in 1..=3 {
+        let _ = std::fs::remove_dir_all(data_of(s, id));
+    }
+}
+
+/// `seqsvr store restore` of every replica from `backup` with `margin`
+/// flags, then the AllocSvrs started again.
+fn restore_all(s: &mut SetCluster, backup: &Path, margin: &[&str]) {
+    for id in 1..=3 {
+        let mut args: Vec<String> = ["store", "restore", "--config"]
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+        args.push(config_of(s, id).display().to_string());
+        args.push("--backup".into());
+        args.push(backup.display().to_string());
+        args.extend(margin.iter().map(|a| a.to_string()));
+        let log = s.store.dir.path().join(format!("store-{id}.log"));
+        s.store.procs[id - 1] = Proc::start(&format!("store-{id}"), args, log);
+    }
+    for a in &mut s.allocs {
+        a.restart();
+    }
+}
+
+/// A restore without a margin stops at once, naming the missing margin,
+/// and starts nothing.
+fn restore_without_margin_is_refused(s: &SetCluster, backup: &Path) {
+    let out = std::process::Command::new(support::seqsvr_bin())
+        .args(["store", "restore", "--config"])
+        .arg(config_of(s, 1))
+        .arg("--backup")
+        .arg(backup)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a restore without a margin ran");
+    assert!(
+        err.contains("needs a safety margin") && err.contains("--margin"),
+        "{err}"
+    );
+    assert!(!data_of(s, 1).exists(), "a refused restore created data");
+}
+
+/// Takes a backup with `seqctl store backup`, then drives numbers on for
+/// a while (the backup gets old: ceilings grow past it).
+async fn backup_then_drive(s: &SetCluster, c: &SeqClient, obs: &mut Vec<Observation>) -> PathBuf {
+    let file = s.store.dir.path().join("set-0.backup");
+    let (ok, out, err) = seqctl(s, &["store", "backup", "--out", file.to_str().unwrap()]);
+    assert!(ok, "backup failed: {out}{err}");
+    assert!(out.contains("backup of set 0 at log index"), "{out}");
+    let (after, _) = drive(c, Duration::from_secs(2)).await;
+    obs.extend(after);
+    // One hot uid: its section's ceiling grows by many steps, far past
+    // the backup's (a restore with too small a margin repeats it).
+    let w = Workload::new();
+    let r = w.recorder();
+    for _ in 0..(8 * STEP) {
+        r.next(c, 0).await;
+    }
+    obs.extend(w.finish().await.0);
+    file
+}
+
+/// Starts a set, drives numbers, and backs it up mid-way.
+async fn start_and_back_up() -> (SetCluster, Vec<Observation>, PathBuf) {
+    let s = SetCluster::start(set(), 2);
+    s.store.wait_ready(Duration::from_secs(20)).await;
+    let c = s.client().await;
+    s.wait_serving(&c).await;
+    let (mut obs, _) = drive(&c, Duration::from_secs(2)).await;
+    let file = backup_then_drive(&s, &c, &mut obs).await;
+    (s, obs, file)
+}
+
+/// Serves again after a restore: waits for every section, then drives.
+async fn drive_after_restore(s: &SetCluster, obs: &mut Vec<Observation>) {
+    s.store.wait_ready(Duration::from_secs(30)).await;
+    let c = s.client().await;
+    s.wait_serving(&c).await;
+    let (after, _) = drive(&c, Duration::from_secs(2)).await;
+    obs.extend(after);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lost_everything_but_a_backup_restores_above_every_number() {
+    let (mut s, mut obs, backup) = start_and_back_up().await;
+    lose_everything(&mut s);
+    restore_without_margin_is_refused(&s, &backup);
+    // A margin of one step is accepted (it is the floor), but the set
+    // handed out far more than a step per uid since the backup: numbers
+    // repeat. This is what the checker below would catch.
+    let mut too_small = obs.clone();
+    restore_all(&mut s, &backup, &["--margin", &STEP.to_string()]);
+    drive_after_restore(&s, &mut too_small).await;
+    let r = seqsvr_core::checker::check(&too_small);
+    println!(
+        "margin of one step: {} regressions, {} repeats",
+        r.regressions.len(),
+        r.repeats.len()
+    );
+    assert!(
+        !r.ok(),
+        "a margin below what the set handed out went unnoticed"
+    );
+    // Everything lost again; the margin from the raise rate (numbers a
+    // second, far above what one uid gets here) times the backup's age.
+    lose_everything(&mut s);
+    restore_all(&mut s, &backup, &["--raise-rate", "20000"]);
+    drive_after_restore(&s, &mut obs).await;
+    assert_monotonic(&obs, || s.store.logs());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lost_a_majority_restores_from_the_newest_backup() {
+    let (mut s, mut obs, backup) = start_and_back_up().await;
+    // Replicas 1 and 2 are gone with their disks; 3 survives alone and
+    // can commit nothing: leases lapse, calls fail.
+    for id in 1..=2 {
+        s.store.procs[id - 1].kill9();
+        std::fs::remove_dir_all(data_of(&s, id)).unwrap();
+    }
+    let c = s.client().await;
+    let start = Instant::now();
+    loop {
+        let (got, failed) = drive(&c, Duration::from_millis(500)).await;
+        obs.extend(got.iter().cloned());
+        if got.is_empty() && failed > 0 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "a minority kept serving\n{}",
+            s.store.logs()
+        );
+    }
+    // The runbook: stop the survivor, keep its disk aside, restore every
+    // replica from the newest backup with a margin.
+    s.store.procs[2].kill9();
+    let aside = s.store.dir.path().join("store-3.aside");
+    std::fs::rename(data_of(&s, 3), &aside).unwrap();
+    lose_everything(&mut s);
+    restore_all(&mut s, &backup, &["--margin", "1000000"]);
+    drive_after_restore(&s, &mut obs).await;
+    assert_monotonic(&obs, || s.store.logs());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lost_one_replica_is_replaced_and_the_new_one_counts_in_the_majority() {
+    let mut s = SetCluster::start(set(), 2);
+    let leader = s.store.wait_ready(Duration::from_secs(20)).await;
+    let c = s.client().await;
+    s.wait_serving(&c).await;
+    let w = start_workload(&c, 4);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // A follower is lost with its disk.
+    let lost = (leader + 1) % 3;
+    s.store.procs[lost].kill9();
+    std::fs::remove_dir_all(data_of(&s, lost + 1)).unwrap();
+    // Its replacement: a new id on an empty disk, added, caught up and
+    // promoted; then the lost one is removed from the group.
+    let peer = s.store.start_joining(4);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let old = (lost + 1).to_string();
+    let new = format!("4={peer}");
+    let (ok, out, err) = seqctl(&s, &["store", "replace", "--old", &old, "--new", &new]);
+    assert!(ok, "replace failed: {out}{err}\n{}", s.store.logs());
+    // Now another original replica dies: the new one makes the majority.
+    let other = (0..3).find(|&i| i != lost && i != leader).unwrap();
+    s.store.procs[other].kill9();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (mut obs, _) = w.finish().await;
+    let (after, _) = drive(&c, Duration::from_secs(2)).await;
+    assert!(
+        after.len() > 100,
+        "the group with its new replica did not serve\n{}",
+        s.store.logs()
+    );
+    obs.extend(after);
+    assert_monotonic(&obs, || s.store.logs());
+}

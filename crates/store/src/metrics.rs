@@ -121,6 +121,10 @@ fn kind(cmd: &Command) -> &'static str {
         Command::CopyDirectory(_) => "copy_directory",
         Command::RetireAlloc { .. } => "retire_alloc",
         Command::StopAlloc { .. } => "stop_alloc",
+        Command::CreateIdSpace { .. } => "create_id_space",
+        Command::ClaimWorker { .. } => "claim_worker",
+        Command::RaiseWorker { .. } => "raise_worker",
+        Command::ReleaseWorker { .. } => "release_worker",
     }
 }
 

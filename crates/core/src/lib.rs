@@ -18,6 +18,8 @@
 //!   one place.
 //! - [`grant`]: a section's [`Grant`] (epoch, start, ceiling), the
 //!   AllocSvr [`Incarnation`] and the replicated [`LeaseTerms`].
+//! - [`ids`]: time-ordered 64-bit ids: layouts, encode/decode and one
+//!   worker id's generator with its clock policy.
 //! - [`mover`]: the range mover (`seqctl set move`) as a state machine:
 //!   answers in, the next call (or wait, or end) out; `seqctl` and the
 //!   simulation execute its effects.
@@ -29,6 +31,7 @@ pub mod directory;
 pub mod error;
 pub mod golden;
 pub mod grant;
+pub mod ids;
 pub mod mover;
 pub mod route;
 pub mod section;

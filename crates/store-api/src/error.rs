@@ -7,7 +7,7 @@ use seqsvr_proto::{detail_of, status_with, ErrorDetail, ErrorKind};
 use tonic::Code;
 
 use crate::membership::{MemberRefusal, MemberRefusalKind};
-use crate::rejection::Rejection;
+use crate::rejection::{IdRefusal, Rejection};
 use crate::NodeId;
 
 /// Result alias for this crate.
@@ -206,6 +206,12 @@ impl Error {
                 directory_version: d.directory_version,
             }
             .into(),
+            ErrorKind::IdRefused => Rejection::Ids {
+                namespace: d.id_namespace,
+                kind: crate::rejection::id_refusal_of_wire(d.id_refusal),
+                reason: d.reason,
+            }
+            .into(),
             ErrorKind::AllocInUse => Rejection::AllocInUse {
                 alloc: d.alloc,
                 reason: d.reason,
@@ -322,6 +328,21 @@ fn rejection_detail(r: &Rejection, d: &mut ErrorDetail) -> (Code, ErrorKind) {
             d.alloc = alloc.clone();
             d.reason = reason.clone();
             (Code::FailedPrecondition, ErrorKind::AllocInUse)
+        }
+        Rejection::Ids {
+            namespace,
+            kind,
+            reason,
+        } => {
+            d.id_namespace = namespace.clone();
+            d.reason = reason.clone();
+            d.id_refusal = crate::rejection::id_refusal_to_wire(*kind) as i32;
+            let code = match kind {
+                IdRefusal::UnknownNamespace => Code::NotFound,
+                IdRefusal::WorkersExhausted | IdRefusal::TimeExhausted => Code::ResourceExhausted,
+                IdRefusal::Mismatch | IdRefusal::NotHolder => Code::FailedPrecondition,
+            };
+            (code, ErrorKind::IdRefused)
         }
     }
 }

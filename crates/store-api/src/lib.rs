@@ -26,7 +26,7 @@ pub use client::{
 };
 pub use error::{Error, Result};
 pub use membership::{MemberRefusal, MemberRefusalKind, MembershipChange};
-pub use rejection::Rejection;
+pub use rejection::{IdRefusal, Rejection};
 pub use sets::{Frozen, SetsClient};
 
 /// A store replica's id within its Raft group.

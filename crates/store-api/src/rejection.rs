@@ -128,6 +128,32 @@ pub enum Rejection {
         /// none held).
         directory_version: u64,
     },
+    /// An id-namespace command was refused (docs/ids.md). Appended last:
+    /// rejections travel encoded by position.
+    #[error("id namespace {namespace:?}: {kind:?}: {reason}")]
+    Ids {
+        /// The namespace.
+        namespace: String,
+        /// Why, for a caller to act on.
+        kind: IdRefusal,
+        /// The facts.
+        reason: String,
+    },
+}
+
+/// Why an id command was refused (inside [`Rejection::Ids`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IdRefusal {
+    /// No namespace by that name.
+    UnknownNamespace,
+    /// A namespace by that name exists with another layout or window.
+    Mismatch,
+    /// Every worker id the layout holds is held.
+    WorkersExhausted,
+    /// The layout's time bits ran out.
+    TimeExhausted,
+    /// The caller does not hold that worker id (any more) at that epoch.
+    NotHolder,
 }
 
 fn owner_name(owner: &str) -> &str {
@@ -142,5 +168,30 @@ fn not_serving(section: SectionId, moved_to: Option<SetId>) -> String {
     match moved_to {
         Some(to) => format!("section {section} moved to set {to}"),
         None => format!("section {section} is not served by this set"),
+    }
+}
+
+/// An [`IdRefusal`] on the wire.
+pub(crate) fn id_refusal_to_wire(k: IdRefusal) -> seqsvr_proto::IdRefusal {
+    use seqsvr_proto::IdRefusal as W;
+    match k {
+        IdRefusal::UnknownNamespace => W::UnknownNamespace,
+        IdRefusal::Mismatch => W::NamespaceMismatch,
+        IdRefusal::WorkersExhausted => W::WorkersExhausted,
+        IdRefusal::TimeExhausted => W::TimeExhausted,
+        IdRefusal::NotHolder => W::NotHolder,
+    }
+}
+
+/// An [`IdRefusal`] from the wire (an unknown value reads as not holding,
+/// the refusal that makes a caller claim again).
+pub(crate) fn id_refusal_of_wire(v: i32) -> IdRefusal {
+    use seqsvr_proto::IdRefusal as W;
+    match W::try_from(v) {
+        Ok(W::UnknownNamespace) => IdRefusal::UnknownNamespace,
+        Ok(W::NamespaceMismatch) => IdRefusal::Mismatch,
+        Ok(W::WorkersExhausted) => IdRefusal::WorkersExhausted,
+        Ok(W::TimeExhausted) => IdRefusal::TimeExhausted,
+        _ => IdRefusal::NotHolder,
     }
 }

@@ -6,6 +6,7 @@
 //! encoded by position (`seqsvr_core::codec`, docs/architecture/encoding.md):
 //! new ones are appended, none is ever removed or reordered.
 
+use seqsvr_core::ids::Layout;
 use seqsvr_core::{
     AllocId, DirChange, Directory, Epoch, Grant, Incarnation, LeaseTerms, Place, SectionId,
     SetCall, SetId, SetSpec,
@@ -243,6 +244,63 @@ pub enum Command {
         /// Per section, its place in the backup.
         places: Vec<Place>,
     },
+    /// Creates an id namespace with a layout and the window its holders
+    /// raise time ceilings ahead by (docs/ids.md). Idempotent with the
+    /// same layout and window. Appended last, like the id commands after
+    /// it.
+    CreateIdSpace {
+        /// The namespace.
+        name: String,
+        /// Its layout (validated here).
+        layout: Layout,
+        /// The ceiling window, in ms.
+        window_ms: u64,
+    },
+    /// `alloc`'s `incarnation` claims a worker id of `ns`: the one it
+    /// holds, or the lowest free one — new epoch, floor = ceiling + 1,
+    /// ceiling = max(floor, now) + window (`crate::ids`).
+    ClaimWorker {
+        /// The namespace.
+        ns: String,
+        /// The claimant.
+        alloc: AllocId,
+        /// Its incarnation.
+        incarnation: Incarnation,
+        /// The claimant's clock, in the layout's ticks.
+        now: u64,
+        /// Worker ids (with the epoch seen) whose holder's lease the
+        /// leader saw certainly expire: taken only if still held so.
+        reclaim: Vec<(u64, Epoch)>,
+    },
+    /// Raises a worker id's time ceiling, if `alloc`'s `incarnation` holds
+    /// it at `epoch`.
+    RaiseWorker {
+        /// The namespace.
+        ns: String,
+        /// The worker id.
+        worker: u64,
+        /// The holder.
+        alloc: AllocId,
+        /// Its incarnation.
+        incarnation: Incarnation,
+        /// The holding's epoch.
+        epoch: Epoch,
+        /// The new ceiling, in ticks.
+        to: u64,
+    },
+    /// Releases a worker id (a holder's clean stop); its ceiling stays.
+    ReleaseWorker {
+        /// The namespace.
+        ns: String,
+        /// The worker id.
+        worker: u64,
+        /// The holder.
+        alloc: AllocId,
+        /// Its incarnation.
+        incarnation: Incarnation,
+        /// The holding's epoch.
+        epoch: Epoch,
+    },
 }
 
 /// A log entry's application payload: commands proposed together.
@@ -337,4 +395,18 @@ pub enum Reply {
         /// Route version after the change.
         route_version: u64,
     },
+    /// An id namespace exists (`created`: by this command).
+    IdSpace {
+        /// Whether this command created it.
+        created: bool,
+    },
+    /// A worker id claimed (or the one already held).
+    WorkerClaimed(crate::ids::WorkerGrant),
+    /// A worker id's ceiling now stands at `ceiling`.
+    WorkerRaised {
+        /// The ceiling, in ticks.
+        ceiling: u64,
+    },
+    /// A worker id released.
+    WorkerReleased,
 }

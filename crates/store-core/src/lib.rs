@@ -11,6 +11,8 @@
 //! - [`state`]: the state of one set (sections, AllocSvrs, route version,
 //!   lease terms, placement, directory) and how each command changes it;
 //!   a section's own rules (a claim, a raise) on [`state::SectionRecord`].
+//! - [`ids`]: id namespaces, their worker ids' holders and time
+//!   ceilings, and how the id commands change them.
 //! - [`owned`]: the per-AllocSvr section counts derived from the state.
 //! - [`arbiter`]: leases as the leader granted them, and the section moves
 //!   and retirements they allow.
@@ -23,6 +25,7 @@ pub mod arbiter;
 pub mod backup;
 pub mod command;
 pub mod decision;
+pub mod ids;
 pub mod owned;
 pub mod state;
 

@@ -18,6 +18,7 @@ use seqsvr_core::{
 use serde::{Deserialize, Serialize};
 
 use crate::command::{Command, Outcome, Rejection, Reply};
+use crate::ids::IdSpaces;
 use crate::owned::OwnerCounts;
 
 /// Longest alloc id and address accepted (they are stored and replicated).
@@ -164,6 +165,8 @@ pub enum Dirty {
     Placement,
     /// The directory (home group) or its copy (other groups).
     Directory,
+    /// One id namespace (its layout and worker records).
+    IdSpace(String),
 }
 
 /// The lease terms in force and the longest expiry any lease still
@@ -211,6 +214,11 @@ pub struct SetState {
     /// snapshot install, [`rebuild_derived`](Self::rebuild_derived)).
     #[serde(skip)]
     pub owned: OwnerCounts,
+    /// The id namespaces. Kept out of this struct's encoding (which older
+    /// snapshots were written in): the store persists them as records of
+    /// their own and snapshots carry them beside the state.
+    #[serde(skip)]
+    pub ids: IdSpaces,
 }
 
 impl SetState {
@@ -324,6 +332,33 @@ impl SetState {
                 epochs,
                 places,
             } => self.restore_sections(*first, ceilings, epochs, places, dirty),
+            Command::CreateIdSpace {
+                name,
+                layout,
+                window_ms,
+            } => self.create_id_space(name, layout, *window_ms, dirty),
+            Command::ClaimWorker {
+                ns,
+                alloc,
+                incarnation,
+                now,
+                reclaim,
+            } => self.claim_worker(ns, alloc, *incarnation, *now, reclaim, dirty),
+            Command::RaiseWorker {
+                ns,
+                worker,
+                alloc,
+                incarnation,
+                epoch,
+                to,
+            } => self.raise_worker(ns, *worker, alloc, *incarnation, *epoch, *to, dirty),
+            Command::ReleaseWorker {
+                ns,
+                worker,
+                alloc,
+                incarnation,
+                epoch,
+            } => self.release_worker(ns, *worker, alloc, *incarnation, *epoch, dirty),
         }
     }
 

@@ -25,6 +25,11 @@
 //! `dir-add <set> <span b..e> <range b..e> <store>`,
 //! `dir-move <b..e> <from> <to>`, `dir-finish <b..e> <from> <to>`,
 //! `copy-dir <version> <set…>` (a directory listing those sets),
+//! `id-space <ns> <preset | time/worker/seq/unit_ms[/js]> <window_ms>`,
+//! `claim-worker <ns> <alloc> <inc> <now tick> [<worker>:<epoch>…]` (the
+//! last: holders the leader saw expire), `raise-worker <ns> <worker>
+//! <alloc> <inc> <epoch> <to>`, `release-worker <ns> <worker> <alloc>
+//! <inc> <epoch>`,
 //! `dump` (sections, allocs, version, placement, directory) and `routes`.
 //! A script may drive several store groups: `group <name>` makes the
 //! commands after it go to that group (a fresh state the first time), and
@@ -217,8 +222,59 @@ fn parse(line: &str) -> Option<Command> {
             }
             Command::CopyDirectory(d)
         }
+        "id-space" => Command::CreateIdSpace {
+            name: w[1].into(),
+            layout: id_layout(w[2]),
+            window_ms: n(3),
+        },
+        "claim-worker" => Command::ClaimWorker {
+            ns: w[1].into(),
+            alloc: w[2].into(),
+            incarnation: n(3),
+            now: n(4),
+            reclaim: w[5..]
+                .iter()
+                .map(|x| {
+                    let (w, e) = x.split_once(':').expect("worker:epoch");
+                    (w.parse().unwrap(), e.parse().unwrap())
+                })
+                .collect(),
+        },
+        "raise-worker" => Command::RaiseWorker {
+            ns: w[1].into(),
+            worker: n(2),
+            alloc: w[3].into(),
+            incarnation: n(4),
+            epoch: n(5),
+            to: n(6),
+        },
+        "release-worker" => Command::ReleaseWorker {
+            ns: w[1].into(),
+            worker: n(2),
+            alloc: w[3].into(),
+            incarnation: n(4),
+            epoch: n(5),
+        },
         _ => return None,
     })
+}
+
+/// A preset's name, or `<time>/<worker>/<seq>/<unit ms>[/js]` (epoch 0).
+fn id_layout(w: &str) -> seqsvr_core::ids::Layout {
+    if let Some(l) = seqsvr_core::ids::Layout::preset(w) {
+        return l;
+    }
+    let p: Vec<&str> = w.split('/').collect();
+    let n = |i: usize| p[i].parse::<u64>().expect("number");
+    seqsvr_core::ids::Layout {
+        time_bits: n(0) as u32,
+        worker_bits: n(1) as u32,
+        seq_bits: n(2) as u32,
+        epoch_ms: 0,
+        unit_ms: n(3),
+        js_safe: p.get(4) == Some(&"js"),
+        order: seqsvr_core::ids::Order::TimeWorkerSeq,
+    }
 }
 
 fn range(w: &str) -> (u64, u64) {
@@ -263,6 +319,23 @@ fn dump(s: &SetState) -> String {
             "directory v{} sets={sets:?} ranges={ranges:?} moving={:?}\n",
             d.version, d.moving
         );
+    }
+    for (name, sp) in &s.ids.spaces {
+        let l = &sp.layout;
+        out += &format!(
+            "ids {name} {}/{}/{}/{}ms window={}ms\n",
+            l.time_bits, l.worker_bits, l.seq_bits, l.unit_ms, sp.window_ms
+        );
+        for (w, r) in &sp.workers {
+            let holder = match &r.holder {
+                Some((a, i)) => format!("{a}/{i}"),
+                None => "-".into(),
+            };
+            out += &format!(
+                "  worker {w} holder={holder} epoch={} floor={} ceiling={}\n",
+                r.epoch, r.floor, r.ceiling
+            );
+        }
     }
     out
 }

@@ -123,6 +123,10 @@ fn kind(cmd: &Command) -> &'static str {
         Command::StopAlloc { .. } => "stop_alloc",
         Command::RestoreSet { .. } => "restore_set",
         Command::RestoreSections { .. } => "restore_sections",
+        Command::CreateIdSpace { .. } => "create_id_space",
+        Command::ClaimWorker { .. } => "claim_worker",
+        Command::RaiseWorker { .. } => "raise_worker",
+        Command::ReleaseWorker { .. } => "release_worker",
     }
 }
 

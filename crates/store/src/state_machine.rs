@@ -27,6 +27,7 @@ use crate::state::{Dirty, SetState};
 use crate::types::{
     Entry, LogId, Response, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
+use seqsvr_store_core::ids::IdSpaces;
 
 const APPLIED: &[u8] = b"applied";
 const MEMBERSHIP: &[u8] = b"membership";
@@ -37,6 +38,8 @@ const PLACEMENT: &[u8] = b"placement";
 const DIRECTORY: &[u8] = b"directory";
 const SECTION: u8 = b's';
 const ALLOC: u8 = b'a';
+/// One id namespace per record: `i` + its name.
+const ID_SPACE: u8 = b'i';
 
 const SNAP_META: &[u8] = b"meta";
 const SNAP_CHUNK: u8 = b'c';
@@ -113,6 +116,12 @@ fn alloc_key(id: &str) -> Vec<u8> {
     k
 }
 
+fn id_space_key(name: &str) -> Vec<u8> {
+    let mut k = vec![ID_SPACE];
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
 fn enc<T: Serialize>(v: &T) -> Result<Vec<u8>, StorageError> {
     codec::encode(v).map_err(sm_write_err)
 }
@@ -179,6 +188,9 @@ impl StateMachine {
         for (id, rec) in &a.state.allocs {
             batch.insert(alloc_key(id), enc(rec)?);
         }
+        for (name, space) in &a.state.ids.spaces {
+            batch.insert(id_space_key(name), enc(space)?);
+        }
         Ok(())
     }
 
@@ -209,6 +221,10 @@ impl StateMachine {
                 },
                 Dirty::Placement => batch.insert(PLACEMENT, enc(&a.state.placement)?),
                 Dirty::Directory => batch.insert(DIRECTORY, enc(&a.state.directory)?),
+                Dirty::IdSpace(name) => match a.state.ids.spaces.get(name) {
+                    Some(space) => batch.insert(id_space_key(name), enc(space)?),
+                    None => batch.remove(id_space_key(name)),
+                },
             }
         }
         Ok(())
@@ -233,7 +249,9 @@ impl StateMachine {
     }
 
     fn snapshot_of(a: &Applied, id: String) -> Result<(SnapshotMeta, Vec<u8>), StorageError> {
-        let data = codec::encode(&a.state).map_err(snap_err)?;
+        // The id namespaces follow the state (which does not encode them):
+        // a snapshot written before they existed holds the state alone.
+        let data = codec::encode(&(&a.state, &a.state.ids)).map_err(snap_err)?;
         let meta = SnapshotMeta {
             last_log_id: a.last_applied,
             last_membership: a.membership.clone(),
@@ -245,6 +263,18 @@ impl StateMachine {
 
 fn dec<T: serde::de::DeserializeOwned>(what: &str, v: &[u8]) -> Result<T, StorageError> {
     codec::decode(what, v).map_err(sm_read_err)
+}
+
+/// A snapshot's state: the state and its id namespaces, or (written
+/// before id namespaces existed) the state alone.
+pub fn decode_snapshot(data: &[u8]) -> Result<SetState, StorageError> {
+    match codec::decode::<(SetState, IdSpaces)>("snapshot", data) {
+        Ok((mut state, ids)) => {
+            state.ids = ids;
+            Ok(state)
+        }
+        Err(_) => codec::decode("snapshot", data).map_err(snap_err),
+    }
 }
 
 /// Loads the records written by [`StateMachine`] into memory.
@@ -265,6 +295,10 @@ fn load(sm: &sled::Tree) -> Result<Applied, StorageError> {
             [ALLOC, id @ ..] => {
                 let id = String::from_utf8_lossy(id).into_owned();
                 a.state.allocs.insert(id, dec("alloc", &v)?);
+            }
+            [ID_SPACE, name @ ..] => {
+                let name = String::from_utf8_lossy(name).into_owned();
+                a.state.ids.spaces.insert(name, dec("id namespace", &v)?);
             }
             _ => {}
         }
@@ -339,7 +373,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
-        let mut state: SetState = codec::decode("snapshot", &data).map_err(snap_err)?;
+        let mut state = decode_snapshot(&data)?;
         state.rebuild_derived();
         let new = Applied {
             state,

@@ -120,7 +120,8 @@ async fn a_snapshot_of_100k_sections_stays_inline_and_survives_a_kill() {
         .await
         .unwrap()
         .expect("a snapshot");
-    let state: SetState = seqsvr_core::codec::decode("snapshot", snap.snapshot.get_ref()).unwrap();
+    let state: SetState =
+        seqsvr_store::state_machine::decode_snapshot(snap.snapshot.get_ref()).unwrap();
     assert_eq!(state.sections.len() as u64, SECTIONS);
     assert!(state
         .sections

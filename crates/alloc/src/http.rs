@@ -441,7 +441,12 @@ mod tests {
             Ok(Route::Current(pos("x")))
         );
         let long = format!("/api/segment/get/{}", "k".repeat(257));
-        for bad in ["/api/segment/get/", "/v1/name/next/%zz", "/v1/name/next/%4", &long] {
+        for bad in [
+            "/api/segment/get/",
+            "/v1/name/next/%zz",
+            "/v1/name/next/%4",
+            &long,
+        ] {
             assert!(
                 matches!(route(&get, bad), Err(Refusal::Invalid(_))),
                 "{bad}"

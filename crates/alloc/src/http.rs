@@ -6,7 +6,12 @@
 //! - `GET /v1/next/{uid}` → the number as `text/plain`, or
 //!   `{"uid":…,"seq":…}` with `Accept: application/json`;
 //! - `POST /v1/next-batch` with `{"uids":[…]}` → `{"seqs":[…]}`;
-//! - `GET /v1/current/{uid}` → like `next`, without handing one out.
+//! - `GET /v1/current/{uid}` → like `next`, without handing one out;
+//! - `GET /v1/name/next/{name}` and `GET /v1/name/current/{name}`: the
+//!   same for a named counter (`docs/counters.md`; the name
+//!   percent-decoded, 1..=256 bytes), `uid` in JSON being its position;
+//! - `GET /api/segment/get/{name}` → the name's next number as bare text
+//!   (no newline), as Leaf's segment API answers, for teams migrating.
 //!
 //! Errors are JSON, `{"error":{"kind":"OWNER_UNAVAILABLE","message":…,
 //! "retryable":true,"retry_after_ms":50}}`, with the kinds gRPC's
@@ -120,6 +125,8 @@ enum Route {
     Next(Uid),
     Current(Uid),
     Batch,
+    /// Leaf's `/api/segment/get/{key}`: a name's next, as bare text.
+    Leaf(Uid),
 }
 
 /// Why a request is refused before the front is called.
@@ -142,6 +149,12 @@ fn route(method: &Method, path: &str) -> Result<Route, Refusal> {
         (Method::GET, uid(u).map(Route::Next))
     } else if let Some(u) = path.strip_prefix("/v1/current/") {
         (Method::GET, uid(u).map(Route::Current))
+    } else if let Some(n) = path.strip_prefix("/v1/name/next/") {
+        (Method::GET, name(n).map(Route::Next))
+    } else if let Some(n) = path.strip_prefix("/v1/name/current/") {
+        (Method::GET, name(n).map(Route::Current))
+    } else if let Some(n) = path.strip_prefix("/api/segment/get/") {
+        (Method::GET, name(n).map(Route::Leaf))
     } else if path == "/v1/next-batch" {
         (Method::POST, Ok(Route::Batch))
     } else {
@@ -155,6 +168,32 @@ fn route(method: &Method, path: &str) -> Result<Route, Refusal> {
         }));
     }
     r
+}
+
+/// A name's position: `s` percent-decoded, 1..=256 bytes
+/// (`seqsvr_core::names`).
+fn name(s: &str) -> Result<Uid, Refusal> {
+    let bytes = percent_decode(s)
+        .ok_or_else(|| Refusal::Invalid(format!("{s:?} is not percent-encoded")))?;
+    seqsvr_core::name_key(&bytes).map_err(|e| Refusal::Invalid(e.to_string()))
+}
+
+/// `%XX` escapes decoded; `None` for a `%` not followed by two hex digits.
+fn percent_decode(s: &str) -> Option<Vec<u8>> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    Some(out)
 }
 
 /// A uid: decimal digits only (no sign, no spaces), below 2^64.
@@ -182,6 +221,10 @@ async fn handle(front: &Front, req: Request<Incoming>) -> Response<Body> {
     match r {
         Route::Next(uid) => one(front, uid, front.next(uid).await, json),
         Route::Current(uid) => one(front, uid, front.current(uid).await, json),
+        Route::Leaf(key) => match front.next(key).await {
+            Ok(seq) => reply(StatusCode::OK, "text/plain; charset=utf-8", seq.to_string()),
+            Err(e) => error(front, &e),
+        },
         Route::Batch => match read_batch(req).await {
             Err(refusal) => refused(front, refusal),
             Ok(uids) => match front.next_batch(&uids).await {
@@ -384,6 +427,35 @@ mod tests {
                 "{bad}"
             );
         }
+        let pos = |n: &str| seqsvr_core::name_key(n.as_bytes()).unwrap();
+        assert_eq!(
+            route(&get, "/api/segment/get/order:20261126"),
+            Ok(Route::Leaf(pos("order:20261126")))
+        );
+        assert_eq!(
+            route(&get, "/v1/name/next/a%20b%2Fc"),
+            Ok(Route::Next(pos("a b/c")))
+        );
+        assert_eq!(
+            route(&get, "/v1/name/current/x"),
+            Ok(Route::Current(pos("x")))
+        );
+        let long = format!("/api/segment/get/{}", "k".repeat(257));
+        for bad in [
+            "/api/segment/get/",
+            "/v1/name/next/%zz",
+            "/v1/name/next/%4",
+            &long,
+        ] {
+            assert!(
+                matches!(route(&get, bad), Err(Refusal::Invalid(_))),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            route(&post, "/api/segment/get/a"),
+            Err(Refusal::Method("GET"))
+        );
         assert_eq!(route(&get, "/v1/nope"), Err(Refusal::NotFound));
         assert_eq!(route(&get, "/"), Err(Refusal::NotFound));
         assert_eq!(route(&post, "/v1/next/1"), Err(Refusal::Method("GET")));

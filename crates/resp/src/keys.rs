@@ -5,8 +5,13 @@
 //! `redis-benchmark`'s `__rand_int__` writes it). The prefixes are
 //! configurable; every prefix listed names the same uid space, so a
 //! family shares a counter with another only where the configuration
-//! says so: `user:42` and `order:42` are two keys that fail, not one
-//! counter, unless both prefixes are configured.
+//! says so: `user:42` and `order:42` are not uids unless both prefixes
+//! are configured.
+//!
+//! Any other key of 1..=256 bytes is a *name* (a named counter,
+//! `docs/counters.md`): [`KeyMap::key`] maps it to its position in the
+//! range reserved for names (`seqsvr_core::names`), which is served like
+//! any uid. So `user:42` and `order:42` are two names, two counters.
 
 use std::fmt;
 
@@ -63,6 +68,18 @@ impl KeyMap {
         Err(BadKey {
             key: shorten(key),
             rule: self.rule(),
+        })
+    }
+
+    /// The key `key` is served at: the uid it names if the uid mapping
+    /// claims it, else its position as a name (`docs/counters.md`). Only
+    /// an empty key or one longer than a name may be is refused.
+    pub fn key(&self, key: &[u8]) -> Result<u64, BadKey> {
+        self.uid(key).or_else(|_| {
+            seqsvr_core::name_key(key).map_err(|e| BadKey {
+                key: shorten(key),
+                rule: format!("{}, or a name: {e}", self.rule()),
+            })
         })
     }
 
@@ -145,6 +162,23 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn keys_the_uid_mapping_does_not_claim_are_names() {
+        let k = KeyMap::default();
+        assert_eq!(k.key(b"seq:42"), Ok(42));
+        assert_eq!(k.key(b"42"), Ok(42));
+        for name in ["user:42", "order:20261126", "SEQ:1", "seq:", "42 "] {
+            let want = seqsvr_core::name_key(name.as_bytes()).unwrap();
+            assert_eq!(k.key(name.as_bytes()), Ok(want), "{name}");
+            assert!(seqsvr_core::is_name_key(want));
+        }
+        assert_ne!(k.key(b"user:42"), k.key(b"order:42"));
+        let e = k.key(b"").unwrap_err().to_string();
+        assert!(e.contains("a name is 1..=256 bytes, not empty"), "{e}");
+        let e = k.key(&[b'k'; 257]).unwrap_err().to_string();
+        assert!(e.contains("not 257"), "{e}");
     }
 
     #[test]

@@ -69,9 +69,12 @@ async fn errors_say_why_and_change_nothing() {
         .query_async(&mut c)
         .await);
     assert!(e.contains("never expire"), "{e}");
-    let e = err(redis::cmd("INCR").arg("user:42").query_async(&mut c).await);
+    let e = err(redis::cmd("INCR")
+        .arg(vec![b'k'; 257])
+        .query_async(&mut c)
+        .await);
     assert!(
-        e.contains("a decimal uid (42) or seq:<uid> (seq:42)"),
+        e.contains("a decimal uid (42) or seq:<uid> (seq:42), or a name: a name is 1..=256 bytes, not 257"),
         "{e}"
     );
     let e = err(redis::cmd("INCRBY")

@@ -23,10 +23,16 @@ pub const SECTION_SIZE: u64 = 10;
 pub const STEP: u64 = 100;
 
 pub fn spec() -> SetSpec {
+    spec_at(0)
+}
+
+/// The fake store's set starting at `uid_begin` (names' tests serve the
+/// range reserved for names).
+pub fn spec_at(uid_begin: u64) -> SetSpec {
     SetSpec {
         set_id: 0,
-        uid_begin: 0,
-        uid_end: SECTION_SIZE * SECTIONS as u64,
+        uid_begin,
+        uid_end: uid_begin + SECTION_SIZE * SECTIONS as u64,
         section_size: SECTION_SIZE,
         step: STEP,
     }
@@ -57,6 +63,8 @@ pub enum HandoffFault {
 
 #[derive(Debug)]
 pub struct State {
+    /// The set's first uid.
+    pub base: u64,
     pub sections: Vec<Rec>,
     pub allocs: BTreeMap<String, AllocRec>,
     pub route_version: u64,
@@ -83,6 +91,11 @@ pub fn refuse<T>(r: Rejection) -> Answer<T> {
 
 impl FakeStore {
     pub fn new(owner: &str, lease_ms: u64) -> Self {
+        Self::at(owner, lease_ms, 0)
+    }
+
+    /// A store whose set starts at `base`.
+    pub fn at(owner: &str, lease_ms: u64, base: u64) -> Self {
         let sections = (0..SECTIONS)
             .map(|_| Rec {
                 owner: Some(owner.to_string()),
@@ -90,6 +103,7 @@ impl FakeStore {
             })
             .collect();
         FakeStore(Arc::new(Mutex::new(State {
+            base,
             sections,
             allocs: BTreeMap::new(),
             route_version: 1,
@@ -130,7 +144,7 @@ impl FakeStore {
     pub fn routes(st: &State) -> RouteTable {
         RouteTable::from_owners(
             st.route_version,
-            spec(),
+            spec_at(st.base),
             st.sections.iter().map(|r| r.owner.as_ref()),
             |id| {
                 st.allocs
@@ -283,15 +297,9 @@ impl StorePeer for FakeStore {
         if let Err(e) = Self::check_incarnation(&st, &r.alloc_id, r.incarnation) {
             return refuse(e);
         }
+        let spec = spec_at(st.base);
         let rec = &mut st.sections[r.section as usize];
-        let checked = rec.check_raise(
-            &spec(),
-            r.section,
-            &r.alloc_id,
-            r.incarnation,
-            r.epoch,
-            r.to,
-        );
+        let checked = rec.check_raise(&spec, r.section, &r.alloc_id, r.incarnation, r.epoch, r.to);
         if let Err(e) = checked {
             return refuse(e);
         }

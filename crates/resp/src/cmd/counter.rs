@@ -10,7 +10,8 @@ use crate::parse::{parse_int, Request};
 use crate::reply::Reply;
 use crate::state::Ctx;
 
-/// A counter operation, its keys already mapped to uids.
+/// A counter operation, its keys already mapped to uids (a name's key is
+/// its position, `docs/counters.md`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     /// One number (`INCR`, `INCRBY k 1`): coalesced with its neighbours
@@ -29,7 +30,7 @@ pub enum Op {
 }
 
 fn uid(ctx: &Ctx, key: &Bytes) -> Result<u64, Fail> {
-    ctx.cfg.keys.uid(key).map_err(|e| Fail::err("bad_key", e))
+    ctx.cfg.keys.key(key).map_err(|e| Fail::err("bad_key", e))
 }
 
 fn uids(ctx: &Ctx, keys: &[Bytes], what: &str, max: usize) -> Result<Vec<u64>, Fail> {

@@ -7,6 +7,10 @@
 //! - `store`: `seqctl store …`: store group settings (lease terms);
 //! - `health`: `seqctl health <addr>`: one process's own status, as a
 //!   probe (exit 0 healthy, 1 not ready, 2 unreachable);
+//! - `settings`: where the addresses and credentials come from (flags,
+//!   environment, a profile, the dev cluster's defaults);
+//! - `print`: text or `--json` output;
+//! - `reach`: whether anything listens there, asked before the calls;
 //! - here: [`Ctl`], the cluster as those commands reach it.
 //!
 //! A command group is a clap subcommand enum and a `run` function in its
@@ -27,7 +31,10 @@
 pub mod alloc;
 pub mod health;
 pub mod members;
+pub mod print;
+pub mod reach;
 pub mod set;
+pub mod settings;
 pub mod status;
 pub mod store;
 

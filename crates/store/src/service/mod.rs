@@ -350,7 +350,7 @@ fn check_count(count: u32) -> Result<(), Error> {
     }
     if count > MAX_SECTIONS_PER_CALL {
         return Err(Error::Invalid(format!(
-            "count must be within 1..={MAX_SECTIONS_PER_CALL}, not {count}"
+            "count must be between 1 and {MAX_SECTIONS_PER_CALL}, not {count}"
         )));
     }
     Ok(())

@@ -429,9 +429,13 @@ alloc = ["10.1.0.5:7201"]
         // A relative path in the profile is taken from the file's directory.
         let dir = Path::new(&path).parent().unwrap();
         assert_eq!(s.ca, Some(dir.join("prod/ca.pem")));
-        // --profile beats SEQCTL_PROFILE.
+        // --profile beats SEQCTL_PROFILE; staging has no certificate for
+        // the environment's key.
+        let e = resolve(Layer::default(), Some("staging".into()), &env);
+        assert!(matches!(e, Err(SettingsError::Conflict(_))), "{e:?}");
+        let env = env_of(&[(PROFILES_ENV, &path), (PROFILE_ENV, "prod")]);
         let s = resolve(Layer::default(), Some("staging".into()), &env).unwrap();
-        assert_eq!(s.alloc.1, Origin::Env("SEQCTL_ALLOC"));
+        assert_eq!(s.alloc.1, Origin::Profile("staging".into()));
         assert_eq!(s.store.1, Origin::Dev);
         assert_eq!(s.cert, None);
     }

@@ -42,10 +42,10 @@ pub fn taken_error(taken: &[Taken], base: u16) -> Error {
         .iter()
         .map(|t| {
             let why = match t.error.kind() {
-                std::io::ErrorKind::AddrInUse => "in use".to_string(),
+                std::io::ErrorKind::AddrInUse => "is in use".to_string(),
                 _ => format!("cannot be bound: {}", t.error),
             };
-            format!("port {} ({}) is {why}", port(t), t.what)
+            format!("port {} ({}) {why}", port(t), t.what)
         })
         .collect();
     let first = taken.first().map(port).unwrap_or_default();

@@ -250,6 +250,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     let s = settings::resolve(cli.layer(), cli.profile.clone(), &env)
         .map_err(|e| Error::Usage(e.to_string()))?;
     let dial = Dial::from_settings(&s)?;
+    let tls_on = dial.tls.is_some();
     let (store, store_from) = s.store.clone();
     let store_admin = s.store_admin.0.clone();
     let (seeds, seeds_from) = s.alloc.clone();
@@ -267,7 +268,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         | Cmd::Set { .. } => rt.block_on(need_listener(&store, reach::STORE, &store_from))?,
         Cmd::Health(_) | Cmd::Drill(_) => {}
     }
-    rt.block_on(async move {
+    let done = rt.block_on(async move {
         let seq = || {
             let options = ClientOptions {
                 tls: dial.tls.clone(),
@@ -326,7 +327,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 let health = ctl::health::probe(&args, dial.tls.as_ref()).await?;
                 // The exit code is the verdict: a reader gone early does
                 // not turn "unreachable" into success.
-                match outln!("{}", health.line()) {
+                let shown = match args.json {
+                    true => health.json(&args.addr),
+                    false => health.line().to_string(),
+                };
+                match outln!("{shown}") {
                     Err(e) if !e.is_closed_output() => return Err(e),
                     _ => return Ok(ExitCode::from(health.exit_code())),
                 }
@@ -347,5 +352,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
         };
         done.map(|()| ExitCode::SUCCESS)
+    });
+    // A TLS mismatch reads as one, whatever call met it first.
+    done.map_err(|e| match reach::tls_sentence(&e.to_string(), tls_on) {
+        Some(sentence) if !e.is_closed_output() => Error::Failed(format!("{sentence} ({e})")),
+        _ => e,
     })
 }

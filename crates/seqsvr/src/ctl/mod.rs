@@ -42,6 +42,7 @@ use std::time::Duration;
 
 use seqsvr_net::{ClientTls, ServerRole};
 use seqsvr_proto::alloc_admin_client::AllocAdminClient;
+use seqsvr_proto::alloc_client::AllocClient;
 use seqsvr_proto::store_admin_client::StoreAdminClient;
 use seqsvr_proto::{self as pb};
 use seqsvr_store_api::client::connector;
@@ -130,6 +131,13 @@ impl Ctl {
             Some(s) => Some(s),
             None => self.read.leader_status().await,
         }
+    }
+
+    /// A client of the AllocSvr client plane at `addr`.
+    pub(crate) fn alloc_client(&self, addr: &str) -> Result<AllocClient<Channel>> {
+        let tls = self.tls.clone().map(|t| t.expecting(ServerRole::Alloc));
+        let ch = seqsvr_net::client::channel(addr, tls.as_ref(), CONNECT_TIMEOUT)?;
+        Ok(AllocClient::new(ch))
     }
 
     /// A client of the AllocSvr admin plane at `addr`.

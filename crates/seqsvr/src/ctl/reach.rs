@@ -86,9 +86,86 @@ pub async fn need_listener(addrs: &[String], role: Role, origin: &Origin) -> Res
     Ok(())
 }
 
+/// A sentence for a failure that is a TLS mismatch, from its message
+/// `text` and whether seqctl dialed with TLS; `None` for anything else.
+///
+/// What the libraries say for each (their words, not ours, so matched
+/// here): a plaintext client at a TLS server gets `h2 protocol error` (the
+/// server's TLS bytes are not HTTP/2); a TLS client at a plaintext server
+/// gets `corrupt message of type InvalidContentType` (its HTTP/2 bytes are
+/// not TLS); a certificate from another CA is an `invalid peer
+/// certificate`.
+pub fn tls_sentence(text: &str, tls: bool) -> Option<String> {
+    const GIVE_CA: &str =
+        "give the cluster's CA certificate with --ca (or SEQCTL_CA, or ca in a profile)";
+    if !tls && (text.contains("h2 protocol error") || text.contains("frame with invalid size")) {
+        return Some(format!(
+            "the server did not answer in plaintext HTTP/2: it most likely speaks TLS, and \
+             seqctl dialed without it; {GIVE_CA}"
+        ));
+    }
+    if tls && (text.contains("InvalidContentType") || text.contains("corrupt message")) {
+        return Some(
+            "seqctl dialed with TLS but the server answered in plaintext: drop --ca (and \
+             SEQCTL_CA, or ca in the profile), or turn TLS on at the server"
+                .into(),
+        );
+    }
+    if tls && text.contains("invalid peer certificate") {
+        let why = text
+            .split("invalid peer certificate: ")
+            .nth(1)
+            .and_then(|r| r.split([';', ' ', ',']).next())
+            .unwrap_or("");
+        return Some(match why {
+            "UnknownIssuer" | "BadSignature" => format!(
+                "the server's certificate is not signed by the CA seqctl was given: it belongs \
+                 to another cluster's PKI; {GIVE_CA}"
+            ),
+            "Expired" | "NotValidYet" => {
+                "the server's certificate is outside its validity period: renew it".into()
+            }
+            _ => format!(
+                "seqctl refused the server's certificate ({why}): check --ca and the \
+                 server's certificate"
+            ),
+        });
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The messages seen from each mismatch, against real servers.
+    #[test]
+    fn tls_mismatches_become_sentences() {
+        let plain_to_tls = "internal: Internal: h2 protocol error: http2 error";
+        let s = tls_sentence(plain_to_tls, false).unwrap();
+        assert!(s.contains("speaks TLS") && s.contains("--ca"), "{s}");
+        assert_eq!(tls_sentence(plain_to_tls, true), None);
+        let tls_to_plain = "no store leader available: received corrupt message of type \
+                            InvalidContentType";
+        let s = tls_sentence(tls_to_plain, true).unwrap();
+        assert!(s.contains("answered in plaintext"), "{s}");
+        assert_eq!(tls_sentence(tls_to_plain, false), None);
+        for why in ["BadSignature", "UnknownIssuer"] {
+            let wrong_ca = format!(
+                "transport: no seed answered with a route table: 127.0.0.1:23101: Unavailable: \
+                 invalid peer certificate: {why}; 127.0.0.1:23102: Unavailable: invalid peer \
+                 certificate: {why}"
+            );
+            let s = tls_sentence(&wrong_ca, true).unwrap();
+            assert!(s.contains("not signed by the CA seqctl was given"), "{s}");
+        }
+        let s = tls_sentence("invalid peer certificate: NotValidForName", true).unwrap();
+        assert!(s.contains("(NotValidForName)"), "{s}");
+        assert_eq!(
+            tls_sentence("no store leader available: election", true),
+            None
+        );
+    }
 
     #[tokio::test]
     async fn nothing_listening_is_told_at_once_naming_the_addresses() {

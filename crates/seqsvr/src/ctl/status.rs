@@ -15,7 +15,8 @@ pub async fn status(ctl: &Ctl) -> Result<()> {
     for (addr, st) in &replicas {
         match st {
             Ok(s) => outln!(
-                "  {:<3} {addr:<22} {:<10} term {:<4} leader {:<3} applied {:<8} fsyncs {}",
+                "  {:<3} {addr:<22} {:<10} term {:<4} leader {:<3} applied {:<8} fsyncs {:<6} \
+                 version {}",
                 s.node_id,
                 s.state,
                 s.term,
@@ -25,7 +26,8 @@ pub async fn status(ctl: &Ctl) -> Result<()> {
                     "-".into()
                 },
                 s.last_applied,
-                s.fsyncs
+                s.fsyncs,
+                version(&s.version)
             )?,
             Err(e) => outln!("  ?   {addr:<22} unreachable: {e}")?,
         }
@@ -51,8 +53,9 @@ pub async fn status(ctl: &Ctl) -> Result<()> {
                 l.lease_ms,
                 l.margin_ms
             )?;
-            for a in &l.allocs {
-                print_lease(a)?;
+            let versions = alloc_versions(ctl, &l.allocs).await;
+            for (a, v) in l.allocs.iter().zip(versions) {
+                print_lease(a, &v)?;
             }
         }
         None => outln!("allocs: (no leader to ask)")?,
@@ -61,8 +64,34 @@ pub async fn status(ctl: &Ctl) -> Result<()> {
     Ok(())
 }
 
+/// A server's version as `status` prints it: `?` when it did not say (a
+/// build before versions were reported, or no answer).
+pub fn version(v: &str) -> &str {
+    if v.is_empty() {
+        "?"
+    } else {
+        v
+    }
+}
+
+/// Each AllocSvr's version, from its own status on its client plane (empty
+/// where it does not answer within a second).
+async fn alloc_versions(ctl: &Ctl, allocs: &[pb::AllocLease]) -> Vec<String> {
+    let asks = allocs.iter().map(|a| async move {
+        let Ok(mut c) = ctl.alloc_client(&a.addr) else {
+            return String::new();
+        };
+        let call = c.status(pb::AllocStatusRequest {});
+        match tokio::time::timeout(std::time::Duration::from_secs(1), call).await {
+            Ok(Ok(s)) => s.into_inner().version,
+            _ => String::new(),
+        }
+    });
+    futures::future::join_all(asks).await
+}
+
 /// One AllocSvr's line in `status`.
-fn print_lease(a: &pb::AllocLease) -> Result<()> {
+fn print_lease(a: &pb::AllocLease, v: &str) -> Result<()> {
     let lease = match (a.since_grant_ms, a.expired) {
         (_, true) => "EXPIRED".to_string(),
         (-1, false) => "no renewal yet (new leader)".to_string(),
@@ -77,9 +106,10 @@ fn print_lease(a: &pb::AllocLease) -> Result<()> {
         a.sections
     )?;
     outln!(
-        "  {:<12} incarnation {:x}  peer {}  admin {}",
+        "  {:<12} incarnation {:x}  version {}  peer {}  admin {}",
         "",
         a.incarnation,
+        version(v),
         a.peer_addr,
         a.admin_addr
     )

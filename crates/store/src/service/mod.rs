@@ -473,6 +473,7 @@ impl StoreApi {
             admin_addr: self.admin_addr.clone(),
             directory_version: a.state.directory.as_ref().map_or(0, |d| d.version),
             placement: seqsvr_proto::convert::placement_runs(&a.state.placement),
+            version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }
 }

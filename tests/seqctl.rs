@@ -488,3 +488,29 @@ fn dev_reports_a_child_that_keeps_dying() {
     assert!(text.contains("store-1.log:"), "{text}");
     assert!(text.contains("\n  | "), "no log lines shown: {text}");
 }
+
+/// Every command that prints data takes `--json`.
+#[test]
+fn every_command_that_prints_data_takes_json() {
+    let data: [&[&str]; 10] = [
+        &["next"],
+        &["next-batch"],
+        &["current"],
+        &["status"],
+        &["sections"],
+        &["health"],
+        &["drill"],
+        &["set", "status"],
+        &["store", "lease"],
+        &["store", "snapshot"],
+    ];
+    for cmd in data {
+        let out = Command::new(seqctl_bin())
+            .args(cmd)
+            .arg("--help")
+            .output()
+            .unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(help.contains("--json"), "seqctl {cmd:?} has no --json:\n{help}");
+    }
+}

@@ -372,19 +372,10 @@ fn k8s_grace_period_covers_the_stop_bound() {
 #[test]
 #[ignore = "binds the dev cluster's fixed ports; run it alone"]
 fn dev_cluster_ctrl_c_and_run_again() {
-    use seqsvr::defaults::{DEV_ALLOCS, DEV_STORES};
-    let addrs = DEV_STORES
-        .iter()
-        .flat_map(|s| [s.peer, s.client, s.admin, s.metrics])
-        .chain(
-            DEV_ALLOCS
-                .iter()
-                .flat_map(|a| [a.client, a.peer, a.admin, a.metrics]),
-        );
-    for a in addrs {
+    for (a, what) in seqsvr::defaults::dev_ports(&seqsvr::defaults::dev_sets(1)) {
         assert!(
-            std::net::TcpListener::bind(a).is_ok(),
-            "{a} is taken: another dev cluster (or something else) holds the dev ports"
+            std::net::TcpListener::bind(a.as_str()).is_ok(),
+            "{a} ({what}) is taken: another dev cluster (or something else) holds the dev ports"
         );
     }
     let dir = tempfile::tempdir().unwrap();

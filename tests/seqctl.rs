@@ -286,3 +286,231 @@ fn seqsvr_config_env_stands_for_the_flag() {
         assert!(err.contains("--config"), "{err}");
     }
 }
+
+/// `seqctl ARGS` with `env` set and the caller's SEQCTL_* variables
+/// cleared: exit code, standard output, standard error, how long it took.
+fn seqctl_env(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String, Duration) {
+    let mut cmd = Command::new(seqctl_bin());
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("SEQCTL_")) {
+        cmd.env_remove(k);
+    }
+    let dev = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let out = cmd
+        .args(args)
+        .envs(env.iter().copied())
+        .env("SEQCTL_DEV_DIR", dev.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let (o, e) = (
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    );
+    println!(
+        "seqctl {args:?} {env:?}: {:?} after {took:?}\n{o}{e}",
+        out.status.code()
+    );
+    (out.status.code(), o, e, took)
+}
+
+/// With nothing running, `status` (and every command that reads the store
+/// or calls the AllocSvrs) says "nothing listens at …" within a second,
+/// naming the addresses and where they came from: the dev defaults at a
+/// port base, the environment, a profile.
+#[test]
+fn nothing_listening_is_said_within_a_second() {
+    // A base whose dev store ports (base + 11 to 13) are free: ephemeral
+    // ones, apart from the ports the other tests' children bind.
+    let free = loop {
+        let p = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if (1..=2).all(|i| std::net::TcpListener::bind(("127.0.0.1", p + i)).is_ok()) {
+            break p;
+        }
+    };
+    let base = (free - 11).to_string();
+    let (code, _, err, took) = seqctl_env(&["--port-base", &base, "status"], &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    assert!(
+        err.starts_with(&format!(
+            "seqctl: error: nothing listens at 127.0.0.1:{free}, "
+        )),
+        "{err}"
+    );
+    assert!(err.contains("the dev cluster's defaults"), "{err}");
+    assert!(!err.contains("leader"), "{err}");
+    let addr = format!("127.0.0.1:{free}");
+    let (code, _, err, took) = seqctl_env(&["sections", "1"], &[("SEQCTL_STORE", &addr)]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    assert!(
+        err.contains(&format!(
+            "nothing listens at {addr} (the store replicas' client planes, from SEQCTL_STORE)"
+        )),
+        "{err}"
+    );
+    // From a profile; the flag beats it.
+    let dir = tempfile::tempdir().unwrap();
+    let profiles = dir.path().join("profiles.toml");
+    std::fs::write(&profiles, format!("[far]\nalloc = [\"{addr}\"]\n")).unwrap();
+    let p = profiles.to_string_lossy().into_owned();
+    let env = [("SEQCTL_PROFILES", p.as_str()), ("SEQCTL_PROFILE", "far")];
+    let (code, _, err, took) = seqctl_env(&["next", "42"], &env);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    assert!(
+        err.contains(&format!(
+            "nothing listens at {addr} (the AllocSvrs' client planes, from profile far)"
+        )),
+        "{err}"
+    );
+    let other = format!("127.0.0.1:{}", support::free_port());
+    let (_, _, err, _) = seqctl_env(&["--alloc", &other, "current", "42"], &env);
+    assert!(
+        err.contains(&format!(
+            "nothing listens at {other} (the AllocSvrs' client planes, from --alloc)"
+        )),
+        "{err}"
+    );
+    let (code, _, err, _) = seqctl_env(&["--profile", "near", "next", "1"], &env);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("no profile \"near\""), "{err}");
+}
+
+/// `seqsvr dev` with one of its ports taken exits at once, non-zero,
+/// naming the port, what it was for and `--port-base`, having started
+/// nothing. The taken port is an ephemeral one (above 32767), far from the
+/// dev cluster's default ports (7101–7254), so a real dev cluster on this
+/// machine is never disturbed.
+#[test]
+fn dev_with_a_taken_port_fails_fast_naming_it() {
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    assert!(port > 7254 + 11);
+    // store-1's client plane is base + 11.
+    let base = (port - 11).to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let out = Command::new(support::seqsvr_bin())
+        .args(["dev", "--port-base", &base, "--dir"])
+        .arg(dir.path().join("dev"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    println!("{:?} after {took:?}: {err}", out.status.code());
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    assert!(
+        err.contains(&format!("port {port} (store-1's client plane) is in use")),
+        "{err}"
+    );
+    assert!(err.contains("--port-base N"), "{err}");
+    assert!(!dir.path().join("dev").exists(), "something was started");
+    let out = Command::new(support::seqsvr_bin())
+        .args(["dev", "--port-base", "65500"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("between 1024 and 65381"));
+}
+
+/// A dev child that cannot run (store-1's data directory is a file) keeps
+/// dying; `seqsvr dev` says so in the terminal, with its name, exit status
+/// and the end of its log, instead of leaving the reason in a log file.
+#[test]
+fn dev_reports_a_child_that_keeps_dying() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("store-1"), "not a directory").unwrap();
+    // A base whose whole span is free, below the ephemeral ports.
+    let base = loop {
+        let b = support::free_port();
+        let span = (b + 1..=b + seqsvr::defaults::DEV_PORT_SPAN)
+            .all(|p| p < 32_000 && std::net::TcpListener::bind(("127.0.0.1", p)).is_ok());
+        if span {
+            break b;
+        }
+    };
+    let mut dev = Command::new(support::seqsvr_bin())
+        .args([
+            "dev",
+            "--restart-after",
+            "1",
+            "--port-base",
+            &base.to_string(),
+            "--dir",
+        ])
+        .arg(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = std::io::BufReader::new(dev.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(l) => seen.push(l),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(_) => break,
+        }
+        if seen.iter().any(|l| l.contains("| ")) {
+            std::thread::sleep(Duration::from_millis(300));
+            seen.extend(rx.try_iter());
+            break;
+        }
+    }
+    support::signal(dev.id(), libc::SIGTERM);
+    let _ = dev.wait();
+    let text = seen.join("\n");
+    println!("{text}");
+    assert!(
+        text.contains("store-1 keeps dying: 3 exits within 60 s, the last exit status: 1"),
+        "{text}"
+    );
+    assert!(text.contains("store-1.log:"), "{text}");
+    assert!(text.contains("\n  | "), "no log lines shown: {text}");
+}
+
+/// Every command that prints data takes `--json`.
+#[test]
+fn every_command_that_prints_data_takes_json() {
+    let data: [&[&str]; 10] = [
+        &["next"],
+        &["next-batch"],
+        &["current"],
+        &["status"],
+        &["sections"],
+        &["health"],
+        &["drill"],
+        &["set", "status"],
+        &["store", "lease"],
+        &["store", "snapshot"],
+    ];
+    for cmd in data {
+        let out = Command::new(seqctl_bin())
+            .args(cmd)
+            .arg("--help")
+            .output()
+            .unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(help.contains("--json"), "seqctl {cmd:?} has no --json:\n{help}");
+    }
+}

@@ -250,6 +250,7 @@ impl Shared {
             draining: self.draining.load(Ordering::Relaxed)
                 || self.stopping.load(Ordering::Relaxed),
             incarnation: self.incarnation(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }
 }

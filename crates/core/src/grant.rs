@@ -58,12 +58,20 @@ impl LeaseTerms {
     pub fn validate(&self) -> Result<(), String> {
         if self.lease_ms == 0 || self.lease_ms > Self::MAX_LEASE_MS {
             return Err(format!(
-                "lease_ms must be within 1..={}",
-                Self::MAX_LEASE_MS
+                "lease_ms must be between 1 and {} ms, not {}",
+                Self::MAX_LEASE_MS,
+                self.lease_ms
             ));
         }
         if self.margin_ms.saturating_mul(20) < self.lease_ms || self.margin_ms > self.lease_ms {
-            return Err("margin_ms must be within 5%..=100% of lease_ms".into());
+            return Err(format!(
+                "margin_ms must be between 5 % and 100 % of lease_ms ({} to {} ms for a lease \
+                 of {} ms), not {}",
+                self.lease_ms.div_ceil(20),
+                self.lease_ms,
+                self.lease_ms,
+                self.margin_ms
+            ));
         }
         Ok(())
     }
@@ -88,6 +96,22 @@ mod tests {
             };
             assert!(t.validate().is_err(), "{t:?}");
         }
+        // Said as people write bounds, not as a Rust range.
+        let e = |lease_ms, margin_ms| {
+            LeaseTerms {
+                lease_ms,
+                margin_ms,
+            }
+            .validate()
+            .unwrap_err()
+        };
+        assert_eq!(e(0, 0), "lease_ms must be between 1 and 600000 ms, not 0");
+        assert_eq!(
+            e(5000, 200),
+            "margin_ms must be between 5 % and 100 % of lease_ms (250 to 5000 ms for a lease of \
+             5000 ms), not 200"
+        );
+        assert!(!e(5000, 9000).contains(".."));
         assert!(LeaseTerms {
             lease_ms: 5000,
             margin_ms: 250

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use seqsvr_net::{DevPki, Leaf, Role, StoreId};
 
-use crate::defaults::{DEV_ALLOCS, DEV_OPERATOR, DEV_SET1_ALLOCS, DEV_SET1_STORES, DEV_STORES};
+use crate::defaults::{dev_sets, DEV_OPERATOR};
 use crate::error::Result;
 
 /// Who needs a certificate.
@@ -31,16 +31,19 @@ pub struct Identities {
 impl Identities {
     /// The dev cluster's processes and its `seqctl`.
     pub fn dev() -> Identities {
+        let sets = dev_sets(2);
         Identities {
-            stores: DEV_STORES
+            stores: sets
                 .iter()
-                .map(|s| StoreId::new(0, s.id))
-                .chain(DEV_SET1_STORES.iter().map(|s| StoreId::new(1, s.id)))
+                .flat_map(|set| {
+                    set.stores
+                        .iter()
+                        .map(|s| StoreId::new(set.spec.set_id, s.id))
+                })
                 .collect(),
-            allocs: DEV_ALLOCS
+            allocs: sets
                 .iter()
-                .chain(&DEV_SET1_ALLOCS)
-                .map(|a| a.id.to_string())
+                .flat_map(|set| set.allocs.iter().map(|a| a.id.to_string()))
                 .collect(),
             operators: vec![DEV_OPERATOR.to_string()],
             hosts: Vec::new(),
@@ -163,7 +166,7 @@ mod tests {
         let pki = DevPki::open(dir.path());
         issue(pki.dir(), &Identities::dev(), false).unwrap();
         for set in crate::defaults::dev_sets(2) {
-            for s in set.stores {
+            for s in &set.stores {
                 let cfg = crate::dev::dev_set_store_config(dir.path(), &set, s, Some(&pki));
                 let role = cfg.tls.unwrap().own_role().unwrap();
                 assert_eq!(role, Role::Store(StoreId::new(set.spec.set_id, s.id)));

@@ -5,42 +5,83 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use seqsvr::ctl::reach::{self, need_listener};
+use seqsvr::ctl::settings::{self, Layer, Settings};
 use seqsvr::ctl::{self, Ctl};
 use seqsvr::{defaults, drill, outln, Error, Result};
 use seqsvr_client::{ClientOptions, ClientTls, SeqClient};
 use seqsvr_net::TlsConfig;
 
 #[derive(Parser)]
-#[command(name = "seqctl", version, about = "Operate a seqsvr cluster")]
+#[command(
+    name = "seqctl",
+    version,
+    about = "Operate a seqsvr cluster",
+    after_help = "Every address and credential flag can also come from the environment \
+(SEQCTL_STORE, SEQCTL_STORE_ADMIN, SEQCTL_ALLOC, SEQCTL_CA, SEQCTL_CERT, SEQCTL_KEY, \
+SEQCTL_DEV_DIR, SEQCTL_PORT_BASE) or a profile (--profile NAME, or SEQCTL_PROFILE: a table \
+of $SEQCTL_PROFILES, else $XDG_CONFIG_HOME/seqctl/profiles.toml, else \
+~/.config/seqctl/profiles.toml). Flags win over the environment, the environment over the \
+profile; with none of them seqctl talks to the `seqsvr dev` cluster."
+)]
 struct Cli {
-    /// Store replicas' client-plane addresses, comma-separated (default:
-    /// the dev cluster's).
+    /// Store replicas' client-plane addresses, comma-separated (or
+    /// SEQCTL_STORE; default: the dev cluster's).
     #[arg(long, value_delimiter = ',', global = true)]
     store: Vec<String>,
-    /// Store replicas' admin-plane addresses, comma-separated (default: the
-    /// dev cluster's).
+    /// Store replicas' admin-plane addresses, comma-separated (or
+    /// SEQCTL_STORE_ADMIN; default: the dev cluster's).
     #[arg(long, value_delimiter = ',', global = true)]
     store_admin: Vec<String>,
-    /// AllocSvr client-plane addresses (seeds), comma-separated (default:
-    /// the dev cluster's).
+    /// AllocSvr client-plane addresses (seeds), comma-separated (or
+    /// SEQCTL_ALLOC; default: the dev cluster's).
     #[arg(long, value_delimiter = ',', global = true)]
     alloc: Vec<String>,
-    /// The cluster's CA certificate (PEM): dial every plane with TLS.
+    /// The cluster's CA certificate (PEM): dial every plane with TLS (or
+    /// SEQCTL_CA).
     #[arg(long, global = true)]
     ca: Option<PathBuf>,
-    /// The operator certificate (PEM) presented on admin planes; with --key.
-    #[arg(long, global = true, requires = "key")]
+    /// The operator certificate (PEM) presented on admin planes; with --key
+    /// (or SEQCTL_CERT).
+    #[arg(long, global = true)]
     cert: Option<PathBuf>,
-    /// The operator certificate's private key (PEM); with --cert.
-    #[arg(long, global = true, requires = "cert")]
+    /// The operator certificate's private key (PEM); with --cert (or
+    /// SEQCTL_KEY).
+    #[arg(long, global = true)]
     key: Option<PathBuf>,
+    /// A profile: a table of the profile file holding any of the settings
+    /// above (or SEQCTL_PROFILE).
+    #[arg(long, global = true)]
+    profile: Option<String>,
     /// Where `seqsvr dev` keeps its pid files (for drill faults) and, with
     /// `--tls`, its PKI: without --ca and address flags, seqctl uses that
-    /// PKI's operator certificate if the dev cluster runs with TLS.
-    #[arg(long, global = true, default_value = defaults::DEV_DIR)]
-    dev_dir: PathBuf,
+    /// PKI's operator certificate if the dev cluster runs with TLS (or
+    /// SEQCTL_DEV_DIR; default .seqsvr-dev).
+    #[arg(long, global = true)]
+    dev_dir: Option<PathBuf>,
+    /// The dev cluster's port base, as given to `seqsvr dev --port-base`
+    /// (or SEQCTL_PORT_BASE; default 7100).
+    #[arg(long, global = true, value_parser = defaults::parse_port_base)]
+    port_base: Option<u16>,
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+impl Cli {
+    /// The flags' layer of the settings.
+    fn layer(&self) -> Layer {
+        let some = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
+        Layer {
+            store: some(&self.store),
+            store_admin: some(&self.store_admin),
+            alloc: some(&self.alloc),
+            ca: self.ca.clone(),
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+            dev_dir: self.dev_dir.clone(),
+            port_base: self.port_base,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -49,17 +90,26 @@ enum Cmd {
     Next {
         /// The uid.
         uid: u64,
+        /// Print `{"uid": …, "seq": …}`.
+        #[arg(long)]
+        json: bool,
     },
     /// Prints the next sequence number of each uid, one per line, in order.
     NextBatch {
         /// The uids (a uid listed k times gets k increasing numbers).
         #[arg(required = true)]
         uids: Vec<u64>,
+        /// Print a JSON array of `{"uid": …, "seq": …}`.
+        #[arg(long)]
+        json: bool,
     },
     /// Prints the last sequence number handed out for a uid.
     Current {
         /// The uid.
         uid: u64,
+        /// Print `{"uid": …, "seq": …}`.
+        #[arg(long)]
+        json: bool,
     },
     /// Shows the store group (members, leader, term), the set, routes and
     /// the AllocSvrs' leases; then, when there are several, every set (as
@@ -69,13 +119,17 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Shows sections' ceilings, epochs and owners.
+    /// Shows sections' ceilings, epochs and owners: COUNT sections from
+    /// FIRST on (`sections 500 2`: sections 500 and 501).
     Sections {
-        /// First section.
+        /// The first section shown (sections are numbered from 0).
         #[arg(default_value_t = 0)]
         first: u32,
-        /// How many (default: all).
+        /// How many (default: every one from FIRST to the set's last).
         count: Option<u32>,
+        /// Print a JSON array.
+        #[arg(long)]
+        json: bool,
     },
     /// AllocSvr maintenance: planned moves with an explicit lease release,
     /// fencing.
@@ -135,11 +189,11 @@ struct Dial {
 }
 
 impl Dial {
-    /// From the flags: `--ca` (and `--cert`/`--key`), or else the dev
-    /// cluster's PKI when seqctl talks to the dev cluster, or else
-    /// plaintext.
-    fn from_cli(cli: &Cli) -> Result<Dial> {
-        match (&cli.ca, &cli.cert, &cli.key) {
+    /// From the settings: a CA (and an operator certificate and key), or
+    /// else the dev cluster's PKI when seqctl talks to the dev cluster, or
+    /// else plaintext.
+    fn from_settings(s: &Settings) -> Result<Dial> {
+        match (&s.ca, &s.cert, &s.key) {
             (Some(ca), Some(cert), Some(key)) => {
                 let cfg = TlsConfig {
                     ca: ca.clone(),
@@ -152,23 +206,20 @@ impl Dial {
                 tls: Some(ClientTls::server_only(ca)?),
                 operator: false,
             }),
-            (None, Some(_), _) | (None, _, Some(_)) => {
-                Err(Error::Usage("--cert and --key need --ca".into()))
-            }
-            (None, None, None) => {
-                let dev =
-                    cli.store.is_empty() && cli.store_admin.is_empty() && cli.alloc.is_empty();
-                match dev
-                    .then(|| defaults::dev_operator_tls(&cli.dev_dir))
-                    .flatten()
-                {
-                    Some(cfg) => Dial::operator(&cfg),
-                    None => Ok(Dial {
-                        tls: None,
-                        operator: true,
-                    }),
-                }
-            }
+            (None, Some(_), _) | (None, _, Some(_)) => Err(Error::Usage(
+                "an operator certificate needs the CA too: give --ca (or SEQCTL_CA)".into(),
+            )),
+            (None, None, None) => match s
+                .dev
+                .then(|| defaults::dev_operator_tls(&s.dev_dir))
+                .flatten()
+            {
+                Some(cfg) => Dial::operator(&cfg),
+                None => Ok(Dial {
+                    tls: None,
+                    operator: true,
+                }),
+            },
         }
     }
 
@@ -190,25 +241,34 @@ impl Dial {
     }
 }
 
-fn or_dev(given: &[String], dev: fn() -> Vec<String>) -> Vec<String> {
-    if given.is_empty() {
-        dev()
-    } else {
-        given.to_vec()
-    }
-}
-
 fn run(cli: Cli) -> Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| Error::io("starting the runtime", e))?;
-    let dial = Dial::from_cli(&cli)?;
-    let store = or_dev(&cli.store, defaults::dev_store_addrs);
-    let store_admin = or_dev(&cli.store_admin, defaults::dev_store_admin_addrs);
-    let seeds = or_dev(&cli.alloc, defaults::dev_alloc_addrs);
-    let dev_dir = cli.dev_dir.clone();
-    rt.block_on(async move {
+    let env = |k: &str| std::env::var(k).ok();
+    let s = settings::resolve(cli.layer(), cli.profile.clone(), &env)
+        .map_err(|e| Error::Usage(e.to_string()))?;
+    let dial = Dial::from_settings(&s)?;
+    let tls_on = dial.tls.is_some();
+    let (store, store_from) = s.store.clone();
+    let store_admin = s.store_admin.0.clone();
+    let (seeds, seeds_from) = s.alloc.clone();
+    let dev_dir = s.dev_dir.clone();
+    // Commands that read the store, or call the AllocSvrs, first make sure
+    // something listens there (well under a second when nothing does).
+    match &cli.cmd {
+        Cmd::Next { .. } | Cmd::NextBatch { .. } | Cmd::Current { .. } => {
+            rt.block_on(need_listener(&seeds, reach::ALLOC, &seeds_from))?
+        }
+        Cmd::Status { .. }
+        | Cmd::Sections { .. }
+        | Cmd::Alloc { .. }
+        | Cmd::Store { .. }
+        | Cmd::Set { .. } => rt.block_on(need_listener(&store, reach::STORE, &store_from))?,
+        Cmd::Health(_) | Cmd::Drill(_) => {}
+    }
+    let done = rt.block_on(async move {
         let seq = || {
             let options = ClientOptions {
                 tls: dial.tls.clone(),
@@ -218,19 +278,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
         };
         let ctl = || Ctl::new(&store, &store_admin, dial.tls.clone());
         let done = match cli.cmd {
-            Cmd::Next { uid } => {
-                outln!("{}", seq().await?.next(uid).await?)?;
-                Ok(())
+            Cmd::Next { uid, json } => {
+                let n = seq().await?.next(uid).await?;
+                ctl::print::numbers(&[uid], &[n], json, false)
             }
-            Cmd::NextBatch { uids } => {
-                for n in seq().await?.next_batch(&uids).await? {
-                    outln!("{n}")?;
-                }
-                Ok(())
+            Cmd::NextBatch { uids, json } => {
+                let ns = seq().await?.next_batch(&uids).await?;
+                ctl::print::numbers(&uids, &ns, json, true)
             }
-            Cmd::Current { uid } => {
-                outln!("{}", seq().await?.current(uid).await?)?;
-                Ok(())
+            Cmd::Current { uid, json } => {
+                let n = seq().await?.current(uid).await?;
+                ctl::print::numbers(&[uid], &[n], json, false)
             }
             Cmd::Status { json } => {
                 let sets = seqsvr::sets::Sets::new(&store, dial.tls.clone());
@@ -254,7 +312,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 let sets = seqsvr::sets::Sets::new(&store, dial.tls.clone());
                 ctl::set::run(&sets, op).await
             }
-            Cmd::Sections { first, count } => ctl::sections(&ctl()?, first, count).await,
+            Cmd::Sections { first, count, json } => {
+                ctl::sections(&ctl()?, first, count, json).await
+            }
             Cmd::Alloc { op } => {
                 dial.need_operator()?;
                 ctl::alloc::run(&ctl()?, op).await
@@ -267,7 +327,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 let health = ctl::health::probe(&args, dial.tls.as_ref()).await?;
                 // The exit code is the verdict: a reader gone early does
                 // not turn "unreachable" into success.
-                match outln!("{}", health.line()) {
+                let shown = match args.json {
+                    true => health.json(&args.addr),
+                    false => health.line().to_string(),
+                };
+                match outln!("{shown}") {
                     Err(e) if !e.is_closed_output() => return Err(e),
                     _ => return Ok(ExitCode::from(health.exit_code())),
                 }
@@ -288,5 +352,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
         };
         done.map(|()| ExitCode::SUCCESS)
+    });
+    // A TLS mismatch reads as one, whatever call met it first.
+    done.map_err(|e| match reach::tls_sentence(&e.to_string(), tls_on) {
+        Some(sentence) if !e.is_closed_output() => Error::Failed(format!("{sentence} ({e})")),
+        _ => e,
     })
 }

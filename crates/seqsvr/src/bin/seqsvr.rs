@@ -94,6 +94,13 @@ enum Cmd {
         /// paths (`seqctl set move`) can be tried locally.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=2))]
         sets: u32,
+        /// Every port the cluster binds is this plus a fixed offset (store-1's
+        /// peer plane N+1 … alloc-4's HTTP API N+154; see docs/operations.md):
+        /// choose another base when the default ports are taken, and give
+        /// seqctl the same `--port-base`.
+        #[arg(long, default_value_t = seqsvr::defaults::DEV_PORT_BASE,
+              value_parser = seqsvr::defaults::parse_port_base)]
+        port_base: u16,
     },
     /// Writes a PKI for a cluster: a CA (made once, then reused) and one
     /// certificate per store replica, AllocSvr and operator, each carrying
@@ -183,6 +190,7 @@ fn run(cli: Cli) -> Result<()> {
                 restart_after,
                 tls,
                 sets,
+                port_base,
             } => {
                 let restart_after =
                     (restart_after > 0).then(|| std::time::Duration::from_secs(restart_after));
@@ -191,6 +199,7 @@ fn run(cli: Cli) -> Result<()> {
                     restart_after,
                     tls,
                     sets,
+                    port_base,
                 })
                 .await
             }

@@ -45,6 +45,9 @@ pub struct HealthArgs {
     /// How long the probe may take, connecting included (e.g. `2s`).
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub timeout: Duration,
+    /// Print `{"addr", "verdict", "exit_code", "line"}` instead of the line.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// What a probe found: the verdict and the line it prints.
@@ -64,6 +67,26 @@ impl Health {
         match self {
             Health::Ok(l) | Health::NotReady(l) | Health::Unreachable(l) => l,
         }
+    }
+
+    /// The verdict as `--json` prints it: `ok`, `not_ready`, `unreachable`.
+    pub fn verdict(&self) -> &'static str {
+        match self {
+            Health::Ok(_) => "ok",
+            Health::NotReady(_) => "not_ready",
+            Health::Unreachable(_) => "unreachable",
+        }
+    }
+
+    /// What `--json` prints for the probe of `addr`.
+    pub fn json(&self, addr: &str) -> String {
+        serde_json::json!({
+            "addr": addr,
+            "verdict": self.verdict(),
+            "exit_code": self.exit_code(),
+            "line": self.line(),
+        })
+        .to_string()
     }
 
     /// The process exit code (see the module docs).
@@ -110,7 +133,7 @@ pub async fn probe(args: &HealthArgs, tls: Option<&ClientTls>) -> Result<Health>
             // An AllocSvr starting: alive (it answers), not ready.
             Some(why) if args.ready => Health::NotReady(format!("{addr}: not serving yet: {why}")),
             Some(why) => Health::Ok(format!("{addr}: alive, not serving yet: {why}")),
-            None => refused(addr, &s),
+            None => refused(addr, &s, tls.is_some()),
         },
         Ok(Ok(Answer::Store(s))) => judge_store(addr, &s, args.ready),
         Ok(Ok(Answer::Alloc(s))) => judge_alloc(addr, &s, args.ready),
@@ -133,9 +156,12 @@ fn starting(s: &tonic::Status) -> Option<String> {
 
 /// A call that failed: no connection (or TLS, or HTTP/2) is unreachable;
 /// a status the process itself sent back means it is up but refusing.
-fn refused(addr: &str, s: &tonic::Status) -> Health {
+fn refused(addr: &str, s: &tonic::Status, tls: bool) -> Health {
     let transport = std::error::Error::source(s).is_some();
-    let why = format!("{}: {}", s.code(), s.message());
+    let mut why = format!("{}: {}", s.code(), s.message());
+    if let Some(sentence) = super::reach::tls_sentence(&why, tls) {
+        why = format!("{sentence} ({why})");
+    }
     if transport {
         Health::Unreachable(format!("{addr}: unreachable: {why}"))
     } else {
@@ -288,10 +314,15 @@ mod tests {
             addr: format!("127.0.0.1:{port}"),
             ready: false,
             timeout: Duration::from_secs(2),
+            json: false,
         };
         let h = probe(&args, None).await.unwrap();
         assert_eq!(h.exit_code(), 2, "{h:?}");
         assert!(h.line().contains("unreachable"), "{h:?}");
+        let j: serde_json::Value = serde_json::from_str(&h.json(&args.addr)).unwrap();
+        assert_eq!(j["verdict"], "unreachable");
+        assert_eq!(j["exit_code"], 2);
+        assert_eq!(j["addr"], args.addr.as_str());
         // A process that accepts connections but never answers (paused).
         let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let paused = HealthArgs {

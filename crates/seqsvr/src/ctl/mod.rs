@@ -7,6 +7,10 @@
 //! - `store`: `seqctl store …`: store group settings (lease terms);
 //! - `health`: `seqctl health <addr>`: one process's own status, as a
 //!   probe (exit 0 healthy, 1 not ready, 2 unreachable);
+//! - `settings`: where the addresses and credentials come from (flags,
+//!   environment, a profile, the dev cluster's defaults);
+//! - `print`: text or `--json` output;
+//! - `reach`: whether anything listens there, asked before the calls;
 //! - here: [`Ctl`], the cluster as those commands reach it.
 //!
 //! A command group is a clap subcommand enum and a `run` function in its
@@ -27,7 +31,10 @@
 pub mod alloc;
 pub mod health;
 pub mod members;
+pub mod print;
+pub mod reach;
 pub mod set;
+pub mod settings;
 pub mod status;
 pub mod store;
 
@@ -35,6 +42,7 @@ use std::time::Duration;
 
 use seqsvr_net::{ClientTls, ServerRole};
 use seqsvr_proto::alloc_admin_client::AllocAdminClient;
+use seqsvr_proto::alloc_client::AllocClient;
 use seqsvr_proto::store_admin_client::StoreAdminClient;
 use seqsvr_proto::{self as pb};
 use seqsvr_store_api::client::connector;
@@ -123,6 +131,13 @@ impl Ctl {
             Some(s) => Some(s),
             None => self.read.leader_status().await,
         }
+    }
+
+    /// A client of the AllocSvr client plane at `addr`.
+    pub(crate) fn alloc_client(&self, addr: &str) -> Result<AllocClient<Channel>> {
+        let tls = self.tls.clone().map(|t| t.expecting(ServerRole::Alloc));
+        let ch = seqsvr_net::client::channel(addr, tls.as_ref(), CONNECT_TIMEOUT)?;
+        Ok(AllocClient::new(ch))
     }
 
     /// A client of the AllocSvr admin plane at `addr`.

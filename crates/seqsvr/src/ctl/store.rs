@@ -19,11 +19,18 @@ pub enum StoreOp {
         /// Extra wait before a section moves, for clock-rate drift, in ms.
         #[arg(long)]
         margin_ms: u64,
+        /// Print the terms in force as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Builds a snapshot now on the first store replica that answers (each
     /// replica keeps its own: give `--store-admin` one address to choose
     /// it) and prints its size and build time.
-    Snapshot,
+    Snapshot {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Takes a backup on the leader (every ceiling acknowledged before the
     /// call is in it) and writes it to `--out`, durably: restore it with
     /// `seqsvr store restore` (docs/operations.md, Backup and disaster
@@ -44,15 +51,23 @@ pub async fn run(ctl: &Ctl, op: StoreOp) -> Result<()> {
         StoreOp::Lease {
             lease_ms,
             margin_ms,
+            json,
         } => {
             let terms = LeaseTerms {
                 lease_ms,
                 margin_ms,
             };
-            set_lease(ctl, terms).await
+            set_lease(ctl, terms, json).await
         }
-        StoreOp::Snapshot => {
+        StoreOp::Snapshot { json } => {
             let r = ctl.admin.snapshot().await?;
+            if json {
+                return super::print::json(&serde_json::json!({
+                    "last_log_index": r.last_log_index,
+                    "bytes": r.bytes,
+                    "build_us": r.build_us,
+                }));
+            }
             outln!(
                 "snapshot up to log index {}: {} bytes, built and stored in {:.1} ms",
                 r.last_log_index,
@@ -80,9 +95,15 @@ pub async fn backup(ctl: &Ctl, out: &std::path::Path) -> Result<()> {
 
 /// Changes the lease terms (replicated, so every leader judges leases by
 /// the terms they were granted under); prints the terms in force.
-pub async fn set_lease(ctl: &Ctl, terms: LeaseTerms) -> Result<()> {
+pub async fn set_lease(ctl: &Ctl, terms: LeaseTerms, json: bool) -> Result<()> {
     terms.validate().map_err(Error::Usage)?;
     let now = ctl.admin.set_lease(terms).await?;
+    if json {
+        return super::print::json(&serde_json::json!({
+            "lease_ms": now.lease_ms,
+            "margin_ms": now.margin_ms,
+        }));
+    }
     outln!(
         "lease {} ms + margin {} ms (clock drift tolerated: {:.1} %)",
         now.lease_ms,

@@ -101,7 +101,7 @@ impl StoreApi {
         };
         if catch_up > max || catch_up.is_zero() {
             return Err(Error::Invalid(format!(
-                "a catch-up time must be within 1..={} ms (the admin plane's request_timeout_ms {} \
+                "a catch-up time must be between 1 and {} ms (the admin plane's request_timeout_ms {} \
                  less {} ms for the rest of the change), not {} ms",
                 max.as_millis(),
                 request_timeout.as_millis(),

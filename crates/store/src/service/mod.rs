@@ -357,7 +357,7 @@ fn check_count(count: u32) -> Result<(), Error> {
     }
     if count > MAX_SECTIONS_PER_CALL {
         return Err(Error::Invalid(format!(
-            "count must be within 1..={MAX_SECTIONS_PER_CALL}, not {count}"
+            "count must be between 1 and {MAX_SECTIONS_PER_CALL}, not {count}"
         )));
     }
     Ok(())
@@ -480,6 +480,7 @@ impl StoreApi {
             admin_addr: self.admin_addr.clone(),
             directory_version: a.state.directory.as_ref().map_or(0, |d| d.version),
             placement: seqsvr_proto::convert::placement_runs(&a.state.placement),
+            version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }
 }

@@ -12,6 +12,14 @@
 //! and admin planes), with a development PKI in `<dir>/pki/`: a CA made on
 //! the first such run and kept, a certificate per process, and one for
 //! `seqctl` as an operator.
+//!
+//! Every port it will bind is checked before anything starts ([`ports`]);
+//! every port follows `--port-base` ([`crate::defaults`]). A child that
+//! keeps dying is reported in the terminal with the end of its log
+//! ([`watch`]).
+
+pub mod ports;
+pub mod watch;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -24,8 +32,8 @@ use tokio::process::{Child, Command};
 
 use crate::certs::{issue, Identities};
 use crate::defaults::{
-    dev_config_path, dev_pki, dev_sets, dev_store_addrs, DevAlloc, DevSet, DevStore, DEV_ALLOCS,
-    DEV_OPERATOR, DEV_UID_END,
+    dev_config_path, dev_pki, dev_ports, dev_sets, dev_sets_at, dev_store_addrs, DevAlloc, DevSet,
+    DevStore, DEV_OPERATOR, DEV_PORT_BASE, DEV_UID_END,
 };
 use crate::error::{Context, Error, Result};
 use crate::outln;
@@ -122,7 +130,7 @@ pub fn dev_set_alloc_config(set: &DevSet, a: &DevAlloc, pki: Option<&DevPki>) ->
         renew_ms: 1000,
         wait_ms: 1000,
         raise_ahead_fraction: 0.25,
-        resp: Some(seqsvr_alloc::node::RespSection::on(a.resp)),
+        resp: Some(seqsvr_alloc::node::RespSection::on(a.resp.clone())),
         forward: Default::default(),
         http_addr: Some(a.http.to_string()),
     }
@@ -143,8 +151,8 @@ fn write_config(path: PathBuf, cfg: &impl serde::Serialize) -> Result<PathBuf> {
 /// Adds set 1 for `[DEV_UID_END, 2 × DEV_UID_END)` once set 0 recorded its
 /// stores and set 1's group has a leader (running it again on a restarted
 /// dev cluster finds it done).
-async fn add_set1(set: DevSet, tls: Option<seqsvr_net::ClientTls>) {
-    let sets = crate::sets::Sets::new(&dev_store_addrs(), tls);
+async fn add_set1(set: DevSet, base: u16, tls: Option<seqsvr_net::ClientTls>) {
+    let sets = crate::sets::Sets::new(&dev_store_addrs(base), tls);
     let stores: Vec<String> = set.stores.iter().map(|s| s.client.to_string()).collect();
     let (b, e) = (DEV_UID_END, 2 * DEV_UID_END);
     let mut last = String::new();
@@ -204,6 +212,8 @@ struct Supervised {
     child: Child,
     /// When it died, if it did (restarted after the delay).
     died: Option<tokio::time::Instant>,
+    /// Its recent deaths (to tell one that keeps dying).
+    deaths: watch::Deaths,
 }
 
 /// How to run the dev cluster.
@@ -218,12 +228,19 @@ pub struct DevOptions {
     /// How many sets (1 or 2): set 1 is added for `[DEV_UID_END, 2 ×
     /// DEV_UID_END)` once its stores are up.
     pub sets: u32,
+    /// Every port is this plus an offset (see [`crate::defaults`]).
+    pub port_base: u16,
 }
 
 /// Runs the dev cluster until Ctrl-C. A child that dies (a drill's kill -9,
 /// a crash) is started again after `restart_after`, like a supervisor would
 /// (`None`: left dead); a paused child (SIGSTOP) is left alone.
 pub async fn run(opts: DevOptions) -> Result<()> {
+    let sets = dev_sets_at(opts.port_base, opts.sets);
+    let taken = ports::taken(&dev_ports(&sets));
+    if !taken.is_empty() {
+        return Err(ports::taken_error(&taken, opts.port_base));
+    }
     let dir_err = |e| Error::io(format!("creating {}", opts.dir.display()), e);
     std::fs::create_dir_all(&opts.dir).map_err(dir_err)?;
     let dir = opts.dir.canonicalize().map_err(dir_err)?;
@@ -249,12 +266,12 @@ pub async fn run(opts: DevOptions) -> Result<()> {
             args,
             child,
             died: None,
+            deaths: watch::Deaths::default(),
         });
         Ok(())
     };
-    let sets = dev_sets(opts.sets);
     for set in &sets {
-        for s in set.stores {
+        for s in &set.stores {
             let name = s.name();
             let cfg = dev_set_store_config(&dir, set, s, pki.as_ref());
             start(
@@ -270,7 +287,7 @@ pub async fn run(opts: DevOptions) -> Result<()> {
                 set.spec.set_id
             )?;
         }
-        for a in set.allocs {
+        for a in &set.allocs {
             let cfg = dev_set_alloc_config(set, a, pki.as_ref());
             start(
                 a.id.to_string(),
@@ -294,27 +311,10 @@ pub async fn run(opts: DevOptions) -> Result<()> {
             Some(p) => Some(p.tls_config(DEV_OPERATOR).client()?),
             None => None,
         };
-        tokio::spawn(add_set1(set1.clone(), tls));
+        tokio::spawn(add_set1(set1.clone(), opts.port_base, tls));
     }
     outln!("data and logs  {}", dir.display())?;
-    match &pki {
-        Some(pki) => print_tls_usage(&opts.dir, pki)?,
-        None => {
-            outln!("try:           seqctl next 42        (prints a sequence number)")?;
-            outln!(
-                "               redis-cli -p {} INCR seq:42   (the Redis-protocol door)",
-                crate::defaults::DEV_ALLOCS[0]
-                    .resp
-                    .rsplit_once(':')
-                    .map_or("", |p| p.1)
-            )?;
-            outln!("               seqctl status")?;
-            outln!(
-                "               curl -s http://{}/v1/next/42   (any AllocSvr, any uid)",
-                DEV_ALLOCS[0].http
-            )?;
-        }
-    }
+    print_usage(&opts, &sets[0].allocs[0], pki.as_ref())?;
     outln!("stop:          Ctrl-C")?;
     let mut shutdown = std::pin::pin!(shutdown_signal());
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
@@ -341,8 +341,38 @@ pub async fn run(opts: DevOptions) -> Result<()> {
     Ok(())
 }
 
+/// Prints how to reach the cluster: `seqctl` (with `--port-base` when the
+/// ports are not the default ones), redis-cli, curl; with TLS, where the
+/// PKI is and the exact `seqctl` flags to use it.
+fn print_usage(opts: &DevOptions, a: &DevAlloc, pki: Option<&DevPki>) -> Result<()> {
+    let seqctl = seqctl_command(opts.port_base);
+    if let Some(pki) = pki {
+        return print_tls_usage(&opts.dir, pki, &seqctl);
+    }
+    let port = |addr: &str| addr.rsplit_once(':').map_or("", |p| p.1).to_string();
+    outln!("try:           {seqctl} next 42        (prints a sequence number)")?;
+    outln!(
+        "               redis-cli -p {} INCR seq:42   (the Redis-protocol door)",
+        port(&a.resp)
+    )?;
+    outln!("               {seqctl} status")?;
+    outln!(
+        "               curl -s http://{}/v1/next/42   (any AllocSvr, any uid)",
+        a.http
+    )
+}
+
+/// `seqctl`, with the port base when it is not the default one.
+pub fn seqctl_command(port_base: u16) -> String {
+    if port_base == DEV_PORT_BASE {
+        "seqctl".into()
+    } else {
+        format!("seqctl --port-base {port_base}")
+    }
+}
+
 /// Prints where the PKI is and the exact `seqctl` flags to use it.
-fn print_tls_usage(dir_as_given: &Path, pki: &DevPki) -> Result<()> {
+fn print_tls_usage(dir_as_given: &Path, pki: &DevPki, seqctl: &str) -> Result<()> {
     let op = pki.tls_config(DEV_OPERATOR);
     let TlsConfig { ca, cert, key } = &op;
     outln!(
@@ -350,13 +380,13 @@ fn print_tls_usage(dir_as_given: &Path, pki: &DevPki) -> Result<()> {
         pki.dir().display()
     )?;
     outln!(
-        "seqctl:        seqctl --ca {} --cert {} --key {} status",
+        "seqctl:        {seqctl} --ca {} --cert {} --key {} status",
         ca.display(),
         cert.display(),
         key.display()
     )?;
     outln!(
-        "               or: seqctl --dev-dir {} status   (finds the dev PKI itself)",
+        "               or: {seqctl} --dev-dir {} status   (finds the dev PKI itself)",
         dir_as_given.display()
     )?;
     outln!(
@@ -365,7 +395,9 @@ fn print_tls_usage(dir_as_given: &Path, pki: &DevPki) -> Result<()> {
     )
 }
 
-/// Notices dead children and restarts them once their delay has passed.
+/// Notices dead children and restarts them once their delay has passed;
+/// tells the terminal about one that keeps dying (or, with no restarts,
+/// one that died), with the end of its log.
 fn supervise(
     dir: &Path,
     children: &mut [Supervised],
@@ -377,6 +409,16 @@ fn supervise(
             if let Ok(Some(status)) = c.child.try_wait() {
                 outln!("{} exited ({status})", c.name)?;
                 c.died = Some(now);
+                let looping = c.deaths.died(now.into_std());
+                if looping || restart_after.is_none() {
+                    let deaths = if looping { c.deaths.recent() } else { 1 };
+                    let log = dir.join("logs").join(format!("{}.log", c.name));
+                    let tail = watch::log_tail(&log, watch::TAIL_LINES).unwrap_or_default();
+                    eprintln!(
+                        "{}",
+                        watch::report(&c.name, deaths, &status.to_string(), &log, &tail)
+                    );
+                }
             }
         }
         match (c.died, restart_after) {

@@ -65,8 +65,7 @@ mod tests {
 
     #[test]
     fn every_series_gets_the_extra_labels_and_build_info_is_there() {
-        let r = Registry::new_custom(None, Some([("alloc".into(), "a-1".into())].into()))
-            .unwrap();
+        let r = Registry::new_custom(None, Some([("alloc".into(), "a-1".into())].into())).unwrap();
         register_common(&r).unwrap();
         let c = prometheus::IntCounter::new("seqsvr_x_total", "x").unwrap();
         r.register(Box::new(c.clone())).unwrap();

@@ -248,5 +248,8 @@ fn first_grant_is_no_lapse_and_a_lease_that_ran_out_is() {
         .collect();
     assert_eq!(lapses.len(), 2, "{out}");
     assert!(lapses[0].ends_with("lapsed: false }"), "first grant: {out}");
-    assert!(lapses[1].ends_with("lapsed: true }"), "after the lease ran out: {out}");
+    assert!(
+        lapses[1].ends_with("lapsed: true }"),
+        "after the lease ran out: {out}"
+    );
 }

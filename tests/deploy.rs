@@ -385,8 +385,8 @@ fn compose_cluster_keeps_numbers_going_up_through_container_faults() {
         "seqsvr_store_command_seconds_bucket{",
         "seqsvr_store_fsyncs_total",
         "seqsvr_store_renewals_total",
-        "seqsvr_raft{",
-        "seqsvr_store_state{",
+        "seqsvr_raft_term{",
+        "seqsvr_store_unserved_sections{",
     ] {
         assert!(a.contains(name), "no {name} in the scrape of store-1");
     }
@@ -404,7 +404,7 @@ fn compose_cluster_keeps_numbers_going_up_through_container_faults() {
     for name in [
         "seqsvr_alloc_numbers_total",
         "seqsvr_alloc_renewals_total",
-        "seqsvr_alloc_state{",
+        "seqsvr_alloc_lease_left_seconds{",
         "seqsvr_calls_total{",
     ] {
         assert!(a.contains(name), "no {name} in the scrape of alloc-1");

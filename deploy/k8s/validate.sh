@@ -6,7 +6,10 @@
 #   deploy/k8s/validate.sh
 #
 # Checks every manifest, the output of `kubectl kustomize` (when kubectl
-# is installed), and the Secrets secrets.sh writes (for a stand-in PKI).
+# is installed), and the Secrets secrets.sh writes (for a stand-in PKI);
+# then check.py: what the schemas cannot say (required anti-affinity and
+# a zone spread for store replicas, network policies, the metrics port,
+# JSON logs).
 # Environment: KUBERNETES_VERSION (the schema version, default: the
 # validator's newest), SEQSVR_TOOLS_DIR (where the virtualenv lives,
 # default ~/.cache/seqsvr-tools).
@@ -55,5 +58,11 @@ else
 fi
 
 "$kv" "${flags[@]}" "${manifests[@]}"
+# What the schemas cannot say (anti-affinity, zone spread, network
+# policies, metrics port, JSON logs), with the validator's python, which
+# has PyYAML.
+py=python3
+[ ! -x "$tools/kv-venv/bin/python3" ] || py="$tools/kv-venv/bin/python3"
+"$py" "$here/check.py" "$here"
 n=$(grep -h '^kind:' "${manifests[@]}" | wc -l)
 echo "validate.sh: ${#manifests[@]} files, $n resources valid"

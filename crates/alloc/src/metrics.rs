@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
     Registry,
 };
 use seqsvr_proto::ErrorKind;
@@ -30,14 +30,14 @@ pub struct AllocMetrics {
     /// Round trip of granted renewals, from the send time (the time the
     /// lease is counted from) to the grant.
     renewal_seconds: Histogram,
-    /// Sections claimed by take-over, and adopted after handoffs.
+    /// Sections started: claimed by take-over, adopted after handoffs.
     sections: IntCounterVec,
     /// Store latency of ceiling raises.
     raise_seconds: Histogram,
-    /// Allocator counters, mirrored when scraped.
-    allocator: IntCounterVec,
+    /// Allocator counters (one metric each), mirrored when scraped.
+    allocator: AllocatorCounters,
     /// State read when scraped.
-    state: IntGaugeVec,
+    state: StateGauges,
     /// Errors answered, by kind, and forwarding.
     pub front: FrontMetrics,
 }
@@ -155,6 +155,7 @@ impl AllocMetrics {
             None,
             Some([("alloc".to_string(), alloc.to_string())].into()),
         )?;
+        seqsvr_net::exposition::register_common(&registry)?;
         let numbers = IntCounter::new("seqsvr_alloc_numbers_total", "sequence numbers handed out")?;
         let renewals = IntCounterVec::new(
             Opts::new("seqsvr_alloc_renewals_total", "lease renewals, by result"),
@@ -176,7 +177,7 @@ impl AllocMetrics {
         )?;
         let sections = IntCounterVec::new(
             Opts::new(
-                "seqsvr_alloc_sections_total",
+                "seqsvr_alloc_sections_started_total",
                 "sections started: taken over or adopted",
             ),
             &["how"],
@@ -190,20 +191,8 @@ impl AllocMetrics {
                 0.000_5, 0.001, 0.002, 0.003, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0,
             ]),
         )?;
-        let allocator = IntCounterVec::new(
-            Opts::new(
-                "seqsvr_alloc_allocator_total",
-                "allocator events: exhausted (a caller waited for a raise), raises_queued, raises_applied, sections_dropped, sections_freed (cells of a lost section freed)",
-            ),
-            &["event"],
-        )?;
-        let state = IntGaugeVec::new(
-            Opts::new(
-                "seqsvr_alloc_state",
-                "AllocSvr state: sections_served, cell_bytes (cur_seq cells allocated), lease_left_ms, draining, fenced, route_version",
-            ),
-            &["field"],
-        )?;
+        let allocator = AllocatorCounters::register(&registry)?;
+        let state = StateGauges::register(&registry)?;
         for c in [
             Box::new(numbers.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(renewals.clone()),
@@ -211,8 +200,6 @@ impl AllocMetrics {
             Box::new(renewal_seconds.clone()),
             Box::new(sections.clone()),
             Box::new(raise_seconds.clone()),
-            Box::new(allocator.clone()),
-            Box::new(state.clone()),
         ] {
             registry.register(c)?;
         }
@@ -270,28 +257,98 @@ impl AllocMetrics {
         route_version: u64,
     ) -> String {
         let st = alloc.stats();
-        for (e, v) in [
-            ("exhausted", st.exhausted),
-            ("raises_queued", st.raises_queued),
-            ("raises_applied", st.raises_applied),
-            ("sections_dropped", st.sections_dropped),
-            ("sections_freed", st.sections_freed),
+        let c = &self.allocator;
+        for (counter, v) in [
+            (&c.exhausted, st.exhausted),
+            (&c.raises_queued, st.raises_queued),
+            (&c.raises_applied, st.raises_applied),
+            (&c.sections_dropped, st.sections_dropped),
+            (&c.sections_freed, st.sections_freed),
         ] {
-            let c = self.allocator.with_label_values(&[e]);
-            c.inc_by(v.saturating_sub(c.get()));
+            counter.inc_by(v.saturating_sub(counter.get()));
         }
-        for (f, v) in [
-            ("sections_served", alloc.served_count() as i64),
-            ("cell_bytes", st.cell_bytes as i64),
-            ("lease_left_ms", lease_left_ms),
-            ("draining", i64::from(draining)),
-            ("fenced", i64::from(fenced)),
-            ("route_version", route_version as i64),
-        ] {
-            self.state.with_label_values(&[f]).set(v);
-        }
-        prometheus::TextEncoder::new()
-            .encode_to_string(&self.registry.gather())
-            .unwrap_or_else(|e| format!("# metrics encoding failed: {e}\n"))
+        let g = &self.state;
+        g.sections_served.set(alloc.served_count() as i64);
+        g.cell_bytes.set(st.cell_bytes as i64);
+        g.lease_left_seconds.set(lease_left_ms as f64 / 1000.0);
+        g.draining.set(i64::from(draining));
+        g.fenced.set(i64::from(fenced));
+        g.route_version.set(route_version as i64);
+        let set = alloc.spec().set_id.to_string();
+        seqsvr_net::exposition::render(&self.registry, &[("set", &set)])
+    }
+}
+
+/// The allocator's counters, one metric per meaning.
+struct AllocatorCounters {
+    exhausted: IntCounter,
+    raises_queued: IntCounter,
+    raises_applied: IntCounter,
+    sections_dropped: IntCounter,
+    sections_freed: IntCounter,
+}
+
+impl AllocatorCounters {
+    fn register(r: &Registry) -> prometheus::Result<Self> {
+        let c = |name: &str, help: &str| -> prometheus::Result<IntCounter> {
+            let c = IntCounter::new(name, help)?;
+            r.register(Box::new(c.clone()))?;
+            Ok(c)
+        };
+        Ok(Self {
+            exhausted: c(
+                "seqsvr_alloc_exhausted_total",
+                "calls that found their section's ceiling reached and waited for a raise",
+            )?,
+            raises_queued: c("seqsvr_alloc_raises_queued_total", "ceiling raises queued")?,
+            raises_applied: c(
+                "seqsvr_alloc_raises_applied_total",
+                "ceiling raises the store committed and this AllocSvr applied",
+            )?,
+            sections_dropped: c(
+                "seqsvr_alloc_sections_dropped_total",
+                "sections this AllocSvr stopped serving",
+            )?,
+            sections_freed: c(
+                "seqsvr_alloc_sections_freed_total",
+                "sections whose cur_seq cells were freed once their last callers finished",
+            )?,
+        })
+    }
+}
+
+/// The AllocSvr's state, one gauge per meaning (durations in seconds).
+struct StateGauges {
+    sections_served: IntGauge,
+    cell_bytes: IntGauge,
+    lease_left_seconds: Gauge,
+    draining: IntGauge,
+    fenced: IntGauge,
+    route_version: IntGauge,
+}
+
+impl StateGauges {
+    fn register(r: &Registry) -> prometheus::Result<Self> {
+        let int = |name: &str, help: &str| -> prometheus::Result<IntGauge> {
+            let g = IntGauge::new(name, help)?;
+            r.register(Box::new(g.clone()))?;
+            Ok(g)
+        };
+        let lease_left_seconds = Gauge::new(
+            "seqsvr_alloc_lease_left_seconds",
+            "time left on this AllocSvr's lease (0 or less: none)",
+        )?;
+        r.register(Box::new(lease_left_seconds.clone()))?;
+        Ok(Self {
+            sections_served: int("seqsvr_alloc_sections_served", "sections this AllocSvr serves")?,
+            cell_bytes: int(
+                "seqsvr_alloc_cell_bytes",
+                "bytes of cur_seq cells held (served sections, and lost ones until their last callers finish)",
+            )?,
+            lease_left_seconds,
+            draining: int("seqsvr_alloc_draining", "1 while this AllocSvr is draining")?,
+            fenced: int("seqsvr_alloc_fenced", "1 once this AllocSvr was fenced (it never serves again)")?,
+            route_version: int("seqsvr_alloc_route_version", "the route table version this AllocSvr holds")?,
+        })
     }
 }

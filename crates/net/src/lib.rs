@@ -19,6 +19,8 @@
 //! - [`certs`]: a development PKI ([`DevPki`]).
 //! - [`calls`]: per-call gRPC metrics (method, code, latency).
 //! - [`metrics`]: the Prometheus scrape listener (plain HTTP/1.1).
+//! - [`exposition`]: build info and process metrics for every process, and
+//!   rendering a scrape with its `set` label.
 //! - [`error`]: this crate's [`Error`].
 //!
 //! # Why one crate
@@ -38,6 +40,7 @@ pub mod calls;
 pub mod certs;
 pub mod client;
 pub mod error;
+pub mod exposition;
 pub mod limits;
 pub mod metrics;
 pub mod plane;

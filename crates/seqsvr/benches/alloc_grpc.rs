@@ -494,10 +494,9 @@ async fn exhaust(args: &Args, seqsvr: &Target, lib: &Caller) {
 /// The AllocSvr's raises applied and calls that found their section
 /// exhausted so far, from its metrics.
 fn raises(metrics: &str) -> (u64, u64) {
-    let n = "seqsvr_alloc_allocator_total";
     (
-        scrape(metrics, n, "raises_applied"),
-        scrape(metrics, n, "exhausted"),
+        scrape(metrics, "seqsvr_alloc_raises_applied_total"),
+        scrape(metrics, "seqsvr_alloc_exhausted_total"),
     )
 }
 

@@ -34,6 +34,9 @@ use serde::{Deserialize, Serialize};
 use crate::command::Command;
 use crate::state::{LeaseState, SetState};
 
+mod explain;
+pub use explain::{MoveNote, Runs, Why};
+
 /// The arbiter's own timing. Lease terms are not here: they are
 /// replicated state ([`crate::state::LeaseState`]), so every leader judges
 /// a lease by the terms it was granted under.

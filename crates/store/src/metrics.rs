@@ -15,12 +15,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry,
 };
 
 use crate::types::Command;
 
+mod gauges;
 mod render;
+
+use gauges::Gauges;
 
 /// The metrics of one replica.
 pub struct StoreMetrics {
@@ -36,10 +39,12 @@ pub struct StoreMetrics {
     moves: IntCounter,
     /// fsyncs, mirrored from the disk's counter when scraped.
     fsyncs: IntCounter,
-    /// Seconds spent syncing and applying, mirrored when scraped.
-    seconds: prometheus::CounterVec,
-    raft: IntGaugeVec,
-    state: IntGaugeVec,
+    /// Seconds spent syncing (sled flush + fsync), mirrored when scraped.
+    sync_seconds: prometheus::Counter,
+    /// Seconds spent applying to the state machine, mirrored when scraped.
+    apply_seconds: prometheus::Counter,
+    /// Gauges read when scraped.
+    gauges: Gauges,
     /// Time per step of a write (see [`Stages`]).
     pub stages: Arc<Stages>,
 }
@@ -132,11 +137,18 @@ fn kind(cmd: &Command) -> &'static str {
 
 impl StoreMetrics {
     /// A fresh registry with every store metric.
-    pub fn new(node: u64) -> prometheus::Result<Arc<Self>> {
+    pub fn new(node: u64, set: u32) -> prometheus::Result<Arc<Self>> {
         let registry = Registry::new_custom(
             None,
-            Some([("store_node".to_string(), node.to_string())].into()),
+            Some(
+                [
+                    ("store_node".to_string(), node.to_string()),
+                    ("set".to_string(), set.to_string()),
+                ]
+                .into(),
+            ),
         )?;
+        seqsvr_net::exposition::register_common(&registry)?;
         let commands = IntCounterVec::new(
             Opts::new(
                 "seqsvr_store_commands_total",
@@ -161,27 +173,21 @@ impl StoreMetrics {
         )?;
         let moves = IntCounter::new(
             "seqsvr_store_arbiter_moves_total",
-            "section runs the arbiter routed away from owners whose lease expired",
+            "runs of sections the arbiter routed away from AllocSvrs whose lease expired or that stopped (first routings of unowned sections are not counted)",
         )?;
         let fsyncs = IntCounter::new(
             "seqsvr_store_fsyncs_total",
             "fsyncs of the replica's database",
         )?;
-        let seconds = prometheus::CounterVec::new(
-            Opts::new(
-                "seqsvr_store_seconds_total",
-                "time this replica spent: sync (sled flush + fsync, log and state), apply (state machine)",
-            ),
-            &["in"],
+        let sync_seconds = prometheus::Counter::new(
+            "seqsvr_store_sync_seconds_total",
+            "time this replica spent syncing its database (sled flush + fsync, log and state)",
         )?;
-        let raft = IntGaugeVec::new(
-            Opts::new("seqsvr_raft", "Raft state of this replica: term, is_leader, last_log_index, last_applied, commit_lag, voters, learners, joint (a membership change half done), max_member_lag (leader only: entries the furthest member is behind)"),
-            &["field"],
+        let apply_seconds = prometheus::Counter::new(
+            "seqsvr_store_apply_seconds_total",
+            "time this replica spent applying committed entries to its state machine",
         )?;
-        let state = IntGaugeVec::new(
-            Opts::new("seqsvr_store_state", "replicated state as this replica applied it: sections, owned_sections, allocs, route_version, lease_ms, margin_ms"),
-            &["field"],
-        )?;
+        let gauges = Gauges::register(&registry)?;
         let stage_vec = stage_histograms()?;
         for c in [
             Box::new(stage_vec.clone()) as Box<dyn prometheus::core::Collector>,
@@ -190,9 +196,8 @@ impl StoreMetrics {
             Box::new(renewals.clone()),
             Box::new(moves.clone()),
             Box::new(fsyncs.clone()),
-            Box::new(seconds.clone()),
-            Box::new(raft.clone()),
-            Box::new(state.clone()),
+            Box::new(sync_seconds.clone()),
+            Box::new(apply_seconds.clone()),
         ] {
             registry.register(c)?;
         }
@@ -203,9 +208,9 @@ impl StoreMetrics {
             renewals,
             moves,
             fsyncs,
-            seconds,
-            raft,
-            state,
+            sync_seconds,
+            apply_seconds,
+            gauges,
             stages: Arc::new(Stages::new(&stage_vec)),
         }))
     }

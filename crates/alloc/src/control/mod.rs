@@ -145,7 +145,8 @@ pub enum Effect {
     Drop {
         /// The sections, in order.
         sections: Vec<SectionId>,
-        /// The lease had lapsed: every served section is dropped.
+        /// A lease held before had lapsed (every served section is
+        /// dropped); false on a process's first grant.
         lapsed: bool,
     },
     /// Stop serving these sections if each is still at the epoch given.
@@ -159,7 +160,9 @@ pub enum Effect {
         sent: Instant,
         /// The lease granted.
         lease: Duration,
-        /// The lease had lapsed before this grant (counted).
+        /// A lease held before had lapsed before this grant (counted in
+        /// `seqsvr_alloc_lease_lapses_total`); a process's first grant
+        /// finds no lease and is no lapse.
         lapsed: bool,
     },
     /// Report draining (or not) as the store says.
@@ -228,7 +231,8 @@ pub struct Control {
     /// The section list of the last renewal that carried one, and its
     /// version (0: none).
     listed: (u64, Vec<SectionId>),
-    /// How many granted renewals found the lease lapsed. A decision based
+    /// How many granted renewals found no valid lease (a lapse, or the
+    /// process's first grant). A decision based
     /// on a store read may be acted on only if this did not change since
     /// before the read ([`may_act_on_read`](crate::ownership::may_act_on_read)).
     lapses: u64,
@@ -288,7 +292,8 @@ impl Control {
         self.lease_until.is_some_and(|until| now < until)
     }
 
-    /// How many granted renewals found the lease lapsed.
+    /// How many granted renewals found no valid lease (the first grant
+    /// included: a safety count, not the lapse metric).
     pub fn lapses(&self) -> u64 {
         self.lapses
     }

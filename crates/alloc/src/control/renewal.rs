@@ -59,10 +59,17 @@ impl Control {
             out.extend(self.end_cycle(now));
             return out;
         };
-        let lapsed = !self.lease_valid(now);
+        // No valid lease: everything served is dropped and everything
+        // listed claimed again. A lapse is only a lease that was held and
+        // ran out; the first grant of a process finds none to lapse (the
+        // counter behind `seqsvr_alloc_lease_lapses_total` counts real
+        // lapses only). The safety count `lapses` still moves on both: a
+        // store read taken while no lease was held is not acted on.
+        let expired = !self.lease_valid(now);
+        let lapsed = expired && self.lease_until.is_some();
         let releasing: Vec<_> = self.releasing.keys().copied().collect();
-        let r = reconcile(served, &listed, &releasing, lapsed);
-        if lapsed {
+        let r = reconcile(served, &listed, &releasing, expired);
+        if expired {
             self.lapses += 1;
         }
         let until = sent + grant.lease;

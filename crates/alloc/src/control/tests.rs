@@ -232,3 +232,24 @@ fn golden_scripts() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/control/testdata");
     seqsvr_core::golden::assert_dir(&dir, run_script);
 }
+
+/// `seqsvr_alloc_lease_lapses_total` counts the effects' `lapsed`: a
+/// process's first grant finds no lease, which is no lapse (a fresh
+/// AllocSvr read 1 lapse before); a lease that ran out is one.
+#[test]
+fn first_grant_is_no_lapse_and_a_lease_that_ran_out_is() {
+    let out = run_script(
+        "new 1000\nrenew-now @0\nrenewed @2 lease=3000 list=1:0 routes=1 served=-\n\
+         claims-done @2 held=1\ntick @5000\nrenewed @5002 lease=3000 list=unchanged routes=1 served=0\n",
+    );
+    let lapses: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("> ExtendLease"))
+        .collect();
+    assert_eq!(lapses.len(), 2, "{out}");
+    assert!(lapses[0].ends_with("lapsed: false }"), "first grant: {out}");
+    assert!(
+        lapses[1].ends_with("lapsed: true }"),
+        "after the lease ran out: {out}"
+    );
+}

@@ -65,7 +65,7 @@ pub fn start_cluster_under(threads: usize, step: u64, under: Vec<String>) -> (Se
 
 /// The value of counter `name` with first label `event="{event}"` in the
 /// Prometheus text served on `addr` (0 if absent).
-pub fn scrape(addr: &str, name: &str, event: &str) -> u64 {
+pub fn scrape(addr: &str, name: &str) -> u64 {
     use std::io::{Read, Write};
     let Ok(mut s) = std::net::TcpStream::connect(addr) else {
         return 0;
@@ -73,9 +73,8 @@ pub fn scrape(addr: &str, name: &str, event: &str) -> u64 {
     let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n");
     let mut text = String::new();
     let _ = s.read_to_string(&mut text);
-    // `name{event="X",other="…"} value`: the label order is the
-    // registry's, so match the name and the event label, take the value.
-    let key = format!("{name}{{event=\"{event}\"");
+    // `name{alloc="…",set="…"} value`: match the name, take the value.
+    let key = format!("{name}{{");
     text.lines()
         .filter(|l| l.starts_with(&key))
         .find_map(|l| l.rsplit(' ').next())

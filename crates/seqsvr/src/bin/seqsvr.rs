@@ -23,8 +23,10 @@ const CONFIG_ENV: &str = "SEQSVR_CONFIG";
     about = "Per-uid monotonic sequence numbers (StoreSvr + AllocSvr)"
 )]
 struct Cli {
-    /// Log format: `text` or `json`.
-    #[arg(long, default_value = "text", global = true)]
+    /// Log format: `text` or `json` (one JSON object a line; the
+    /// container configs set it through `SEQSVR_LOG_FORMAT`).
+    #[arg(long, default_value = "text", global = true, env = "SEQSVR_LOG_FORMAT",
+          value_parser = ["text", "json"])]
     log_format: String,
     #[command(subcommand)]
     cmd: Cmd,

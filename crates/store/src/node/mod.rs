@@ -22,6 +22,7 @@
 mod bootstrap;
 mod config;
 mod home;
+mod watch;
 
 pub use config::*;
 
@@ -53,6 +54,7 @@ use crate::state_machine::StateMachine;
 use crate::types::{Command, NodeId, Raft};
 use seqsvr_net::TlsConfig;
 use seqsvr_store_api::{Error, Result};
+use seqsvr_store_core::arbiter::Runs;
 use seqsvr_store_core::backup::RestorePlan;
 
 use bootstrap::{bootstrap, configure_set, may_initialise};
@@ -205,7 +207,7 @@ impl StoreNode {
             )?),
             None => None,
         };
-        let metrics = crate::metrics::StoreMetrics::new(cfg.id)
+        let metrics = crate::metrics::StoreMetrics::new(cfg.id, cfg.set.set_id)
             .map_err(|e| Error::Internal(format!("metrics: {e}")))?;
         let disk = Disk::open(&cfg.data_dir).map_err(|e| at(&e))?;
         claim_identity(&disk, cfg.id)?;
@@ -287,7 +289,7 @@ impl StoreNode {
         if let Some(tcp) = listeners.metrics {
             let a = api.clone();
             let render: seqsvr_net::metrics::Render =
-                Arc::new(move || a.metrics.render(a.id, &a.raft, &a.sm, &a.disk));
+                Arc::new(move || a.metrics.render(a.id, &a.raft, &a.sm, &a.disk, &a.arbiter));
             let insecure = cfg.insecure;
             servers.push(tokio::spawn(async move {
                 if let Err(e) = seqsvr_net::metrics::serve(tcp, render, insecure).await {
@@ -310,6 +312,7 @@ impl StoreNode {
             tracing::info!("joining a running group: waiting for its leader to add this replica");
         }
         tasks.push(tokio::spawn(arbitrate(api.clone())));
+        tasks.push(tokio::spawn(watch::watch(api.raft.clone(), api.id)));
         tasks.push(tokio::spawn(configure_set(
             api.clone(),
             cfg.clone(),
@@ -524,14 +527,34 @@ async fn arbitrate(api: StoreApi) {
             .then_some(m.current_term);
         let now = std::time::Instant::now();
         api.arbiter.observe(leading, now);
-        let moves = {
+        let (moves, notes) = {
             let a = api.sm.read();
-            api.arbiter.plan(&a.state, now)
+            let moves = api.arbiter.plan(&a.state, now);
+            let notes: Vec<_> = (moves.iter())
+                .map(|c| api.arbiter.explain(&a.state, c, now))
+                .collect();
+            (moves, notes)
         };
-        for cmd in moves {
-            tracing::info!(?cmd, "arbiter: moving sections whose owner's lease expired");
+        for (cmd, note) in moves.into_iter().zip(notes) {
+            // One line per move: to whom, from whom and why (a run of
+            // sections per line, not a line per section).
+            if let Some(n) = &note {
+                tracing::info!(
+                    to = %n.to,
+                    from = %n.owners(),
+                    sections = %Runs(&n.sections),
+                    count = n.sections.len(),
+                    "arbiter: moving {n}"
+                );
+            }
             match api.proposer.propose(cmd).await {
-                Ok(Ok(_)) => api.metrics.moved(),
+                // Counted only when sections leave an owner: a first
+                // routing of unowned sections (a new group, sections
+                // installed from another set) is no failover.
+                Ok(Ok(_)) if note.as_ref().is_some_and(|n| n.from_an_owner()) => {
+                    api.metrics.moved()
+                }
+                Ok(Ok(_)) => {}
                 Ok(Err(e)) => {
                     tracing::info!("arbiter move refused (state moved on): {e}");
                     break;

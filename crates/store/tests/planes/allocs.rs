@@ -52,8 +52,8 @@ async fn metrics_are_scraped_and_move() {
         "seqsvr_store_commands_total",
         "seqsvr_store_command_seconds",
         "seqsvr_store_fsyncs_total",
-        "seqsvr_raft{",
-        "seqsvr_store_state{",
+        "seqsvr_raft_term{",
+        "seqsvr_store_unserved_sections{",
         "seqsvr_calls_total",
     ] {
         assert!(all.contains(name), "{name} missing");

@@ -337,6 +337,8 @@ async fn replace_every_replica_under_load() {
         alloc_addrs,
         allocs,
         resp_addrs: vec![],
+        http_addrs: vec![],
+        forward: true,
     };
     let client = cluster.client().await;
     cluster.wait_serving(&client).await;

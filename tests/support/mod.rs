@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 mod partition;
+pub mod sets;
 #[allow(unused_imports)] // not every suite cuts a replica off
 pub use partition::isolate;
 
@@ -505,9 +506,20 @@ pub fn logs_in(dir: &Path) -> String {
 }
 
 /// Starts AllocSvr `id` with its client plane at `addr` (peer and admin
-/// planes on free ports) against `store`, with test timing.
-fn start_alloc(store: &StoreCluster, id: &str, addr: &str, resp: &str) -> Proc {
-    start_alloc_door(store, id, addr, &store.peer_addrs, Some(resp))
+/// planes on free ports), its Redis-protocol door on `resp` and its HTTP
+/// API on `http`, against `store`, with test timing; forwarding on or
+/// off as `forward` says.
+fn start_alloc(
+    store: &StoreCluster,
+    id: &str,
+    (addr, resp, http): (&str, &str, &str),
+    forward: bool,
+) -> Proc {
+    start_alloc_with(store, id, addr, &store.peer_addrs, |cfg| {
+        cfg.resp = Some(seqsvr_alloc::node::RespSection::on(resp));
+        cfg.http_addr = Some(http.to_string());
+        cfg.forward.enabled = forward;
+    })
 }
 
 /// [`start_alloc`] dialing the store replicas at `store_addrs`, which may
@@ -524,7 +536,20 @@ pub fn start_alloc_door(
     store_addrs: &[String],
     resp: Option<&str>,
 ) -> Proc {
-    let cfg = AllocNodeConfig {
+    start_alloc_with(store, id, addr, store_addrs, |cfg| {
+        cfg.resp = resp.map(seqsvr_alloc::node::RespSection::on);
+    })
+}
+
+/// [`start_alloc_on`], its config first changed by `edit`.
+pub fn start_alloc_with(
+    store: &StoreCluster,
+    id: &str,
+    addr: &str,
+    store_addrs: &[String],
+    edit: impl FnOnce(&mut AllocNodeConfig),
+) -> Proc {
+    let mut cfg = AllocNodeConfig {
         id: id.to_string(),
         addr: addr.to_string(),
         peer_addr: format!("127.0.0.1:{}", free_port()),
@@ -541,10 +566,11 @@ pub fn start_alloc_door(
         renew_ms: TEST_RENEW_MS,
         wait_ms: 500,
         raise_ahead_fraction: 0.25,
-        resp: resp.map(seqsvr_alloc::node::RespSection::on),
+        resp: None,
         forward: Default::default(),
         http_addr: None,
     };
+    edit(&mut cfg);
     let path = store.dir.path().join(format!("{id}.toml"));
     std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
     let args = vec![
@@ -566,6 +592,10 @@ pub struct SetCluster {
     pub allocs: Vec<Proc>,
     /// AllocSvr Redis-protocol doors, by index.
     pub resp_addrs: Vec<String>,
+    /// AllocSvr HTTP APIs, by index.
+    pub http_addrs: Vec<String>,
+    /// Whether its AllocSvrs forward calls for uids owned elsewhere.
+    pub forward: bool,
 }
 
 impl SetCluster {
@@ -576,61 +606,73 @@ impl SetCluster {
 
     /// [`SetCluster::start`], the store group started with `opts`.
     pub fn start_opts(set: SetSpec, n_allocs: usize, opts: StoreOptions) -> SetCluster {
-        let alloc_addrs: Vec<String> = (0..n_allocs)
-            .map(|_| format!("127.0.0.1:{}", free_port()))
-            .collect();
+        Self::launch(set, n_allocs, opts, true)
+    }
+
+    /// [`SetCluster::start`], its AllocSvrs forwarding or not
+    /// (`[forward] enabled`).
+    pub fn start_forwarding(set: SetSpec, n_allocs: usize, forward: bool) -> SetCluster {
+        Self::launch(set, n_allocs, StoreOptions::default(), forward)
+    }
+
+    fn launch(set: SetSpec, n_allocs: usize, opts: StoreOptions, forward: bool) -> SetCluster {
         let initial = InitialAlloc::even_split(
             (0..n_allocs).map(|i| format!("alloc-{}", i + 1)),
             set.section_count(),
         );
-        let resp_addrs: Vec<String> = (0..n_allocs)
-            .map(|_| format!("127.0.0.1:{}", free_port()))
-            .collect();
         let store = StoreCluster::start_opts(3, set, initial, opts);
-        let allocs = alloc_addrs
-            .iter()
-            .zip(&resp_addrs)
-            .enumerate()
-            .map(|(i, (addr, resp))| start_alloc(&store, &format!("alloc-{}", i + 1), addr, resp))
-            .collect();
-        SetCluster {
+        let mut c = SetCluster {
             store,
-            alloc_addrs,
-            allocs,
-            resp_addrs,
+            alloc_addrs: Vec::new(),
+            allocs: Vec::new(),
+            resp_addrs: Vec::new(),
+            http_addrs: Vec::new(),
+            forward,
+        };
+        for _ in 0..n_allocs {
+            c.add_alloc();
         }
+        c
     }
 
-    /// Starts one more AllocSvr (routed nothing at first); returns its index.
+    /// Starts one more AllocSvr (routed nothing at first, unless the
+    /// store's initial routes name it); returns its index.
     pub fn add_alloc(&mut self) -> usize {
         let i = self.allocs.len();
-        let addr = format!("127.0.0.1:{}", free_port());
-        let resp = format!("127.0.0.1:{}", free_port());
+        let [addr, resp, http] = [(); 3].map(|_| format!("127.0.0.1:{}", free_port()));
         self.allocs.push(start_alloc(
             &self.store,
             &format!("alloc-{}", i + 1),
-            &addr,
-            &resp,
+            (&addr, &resp, &http),
+            self.forward,
         ));
         self.alloc_addrs.push(addr);
         self.resp_addrs.push(resp);
+        self.http_addrs.push(http);
         i
     }
 
     /// A client seeded with every AllocSvr.
     pub async fn client(&self) -> seqsvr_client::SeqClient {
+        Self::client_over(&[self]).await
+    }
+
+    /// A client seeded with every AllocSvr of `sets`.
+    pub async fn client_over(sets: &[&SetCluster]) -> seqsvr_client::SeqClient {
+        let seeds: Vec<String> = sets.iter().flat_map(|s| s.alloc_addrs.clone()).collect();
+        let logs = || sets.iter().map(|s| s.store.logs()).collect::<String>();
         let opts = seqsvr_client::ClientOptions {
             deadline: Duration::from_secs(5),
             ..Default::default()
         };
         let start = Instant::now();
         loop {
-            match seqsvr_client::SeqClient::connect(&self.alloc_addrs, opts.clone()).await {
+            match seqsvr_client::SeqClient::connect(&seeds, opts.clone()).await {
                 Ok(c) => return c,
                 Err(e) => assert!(
                     start.elapsed() < Duration::from_secs(30),
                     "no alloc answered: {e}\n{}",
-                    self.store.logs()
+                    logs()
                 ),
             }
             tokio::time::sleep(Duration::from_millis(200)).await;

@@ -5,12 +5,19 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+use bytes::BytesMut;
+
 use crate::backend::Backend;
 use crate::cmd::{self, counter, Fail, Kind, Op};
 use crate::parse::Request;
 use crate::reply::{Proto, Reply};
 
 pub use crate::state::{Ctx, Session, Stats};
+
+/// The command table's names, in order (for the commands metric).
+fn command_names() -> impl Iterator<Item = &'static str> {
+    cmd::COMMANDS.iter().map(|s| s.name)
+}
 
 /// A `MULTI` under way.
 #[derive(Debug, Default)]
@@ -39,6 +46,11 @@ pub struct Conn<B> {
     pub session: Session,
     /// A transaction under way.
     multi: Option<Multi>,
+    /// Results not yet encoded (kept between rounds: no allocation per
+    /// round).
+    results: Vec<Result<Reply, Fail>>,
+    /// `INCR`s waiting to go to the backend as one batch (kept likewise).
+    incrs: Vec<u64>,
 }
 
 impl<B: Backend> Conn<B> {
@@ -57,16 +69,18 @@ impl<B: Backend> Conn<B> {
                 close: false,
             },
             multi: None,
+            results: Vec::new(),
+            incrs: Vec::new(),
         }
     }
 
-    /// Answers `reqs` in order, one reply each (none after `QUIT`), each
-    /// with the protocol to encode it in: the connection's when the
-    /// command had run (`HELLO 3` answers in RESP3, `RESET` in RESP2).
-    pub async fn answer(&mut self, reqs: Vec<Request>) -> Vec<(Reply, Proto)> {
-        let mut out: Vec<Result<Reply, Fail>> = Vec::with_capacity(reqs.len());
-        let mut protos: Vec<Proto> = Vec::with_capacity(reqs.len());
-        let mut incrs: Vec<u64> = Vec::new();
+    /// Answers `reqs` in order, one reply each (none after `QUIT`),
+    /// appending their encodings to `wire`, each in the protocol of the
+    /// connection when its command had run (`HELLO 3` answers in RESP3,
+    /// `RESET` in RESP2).
+    pub async fn answer(&mut self, reqs: impl IntoIterator<Item = Request>, wire: &mut BytesMut) {
+        let mut results = std::mem::take(&mut self.results);
+        let mut incrs = std::mem::take(&mut self.incrs);
         for req in reqs {
             if self.session.close {
                 break;
@@ -75,18 +89,24 @@ impl<B: Backend> Conn<B> {
             if !matches!(step, Planned::Op(Op::Incr(_))) {
                 // The INCRs before it are answered in the protocol they
                 // were asked in.
-                self.flush(&mut incrs, &mut out).await;
-                protos.resize(out.len(), self.session.proto);
+                self.flush(&mut incrs, &mut results).await;
+                self.encode(&mut results, wire);
             }
-            self.place(step, &mut incrs, &mut out).await;
-            protos.resize(out.len(), self.session.proto);
+            self.place(step, &mut incrs, &mut results).await;
+            self.encode(&mut results, wire);
         }
-        self.flush(&mut incrs, &mut out).await;
-        protos.resize(out.len(), self.session.proto);
-        out.into_iter()
-            .zip(protos)
-            .map(|(r, p)| (self.reply(r), p))
-            .collect()
+        self.flush(&mut incrs, &mut results).await;
+        self.encode(&mut results, wire);
+        self.results = results;
+        self.incrs = incrs;
+    }
+
+    /// Encodes (and counts) `results` in the connection's protocol now,
+    /// leaving it empty.
+    fn encode(&self, results: &mut Vec<Result<Reply, Fail>>, wire: &mut BytesMut) {
+        for r in results.drain(..) {
+            self.reply(r).encode(self.session.proto, wire);
+        }
     }
 
     /// Counts a result and turns it into its reply.
@@ -144,11 +164,12 @@ impl<B: Backend> Conn<B> {
     fn step(&mut self, req: Request) -> Planned {
         let ctx = self.ctx.clone();
         ctx.stats.commands.fetch_add(1, Relaxed);
-        let Some(spec) = cmd::lookup(&req.args[0]) else {
-            ctx.metrics.commands.with_label_values(&["unknown"]).inc();
+        let Some(i) = cmd::position(&req.args[0]) else {
+            ctx.count_command(None, command_names);
             return self.refuse_in_multi(cmd::not_served(&req));
         };
-        ctx.metrics.commands.with_label_values(&[spec.name]).inc();
+        ctx.count_command(Some(i), command_names);
+        let spec = &cmd::COMMANDS[i];
         if spec.name == "reset" {
             // RESET ends a transaction too (the rest it resets itself).
             self.multi = None;

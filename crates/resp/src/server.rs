@@ -109,8 +109,9 @@ where
     let mut parser = Parser::new();
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let mut out = BytesMut::with_capacity(16 * 1024);
+    // A round's requests, kept between rounds (no allocation per round).
+    let mut reqs = Vec::new();
     loop {
-        let mut reqs = Vec::new();
         let mut broken = None;
         while reqs.len() < cfg.max_pipeline {
             match parser.next(&mut buf, &cfg.limits, conn.session.authed) {
@@ -141,11 +142,8 @@ where
                 Ok(_) => continue,
             }
         }
-        let replies = conn.answer(reqs).await;
         out.clear();
-        for (r, proto) in &replies {
-            r.encode(*proto, &mut out);
-        }
+        conn.answer(reqs.drain(..), &mut out).await;
         if let Some(e) = &broken {
             // Redis answers a protocol error and closes the connection.
             ctx.metrics.errors.with_label_values(&["protocol"]).inc();

@@ -2,9 +2,11 @@
 //! state ([`Ctx`]) and one connection's ([`Session`]).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use bytes::Bytes;
+use prometheus::IntCounter;
 
 use crate::backend::Backend;
 use crate::config::DoorConfig;
@@ -39,6 +41,10 @@ pub struct Ctx {
     pub max_count: u64,
     /// The backend's batch cap (`MGET`, `SEQ.BATCH`).
     pub max_batch: usize,
+    /// The commands metric's counters, by position in the command table
+    /// (the last: unknown names), looked up once: a label lookup hashes
+    /// and locks, which is most of a command's bookkeeping otherwise.
+    per_command: OnceLock<Vec<IntCounter>>,
 }
 
 impl Ctx {
@@ -56,7 +62,25 @@ impl Ctx {
             },
             max_count: backend.max_count(),
             max_batch: backend.max_batch(),
+            per_command: OnceLock::new(),
         }
+    }
+
+    /// Counts one command: `Some(i)` for the `i`-th of the command table,
+    /// `None` for a name not in it; `names` lists the table's names (the
+    /// table is the commands' own, `crate::cmd::COMMANDS`).
+    pub fn count_command<I>(&self, i: Option<usize>, names: impl FnOnce() -> I)
+    where
+        I: Iterator<Item = &'static str>,
+    {
+        let counters = self.per_command.get_or_init(|| {
+            names()
+                .chain(["unknown"])
+                .map(|n| self.metrics.commands.with_label_values(&[n]))
+                .collect()
+        });
+        let i = i.unwrap_or(counters.len() - 1);
+        counters[i].inc();
     }
 }
 

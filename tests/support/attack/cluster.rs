@@ -54,6 +54,8 @@ pub struct Node {
     pub admin: String,
     /// Prometheus metrics.
     pub metrics: Option<String>,
+    /// The HTTP API (AllocSvrs; TLS when the cluster runs TLS).
+    pub http: Option<String>,
 }
 
 /// 3 store replicas and some AllocSvrs as real processes on loopback, with
@@ -165,6 +167,7 @@ impl Cluster {
                 peer: peers[id as usize - 1].clone(),
                 admin,
                 metrics: Some(metrics),
+                http: None,
             });
         }
         let mut c = Cluster {
@@ -195,9 +198,10 @@ impl Cluster {
     /// tells its files apart.
     pub fn start_alloc(&self, id: &str, store: &[String], suffix: &str) -> Node {
         let name = format!("{id}{suffix}");
-        let (client, peer, admin, metrics) = (addr(), addr(), addr(), addr());
+        let (client, peer, admin, metrics, http) = (addr(), addr(), addr(), addr(), addr());
         let mut t = toml::Table::new();
         t.insert("id".into(), id.into());
+        t.insert("http_addr".into(), http.clone().into());
         t.insert("addr".into(), client.clone().into());
         t.insert("peer_addr".into(), peer.clone().into());
         t.insert("admin_addr".into(), admin.clone().into());
@@ -232,6 +236,7 @@ impl Cluster {
             peer,
             admin,
             metrics: Some(metrics),
+            http: Some(http),
         }
     }
 

@@ -168,6 +168,12 @@ fn decimal(v: u64) -> Reply {
 /// uid, in order. A uid refused gets its error and the batch goes on
 /// with the next (each `INCR` is a command of its own).
 pub async fn incr_all<B: Backend>(b: &B, uids: &[u64], out: &mut Vec<Result<Reply, Fail>>) {
+    if let [uid] = uids {
+        // One INCR alone (a client that waits for each answer): the
+        // backend's single-number path, without a batch's vector.
+        out.push(b.next_n(*uid, 1).await.map_err(|e| backend_fail(&e)).and_then(int));
+        return;
+    }
     let mut seqs = Vec::with_capacity(uids.len());
     let mut done = 0;
     let max = b.max_batch().max(1);

@@ -305,9 +305,14 @@ pub const REFUSED: &[(&str, &str)] = &[
 
 /// The command `name` names (any case).
 pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
+    position(name).map(|i| &COMMANDS[i])
+}
+
+/// Where in [`COMMANDS`] the command `name` names (any case) is.
+pub fn position(name: &[u8]) -> Option<usize> {
     COMMANDS
         .iter()
-        .find(|s| s.name.as_bytes().eq_ignore_ascii_case(name))
+        .position(|s| s.name.as_bytes().eq_ignore_ascii_case(name))
 }
 
 /// Checks the arity of `req` against `spec`.

@@ -59,6 +59,8 @@ pub fn start_cluster_under(threads: usize, step: u64, under: Vec<String>) -> (Se
         alloc_addrs: vec![addr],
         allocs: vec![alloc],
         resp_addrs: vec![],
+        http_addrs: vec![],
+        forward: true,
     };
     (cluster, metrics_addr)
 }

@@ -1,0 +1,101 @@
+//! Two sets of real processes, as the set tests and the one-address tests
+//! start them, and `seqctl` run against them.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use seqsvr_core::SetSpec;
+
+use super::SetCluster;
+
+/// Set 0 serves `[0, 2000)` (20 sections of 100); set 1's span is
+/// `[0, 4000)` so that it can take ranges of set 0, and it serves
+/// `[2000, 4000)` once added.
+pub fn set0() -> SetSpec {
+    SetSpec {
+        section_size: 100,
+        step: 200,
+        ..SetSpec::new(0, 0..2000)
+    }
+}
+
+/// Set 1: see [`set0`].
+pub fn set1() -> SetSpec {
+    SetSpec {
+        section_size: 100,
+        step: 200,
+        ..SetSpec::new(1, 0..4000)
+    }
+}
+
+/// Set 2's span `[0, 6000)` covers set 1's range, so that it can take
+/// ranges of set 1; it serves `[4000, 6000)` once added.
+pub fn set2() -> SetSpec {
+    SetSpec {
+        section_size: 100,
+        step: 200,
+        ..SetSpec::new(2, 0..6000)
+    }
+}
+
+/// Runs `seqctl args…` against set 0's stores; returns (success, output).
+pub fn seqctl(home: &SetCluster, args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_seqctl"))
+        .arg("--store")
+        .arg(home.store.client_addrs.join(","))
+        .arg("--store-admin")
+        .arg(home.store.admin_addrs.join(","))
+        .args(args)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("$ seqctl {}\n{text}", args.join(" "));
+    (out.status.success(), text)
+}
+
+/// Two sets of 2 AllocSvrs each, set 1 added for `[2000, 4000)`.
+pub async fn two_sets() -> (SetCluster, SetCluster) {
+    two_sets_forwarding(true).await
+}
+
+/// [`two_sets`], the AllocSvrs forwarding or not.
+pub async fn two_sets_forwarding(forward: bool) -> (SetCluster, SetCluster) {
+    let a = SetCluster::start_forwarding(set0(), 2, forward);
+    let b = SetCluster::start_forwarding(set1(), 2, forward);
+    a.store.wait_ready(Duration::from_secs(30)).await;
+    b.store.wait_ready(Duration::from_secs(30)).await;
+    let stores = b.store.client_addrs.join(",");
+    let start = Instant::now();
+    loop {
+        // Set 0 records its own store addresses in the directory within
+        // a few seconds of starting; until then `set add` says so.
+        let (ok, out) = seqctl(
+            &a,
+            &[
+                "set",
+                "add",
+                "--id",
+                "1",
+                "--range",
+                "2000..4000",
+                "--set-store",
+                &stores,
+            ],
+        );
+        if ok {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "set add failed: {out}\n{}\n{}",
+            a.store.logs(),
+            b.store.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    (a, b)
+}

@@ -10,11 +10,16 @@
 //!   client's timing (`SetsClient`: 10 s, 3 s per replica, not hedged) or
 //!   the reader's (`ReadClient`: 10 s, 300 ms, hedged), applied by the real
 //!   `SetState::apply`;
-//! - a leader's status asks the replicas in order, 2 s each, the first
-//!   that says it leads answers (`leader_status`);
+//! - a freeze's reply names the AllocSvrs that may hold the sections, as
+//!   the shipped leader does (`Arbiter::holders` of the replica that
+//!   applied it);
+//! - a leader's status (for the claim's nudges) asks the replicas in
+//!   order, 2 s each, the first that says it leads answers
+//!   (`leader_status`);
 //! - `Release` and `Refresh` go to an AllocSvr's admin plane, 2 s each
 //!   (`CALL_TIMEOUT`); the AllocSvr runs its shipped release
-//!   (`ownership::release_moved`);
+//!   (`ownership::release_moved`) and answers with its id and
+//!   incarnation;
 //! - the machine's waits (the lease wait, the claim loop's poll) are
 //!   timers.
 //!
@@ -26,8 +31,8 @@
 //! operator a little later.
 //!
 //! The knobs perturb the effects, not the decisions:
-//! `install_before_release` drops the release (the source's leader is
-//! taken to list no AllocSvr, so none is told), and `install_below_final`
+//! `install_before_release` drops the release (the freeze's reply is
+//! taken to name no AllocSvr, so none is told), and `install_below_final`
 //! lowers the floors of the install call.
 
 use std::collections::BTreeMap;

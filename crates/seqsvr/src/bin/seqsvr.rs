@@ -37,9 +37,10 @@ enum StoreSub {
     /// Runs the replica of a new group seeded from a backup (`seqctl store
     /// backup`): while it leads it writes the backup's state with every
     /// ceiling raised by the margin, each section served only once it
-    /// landed; then it runs as `seqsvr store`. Needs an empty data
-    /// directory (or one this restore began); see docs/operations.md,
-    /// Backup and disaster recovery.
+    /// landed; then it runs as `seqsvr store`. The backup must be of the
+    /// config's set, and the data directory empty or holding that set
+    /// (a restore resumed: sections already landed are left alone); see
+    /// docs/operations.md, Backup and disaster recovery.
     Restore {
         /// The backup file.
         #[arg(long)]

@@ -839,6 +839,9 @@ impl SetState {
 #[path = "state_sets.rs"]
 mod sets;
 
+#[path = "state_ids.rs"]
+mod ids;
+
 /// Refuses unless every section still has the epoch the caller decided on.
 fn check_epochs(
     records: &[SectionRecord],

@@ -401,7 +401,7 @@ pub enum Reply {
         created: bool,
     },
     /// A worker id claimed (or the one already held).
-    WorkerClaimed(crate::ids::WorkerGrant),
+    WorkerClaimed(seqsvr_core::ids::WorkerGrant),
     /// A worker id's ceiling now stands at `ceiling`.
     WorkerRaised {
         /// The ceiling, in ticks.

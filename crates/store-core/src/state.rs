@@ -853,6 +853,8 @@ mod sets;
 
 #[path = "state_restore.rs"]
 mod restore;
+#[path = "state_ids.rs"]
+mod ids;
 
 /// Refuses unless every section still has the epoch the caller decided on.
 fn check_epochs(

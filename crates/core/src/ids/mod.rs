@@ -18,6 +18,8 @@ pub use layout::{format_unix_ms, Decoded, Layout, Order};
 
 use serde::{Deserialize, Serialize};
 
+use crate::Epoch;
+
 /// Why an id was not issued, built or decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum IdError {
@@ -66,6 +68,19 @@ pub enum IdError {
     /// Any other malformed value.
     #[error("invalid: {0}")]
     Invalid(String),
+}
+
+/// What a claim hands its holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerGrant {
+    /// The worker id.
+    pub worker: u64,
+    /// The holding's fencing token: every raise and release carries it.
+    pub epoch: Epoch,
+    /// The first tick it may issue (whatever its clock says).
+    pub floor: u64,
+    /// The durable ceiling.
+    pub ceiling: u64,
 }
 
 #[cfg(test)]

@@ -158,6 +158,12 @@ enum Cmd {
     /// --min-calls, a fault that did not happen, a section jump over one
     /// step or an outage over --max-outage.
     Drill(drill::DrillArgs),
+    /// Time-ordered ids, offline: layout presets (with the date each runs
+    /// out) and decoding an id.
+    Id {
+        #[command(subcommand)]
+        op: ctl::id::IdOp,
+    },
 }
 
 fn main() -> ExitCode {
@@ -312,6 +318,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 let sets = seqsvr::sets::Sets::new(&store, dial.tls.clone());
                 ctl::set::run(&sets, op).await
             }
+            Cmd::Id { op } => ctl::id::run(op),
             Cmd::Sections { first, count, json } => {
                 ctl::sections(&ctl()?, first, count, json).await
             }

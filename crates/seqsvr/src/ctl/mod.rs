@@ -5,6 +5,7 @@
 //! - `alloc`: `seqctl alloc …`: planned moves (drain, undrain, rebalance)
 //!   and fencing an AllocSvr incarnation;
 //! - `store`: `seqctl store …`: store group settings (lease terms);
+//! - `id`: `seqctl id layouts | decode`: id layouts and decoding, offline;
 //! - `health`: `seqctl health <addr>`: one process's own status, as a
 //!   probe (exit 0 healthy, 1 not ready, 2 unreachable);
 //! - `settings`: where the addresses and credentials come from (flags,
@@ -30,6 +31,7 @@
 
 pub mod alloc;
 pub mod health;
+pub mod id;
 pub mod members;
 pub mod print;
 pub mod reach;

@@ -45,10 +45,19 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Prints the next sequence number of a uid.
+    /// Prints the next sequence number of a uid, or of a named counter
+    /// with `--name` (docs/counters.md).
     Next {
         /// The uid.
-        uid: u64,
+        #[arg(required_unless_present = "name", conflicts_with = "name")]
+        uid: Option<u64>,
+        /// A named counter (1..=256 bytes) instead of a uid.
+        #[arg(long)]
+        name: Option<String>,
+        /// Reserve this many numbers in one step; the last is printed (the
+        /// caller owns (v − count, v]).
+        #[arg(long, default_value_t = 1)]
+        count: u64,
     },
     /// Prints the next sequence number of each uid, one per line, in order.
     NextBatch {
@@ -218,8 +227,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
         };
         let ctl = || Ctl::new(&store, &store_admin, dial.tls.clone());
         let done = match cli.cmd {
-            Cmd::Next { uid } => {
-                outln!("{}", seq().await?.next(uid).await?)?;
+            Cmd::Next { uid, name, count } => {
+                let c = seq().await?;
+                let v = match (uid, name) {
+                    (_, Some(name)) => c.next_name_n(name, count).await?,
+                    (Some(uid), None) => c.next_n(uid, count).await?,
+                    (None, None) => unreachable!("clap requires a uid or --name"),
+                };
+                outln!("{v}")?;
                 Ok(())
             }
             Cmd::NextBatch { uids } => {

@@ -178,6 +178,25 @@ impl SeqClient {
         self.single(uid, Op::Current).await
     }
 
+    /// The next number of the named counter `name` (1..=256 bytes, any
+    /// bytes): routed to its position in the range reserved for names,
+    /// with a uid's promises (`docs/counters.md`). A bad name is
+    /// `InvalidArgument`, nothing sent.
+    pub async fn next_name(&self, name: impl AsRef<[u8]>) -> Result<u64> {
+        self.next(name_position(name.as_ref())?).await
+    }
+
+    /// Reserves `count` numbers of the named counter `name` in one step
+    /// (the caller owns `(v − count, v]`), as [`next_n`](Self::next_n).
+    pub async fn next_name_n(&self, name: impl AsRef<[u8]>, count: u64) -> Result<u64> {
+        self.next_n(name_position(name.as_ref())?, count).await
+    }
+
+    /// The last number handed out for the named counter `name`.
+    pub async fn current_name(&self, name: impl AsRef<[u8]>) -> Result<u64> {
+        self.current(name_position(name.as_ref())?).await
+    }
+
     /// Asks every seed and known AllocSvr for its route table now and
     /// keeps the newest per set. Failures are logged, not returned: the
     /// cached routes stay usable and calls refresh again when they must.
@@ -512,4 +531,9 @@ pub(crate) fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 /// Locks a mutex, ignoring poisoning (see [`read`]).
 pub(crate) fn lock<T>(l: &Mutex<T>) -> MutexGuard<'_, T> {
     l.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The key a name is served at, or why it is not a name.
+fn name_position(name: &[u8]) -> Result<u64> {
+    seqsvr_core::name_key(name).map_err(|e| Error::InvalidArgument(e.to_string()))
 }

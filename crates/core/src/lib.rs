@@ -41,8 +41,8 @@ pub use directory::{
     DirChange, DirError, DirSet, Directory, PendingMove, Place, Placement, SetCall, SetId, SetKind,
 };
 pub use error::{Error, Result};
-pub use names::{check_name, is_name_key, name_key, NameError, MAX_NAME_LEN, NAME_KEYS};
 pub use grant::{Grant, Incarnation, LeaseTerms};
+pub use names::{check_name, is_name_key, name_key, NameError, MAX_NAME_LEN, NAME_KEYS};
 pub use route::{AllocId, Epoch, RouteEntry, RouteTable};
 pub use section::{SectionId, SetSpec, Uid};
 

@@ -74,7 +74,9 @@ async fn errors_say_why_and_change_nothing() {
         .query_async(&mut c)
         .await);
     assert!(
-        e.contains("a decimal uid (42) or seq:<uid> (seq:42), or a name: a name is 1..=256 bytes, not 257"),
+        e.contains(
+            "a decimal uid (42) or seq:<uid> (seq:42), or a name: a name is 1..=256 bytes, not 257"
+        ),
         "{e}"
     );
     let e = err(redis::cmd("INCRBY")

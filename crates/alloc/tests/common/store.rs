@@ -22,6 +22,7 @@ pub const SECTIONS: u32 = 4;
 pub const SECTION_SIZE: u64 = 10;
 pub const STEP: u64 = 100;
 
+#[allow(dead_code)] // not every test binary uses it
 pub fn spec() -> SetSpec {
     spec_at(0)
 }

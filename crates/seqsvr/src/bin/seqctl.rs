@@ -86,11 +86,20 @@ impl Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Prints the next sequence number of a uid.
+    /// Prints the next sequence number of a uid, or of a named counter
+    /// with `--name` (docs/counters.md).
     Next {
         /// The uid.
-        uid: u64,
-        /// Print `{"uid": …, "seq": …}`.
+        #[arg(required_unless_present = "name", conflicts_with = "name")]
+        uid: Option<u64>,
+        /// A named counter (1..=256 bytes) instead of a uid.
+        #[arg(long)]
+        name: Option<String>,
+        /// Reserve this many numbers in one step; the last is printed (the
+        /// caller owns (v − count, v]).
+        #[arg(long, default_value_t = 1)]
+        count: u64,
+        /// Print `{"uid": …, "seq": …}` (or `{"name": …, "seq": …}`).
         #[arg(long)]
         json: bool,
     },
@@ -284,9 +293,29 @@ fn run(cli: Cli) -> Result<ExitCode> {
         };
         let ctl = || Ctl::new(&store, &store_admin, dial.tls.clone());
         let done = match cli.cmd {
-            Cmd::Next { uid, json } => {
-                let n = seq().await?.next(uid).await?;
-                ctl::print::numbers(&[uid], &[n], json, false)
+            Cmd::Next {
+                uid,
+                name,
+                count,
+                json,
+            } => {
+                let c = seq().await?;
+                match (uid, name) {
+                    (_, Some(name)) => {
+                        let v = c.next_name_n(&name, count).await?;
+                        if json {
+                            ctl::print::json(&serde_json::json!({ "name": name, "seq": v }))
+                        } else {
+                            outln!("{v}")?;
+                            Ok(())
+                        }
+                    }
+                    (Some(uid), None) => {
+                        let v = c.next_n(uid, count).await?;
+                        ctl::print::numbers(&[uid], &[v], json, false)
+                    }
+                    (None, None) => unreachable!("clap requires a uid or --name"),
+                }
             }
             Cmd::NextBatch { uids, json } => {
                 let ns = seq().await?.next_batch(&uids).await?;

@@ -511,6 +511,9 @@ fn every_command_that_prints_data_takes_json() {
             .output()
             .unwrap();
         let help = String::from_utf8_lossy(&out.stdout);
-        assert!(help.contains("--json"), "seqctl {cmd:?} has no --json:\n{help}");
+        assert!(
+            help.contains("--json"),
+            "seqctl {cmd:?} has no --json:\n{help}"
+        );
     }
 }

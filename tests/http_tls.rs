@@ -159,7 +159,10 @@ fn curl_over_tls(http: &str, ca: &std::path::Path) {
         .is_ok_and(|o| o.status.success());
     if !have {
         let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
-        assert!(!ci, "curl is not installed; CI is set, so this is a failure");
+        assert!(
+            !ci,
+            "curl is not installed; CI is set, so this is a failure"
+        );
         return eprintln!("skipped the curl part: curl is not installed");
     }
     let port = http.rsplit_once(':').unwrap().1;

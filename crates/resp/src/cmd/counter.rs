@@ -171,7 +171,12 @@ pub async fn incr_all<B: Backend>(b: &B, uids: &[u64], out: &mut Vec<Result<Repl
     if let [uid] = uids {
         // One INCR alone (a client that waits for each answer): the
         // backend's single-number path, without a batch's vector.
-        out.push(b.next_n(*uid, 1).await.map_err(|e| backend_fail(&e)).and_then(int));
+        out.push(
+            b.next_n(*uid, 1)
+                .await
+                .map_err(|e| backend_fail(&e))
+                .and_then(int),
+        );
         return;
     }
     let mut seqs = Vec::with_capacity(uids.len());

@@ -377,22 +377,10 @@ impl Allocator {
             .filter(|g| self.install_one(g))
             .map(|g| g.section)
             .collect();
-        if let (Some(lo), Some(hi)) = (
-            grants.iter().map(|g| g.prev_ceiling).min(),
-            grants.iter().map(|g| g.max_seq).max(),
-        ) {
-            if !installed.is_empty() {
-                // One line a batch (a take-over, an adopt), not a section.
-                tracing::info!(
-                    count = installed.len(),
-                    sections = %Runs(&installed),
-                    from = lo,
-                    ceiling = hi,
-                    "serving {} sections ({})",
-                    installed.len(),
-                    Runs(&installed)
-                );
-            }
+        if !installed.is_empty() {
+            // One line a batch (a take-over, an adopt), not one a section.
+            let (n, runs) = (installed.len(), Runs(&installed));
+            tracing::info!(count = n, sections = %runs, "serving {n} sections ({runs})");
         }
         Ok(installed.len())
     }

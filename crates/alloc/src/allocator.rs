@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_epoch::Guard;
+use seqsvr_core::section::Runs;
 use seqsvr_core::{Epoch, Incarnation, SectionId, SetSpec, Uid};
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
@@ -372,7 +373,16 @@ impl Allocator {
                 });
             }
         }
-        Ok(grants.iter().filter(|g| self.install_one(g)).count())
+        let installed: Vec<SectionId> = (grants.iter())
+            .filter(|g| self.install_one(g))
+            .map(|g| g.section)
+            .collect();
+        if !installed.is_empty() {
+            // One line a batch (a take-over, an adopt), not one a section.
+            let (n, runs) = (installed.len(), Runs(&installed));
+            tracing::info!(count = n, sections = %runs, "serving {n} sections ({runs})");
+        }
+        Ok(installed.len())
     }
 
     fn install_one(&self, g: &Grant) -> bool {
@@ -392,7 +402,7 @@ impl Allocator {
         };
         let installed = self.slots[g.section as usize].install(g, shape, &self.mem);
         if installed {
-            tracing::info!(
+            tracing::debug!(
                 section = g.section,
                 epoch = g.epoch,
                 from = g.prev_ceiling,
@@ -440,7 +450,8 @@ impl Allocator {
             .is_some_and(|slot| slot.retire(section, epoch, &self.mem));
         if dropped {
             self.counters.sections_dropped.fetch_add(1, Relaxed);
-            tracing::info!(section, ?epoch, "stopped serving section");
+            // The callers log one line a batch.
+            tracing::debug!(section, ?epoch, "stopped serving section");
         }
         dropped
     }

@@ -39,6 +39,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use seqsvr_core::section::Runs;
 use seqsvr_core::{Epoch, SectionId};
 use seqsvr_proto::alloc_peer_client::AllocPeerClient;
 use seqsvr_proto::{self as pb};
@@ -147,7 +148,30 @@ pub async fn move_sections(shared: &Shared, moves: &[pb::Move]) -> Vec<pb::MoveR
         let target = targets.get(m.to_alloc.as_str()).unwrap_or(&Target::Ready);
         results.push(move_section(shared, m, target).await);
     }
+    log_handed_off(&results);
     results
+}
+
+/// One line for a batch of handoffs: per target, the sections that moved
+/// (failures have lines of their own).
+pub fn log_handed_off(results: &[pb::MoveResult]) {
+    let mut by: BTreeMap<&str, Vec<SectionId>> = BTreeMap::new();
+    for r in results.iter().filter(|r| r.ok) {
+        by.entry(r.to_alloc.as_str()).or_default().push(r.section);
+    }
+    let worst = results.iter().map(|r| r.unavailable_us).max().unwrap_or(0);
+    for (to, mut sections) in by {
+        sections.sort_unstable();
+        tracing::info!(
+            to,
+            count = sections.len(),
+            sections = %Runs(&sections),
+            max_unavailable_us = worst,
+            "handed off {} sections ({}) to {to}",
+            sections.len(),
+            Runs(&sections)
+        );
+    }
 }
 
 /// What the store's leader says of each AllocSvr named (other than this
@@ -232,7 +256,8 @@ pub async fn move_section(shared: &Shared, m: &pb::Move, target: &Target) -> pb:
             // next renewal instead of at once.
             result.ok = true;
             match told {
-                Ok(_) => tracing::info!(
+                // The callers log one line a batch.
+                Ok(_) => tracing::debug!(
                     section,
                     to = %m.to_alloc,
                     epoch = grant.epoch,

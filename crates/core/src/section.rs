@@ -144,6 +144,38 @@ pub enum RaiseCheck {
     TooLarge,
 }
 
+/// Sections, in order, as runs for a log line: `0-33,40,42-45` (`none`
+/// when empty): one line per batch of section events, not one a section.
+pub struct Runs<'a>(pub &'a [SectionId]);
+
+impl std::fmt::Display for Runs<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut first = true;
+        let mut i = 0;
+        let s = self.0;
+        while i < s.len() {
+            let mut j = i;
+            while j + 1 < s.len() && s[j + 1] == s[j] + 1 {
+                j += 1;
+            }
+            if !first {
+                f.write_str(",")?;
+            }
+            first = false;
+            if j == i {
+                write!(f, "{}", s[i])?;
+            } else {
+                write!(f, "{}-{}", s[i], s[j])?;
+            }
+            i = j + 1;
+        }
+        if first {
+            f.write_str("none")?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,5 +266,17 @@ mod tests {
             prop_assert!(s.uids_of(sec).contains(&uid));
             prop_assert!(s.has_section(sec));
         }
+    }
+}
+
+#[cfg(test)]
+mod runs_tests {
+    use super::Runs;
+
+    #[test]
+    fn runs_read_as_ranges() {
+        assert_eq!(Runs(&[0, 1, 2, 3, 7, 9, 10]).to_string(), "0-3,7,9-10");
+        assert_eq!(Runs(&[5]).to_string(), "5");
+        assert_eq!(Runs(&[]).to_string(), "none");
     }
 }

@@ -1,10 +1,10 @@
 //! What every seqsvr process exposes besides its own metrics, and how a
 //! scrape is rendered.
 //!
-//! - [`register_common`]: `seqsvr_build_info{version,commit}` (always 1)
+//! - [`register_common`] registers `seqsvr_build_info{version,commit}` (always 1)
 //!   and the process collector's `process_*` series (CPU seconds,
 //!   resident memory, open file descriptors, start time).
-//! - [`render`]: gathers a registry and adds labels known only at scrape
+//! - [`render`] gathers a registry and adds labels known only at scrape
 //!   time to every series — `set`, which an AllocSvr learns from its
 //!   store after it started — so every series a process exposes carries
 //!   its set and its node label (docs/operations.md, Metrics).

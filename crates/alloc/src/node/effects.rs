@@ -7,6 +7,8 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use seqsvr_core::section::Runs;
+use seqsvr_core::SectionId;
 use seqsvr_proto::{self as pb};
 
 use crate::control::{Effect, Event};
@@ -31,17 +33,38 @@ pub(super) fn step(
     for effect in effects {
         match effect {
             Effect::Drop { sections, lapsed } => {
-                for s in sections {
-                    if shared.alloc.drop_section(s) {
-                        tracing::info!(section = s, lapsed, "section no longer ours: dropped");
-                    }
+                let dropped: Vec<SectionId> = (sections.into_iter())
+                    .filter(|&s| shared.alloc.drop_section(s))
+                    .collect();
+                if !dropped.is_empty() {
+                    let why = if lapsed {
+                        "the lease had lapsed"
+                    } else {
+                        "no longer ours"
+                    };
+                    tracing::info!(
+                        count = dropped.len(),
+                        sections = %Runs(&dropped),
+                        lapsed,
+                        "dropped {} sections ({}): {why}",
+                        dropped.len(),
+                        Runs(&dropped)
+                    );
                 }
             }
             Effect::DropIfEpoch { sections } => {
-                for (s, epoch) in sections {
-                    if shared.alloc.drop_section_if_epoch(s, epoch) {
-                        tracing::info!(section = s, epoch, "section routed elsewhere: dropped");
-                    }
+                let dropped: Vec<SectionId> = (sections.into_iter())
+                    .filter(|&(s, epoch)| shared.alloc.drop_section_if_epoch(s, epoch))
+                    .map(|(s, _)| s)
+                    .collect();
+                if !dropped.is_empty() {
+                    tracing::info!(
+                        count = dropped.len(),
+                        sections = %Runs(&dropped),
+                        "dropped {} sections ({}): routed elsewhere",
+                        dropped.len(),
+                        Runs(&dropped)
+                    );
                 }
             }
             Effect::ExtendLease {

@@ -189,6 +189,7 @@ async fn hand_all(node: &AllocNode, report: &mut StopReport) {
             return;
         }
         let before = report.handed_off;
+        let mut moved = Vec::new();
         for section in served {
             let peer = peers
                 .iter_mut()
@@ -206,7 +207,9 @@ async fn hand_all(node: &AllocNode, report: &mut StopReport) {
                 report.handed_off += 1;
                 report.max_unavailable_us = report.max_unavailable_us.max(r.unavailable_us);
             }
+            moved.push(r);
         }
+        handoff::log_handed_off(&moved);
         if report.handed_off == before {
             // Nothing moved this pass: wait for a renewal before the next.
             tokio::time::sleep(Duration::from_millis(200)).await;

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::{Duration, Instant};
 
+pub use seqsvr_core::section::Runs;
 use seqsvr_core::{AllocId, SectionId};
 
 use super::Arbiter;
@@ -65,37 +66,6 @@ impl MoveNote {
     /// Whether any section had an owner (a failover, not a first routing).
     pub fn from_an_owner(&self) -> bool {
         self.from.iter().any(|f| f.owner.is_some())
-    }
-}
-
-/// Sections as counted runs: `0-33,40,42-45`.
-pub struct Runs<'a>(pub &'a [SectionId]);
-
-impl fmt::Display for Runs<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut first = true;
-        let mut i = 0;
-        let s = self.0;
-        while i < s.len() {
-            let mut j = i;
-            while j + 1 < s.len() && s[j + 1] == s[j] + 1 {
-                j += 1;
-            }
-            if !first {
-                f.write_str(",")?;
-            }
-            first = false;
-            if j == i {
-                write!(f, "{}", s[i])?;
-            } else {
-                write!(f, "{}-{}", s[i], s[j])?;
-            }
-            i = j + 1;
-        }
-        if first {
-            f.write_str("none")?;
-        }
-        Ok(())
     }
 }
 
@@ -205,13 +175,6 @@ impl Arbiter {
 mod tests {
     use super::*;
     use crate::state::{AllocRecord, SectionRecord};
-
-    #[test]
-    fn runs_read_as_ranges() {
-        assert_eq!(Runs(&[0, 1, 2, 3, 7, 9, 10]).to_string(), "0-3,7,9-10");
-        assert_eq!(Runs(&[5]).to_string(), "5");
-        assert_eq!(Runs(&[]).to_string(), "none");
-    }
 
     #[test]
     fn a_move_names_the_owner_it_leaves_and_why() {

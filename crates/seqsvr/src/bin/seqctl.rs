@@ -281,7 +281,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         | Cmd::Alloc { .. }
         | Cmd::Store { .. }
         | Cmd::Set { .. } => rt.block_on(need_listener(&store, reach::STORE, &store_from))?,
-        Cmd::Health(_) | Cmd::Drill(_) => {}
+        Cmd::Health(_) | Cmd::Drill(_) | Cmd::Id { .. } => {}
     }
     let done = rt.block_on(async move {
         let seq = || {

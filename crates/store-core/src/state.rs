@@ -851,10 +851,10 @@ impl SetState {
 #[path = "state_sets.rs"]
 mod sets;
 
-#[path = "state_restore.rs"]
-mod restore;
 #[path = "state_ids.rs"]
 mod ids;
+#[path = "state_restore.rs"]
+mod restore;
 
 /// Refuses unless every section still has the epoch the caller decided on.
 fn check_epochs(

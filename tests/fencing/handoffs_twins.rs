@@ -174,9 +174,13 @@ async fn a_twin_is_refused_while_the_first_lives_then_replaces_it() {
     };
     let port = || format!("127.0.0.1:{}", support::free_port());
     (cfg.addr, cfg.peer_addr, cfg.admin_addr) = (port(), port(), port());
-    // Its own Redis door, if any: the first process holds that port.
+    // Its own Redis and HTTP doors, if any: the first process holds those
+    // ports.
     if let Some(door) = cfg.resp.as_mut() {
         door.addr = port();
+    }
+    if cfg.http_addr.is_some() {
+        cfg.http_addr = Some(port());
     }
     let twin_addr = cfg.addr.clone();
     let path = dir.join("alloc-1-twin.toml");

@@ -127,10 +127,10 @@ async fn the_redis_crate_gets_the_client_planes_numbers() {
     assert!(e.contains("never go down"), "{e}");
     let m = node.shared.render_metrics();
     for want in [
-        "seqsvr_resp_commands_total{command=\"incrby\",alloc=\"a1\"}",
-        "seqsvr_resp_errors_total{kind=\"out_of_range\",alloc=\"a1\"} 1",
-        "seqsvr_resp_errors_total{kind=\"refused\",alloc=\"a1\"} 1",
-        "seqsvr_resp_connections{alloc=\"a1\"}",
+        "seqsvr_resp_commands_total{alloc=\"a1\",command=\"incrby\",set=\"0\"}",
+        "seqsvr_resp_errors_total{alloc=\"a1\",kind=\"out_of_range\",set=\"0\"} 1",
+        "seqsvr_resp_errors_total{alloc=\"a1\",kind=\"refused\",set=\"0\"} 1",
+        "seqsvr_resp_connections{alloc=\"a1\",set=\"0\"}",
     ] {
         assert!(m.contains(want), "{want} not in\n{m}");
     }

@@ -225,7 +225,8 @@ async fn a_saved_vote_and_a_built_snapshot_survive_a_power_cut() {
     let id = std::fs::read_to_string(dir.path().join("snapshot_id")).unwrap();
     assert_eq!(snap.meta.snapshot_id, id);
     assert_eq!(snap.meta.last_log_id.map(|l| l.index), Some(3));
-    let state: SetState = seqsvr_core::codec::decode("snapshot", snap.snapshot.get_ref()).unwrap();
+    let state: SetState =
+        seqsvr_store::state_machine::decode_snapshot(snap.snapshot.get_ref()).unwrap();
     assert_eq!(state.sections.len(), 10);
     assert!(state
         .sections

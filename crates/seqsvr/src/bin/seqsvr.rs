@@ -142,6 +142,12 @@ fn main() -> std::process::ExitCode {
     match run(Cli::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) if e.is_closed_output() => std::process::ExitCode::SUCCESS,
+        // A missing or conflicting argument is a usage error, as clap's
+        // own are (exit status 2).
+        Err(e @ Error::Usage(_)) => {
+            eprintln!("seqsvr: error: {e}");
+            std::process::ExitCode::from(2)
+        }
         Err(e) => {
             eprintln!("seqsvr: error: {e}");
             std::process::ExitCode::FAILURE

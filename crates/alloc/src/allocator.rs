@@ -275,7 +275,7 @@ impl Allocator {
     /// later load start before it completes, so in the CAS loop alone the
     /// misses would be paid one after another. A first pass therefore
     /// prefetches every cell of the batch: the misses overlap, and the CAS
-    /// loop finds the cells in cache (`docs/benchmarks.md` has the
+    /// loop finds the cells in cache (`docs/benchmarks-log.md` has the
     /// profile).
     pub fn next_batch(&self, uids: &[Uid], out: &mut Vec<u64>) -> Result<()> {
         out.reserve(uids.len());

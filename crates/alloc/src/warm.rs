@@ -4,7 +4,7 @@
 //! load of the uid's cell: the cells are 8 bytes a uid (8 MB for a million
 //! uids), and between two calls the kernel's and HTTP/2's work evicts them
 //! from the core's caches, so nearly every call misses the cache and the
-//! TLB (`docs/benchmarks.md`). The handler cannot hide that miss: it knows
+//! TLB (`docs/benchmarks-log.md`). The handler cannot hide that miss: it knows
 //! the uid only after tonic decoded the request, and needs the cell's value
 //! for its answer right away.
 //!

@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 
 mod support;
 
-use seqsvr_alloc::node::AllocNodeConfig;
 use seqsvr_core::SetSpec;
 use seqsvr_store::node::InitialAlloc;
 use support::{free_port, Proc, StoreCluster, StoreOptions};
@@ -139,35 +138,10 @@ fn value(text: &str, name: &str) -> Option<f64> {
 }
 
 fn start_alloc(store: &StoreCluster, id: &str, metrics: &str) -> Proc {
-    let cfg = AllocNodeConfig {
-        id: id.to_string(),
-        addr: format!("127.0.0.1:{}", free_port()),
-        peer_addr: format!("127.0.0.1:{}", free_port()),
-        admin_addr: format!("127.0.0.1:{}", free_port()),
-        listen: None,
-        peer_listen: None,
-        admin_listen: None,
-        store: store.peer_addrs.clone(),
-        tls: None,
-        insecure: false,
-        limits: None,
-        metrics_addr: Some(metrics.to_string()),
-        route_poll_ms: 200,
-        renew_ms: support::TEST_RENEW_MS,
-        wait_ms: 500,
-        raise_ahead_fraction: 0.25,
-        resp: None,
-        forward: Default::default(),
-        http_addr: None,
-    };
-    let path = store.dir.path().join(format!("{id}.toml"));
-    std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
-    let args = vec![
-        "alloc".into(),
-        "--config".into(),
-        path.display().to_string(),
-    ];
-    Proc::start(id, args, store.dir.path().join(format!("{id}.log")))
+    let addr = format!("127.0.0.1:{}", free_port());
+    support::start_alloc_with(store, id, &addr, &store.peer_addrs, |cfg| {
+        cfg.metrics_addr = Some(metrics.to_string());
+    })
 }
 
 /// Every series of `text` carries `set` and `node_label`.

@@ -1,0 +1,179 @@
+//! What the end-to-end tests read and check: metrics scraped from a
+//! process, the per-uid monotonicity checker over what clients received,
+//! and the workload and recorder that produce those observations.
+
+use super::*;
+
+/// The Prometheus text a metrics listener at `addr` serves (empty if it
+/// does not answer).
+pub fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let req = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return String::new();
+    }
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+/// The sum of every sample of metric `name` (exact name, any labels) whose
+/// labels contain every `key="value"` of `labels`.
+pub fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (head, value) = l.rsplit_once(' ')?;
+            let (n, rest) = match head.split_once('{') {
+                Some((n, rest)) => (n, rest),
+                None => (head, ""),
+            };
+            (n == name && labels.iter().all(|kv| rest.contains(kv)))
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
+        })
+        .sum()
+}
+
+/// Runs the per-uid checker over `obs` — numbers handed out (a batch's
+/// copies of a uid in request order) and `current` answers — and fails the
+/// test (with `logs`) on any regression, repeat or out-of-order read
+/// (promise 1).
+pub fn assert_monotonic(obs: &[seqsvr_core::checker::Observation], logs: impl Fn() -> String) {
+    let r = seqsvr_core::checker::check(obs);
+    println!(
+        "checked {} numbers and {} current answers for {} uids: {} regressions, {} repeats, \
+         {} current answers below an earlier number, {} not below a later number",
+        r.observations,
+        r.reads,
+        r.uids,
+        r.regressions.len(),
+        r.repeats.len(),
+        r.stale_reads.len(),
+        r.reads_ahead.len()
+    );
+    assert!(
+        r.observations > 500,
+        "too few numbers to check anything ({})",
+        r.observations
+    );
+    assert!(
+        r.ok(),
+        "promise 1 broken: {:?} {:?} {:?} {:?}\n{}",
+        r.regressions.first(),
+        r.repeats.first(),
+        r.stale_reads.first(),
+        r.reads_ahead.first(),
+        logs()
+    );
+}
+
+/// A running client workload: what it received and how often it failed.
+pub struct Workload {
+    /// Every answer received: numbers handed out and `current` reads.
+    pub obs: std::sync::Arc<std::sync::Mutex<Vec<seqsvr_core::checker::Observation>>>,
+    /// Calls that failed (expected while processes die).
+    pub errors: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Set to stop the callers.
+    pub stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The callers.
+    pub tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Workload {
+    /// Empty shared state; the caller spawns `tasks` with clones of it (or
+    /// of a [`Recorder`]).
+    pub fn new() -> Workload {
+        Workload {
+            obs: Default::default(),
+            errors: Default::default(),
+            stop: Default::default(),
+            tasks: Vec::new(),
+        }
+    }
+
+    /// A caller's handle on the shared state: makes calls and records them.
+    pub fn recorder(&self) -> Recorder {
+        Recorder {
+            obs: self.obs.clone(),
+            errors: self.errors.clone(),
+            stop: self.stop.clone(),
+        }
+    }
+
+    /// Stops the callers; returns every answer received (numbers and
+    /// `current` reads, for [`assert_monotonic`]) and the failures.
+    pub async fn finish(self) -> (Vec<seqsvr_core::checker::Observation>, u64) {
+        use std::sync::atomic::Ordering;
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.tasks {
+            t.await.unwrap();
+        }
+        let errors = self.errors.load(Ordering::Relaxed);
+        println!("{errors} failed calls");
+        (std::mem::take(&mut *self.obs.lock().unwrap()), errors)
+    }
+}
+
+/// Makes calls through the client library and records what each received,
+/// with when it was sent and when it returned, for the per-uid checker.
+/// Every method returns whether the call succeeded (a failure is counted).
+#[derive(Clone)]
+pub struct Recorder {
+    obs: std::sync::Arc<std::sync::Mutex<Vec<seqsvr_core::checker::Observation>>>,
+    errors: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Recorder {
+    /// Whether the workload was told to stop.
+    pub fn stopped(&self) -> bool {
+        self.stop.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn record(
+        &self,
+        r: Result<Vec<seqsvr_core::checker::Observation>, seqsvr_client::Error>,
+    ) -> bool {
+        match r {
+            Ok(got) => {
+                self.obs.lock().unwrap().extend(got);
+                true
+            }
+            Err(_) => {
+                self.errors
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                false
+            }
+        }
+    }
+
+    /// `next(uid)`.
+    pub async fn next(&self, c: &seqsvr_client::SeqClient, uid: u64) -> bool {
+        use seqsvr_core::checker::Observation;
+        let start = Instant::now();
+        let r = c.next(uid).await;
+        self.record(r.map(|seq| vec![Observation::next(uid, seq, start, Instant::now())]))
+    }
+
+    /// `next_batch(uids)`: the answer in request order, each number with
+    /// its position (a uid listed twice must get increasing numbers).
+    pub async fn batch(&self, c: &seqsvr_client::SeqClient, uids: &[u64]) -> bool {
+        use seqsvr_core::checker::Observation;
+        let start = Instant::now();
+        let r = c.next_batch(uids).await;
+        self.record(r.map(|seqs| Observation::batch(uids, &seqs, start, Instant::now())))
+    }
+
+    /// `current(uid)`: checked against the numbers around it.
+    pub async fn current(&self, c: &seqsvr_client::SeqClient, uid: u64) -> bool {
+        use seqsvr_core::checker::Observation;
+        let start = Instant::now();
+        let r = c.current(uid).await;
+        self.record(r.map(|seq| vec![Observation::current(uid, seq, start, Instant::now())]))
+    }
+}

@@ -188,7 +188,11 @@ pub(crate) fn classify(
     let addr = target.addr.as_str();
     let message = status.message().to_string();
     let Some(d) = detail_of(status) else {
-        let f = classify_bare(status.code(), target, message, uids);
+        let code = match status.code() {
+            Code::Internal if peer_hung_up(status) => Code::Unavailable,
+            code => code,
+        };
+        let f = classify_bare(code, target, message, uids);
         return (f, RouteFacts::default());
     };
     #[allow(deprecated)] // still decoded from older servers
@@ -230,6 +234,25 @@ pub(crate) fn classify(
         kind => Failure::Fatal(Error::Internal(format!("{kind:?} from {addr}: {message}"))),
     };
     (failure, facts)
+}
+
+/// Whether a bare `INTERNAL` status is the peer closing the connection
+/// under a call rather than a fault of the call: tonic reports HTTP/2
+/// errors as `INTERNAL` ("h2 protocol error"), among them a server that
+/// goes away mid-call (its GOAWAY or stream reset, or the socket closing)
+/// — a transport failure, retried like `UNAVAILABLE`. A protocol error
+/// this side detected itself (a TLS server answered a plaintext call, say)
+/// stays `INTERNAL`: retrying cannot mend it.
+fn peer_hung_up(status: &tonic::Status) -> bool {
+    use std::error::Error as _;
+    let mut source: Option<&(dyn std::error::Error + 'static)> = status.source();
+    while let Some(e) = source {
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            return h2.is_io() || h2.is_remote() || h2.reason() == Some(h2::Reason::NO_ERROR);
+        }
+        source = e.source();
+    }
+    false
 }
 
 /// Reads a status without a seqsvr detail: a transport failure reported
@@ -566,6 +589,39 @@ mod tests {
             c(Code::PermissionDenied),
             Failure::Fatal(Error::Internal(_))
         ));
+    }
+
+    /// An owner that goes away under a call (a failover, a restart)
+    /// reaches the caller as tonic's `INTERNAL` "h2 protocol error": that
+    /// is a transport failure and is retried; a protocol error this side
+    /// detected (a TLS server's bytes read as HTTP/2) is not.
+    #[test]
+    fn a_peer_hanging_up_mid_call_is_transport_not_internal() {
+        let of = |e: h2::Error| {
+            let st = tonic::Status::from_error(Box::new(e));
+            assert_eq!(st.code(), Code::Internal, "{st:?}");
+            assert!(st.message().starts_with("h2 protocol error"), "{st:?}");
+            classify(&st, &target(), &[3]).0
+        };
+        let gone = [
+            h2::Error::from(h2::Reason::NO_ERROR),
+            h2::Error::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe)),
+        ];
+        for e in gone {
+            let f = of(e);
+            assert!(
+                matches!(f, Failure::Transport { set: Some(3), .. }),
+                "{f:?}"
+            );
+        }
+        for reason in [h2::Reason::PROTOCOL_ERROR, h2::Reason::FRAME_SIZE_ERROR] {
+            let f = of(h2::Error::from(reason));
+            assert!(matches!(f, Failure::Fatal(Error::Internal(_))), "{f:?}");
+        }
+        // Without the h2 error underneath, INTERNAL is the server's word.
+        let bare = tonic::Status::new(Code::Internal, "h2 protocol error: http2 error");
+        let f = classify(&bare, &target(), &[3]).0;
+        assert!(matches!(f, Failure::Fatal(Error::Internal(_))), "{f:?}");
     }
 
     #[test]

@@ -273,3 +273,56 @@ async fn lost_one_replica_is_replaced_and_the_new_one_counts_in_the_majority() {
     obs.extend(after);
     assert_monotonic(&obs, || s.store.logs());
 }
+
+/// The mistake the runbook warns against: a follower lost with its disk
+/// is started again under its old id on an empty disk. It refuses to
+/// start, naming the way out (a new id), and the group keeps serving; it
+/// never joins to vote a second time in a term it already voted in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_that_lost_its_disk_refuses_its_old_id() {
+    let mut s = SetCluster::start(set(), 2);
+    let leader = s.store.wait_ready(Duration::from_secs(20)).await;
+    let c = s.client().await;
+    s.wait_serving(&c).await;
+    let (mut obs, _) = drive(&c, Duration::from_secs(1)).await;
+    let lost = (leader + 1) % 3;
+    s.store.procs[lost].kill9();
+    std::fs::remove_dir_all(data_of(&s, lost + 1)).unwrap();
+    let mut again = std::process::Command::new(support::seqsvr_bin())
+        .args(["store", "--config"])
+        .arg(config_of(&s, lost + 1))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(st) = again.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = again.kill();
+            panic!(
+                "store node {} started on an empty disk under its old id\n{}",
+                lost + 1,
+                s.store.logs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut again.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "{err}");
+    assert!(
+        err.contains("lost its disk") && err.contains("new id") && err.contains("store replace"),
+        "{err}"
+    );
+    let (after, _) = drive(&c, Duration::from_secs(2)).await;
+    assert!(
+        after.len() > 100,
+        "the group stopped serving\n{}",
+        s.store.logs()
+    );
+    obs.extend(after);
+    assert_monotonic(&obs, || s.store.logs());
+}

@@ -52,6 +52,63 @@ pub(super) async fn peers_initialised(cfg: &StoreConfig, connect: &Connector) ->
     false
 }
 
+/// Whether this replica, starting on an empty disk (`fresh`), is a member
+/// that lost its disk: some peer leads a group that has replicated its log
+/// to this node id already. Its vote and log went with the disk, so it
+/// could vote twice in one term, and its leader's Raft core stops when a
+/// follower's log goes back; the way out is a new id
+/// (docs/operations.md, "Lost one replica"). Returns the refusal.
+///
+/// Asked of the configured peers and of any leader they name, each within
+/// 500 ms; a peer that does not answer says nothing. A brand-new member
+/// that starts late, or a joining one, has received nothing yet, so the
+/// leader knows no matched index for it and it starts as before.
+pub(super) async fn lost_disk(cfg: &StoreConfig, connect: &Connector) -> Option<String> {
+    let mut ask: Vec<String> = cfg
+        .members
+        .iter()
+        .filter(|m| m.id != cfg.id)
+        .map(|m| m.addr.clone())
+        .collect();
+    let mut asked = 0;
+    while asked < ask.len() && asked < 8 {
+        let addr = ask[asked].clone();
+        asked += 1;
+        let Ok(ch) = connect(&addr) else {
+            continue;
+        };
+        let mut c = StorePeerClient::new(ch);
+        let call = c.status(seqsvr_proto::StatusRequest {});
+        let Ok(Ok(s)) = tokio::time::timeout(Duration::from_millis(500), call).await else {
+            continue;
+        };
+        let s = s.into_inner();
+        if let Some(r) = s
+            .replication
+            .iter()
+            .find(|r| r.id == cfg.id && r.matched && r.matched_index > 0)
+        {
+            return Some(format!(
+                "store node {} starts on an empty data dir ({}), but the group's leader \
+                 (node {}) has replicated its log to node {} up to index {}: this replica \
+                 lost its disk, and with it its vote and log. It must not rejoin under its \
+                 old id; start it under a new id and run `seqctl store replace --old {} \
+                 --new <id>=<addr>` (docs/operations.md, \"Lost one replica\")",
+                cfg.id,
+                cfg.data_dir.display(),
+                s.node_id,
+                cfg.id,
+                r.matched_index,
+                cfg.id
+            ));
+        }
+        if s.has_leader && !s.leader_addr.is_empty() && !ask.contains(&s.leader_addr) {
+            ask.push(s.leader_addr);
+        }
+    }
+    None
+}
+
 /// Initialises a brand-new cluster from the configured members (see the
 /// module docs for why this only ever happens once).
 pub(super) async fn bootstrap(raft: Raft, cfg: StoreConfig, connect: Connector) {

@@ -227,6 +227,11 @@ impl StoreNode {
                 seqsvr_core::directory::HOME_SET,
             ))
         }));
+        if fresh {
+            if let Some(why) = bootstrap::lost_disk(&cfg, &connect).await {
+                return Err(Error::Config(why));
+            }
+        }
         let network = Network::new(connect.clone(), metrics.stages.clone());
         let isolated = network.isolated.clone();
         let raft = Raft::new(cfg.id, raft_cfg, network, log, sm.clone())

@@ -5,6 +5,9 @@
 
 mod support;
 
+#[path = "sets/fence_move.rs"]
+mod fence_move;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 

@@ -618,6 +618,17 @@ impl SetCluster {
         Self::launch(set, n_allocs, StoreOptions::default(), forward)
     }
 
+    /// [`SetCluster::start`] with both: the store group started with
+    /// `opts`, its AllocSvrs forwarding or not.
+    pub fn start_opts_forwarding(
+        set: SetSpec,
+        n_allocs: usize,
+        opts: StoreOptions,
+        forward: bool,
+    ) -> SetCluster {
+        Self::launch(set, n_allocs, opts, forward)
+    }
+
     fn launch(set: SetSpec, n_allocs: usize, opts: StoreOptions, forward: bool) -> SetCluster {
         let initial = InitialAlloc::even_split(
             (0..n_allocs).map(|i| format!("alloc-{}", i + 1)),

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use seqsvr_core::SetSpec;
 
-use super::SetCluster;
+use super::{SetCluster, StoreOptions};
 
 /// Set 0 serves `[0, 2000)` (20 sections of 100); set 1's span is
 /// `[0, 4000)` so that it can take ranges of set 0, and it serves
@@ -64,8 +64,14 @@ pub async fn two_sets() -> (SetCluster, SetCluster) {
 
 /// [`two_sets`], the AllocSvrs forwarding or not.
 pub async fn two_sets_forwarding(forward: bool) -> (SetCluster, SetCluster) {
-    let a = SetCluster::start_forwarding(set0(), 2, forward);
-    let b = SetCluster::start_forwarding(set1(), 2, forward);
+    two_sets_with(StoreOptions::default(), forward).await
+}
+
+/// [`two_sets`], both store groups started with `opts`, the AllocSvrs
+/// forwarding or not.
+pub async fn two_sets_with(opts: StoreOptions, forward: bool) -> (SetCluster, SetCluster) {
+    let a = SetCluster::start_opts_forwarding(set0(), 2, opts.clone(), forward);
+    let b = SetCluster::start_opts_forwarding(set1(), 2, opts, forward);
     a.store.wait_ready(Duration::from_secs(30)).await;
     b.store.wait_ready(Duration::from_secs(30)).await;
     let stores = b.store.client_addrs.join(",");

@@ -103,6 +103,21 @@ pub struct Stats {
     pub stale_reads_refused: u64,
     /// See `stale_reads_refused`.
     pub stale_reads_admitted: u64,
+    /// AllocSvrs an operator fenced (`seqctl alloc fence`).
+    pub operator_fences: u64,
+    /// Additions run again (`seqctl set add`), how many the store
+    /// refused, and how many sections they installed.
+    pub additions_repeated: u64,
+    /// See `additions_repeated`.
+    pub additions_refused: u64,
+    /// See `additions_repeated`.
+    pub additions_installed: u64,
+    /// Calls marked forwarded that a replica of another group sent in an
+    /// AllocSvr's name: refused (not a member), or, with
+    /// `forward_from_anyone`, taken.
+    pub forwards_refused: u64,
+    /// See `forwards_refused`.
+    pub forwards_taken: u64,
 }
 
 /// An event with its time; ordered so the heap pops the earliest first,

@@ -15,8 +15,11 @@
 //! right after). Each of these hits one set. Range moves between the sets
 //! are scheduled too (`seqctl set move`), the mover sometimes stopping
 //! after a step or crashing during one, then run again with the same
-//! command. Clock drift is per AllocSvr for the whole run (drawn with the
-//! configuration). No fault starts in the final quiet stretch, whose start
+//! command. Then the operator's and a stranger's faults: "fence, then
+//! move" (an AllocSvr paused, often fenced, and a section it owns moved
+//! away at once), `seqctl set add` run again around moves, and calls
+//! marked forwarded from a replica of another group. Clock drift is per
+//! AllocSvr for the whole run (drawn with the configuration). No fault starts in the final quiet stretch, whose start
 //! heals everything (and finishes a half-done move).
 
 use seqsvr_core::LeaseTerms;
@@ -300,6 +303,41 @@ pub enum Fault {
     ResumeMove,
     /// Heal every link, restart every process.
     HealEverything,
+    /// The operator fences AllocSvr process `a`'s incarnation
+    /// (`seqctl alloc fence`): the store refuses it from then on; the
+    /// process learns it from its next refused renewal or raise.
+    Fence {
+        /// The process slot.
+        a: usize,
+    },
+    /// The operator moves a section process `a` serves (one of the
+    /// movable ones, if it serves any) to the other set, as `MoveRange`
+    /// does; not while a mover still runs. Drawn right after `a` is paused
+    /// (and often fenced): "fence, then move".
+    MoveAway {
+        /// The process slot.
+        a: usize,
+    },
+    /// The operator runs `seqctl set add` for `set` again: its addition's
+    /// `Install` (floor 0), over the range of a move into or out of the set
+    /// while one is under way (an operator "finishing the job" with the
+    /// wrong command), else over the range the set was added with.
+    AddSetAgain {
+        /// The set (not the home set).
+        set: usize,
+    },
+    /// Replica `by` (of another set: not a member of `a`'s group) sends
+    /// the leader of `a`'s set a call marked forwarded, in AllocSvr process
+    /// `a`'s name: a `Handoff` of a section `a` serves, at its current
+    /// epoch, to AllocSvr `to` of the set.
+    ForgeForwarded {
+        /// The forging replica (global index).
+        by: usize,
+        /// The process slot whose AllocSvr the call names.
+        a: usize,
+        /// The new owner (AllocSvr index in the set).
+        to: usize,
+    },
 }
 
 impl std::fmt::Display for Fault {
@@ -433,6 +471,15 @@ impl std::fmt::Display for Fault {
             ),
             Fault::ResumeMove => write!(f, "operator: run the move under way (or the last) again"),
             Fault::HealEverything => write!(f, "heal everything, restart everything"),
+            Fault::Fence { a } => write!(f, "operator: fence p{a}'s incarnation"),
+            Fault::MoveAway { a } => {
+                write!(f, "operator: move a section p{a} serves to the other set")
+            }
+            Fault::AddSetAgain { set } => write!(f, "operator: run set {set}'s addition again"),
+            Fault::ForgeForwarded { by, a, to } => write!(
+                f,
+                "r{by} (another set's replica) forwards a handoff in p{a}'s name to its set's AllocSvr #{to}"
+            ),
         }
     }
 }
@@ -600,6 +647,7 @@ pub fn generate(rng: &mut Rng, shape: &Shape) -> Vec<(Time, Fault)> {
         t += rng.range(SEC, 5 * SEC);
     }
     moves(rng, shape, &mut out);
+    trust(rng, shape, &mut out);
     out.push((quiet, Fault::HealEverything));
     sort_schedule(out)
 }
@@ -635,6 +683,62 @@ fn moves(rng: &mut Rng, shape: &Shape, out: &mut Vec<(Time, Fault)>) {
             out.push((again, Fault::ResumeMove));
         }
         t += rng.range(3 * SEC, 9 * SEC);
+    }
+}
+
+/// The operator's and a stranger's faults of `docs/architecture/security.md`
+/// (drawn after the rest, so the schedule before them is unchanged):
+///
+/// - "fence, then move": an AllocSvr paused for a while (longer than a
+///   release call waits, shorter than its lease), often fenced by the
+///   operator, and a section it serves moved away at once — the release
+///   cannot be confirmed, so the mover must wait the source's lease +
+///   margin (a fenced holder is not expired);
+/// - `seqctl set add` run again around a third of the moves, at any point
+///   of them (before the freeze, between freeze and install, after);
+/// - calls marked forwarded, in an AllocSvr's name, from a replica of the
+///   other set.
+fn trust(rng: &mut Rng, shape: &Shape, out: &mut Vec<(Time, Fault)>) {
+    let quiet = shape.quiet;
+    let l = shape.layout;
+    let moves: Vec<Time> = (out.iter())
+        .filter(|(_, f)| matches!(f, Fault::MoveRange { .. }))
+        .map(|(t, _)| *t)
+        .collect();
+    for t in moves {
+        if rng.chance(0.35) && l.sets > 1 {
+            let at = t + rng.range(0, 4 * SEC);
+            let set = 1 + rng.pick(l.sets - 1);
+            if at < quiet {
+                out.push((at, Fault::AddSetAgain { set }));
+            }
+        }
+    }
+    let mut t = rng.range(6 * SEC, 12 * SEC);
+    while t + 8 * SEC < quiet {
+        let set = rng.pick(l.sets);
+        let a = l.first_slot(set, rng.pick(l.allocs));
+        let dur = rng.range(2500 * MS, 4500 * MS);
+        out.push((t, Fault::PauseAlloc { a, dur }));
+        if rng.chance(0.6) {
+            out.push((t + 10 * MS, Fault::Fence { a }));
+        }
+        out.push((t + 100 * MS, Fault::MoveAway { a }));
+        t += rng.range(10 * SEC, 16 * SEC);
+    }
+    if l.sets > 1 {
+        for _ in 0..1 + rng.pick(3) {
+            let at = rng.range(3 * SEC, quiet);
+            let set = rng.pick(l.sets);
+            let i = rng.pick(l.allocs);
+            let other = (set + 1 + rng.pick(l.sets - 1)) % l.sets;
+            let fault = Fault::ForgeForwarded {
+                by: l.replica(other, rng.pick(l.replicas)),
+                a: l.first_slot(set, i),
+                to: (i + 1 + rng.pick(l.allocs - 1)) % l.allocs,
+            };
+            out.push((at, fault));
+        }
     }
 }
 

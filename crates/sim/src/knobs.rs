@@ -103,6 +103,27 @@ pub struct Knobs {
     /// The leader acknowledges a raise as soon as it appends it, with the
     /// outcome its applied state gives, before a majority holds it.
     pub ack_before_commit: bool,
+    /// The mover before releases waited for everyone who may still serve:
+    /// a fenced AllocSvr is left out of the release (the freeze's reply is
+    /// taken to name only the holders that are not fenced), so "fence,
+    /// then move" installs at once while the fenced process, paused or cut
+    /// off, still serves from memory on its lease.
+    pub release_skips_fenced: bool,
+    /// A release that no holder confirmed (no answer in time, an error)
+    /// counts as confirmed: the mover installs at once instead of waiting
+    /// the source's lease + margin for the silent holder.
+    pub release_unanswered_confirms: bool,
+    /// The store before set commands were checked against the directory:
+    /// an addition's `Install` is applied as the legacy command naming the
+    /// newest move (no directory check, no `Absent`-only rule), so a
+    /// repeated `seqctl set add` turns frozen and moved sections back to
+    /// `Serving` at their final ceilings.
+    pub addition_unchecked: bool,
+    /// A store leader takes a call marked forwarded from any replica, of
+    /// any group (the store before forwarded calls were checked against
+    /// the membership): a replica of another set can act in an AllocSvr's
+    /// name.
+    pub forward_from_anyone: bool,
 }
 
 /// Where the `install_below_final` knob installs a moved section.
@@ -127,7 +148,7 @@ impl InstallAt {
 }
 
 /// The knob names of [`Knobs::parse`], with their flags.
-const FLAGS: [&str; 20] = [
+const FLAGS: [&str; 24] = [
     "unsafe_renewals",
     "skip_lease_check",
     "current_without_lease",
@@ -148,6 +169,10 @@ const FLAGS: [&str; 20] = [
     "raise_unbounded",
     "reads_without_barrier",
     "ack_before_commit",
+    "release_skips_fenced",
+    "release_unanswered_confirms",
+    "addition_unchecked",
+    "forward_from_anyone",
 ];
 
 impl Knobs {
@@ -173,6 +198,10 @@ impl Knobs {
             "raise_unbounded" => &mut self.raise_unbounded,
             "reads_without_barrier" => &mut self.reads_without_barrier,
             "ack_before_commit" => &mut self.ack_before_commit,
+            "release_skips_fenced" => &mut self.release_skips_fenced,
+            "release_unanswered_confirms" => &mut self.release_unanswered_confirms,
+            "addition_unchecked" => &mut self.addition_unchecked,
+            "forward_from_anyone" => &mut self.forward_from_anyone,
             _ => return None,
         })
     }

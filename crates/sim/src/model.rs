@@ -214,6 +214,15 @@ pub(crate) enum StoreReq {
         /// How many.
         count: u32,
     },
+    /// Admin: `FenceAlloc` (`seqctl alloc fence`): the incarnation named
+    /// is refused from now on; the process learns it from its next
+    /// refused renewal or raise.
+    Fence {
+        /// The AllocSvr.
+        alloc: AllocId,
+        /// The incarnation to refuse.
+        incarnation: Incarnation,
+    },
 }
 
 impl StoreReq {
@@ -228,6 +237,7 @@ impl StoreReq {
                 | StoreReq::ChangeDirectory(_)
                 | StoreReq::CopyDirectory(_)
                 | StoreReq::Status
+                | StoreReq::Fence { .. }
         )
     }
 }

@@ -7,8 +7,9 @@
 
 use crate::env::{trace, Env};
 use crate::link::{Caller, StoreClient, Timing};
-use crate::model::{Ev, LinkTimer, Msg, StoreMsg, StoreReq};
+use crate::model::{Ev, LinkTimer, Msg, StoreFail, StoreMsg, StoreOk, StoreReq, StoreResp};
 use crate::net::{Node, SEC};
+use seqsvr_store_core::command::Reply;
 
 /// The operator's store calls, one admin client per set.
 #[derive(Debug, Default)]
@@ -47,7 +48,7 @@ impl Operator {
         let who = caller(env, set, &wrap);
         let done = self.link(set).start(env, &who, req.clone(), req, ADMIN);
         if let Some((req, resp)) = done {
-            trace!(env, "operator: {req:?} -> {resp:?}");
+            answered(env, &req, &resp);
         }
     }
 
@@ -56,7 +57,7 @@ impl Operator {
         let wrap = move |t| Ev::Operator(set, t);
         let who = caller(env, set, &wrap);
         if let Some((req, resp)) = self.link(set).on_timer(env, &who, t) {
-            trace!(env, "operator: {req:?} -> {resp:?}");
+            answered(env, &req, &resp);
         }
     }
 
@@ -70,10 +71,24 @@ impl Operator {
                 let wrap = move |t| Ev::Operator(set, t);
                 let who = caller(env, set, &wrap);
                 if let Some((req, resp)) = self.link(set).on_resp(env, &who, call, resp) {
-                    trace!(env, "operator: {req:?} -> {resp:?}");
+                    answered(env, &req, &resp);
                 }
             }
             (_, other) => trace!(env, "operator got {other:?}"),
+        }
+    }
+}
+
+/// An admin call ended: traced, and a repeated addition's outcome counted.
+fn answered(env: &mut Env, req: &StoreReq, resp: &StoreResp) {
+    trace!(env, "operator: {req:?} -> {resp:?}");
+    if let StoreReq::Install { .. } = req {
+        match resp {
+            Err(StoreFail::Rejected(_)) => env.stats.additions_refused += 1,
+            Ok(StoreOk::Written(Reply::Installed { newly, .. })) => {
+                env.stats.additions_installed += u64::from(*newly)
+            }
+            _ => {}
         }
     }
 }

@@ -20,6 +20,11 @@ use crate::knobs::Knobs;
 ///   move applied is applied as the store applied it before its fixes:
 ///   by the legacy command (no check against the directory) naming that
 ///   move (`check_move_id` passes);
+/// - `addition_unchecked`: an addition's `Install` is applied as the
+///   legacy command naming the newest move applied, as the store applied
+///   it before set commands were checked against the directory: every
+///   section not serving here (frozen and moved ones included) is
+///   installed at its own ceiling;
 /// - `claim_always_fresh`: a `TakeOver` names the current epochs, so no
 ///   grant prepared for the claimer is handed back unchanged;
 /// - `raise_unbounded`: a `Raise` of more than a step is applied a step
@@ -64,6 +69,11 @@ fn rewrite(state: &SetState, cmd: &Command, knobs: &Knobs) -> Option<Command> {
         Command::Handoff { .. } => knobs.handoff_unconditional,
         Command::Assign { .. } => knobs.assign_unconditional,
         Command::TakeOver { .. } => knobs.claim_always_fresh,
+        Command::Install { call, .. }
+            if knobs.addition_unchecked && call.kind == seqsvr_core::SetKind::Addition =>
+        {
+            true
+        }
         Command::Freeze { call, .. } | Command::Install { call, .. } => {
             knobs.skip_move_id_check && call.move_id < state.placement.last_move
         }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use seqsvr_core::mover::{
-    AllocRef, Answer, Call, CallError, Claimed, Effect, MoveError, StatusFor,
+    AllocRef, Answer, Call, CallError, Claimed, Confirmed, Effect, MoveError, StatusFor,
 };
 use seqsvr_store_core::command::Reply;
 
@@ -101,15 +101,15 @@ impl Movers {
             }
             Call::Release {
                 alloc,
+                incarnation,
                 admin_addr,
                 first,
                 epochs,
-                ..
             } => {
+                let holder = (alloc, incarnation);
                 let Some(slot) = slot_of_addr(&admin_addr) else {
-                    return Some(Answer::Released(Err(format!(
-                        "{alloc} has no admin address"
-                    ))));
+                    let e = format!("{} has no admin address", holder.0);
+                    return Some(released(env, &holder, Err(e)));
                 };
                 let call = env.fresh_id();
                 let msg = AdminMsg::Release {
@@ -117,13 +117,13 @@ impl Movers {
                     first,
                     epochs,
                 };
-                return self.admin(env, id, run, slot, msg, call, true);
+                return self.admin(env, id, run, slot, msg, call, Some(holder));
             }
             Call::Refresh { admin_addr, .. } => {
                 let slot = slot_of_addr(&admin_addr)?;
                 let call = env.fresh_id();
                 let msg = AdminMsg::Refresh { id: call };
-                return self.admin(env, id, run, slot, msg, call, false);
+                return self.admin(env, id, run, slot, msg, call, None);
             }
         };
         self.store(env, id, run, set, kind, req, timing);
@@ -159,7 +159,7 @@ impl Movers {
         slot: usize,
         msg: AdminMsg,
         call: u64,
-        release: bool,
+        release: Option<(String, u64)>,
     ) -> Option<Answer> {
         env.send(Node::Mover, Node::Alloc(slot), Msg::Admin(msg));
         run.wait = Wait::Admin { call, release };
@@ -271,11 +271,15 @@ impl Movers {
                 self.perform(env, id, run, effect);
             }
             Wait::Status { .. } => self.status_answer(env, id, run, None),
-            Wait::Admin { release: true, .. } => {
-                let answer = Answer::Released(Err("no answer in time".into()));
+            Wait::Admin {
+                release: Some(ref holder),
+                ..
+            } => {
+                let holder = holder.clone();
+                let answer = released(env, &holder, Err("no answer in time".into()));
                 self.answer(env, id, run, answer);
             }
-            Wait::Admin { release: false, .. } => self.answer(env, id, run, Answer::Refreshed),
+            Wait::Admin { release: None, .. } => self.answer(env, id, run, Answer::Refreshed),
             Wait::Until => {
                 if std::mem::take(&mut run.lease_wait) {
                     env.stats.lease_waits += 1;
@@ -300,10 +304,48 @@ fn count_release(env: &mut Env, run: &mut Run) {
     }
 }
 
+/// A release's outcome as the mover reads it: what `holder` answered, or
+/// with `release_unanswered_confirms`, a release nobody confirmed taken
+/// as the holder's confirmation.
+pub(super) fn released(
+    env: &Env,
+    holder: &(String, u64),
+    result: Result<Confirmed, String>,
+) -> Answer {
+    match result {
+        Err(why) if env.cfg.knobs.release_unanswered_confirms => {
+            trace!(
+                env,
+                "mover: release on {} not confirmed ({why}); taken as confirmed",
+                holder.0
+            );
+            Answer::Released(Ok(Confirmed {
+                alloc: holder.0.clone(),
+                incarnation: holder.1,
+            }))
+        }
+        r => Answer::Released(r),
+    }
+}
+
 /// A freeze's answer as the knobs leave it: `install_before_release`
-/// drops the release (the freeze names nobody, so no AllocSvr is told).
+/// drops the release (the freeze names nobody, so no AllocSvr is told);
+/// `release_skips_fenced` leaves the fenced holders out of it.
 fn perturb_frozen(env: &Env, answer: Answer) -> Answer {
     match answer {
+        Answer::Frozen {
+            finals,
+            epochs,
+            newly,
+            lease_expiry,
+            holders: Some(holders),
+        } if env.cfg.knobs.release_skips_fenced => Answer::Frozen {
+            finals,
+            epochs,
+            newly,
+            lease_expiry,
+            holders: Some(holders.into_iter().filter(|h| !h.fenced).collect()),
+        },
         Answer::Frozen {
             finals,
             epochs,

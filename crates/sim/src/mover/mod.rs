@@ -32,8 +32,10 @@
 //!
 //! The knobs perturb the effects, not the decisions:
 //! `install_before_release` drops the release (the freeze's reply is
-//! taken to name no AllocSvr, so none is told), and `install_below_final`
-//! lowers the floors of the install call.
+//! taken to name no AllocSvr, so none is told), `release_skips_fenced`
+//! drops the fenced holders from it, `release_unanswered_confirms` turns a
+//! release nobody confirmed into the holder's confirmation, and
+//! `install_below_final` lowers the floors of the install call.
 
 use std::collections::BTreeMap;
 
@@ -98,8 +100,12 @@ enum Wait {
         call: u64,
         purpose: StatusFor,
     },
-    /// An AllocSvr's answer to `Release` or `Refresh`.
-    Admin { call: u64, release: bool },
+    /// An AllocSvr's answer to `Release` (naming the holder told: its id
+    /// and incarnation) or `Refresh` (`None`).
+    Admin {
+        call: u64,
+        release: Option<(String, u64)>,
+    },
     /// The end of a wait the machine asked for.
     Until,
 }
@@ -312,8 +318,11 @@ impl Movers {
                 self.finished_call(env, id, run, done);
             }
             (Node::Alloc(_), Msg::Admin(AdminMsg::Answer { result, .. })) => {
-                let answer = match run.wait {
-                    Wait::Admin { release: true, .. } => Answer::Released(result),
+                let answer = match &run.wait {
+                    Wait::Admin {
+                        release: Some(holder),
+                        ..
+                    } => exec::released(env, holder, result),
                     _ => Answer::Refreshed,
                 };
                 self.answer(env, id, run, answer);

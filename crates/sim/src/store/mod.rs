@@ -55,7 +55,7 @@ use seqsvr_store_core::arbiter::Arbiter;
 use seqsvr_store_core::command::Command;
 use seqsvr_store_core::state::SetState;
 
-use crate::env::Env;
+use crate::env::{trace, Env};
 use crate::model::{
     admin_addr, client_addr, peer_addr, Ev, Msg, Pending, RTimer, ReplicaInput, StoreMsg, StoreResp,
 };
@@ -203,6 +203,11 @@ impl Store {
         self.reps.len()
     }
 
+    /// Whether `node` is a replica of this group.
+    fn member(&self, node: Node) -> bool {
+        (0..self.len()).any(|i| self.raft.node(i) == node)
+    }
+
     /// A replica's timer.
     pub(crate) fn timer(&mut self, env: &mut Env, r: usize, life: u32, t: RTimer) {
         let node = &self.raft.nodes[r];
@@ -247,6 +252,23 @@ impl Store {
     fn handle(&mut self, env: &mut Env, r: usize, from: Node, m: StoreMsg) {
         let mut out = Vec::new();
         match m {
+            StoreMsg::Req(p) if p.forwarded && !self.member(from) => {
+                // `docs/architecture/security.md`, "Forwarded calls": only
+                // a member of this group may forward (the shipped store
+                // goes further and refuses every forwarded AllocSvr call).
+                if !env.cfg.knobs.forward_from_anyone {
+                    env.stats.forwards_refused += 1;
+                    return trace!(
+                        env,
+                        "r{}: {:?} marked forwarded by {from}, not a member of set {}'s group: refused",
+                        self.raft.node(r),
+                        p.req,
+                        self.raft.set
+                    );
+                }
+                env.stats.forwards_taken += 1;
+                return self.request(env, r, p);
+            }
             StoreMsg::Req(p) => return self.request(env, r, p),
             StoreMsg::Resp { call, resp, relay } => {
                 let fid = relay.expect("answers reach replicas only to be relayed");

@@ -143,6 +143,10 @@ impl Store {
                 floors: floors.clone(),
                 call: *call,
             },
+            StoreReq::Fence { alloc, incarnation } => Command::FenceAlloc {
+                alloc: alloc.clone(),
+                incarnation: *incarnation,
+            },
             StoreReq::ChangeDirectory(c) => Command::Directory(c.clone()),
             StoreReq::CopyDirectory(d) => Command::CopyDirectory(d.clone()),
             StoreReq::TakeOver {

@@ -8,7 +8,7 @@ use seqsvr_core::{Grant, SectionId};
 use super::World;
 use crate::env::{trace, Env};
 use crate::faults::{AdoptFate, Fault, Forgery};
-use crate::model::{alloc_name, AdminMsg, Msg, PeerMsg, StoreReq};
+use crate::model::{alloc_name, AdminMsg, CallRef, Msg, PeerMsg, Pending, StoreMsg, StoreReq};
 use crate::mover::Cmd;
 use crate::net::Node;
 
@@ -264,6 +264,10 @@ impl World {
                     self.movers.start(env, cmd, None);
                 }
             }
+            f @ (Fault::Fence { .. }
+            | Fault::MoveAway { .. }
+            | Fault::AddSetAgain { .. }
+            | Fault::ForgeForwarded { .. }) => self.apply_trust_fault(f),
             Fault::HealEverything => {
                 env.net.heal_all();
                 self.faults.cuts.clear();
@@ -292,6 +296,122 @@ impl World {
                     self.movers.start(env, cmd, None);
                 }
             }
+        }
+    }
+
+    /// The operator's and a stranger's faults (`Fault::Fence`,
+    /// `MoveAway`, `AddSetAgain`, `ForgeForwarded`).
+    fn apply_trust_fault(&mut self, fault: Fault) {
+        let env = &mut self.env;
+        let l = env.cfg.layout();
+        match fault {
+            Fault::Fence { a } => {
+                let p = &self.allocs.procs[a];
+                let set = p.set;
+                // The incarnation the store has registered (the operator
+                // reads it from `seqctl alloc list`).
+                let Some(rec) = env.truth[set].allocs.get(&p.id) else {
+                    return;
+                };
+                env.stats.operator_fences += 1;
+                let req = StoreReq::Fence {
+                    alloc: p.id.clone(),
+                    incarnation: rec.incarnation,
+                };
+                self.operator.call(env, set, req);
+            }
+            Fault::MoveAway { a } => {
+                if self.movers.running() {
+                    return trace!(env, "operator: a mover still runs; no new move");
+                }
+                let p = &self.allocs.procs[a];
+                let movable = env.cfg.movable();
+                let Some(s) = (env.truth[p.set].sections.iter().enumerate())
+                    .filter(|(s, r)| {
+                        movable.contains(&(*s as SectionId))
+                            && r.owner.as_deref() == Some(p.id.as_str())
+                    })
+                    .map(|(s, _)| s as SectionId)
+                    .next()
+                else {
+                    return trace!(env, "operator: p{a} owns no movable section");
+                };
+                if let Some(cmd) = move_cmd(env, s, 1) {
+                    self.movers.start(env, cmd, None);
+                }
+            }
+            Fault::AddSetAgain { set } => {
+                let Some(dir) = env.truth[HOME_SET as usize].directory.as_ref() else {
+                    return;
+                };
+                let spec = env.cfg.spec(set).clone();
+                let id = spec.set_id;
+                let (begin, end) = match dir.moving {
+                    Some(m) if m.from == id || m.to == id => (m.begin, m.end),
+                    // The range it was added with: what its span holds
+                    // beyond the set before it (`bootstrap_logs`).
+                    _ => (env.cfg.spec(set - 1).uid_end, spec.uid_end),
+                };
+                let (Some(first), Some(last)) = (spec.section_of(begin), spec.section_of(end - 1))
+                else {
+                    return;
+                };
+                env.stats.additions_repeated += 1;
+                let call = seqsvr_core::SetCall {
+                    set: id,
+                    move_id: 0,
+                    begin,
+                    end,
+                    kind: seqsvr_core::SetKind::Addition,
+                };
+                let req = StoreReq::Install {
+                    first,
+                    floors: vec![0; (last - first + 1) as usize],
+                    call,
+                };
+                self.operator.call(env, set, req);
+            }
+            Fault::ForgeForwarded { by, a, to } => {
+                let p = &self.allocs.procs[a];
+                let set = p.set;
+                let mine: Vec<SectionId> = (env.truth[set].sections.iter().enumerate())
+                    .filter(|(_, r)| r.owner.as_deref() == Some(p.id.as_str()))
+                    .map(|(s, _)| s as SectionId)
+                    .collect();
+                let Some(leader) = self.stores[set].believed_leader() else {
+                    return;
+                };
+                if mine.is_empty() {
+                    return;
+                }
+                let s = mine[env.rng.pick(mine.len())];
+                let rec = &env.truth[set].sections[s as usize];
+                let req = StoreReq::Handoff {
+                    from: p.id.clone(),
+                    incarnation: rec.incarnation,
+                    to: alloc_name(set, to),
+                    section: s,
+                    epoch: rec.epoch,
+                };
+                trace!(env, "r{by} forges {req:?}");
+                let call = CallRef {
+                    node: Node::Replica(by),
+                    life: 0,
+                    call: env.fresh_id(),
+                    attempt: 0,
+                };
+                // As a member's forward would look (its answer goes back
+                // through the forwarder, which has no such call).
+                let fwd = Pending {
+                    call,
+                    req,
+                    forwarded: true,
+                    via: Some((leader, env.fresh_id())),
+                };
+                let to = Node::Replica(l.replica(set, leader));
+                env.send(Node::Replica(by), to, Msg::Store(StoreMsg::Req(fwd)));
+            }
+            other => unreachable!("{other} is not one of the trust faults"),
         }
     }
 

@@ -109,8 +109,64 @@ impl StoreApi {
     /// Checks a peer-plane call in the name of AllocSvr `id`: from `id`
     /// itself, never forwarded
     /// ([`crate::auth::require_alloc_not_forwarded`]).
+    ///
+    /// One exception to the refusal's kind, not to the rule: a call marked
+    /// forwarded by a member of this group is what a replica of an older
+    /// version does with an AllocSvr's call during a rolling upgrade. It
+    /// is refused all the same (nothing in it is taken), but as a
+    /// retryable NOT_LEADER naming the leader, which the forwarder passes
+    /// back: the AllocSvr then calls the leader itself, with its own
+    /// certificate, instead of failing for good on PERMISSION_DENIED
+    /// (`docs/architecture/security.md`, "Forwarded calls").
     pub(crate) fn require_alloc<T>(&self, req: &Request<T>, id: &str) -> Result<(), Status> {
+        if forwarded(req) {
+            if let Some(by) = self.forwarding_member(req) {
+                return Err(self.call_the_leader(id, by));
+            }
+        }
         crate::auth::require_alloc_not_forwarded(self.auth, req, id)
+    }
+
+    /// Who marked `req` forwarded, if a current member (voter or learner)
+    /// of this group did: `"store <id>"`, or `"a replica"` on an insecure
+    /// plane, where nothing says who called and nothing is checked.
+    fn forwarding_member<T>(&self, req: &Request<T>) -> Option<String> {
+        if self.auth == Auth::Insecure {
+            return Some("a replica".into());
+        }
+        let id = self.store_certs.judge(&self.auth.caller(req).ok()?).ok()?;
+        let m = self.raft.metrics();
+        let member = m.borrow().membership_config.nodes().any(|(n, _)| *n == id);
+        member.then(|| format!("store {id}"))
+    }
+
+    /// The refusal of an AllocSvr's call that member `by` forwarded: on
+    /// the wire a NOT_LEADER naming the leader (every version of the
+    /// client reads it as "call the leader", and retries), with a message
+    /// saying why.
+    fn call_the_leader(&self, alloc: &str, by: String) -> Status {
+        let leader = self.raft.metrics().borrow().current_leader;
+        let leader = leader.and_then(|l| Some((l, self.leader_addr(l)?)));
+        let mut d = seqsvr_proto::ErrorDetail {
+            kind: seqsvr_proto::ErrorKind::NoLeader as i32,
+            retryable: true,
+            ..Default::default()
+        };
+        let call = match &leader {
+            Some((l, addr)) => {
+                d.leader_id = *l;
+                d.leader_addr = addr.clone();
+                format!("call the leader, store {l} at {addr}, directly")
+            }
+            None => "no leader is known here: call the replicas again".to_string(),
+        };
+        let alloc: String = alloc.chars().take(64).collect();
+        d.reason = format!(
+            "a call in AllocSvr {alloc:?}'s name came forwarded by {by} (a replica of an \
+             older version forwards them); it is not taken, because AllocSvr calls are never \
+             forwarded between replicas: {call}"
+        );
+        seqsvr_proto::status_with(tonic::Code::Unavailable, d.reason.clone(), d)
     }
 
     /// Runs an AllocSvr's call here if this replica leads; otherwise

@@ -195,7 +195,8 @@ async fn raft_and_forwarded_calls_only_from_members() {
             assert!(e.message().contains("marked forwarded"), "{e:?}");
         }
     }
-    // A member's forwarded call is refused as well: nothing is forwarded.
+    // A member's forwarded call is refused as well: nothing is forwarded
+    // (it is told to have the AllocSvr call the leader).
     forwarding_is_refused(&c, 0, "store-2").await;
 
     // Nothing moved: the term is the one before, and the group writes.
@@ -357,8 +358,10 @@ async fn a_replica_refuses_another_replicas_certificate() {
 /// node id is in the membership — could invent one: hand a live section
 /// to another AllocSvr, register a made-up AllocSvr at an attacker's
 /// address, record a live AllocSvr's stop. Such calls are refused on every
-/// replica, leader included, and nothing changes; the AllocSvr's own call
-/// to a follower is answered NOT_LEADER naming the leader.
+/// replica, leader included, and nothing changes (a member's refusal names
+/// the leader, for the older replica forwarding during an upgrade); the
+/// AllocSvr's own call to a follower is answered NOT_LEADER naming the
+/// leader.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_members_certificate_cannot_invent_an_allocsvrs_call() {
     let c = cluster().await;
@@ -369,9 +372,7 @@ async fn a_members_certificate_cannot_invent_an_allocsvrs_call() {
     for member in ["store-1", "store-2", "store-3"] {
         for i in 0..3 {
             for r in forwarded_as(&c, i, member, a.epoch).await {
-                let e = r.unwrap_err();
-                assert_eq!(e.code(), Code::PermissionDenied, "{member} at {i}: {e:?}");
-                assert!(e.message().contains("marked forwarded"), "{e:?}");
+                assert_call_the_leader(&c, &r.unwrap_err());
             }
         }
     }
@@ -381,12 +382,7 @@ async fn a_members_certificate_cannot_invent_an_allocsvrs_call() {
     assert!(!registered(&c).await.contains(&"ghost".to_string()));
     // a's own renewal sent to a follower: NOT_LEADER with the leader's
     // address, never served there or passed on.
-    let leader = (c.nodes.iter())
-        .position(|n| {
-            let m = n.raft.metrics().borrow().clone();
-            m.current_leader == Some(m.id)
-        })
-        .expect("the group has a leader");
+    let leader = leader_of(&c);
     let follower = (leader + 1) % 3;
     let mut peer =
         seqsvr_proto::store_peer_client::StorePeerClient::new(c.raw(follower, Some("alloc-a")));
@@ -406,4 +402,71 @@ async fn a_members_certificate_cannot_invent_an_allocsvrs_call() {
         panic!("a follower answers NOT_LEADER naming the leader: {e:?}");
     };
     assert_eq!(addr, c.peer[leader], "{e:?}");
+}
+
+/// A rolling upgrade: a replica of an older version still forwards an
+/// AllocSvr's renewal to the leader (as a member, with its own
+/// certificate). The leader does not take it, but its refusal — which the
+/// older replica passes back unchanged — is a retryable NOT_LEADER naming
+/// the leader, so the AllocSvr's client calls the leader itself and is
+/// served, instead of failing for good on PERMISSION_DENIED. Nothing the
+/// forwarded call asked for happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_replicas_forward_sends_the_allocsvr_to_the_leader() {
+    let c = cluster().await;
+    c.wait_configured().await;
+    let a = c.alive("a", 1, 0).await;
+    c.alive("b", 2, 0).await;
+    let leader = leader_of(&c);
+    let old = (leader + 1) % 3;
+    // The older replica forwards a's renewal, and a's hand-off of its
+    // section to b, to the leader.
+    let mut fwd = StorePeerClient::new(c.raw(leader, Some(&format!("store-{}", old + 1))));
+    let e = fwd
+        .renew(forwarded(pb::RenewRequest {
+            alloc_id: "a".into(),
+            incarnation: 1,
+            known_sections_version: 0,
+        }))
+        .await
+        .unwrap_err();
+    assert_call_the_leader(&c, &e);
+    assert!(
+        e.message().contains(&format!("by store {}", old + 1)),
+        "{e:?}"
+    );
+    let e = fwd
+        .handoff(forwarded(pb::HandoffRequest {
+            from_alloc: "a".into(),
+            incarnation: 1,
+            to_alloc: "b".into(),
+            section: 0,
+            epoch: a.epoch,
+        }))
+        .await
+        .unwrap_err();
+    assert_call_the_leader(&c, &e);
+    // What the AllocSvr's client does with the answer passed back: the
+    // replica it names is called, as a itself, and renews.
+    let Error::NotLeader {
+        leader: Some((_, addr)),
+    } = Error::from_status(&e)
+    else {
+        unreachable!("checked above");
+    };
+    let i = c.peer.iter().position(|p| *p == addr).expect("a replica");
+    let mut own = StorePeerClient::new(c.raw(i, Some("alloc-a")));
+    let lease = own
+        .renew(pb::RenewRequest {
+            alloc_id: "a".into(),
+            incarnation: 1,
+            known_sections_version: 0,
+        })
+        .await
+        .expect("the leader serves a's own call")
+        .into_inner();
+    assert!(lease.lease_ms > 0, "{lease:?}");
+    // The forwarded hand-off changed nothing: a's section is a's.
+    let after = c.alive("a", 1, a.epoch).await;
+    assert_eq!(after.prev_ceiling, a.max_seq, "the section stayed a's");
 }

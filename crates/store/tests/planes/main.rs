@@ -291,8 +291,10 @@ async fn raft_as(c: &Cluster, i: usize, cert: &str, claimed: u64) -> [tonic::Sta
     }
 }
 
-/// A forwarded renewal in a's name, sent as `cert` to replica `i`, is
-/// refused whoever sent it: AllocSvr calls are never forwarded.
+/// A forwarded renewal in a's name, sent as member `cert` to replica `i`,
+/// is refused: AllocSvr calls are never forwarded. The refusal is the one
+/// [`assert_call_the_leader`] expects (a member forwarding is an older
+/// replica during a rolling upgrade).
 async fn forwarding_is_refused(c: &Cluster, i: usize, cert: &str) {
     let mut peer = StorePeerClient::new(c.raw(i, Some(cert)));
     let req = forwarded(pb::RenewRequest {
@@ -301,8 +303,37 @@ async fn forwarding_is_refused(c: &Cluster, i: usize, cert: &str) {
         known_sections_version: 0,
     });
     let e = peer.renew(req).await.unwrap_err();
-    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
-    assert!(e.message().contains("marked forwarded"), "{e:?}");
+    assert_call_the_leader(c, &e);
+}
+
+/// The index of the replica that leads.
+fn leader_of(c: &Cluster) -> usize {
+    (c.nodes.iter())
+        .position(|n| {
+            let m = n.raft.metrics().borrow().clone();
+            m.current_leader == Some(m.id)
+        })
+        .expect("the group has a leader")
+}
+
+/// `e` refuses an AllocSvr's call that a member forwarded: a retryable
+/// NOT_LEADER naming the leader's peer address (which every version of
+/// the AllocSvr's client reads as "call the leader"), saying why.
+fn assert_call_the_leader(c: &Cluster, e: &tonic::Status) {
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert!(
+        e.message().contains("never forwarded") && e.message().contains("came forwarded by store"),
+        "{e:?}"
+    );
+    let err = Error::from_status(e);
+    assert!(err.is_retryable(), "{err:?}");
+    let Error::NotLeader {
+        leader: Some((_, addr)),
+    } = err
+    else {
+        panic!("a member's forward is refused naming the leader: {e:?}");
+    };
+    assert_eq!(addr, c.peer[leader_of(c)], "{e:?}");
 }
 
 /// `msg` marked as forwarded by a store replica.

@@ -15,6 +15,7 @@ fn alloc(fraction: f64) -> Allocator {
         spec,
         &AllocConfig {
             raise_ahead_fraction: fraction,
+            adaptive: None,
         },
     )
     .unwrap()
@@ -200,9 +201,14 @@ fn stand_in_incarnations_differ() {
 
 #[test]
 fn margin_stays_below_a_step() {
-    assert_eq!(alloc(5.0).raise_margin, 9);
-    assert_eq!(alloc(-1.0).raise_margin, 0);
-    assert_eq!(alloc(0.25).raise_margin, 2);
+    let margin = |fraction| {
+        let a = alloc(fraction);
+        a.install(&[grant(0, 1, 0)]).unwrap();
+        a.section_state(0).unwrap().raise_margin
+    };
+    assert_eq!(margin(5.0), 9);
+    assert_eq!(margin(-1.0), 0);
+    assert_eq!(margin(0.25), 2);
 }
 
 #[tokio::test(start_paused = true)]

@@ -120,11 +120,12 @@ impl Phase {
         let per_min = self.raises as f64 / HOT as f64 / self.time.as_secs_f64() * 60.0;
         let us = |q: f64| self.latency.value_at_quantile(q) as f64 / 1000.0;
         format!(
-            "{name:6} {:>9} calls  raises/min/section {:>8.0}  next p50 {:>7.2} µs  p99 {:>8.2} µs  max {:>9.1} µs  waits {:>6}",
+            "{name:6} {:>9} calls  raises/min/section {:>6.0}  next p50 {:>5.2} µs  p99 {:>6.2} µs  p99.9 {:>8.1} µs  max {:>8.1} µs  waits {:>5}",
             self.latency.len(),
             per_min,
             us(0.5),
             us(0.99),
+            us(0.999),
             self.latency.max() as f64 / 1000.0,
             self.waits,
         )

@@ -17,7 +17,8 @@
 //!   average that follows a faster sample at once and a slower one with its
 //!   half-life) times a lead time: the configured lead, or twice the
 //!   measured raise latency if that is longer, and never less than the
-//!   fixed fraction of the base step. A section whose rate jumps raises
+//!   fixed fraction of the current step (a floor that also meets the onset
+//!   of a burst, before a raise has measured it; 0 leaves the rate alone). A section whose rate jumps raises
 //!   earlier, so the raise lands before the section runs out.
 //!
 //! Safety does not depend on any of this: a raise never goes more than the
@@ -64,8 +65,7 @@ pub struct StepPolicy {
     base: u64,
     /// The largest step: the set's step, the store's bound on a raise.
     max: u64,
-    /// The least headroom kept, as a fraction of the step (the base step
-    /// with adaptive steps).
+    /// The least headroom kept, as a fraction of the current step.
     fraction: f64,
     /// `None`: fixed steps.
     adaptive: Option<AdaptiveSteps>,
@@ -128,12 +128,10 @@ impl StepPolicy {
         self.adaptive.is_some()
     }
 
-    /// The least headroom kept for a section at `step`, below a step: the
-    /// fixed fraction of it with fixed steps, of the base step with
-    /// adaptive ones (a section whose rate is not measured yet).
+    /// The least headroom kept for a section at `step`: the fixed fraction
+    /// of it, below a step.
     fn floor(&self, step: u64) -> u64 {
-        let of = if self.is_adaptive() { self.base } else { step };
-        ((of as f64 * self.fraction) as u64).min(step - 1)
+        ((step as f64 * self.fraction) as u64).min(step - 1)
     }
 }
 
@@ -240,9 +238,9 @@ impl Pace {
         self.margin(policy)
     }
 
-    /// The headroom at which a raise is asked for: below the current step;
-    /// with fixed steps the fixed fraction of it, with adaptive ones the
-    /// recent rate times the lead, at least the fraction of the base step.
+    /// The headroom at which a raise is asked for: below the current step,
+    /// at least the fixed fraction of it, and with adaptive steps the recent
+    /// rate times the lead if more.
     pub fn margin(&self, policy: &StepPolicy) -> u64 {
         let step = self.step;
         let floor = policy.floor(step);

@@ -65,8 +65,10 @@ fn spec(begin: u64, step: u64) -> SetSpec {
 
 /// Fixed steps of [`BASE`], or adaptive ones from [`BASE`] to [`MAX`].
 fn config(adaptive: bool) -> (u64, AllocConfig) {
+    // A tenth of a step left: at the largest step, less than a raise's
+    // worth of the burst, so only the headroom against the rate keeps up.
     let cfg = AllocConfig {
-        raise_ahead_fraction: 0.25,
+        raise_ahead_fraction: 0.1,
         adaptive: adaptive.then_some(AdaptiveSteps {
             base_step: BASE,
             target: Duration::from_millis(100),

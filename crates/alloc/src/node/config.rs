@@ -603,6 +603,68 @@ raise_ahead_fraction = 0.25
     }
 
     #[test]
+    fn adaptive_steps_are_off_unless_configured() {
+        assert_eq!(
+            AllocNodeConfig::from_toml(GOOD).unwrap().adaptive_steps,
+            None
+        );
+        let on = format!(
+            "{GOOD}[adaptive_steps]
+base_step = 1000
+"
+        );
+        let a = AllocNodeConfig::from_toml(&on)
+            .unwrap()
+            .adaptive_steps
+            .unwrap();
+        let c = a.config();
+        assert_eq!(c.base_step, 1000);
+        assert_eq!(c.target, std::time::Duration::from_secs(5));
+        assert_eq!(c.lead, std::time::Duration::from_millis(100));
+        assert_eq!(c.half_life, std::time::Duration::from_secs(2));
+        for (extra, key) in [
+            (
+                "base_step = 0
+",
+                "adaptive_steps.base_step",
+            ),
+            (
+                "base_step = 1
+target_ms = 0
+",
+                "adaptive_steps.target_ms",
+            ),
+            (
+                "base_step = 1
+lead_ms = 0
+",
+                "adaptive_steps.lead_ms",
+            ),
+            (
+                "base_step = 1
+half_life_ms = 86400001
+",
+                "adaptive_steps.half_life_ms",
+            ),
+        ] {
+            let text = format!(
+                "{GOOD}[adaptive_steps]
+{extra}"
+            );
+            assert_eq!(key_of(&text), key, "{extra}");
+        }
+        let missing = format!(
+            "{GOOD}[adaptive_steps]
+target_ms = 10
+"
+        );
+        assert!(matches!(
+            AllocNodeConfig::from_toml(&missing),
+            Err(ConfigError::Parse(_))
+        ));
+    }
+
+    #[test]
     fn unknown_and_missing_keys_are_refused() {
         for text in [
             format!("{GOOD}renew_every = 3\n"),

@@ -9,9 +9,14 @@ const S: Duration = Duration::from_secs(1);
 const MS: Duration = Duration::from_millis(1);
 
 fn adaptive(base: u64, max: u64) -> StepPolicy {
+    adaptive_with(base, max, 0.25)
+}
+
+/// Adaptive steps with `fraction` as the least headroom.
+fn adaptive_with(base: u64, max: u64, fraction: f64) -> StepPolicy {
     StepPolicy::new(
         max,
-        0.25,
+        fraction,
         Some(AdaptiveSteps {
             base_step: base,
             target: 10 * S,
@@ -69,7 +74,8 @@ fn a_step_doubles_keeps_or_halves_by_how_long_the_last_one_lasted() {
 
 #[test]
 fn the_headroom_follows_the_rate_and_the_raise_latency() {
-    let p = adaptive(1_000, 1 << 20);
+    // No fraction: the headroom is the rate's alone.
+    let p = adaptive_with(1_000, 1 << 20, 0.0);
     let t0 = Instant::now();
     let mut pace = Pace::new(&p);
     pace.restart(t0, 0);
@@ -99,6 +105,9 @@ fn the_headroom_follows_the_rate_and_the_raise_latency() {
     let m = pace.margin(&p);
     assert!(m > 35_000, "{m} for 400 ms at ~100,000/s");
     assert!(m < pace.step(), "{m} below a step of {}", pace.step());
+    // With a fraction, it is the floor where the rate asks for less.
+    let q = adaptive_with(1_000, 1 << 20, 0.25);
+    assert_eq!(pace.margin(&q), (1 << 20) / 4);
 }
 
 #[test]

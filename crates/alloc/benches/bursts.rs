@@ -198,6 +198,7 @@ async fn run(a: Args, names: bool, adaptive: bool) {
     let keys = hot_keys(begin, names);
     let wait = Duration::from_secs(5);
     let (mut steady, mut burst) = (Phase::new(), Phase::new());
+    let mut burst_waits = Vec::new();
     for _ in 0..a.cycles {
         for (phase, bursting) in [(&mut steady, false), (&mut burst, true)] {
             let took = if bursting { a.burst } else { a.steady };
@@ -240,6 +241,9 @@ async fn run(a: Args, names: bool, adaptive: bool) {
             phase.latency.add(&*merged.lock().unwrap()).unwrap();
             phase.raises += alloc.stats().raises_applied - raises0;
             phase.waits += alloc.stats().raise_waits - waits0;
+            if bursting {
+                burst_waits.push(alloc.stats().raise_waits - waits0);
+            }
         }
     }
     let steps: Vec<u64> = (0..HOT as u32)
@@ -256,7 +260,7 @@ async fn run(a: Args, names: bool, adaptive: bool) {
     println!("  {}", burst.line("burst"));
     let st = alloc.stats();
     println!(
-        "  raises early {} of {}, wait timeouts {}",
+        "  waits per burst {burst_waits:?}; raises early {} of {}, wait timeouts {}",
         st.raises_early, st.raises_queued, st.raise_wait_timeouts
     );
     stop.send(()).unwrap();

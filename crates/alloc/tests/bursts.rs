@@ -270,3 +270,46 @@ async fn take_overs_under_a_burst_skip_at_most_the_largest_step() {
         assert_eq!(run.failed, 0);
     }
 }
+
+/// The metrics of adaptive steps: sections by step, early raises and
+/// callers that waited, as scraped.
+#[tokio::test(start_paused = true)]
+async fn metrics_show_steps_early_raises_and_waits() {
+    let (step, cfg) = config(true);
+    let spec = spec(0, step);
+    let store = Arc::new(Slow(MemCeilingStore::new(spec.clone())));
+    let alloc = serve(&spec, &cfg, &store).await;
+    let mut run = Run::default();
+    drive(&alloc, 3, 1_000, 100, &mut run, None).await;
+    let st = alloc.stats();
+    assert!(st.raises_early > 0 && st.raise_waits > 0, "{st:?}");
+    let metrics = seqsvr_alloc::metrics::AllocMetrics::new("alloc-1").unwrap();
+    let text = metrics.render(&alloc, 0, false, false, 1);
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+            .to_string()
+    };
+    assert!(line("seqsvr_alloc_raises_early_total").ends_with(&format!(" {}", st.raises_early)));
+    assert!(line("seqsvr_alloc_raise_waits_total").ends_with(&format!(" {}", st.raise_waits)));
+    line("seqsvr_alloc_raise_wait_timeouts_total");
+    // The hot section at the largest step, the three others at the base.
+    let by_step: Vec<String> = text
+        .lines()
+        .filter(|l| l.starts_with("seqsvr_alloc_sections_by_step"))
+        .map(String::from)
+        .collect();
+    assert!(
+        by_step
+            .iter()
+            .any(|l| l.contains(&format!("step=\"{MAX}\"")) && l.ends_with(" 1")),
+        "{by_step:?}"
+    );
+    assert!(
+        by_step
+            .iter()
+            .any(|l| l.contains(&format!("step=\"{BASE}\"")) && l.ends_with(" 3")),
+        "{by_step:?}"
+    );
+}

@@ -313,3 +313,25 @@ async fn metrics_show_steps_early_raises_and_waits() {
         "{by_step:?}"
     );
 }
+
+/// A base step above the set's step (the largest, which the store
+/// enforces) is refused with a typed error and builds nothing.
+#[test]
+fn a_base_step_above_the_sets_step_is_refused() {
+    let (_, mut cfg) = config(true);
+    for (set_step, ok) in [(BASE - 1, false), (BASE, true), (MAX, true)] {
+        let r = Allocator::new(spec(0, set_step), &cfg);
+        match (r, ok) {
+            (Ok(a), true) => assert_eq!(a.steps().max(), set_step),
+            (Err(AllocError::InvalidSteps { reason }), false) => {
+                assert!(reason.contains("base_step"), "{reason}")
+            }
+            (r, _) => panic!("set step {set_step}: {:?}", r.map(|_| ())),
+        }
+    }
+    cfg.adaptive.as_mut().unwrap().lead = Duration::ZERO;
+    assert!(matches!(
+        Allocator::new(spec(0, MAX), &cfg),
+        Err(AllocError::InvalidSteps { .. })
+    ));
+}

@@ -238,7 +238,11 @@ async fn next_waiting_times_out_then_wakes_on_raise() {
     let req = a.take_raise_requests()[0];
     assert!(a.apply_raise(req.section, req.epoch, req.to));
     assert_eq!(waiter.await.unwrap(), Ok(vec![1, 11, 12]));
+    let st = a.stats();
+    assert_eq!((st.raise_waits, st.raise_wait_timeouts), (2, 1));
+    assert!(AllocError::Exhausted { section: 0 }.is_retryable());
 }
+
 #[test]
 fn the_served_sections_kept_equal_a_walk_over_every_slot() {
     let a = alloc(0.0);

@@ -23,6 +23,7 @@ use tokio::time::Instant;
 use crate::ceiling::Grant;
 use crate::error::{AllocError, Result};
 use crate::section::{CellMemory, Refused, SectionSlot, SectionState, Shape};
+use crate::steps::{AdaptiveSteps, StepPolicy};
 
 /// Stand-in incarnations for allocators built by [`Allocator::new`]: unique
 /// within this process, so two allocators sharing one in-memory store are
@@ -39,13 +40,18 @@ pub struct AllocConfig {
     /// of a step is left between the highest number handed out and the
     /// ceiling (Leaf-style double buffering, `docs/architecture/alloc.md`). `0.0` raises only
     /// when exhausted; values are clamped to keep the margin below one step.
+    /// With adaptive steps, the least headroom kept.
     pub raise_ahead_fraction: f64,
+    /// Adaptive steps (`docs/architecture/alloc.md`, Adaptive steps):
+    /// `None` raises every section by the set's step.
+    pub adaptive: Option<AdaptiveSteps>,
 }
 
 impl Default for AllocConfig {
     fn default() -> Self {
         Self {
             raise_ahead_fraction: 0.25,
+            adaptive: None,
         }
     }
 }
@@ -72,6 +78,13 @@ struct Counters {
     raises_applied: AtomicU64,
     /// Sections that stopped being served.
     sections_dropped: AtomicU64,
+    /// Raises queued by a caller that was served and found the headroom
+    /// low (the others were queued by a caller that found none left).
+    raises_early: AtomicU64,
+    /// Callers that found their section exhausted and waited for its raise.
+    raise_waits: AtomicU64,
+    /// Of those, the ones whose wait ran out (answered a retryable error).
+    raise_wait_timeouts: AtomicU64,
 }
 
 /// A snapshot of an allocator's counters (monotonic since it was built).
@@ -92,6 +105,14 @@ pub struct AllocStats {
     pub cell_bytes: u64,
     /// Sections whose cells were freed after they were lost.
     pub sections_freed: u64,
+    /// Raises queued while the section still had headroom (the rest were
+    /// queued by a caller that found it exhausted).
+    pub raises_early: u64,
+    /// Callers that found their section exhausted and waited for its raise.
+    pub raise_waits: u64,
+    /// Waits that ran out before the raise landed (answered `Exhausted`,
+    /// retryable).
+    pub raise_wait_timeouts: u64,
 }
 
 /// The sequence numbers of one set, as served by this AllocSvr.
@@ -104,8 +125,8 @@ pub struct Allocator {
     incarnation: Incarnation,
     /// `spec.uid_end - spec.uid_begin`: the hot path's range check.
     uid_count: u64,
-    /// Margin below the ceiling at which a section asks for a raise (< step).
-    raise_margin: u64,
+    /// How raises are sized and when sections ask for them.
+    steps: StepPolicy,
     /// One entry per section of the set (24 bytes, served or not): the
     /// cells while served, the newest epoch installed once taken over.
     slots: Box<[SectionSlot]>,
@@ -141,12 +162,12 @@ impl Allocator {
         incarnation: Incarnation,
     ) -> Result<Self> {
         spec.validate()?;
-        let fraction = config.raise_ahead_fraction.clamp(0.0, 1.0);
-        let raise_margin = ((spec.step as f64 * fraction) as u64).min(spec.step - 1);
+        let steps = StepPolicy::new(spec.step, config.raise_ahead_fraction, config.adaptive)
+            .map_err(|reason| AllocError::InvalidSteps { reason })?;
         Ok(Self {
             incarnation,
             uid_count: spec.uid_end - spec.uid_begin,
-            raise_margin,
+            steps,
             slots: (0..spec.section_count())
                 .map(|_| SectionSlot::empty())
                 .collect(),
@@ -162,6 +183,11 @@ impl Allocator {
     /// The set served.
     pub fn spec(&self) -> &SetSpec {
         &self.spec
+    }
+
+    /// How raises are sized and timed.
+    pub fn steps(&self) -> &StepPolicy {
+        &self.steps
     }
 
     /// The process this memory belongs to.
@@ -243,7 +269,7 @@ impl Allocator {
         n: u64,
         guard: &Guard,
     ) -> Result<u64> {
-        match slot.take_n_pinned(idx, n, guard, || self.queue_raise(section)) {
+        match slot.take_n_pinned(idx, n, guard, |early| self.queue_raise(section, early)) {
             Ok(v) => Ok(v),
             Err(Refused::Exhausted) => Err(self.exhausted(section)),
             Err(Refused::NotServing) => Err(AllocError::NotOwner { section }),
@@ -349,7 +375,9 @@ impl Allocator {
                 Err(AllocError::Exhausted { .. }) => continue,
                 other => return other,
             }
+            self.counters.raise_waits.fetch_add(1, Relaxed);
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                self.counters.raise_wait_timeouts.fetch_add(1, Relaxed);
                 return Err(AllocError::Exhausted { section });
             }
         }
@@ -398,9 +426,9 @@ impl Allocator {
         let uids = self.spec.uids_of(g.section);
         let shape = Shape {
             len: (uids.end - uids.start) as usize,
-            raise_margin: self.raise_margin,
+            steps: self.steps,
         };
-        let installed = self.slots[g.section as usize].install(g, shape, &self.mem);
+        let installed = self.slots[g.section as usize].install(g, shape, &self.mem, Instant::now());
         if installed {
             tracing::debug!(
                 section = g.section,
@@ -471,11 +499,15 @@ impl Allocator {
     }
 
     /// Queues a raise for `section`. Called only by the caller that won the
-    /// slot's pending flag, so at most once per raise.
+    /// slot's pending flag, so at most once per raise; `early` when that
+    /// caller was served and found the headroom low.
     #[cold]
     #[inline(never)]
-    fn queue_raise(&self, section: SectionId) {
+    fn queue_raise(&self, section: SectionId, early: bool) {
         self.counters.raises_queued.fetch_add(1, Relaxed);
+        if early {
+            self.counters.raises_early.fetch_add(1, Relaxed);
+        }
         self.raise_queue
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -503,10 +535,11 @@ impl Allocator {
             std::mem::take(&mut *self.raise_queue.lock().unwrap_or_else(|e| e.into_inner()));
         sections.sort_unstable();
         sections.dedup();
+        let now = Instant::now();
         sections
             .into_iter()
             .filter_map(|section| {
-                let (epoch, to) = self.slot(section)?.raise_target(self.spec.step)?;
+                let (epoch, to) = self.slot(section)?.raise_target(&self.steps, now)?;
                 Some(RaiseRequest { section, epoch, to })
             })
             .collect()
@@ -519,13 +552,13 @@ impl Allocator {
         let Some(slot) = self.slot(section) else {
             return false;
         };
-        let applied = slot.apply_raise(epoch, new_max);
+        let applied = slot.apply_raise(epoch, new_max, &self.steps, Instant::now());
         if applied {
             self.counters.raises_applied.fetch_add(1, Relaxed);
         }
         if applied && slot.claim_if_low() {
             // Callers used the new room while the raise was in flight.
-            self.queue_raise(section);
+            self.queue_raise(section, true);
         }
         applied
     }
@@ -540,7 +573,22 @@ impl Allocator {
             sections_dropped: c.sections_dropped.load(Relaxed),
             cell_bytes: self.mem.bytes(),
             sections_freed: self.mem.blocks_freed(),
+            raises_early: c.raises_early.load(Relaxed),
+            raise_waits: c.raise_waits.load(Relaxed),
+            raise_wait_timeouts: c.raise_wait_timeouts.load(Relaxed),
         }
+    }
+
+    /// How many served sections raise by each step now: `(step, sections)`,
+    /// by step (metrics: the steps of a set).
+    pub fn step_counts(&self) -> Vec<(u64, usize)> {
+        let mut counts = std::collections::BTreeMap::new();
+        for s in self.served_sections() {
+            if let Some(st) = self.section_state(s) {
+                *counts.entry(st.step).or_insert(0) += 1;
+            }
+        }
+        counts.into_iter().collect()
     }
 
     /// A snapshot of `section`, or `None` if not served here.

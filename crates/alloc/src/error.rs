@@ -74,6 +74,13 @@ pub enum AllocError {
     /// The store refused or failed a take-over.
     #[error("store: {0}")]
     Store(#[from] StoreErr),
+    /// The adaptive-step settings do not fit the set (a base step above
+    /// the set's step, which is the largest, or a zero duration).
+    #[error("adaptive steps: {reason}")]
+    InvalidSteps {
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 impl AllocError {

@@ -117,6 +117,7 @@ pub mod resp_backend;
 pub mod section;
 pub mod service;
 pub mod shared;
+pub mod steps;
 pub mod store_link;
 pub mod warm;
 
@@ -131,3 +132,4 @@ pub use ownership::{
 };
 pub use raiser::{Raiser, RaiserConfig, RoundReport};
 pub use section::{SectionSlot, SectionState};
+pub use steps::{AdaptiveSteps, Pace, StepPolicy};

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::{
-    Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
-    Registry,
+    Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry,
 };
 use seqsvr_proto::ErrorKind;
 
@@ -264,6 +264,9 @@ impl AllocMetrics {
             (&c.raises_applied, st.raises_applied),
             (&c.sections_dropped, st.sections_dropped),
             (&c.sections_freed, st.sections_freed),
+            (&c.raises_early, st.raises_early),
+            (&c.raise_waits, st.raise_waits),
+            (&c.raise_wait_timeouts, st.raise_wait_timeouts),
         ] {
             counter.inc_by(v.saturating_sub(counter.get()));
         }
@@ -274,6 +277,12 @@ impl AllocMetrics {
         g.draining.set(i64::from(draining));
         g.fenced.set(i64::from(fenced));
         g.route_version.set(route_version as i64);
+        g.sections_by_step.reset();
+        for (step, n) in alloc.step_counts() {
+            g.sections_by_step
+                .with_label_values(&[&step.to_string()])
+                .set(n as i64);
+        }
         let set = alloc.spec().set_id.to_string();
         seqsvr_net::exposition::render(&self.registry, &[("set", &set)])
     }
@@ -286,6 +295,9 @@ struct AllocatorCounters {
     raises_applied: IntCounter,
     sections_dropped: IntCounter,
     sections_freed: IntCounter,
+    raises_early: IntCounter,
+    raise_waits: IntCounter,
+    raise_wait_timeouts: IntCounter,
 }
 
 impl AllocatorCounters {
@@ -313,6 +325,18 @@ impl AllocatorCounters {
                 "seqsvr_alloc_sections_freed_total",
                 "sections whose cur_seq cells were freed once their last callers finished",
             )?,
+            raises_early: c(
+                "seqsvr_alloc_raises_early_total",
+                "ceiling raises asked for while the section still had headroom (the rest: by a caller that found it exhausted)",
+            )?,
+            raise_waits: c(
+                "seqsvr_alloc_raise_waits_total",
+                "callers that found their section exhausted and waited for its raise",
+            )?,
+            raise_wait_timeouts: c(
+                "seqsvr_alloc_raise_wait_timeouts_total",
+                "waits for a raise that ran out (answered CEILING_EXHAUSTED, retryable)",
+            )?,
         })
     }
 }
@@ -325,6 +349,7 @@ struct StateGauges {
     draining: IntGauge,
     fenced: IntGauge,
     route_version: IntGauge,
+    sections_by_step: IntGaugeVec,
 }
 
 impl StateGauges {
@@ -339,7 +364,16 @@ impl StateGauges {
             "time left on this AllocSvr's lease (0 or less: none)",
         )?;
         r.register(Box::new(lease_left_seconds.clone()))?;
+        let sections_by_step = IntGaugeVec::new(
+            Opts::new(
+                "seqsvr_alloc_sections_by_step",
+                "sections served, by the step their next raise adds (adaptive steps; fixed: the set's step)",
+            ),
+            &["step"],
+        )?;
+        r.register(Box::new(sections_by_step.clone()))?;
         Ok(Self {
+            sections_by_step,
             sections_served: int("seqsvr_alloc_sections_served", "sections this AllocSvr serves")?,
             cell_bytes: int(
                 "seqsvr_alloc_cell_bytes",

@@ -51,8 +51,10 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use crossbeam_epoch::{pin, Atomic, Guard, Owned, Shared};
 use seqsvr_core::{Epoch, SectionId};
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::ceiling::Grant;
+use crate::steps::{Pace, StepPolicy};
 
 mod cells;
 use cells::{CellArena, Cells};
@@ -83,6 +85,10 @@ pub struct SectionState {
     pub high_water: u64,
     /// Whether a raise is queued or in flight.
     pub raise_pending: bool,
+    /// The step the next raise adds (`steps.rs`).
+    pub step: u64,
+    /// The headroom at which a raise is asked for.
+    pub raise_margin: u64,
 }
 
 /// A `u64` on its own cache line, so that hot-path writes to it do not
@@ -92,13 +98,12 @@ pub struct SectionState {
 struct Padded(AtomicU64);
 
 /// What a section's block looks like; fixed for the section's life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Shape {
     /// Uids in the section (the last section of a set may be shorter).
     pub len: usize,
-    /// Ask for a raise when `ceiling - high_water <= raise_margin` (a fixed
-    /// fraction of the step, always `< step`).
-    pub raise_margin: u64,
+    /// How raises are sized and when they are asked for (`steps.rs`).
+    pub steps: StepPolicy,
 }
 
 /// The cell memory of one allocator: counted when a block is allocated and
@@ -180,8 +185,10 @@ pub(crate) struct Block {
     /// The skip-ahead value: a uid's `cur_seq` is `max(cell, base)`. Only
     /// grows.
     base: AtomicU64,
-    /// When to ask for a raise (see [`Shape::raise_margin`]).
-    raise_margin: u64,
+    /// Ask for a raise once `ceiling - high_water <= raise_margin` (always
+    /// `< step`). Set at install and by each raise that lands, from the
+    /// section's [`Pace`]; the hot path only reads it.
+    raise_margin: AtomicU64,
     /// One cell per uid, indexed from the section's first uid: 0 until the
     /// uid is first served here, then the last number handed out for it.
     /// Never decreases (promise 1).
@@ -223,11 +230,11 @@ fn prefetch_line(cell: &AtomicU64) {
 impl Block {
     /// A block serving `grant`: every uid starts at the grant's previous
     /// ceiling (the base), no cell written.
-    fn new(shape: Shape, grant: &Grant, mem: &CellMemory) -> Self {
+    fn new(shape: Shape, grant: &Grant, mem: &CellMemory, raise_margin: u64) -> Self {
         Self {
             ceiling: AtomicU64::new(grant.max_seq),
             base: AtomicU64::new(grant.prev_ceiling),
-            raise_margin: shape.raise_margin,
+            raise_margin: AtomicU64::new(raise_margin),
             cells: Cells::zeroed(shape.len, mem.arena.as_ref()),
             raise_pending: AtomicBool::new(false),
             high_water: Padded(AtomicU64::new(grant.prev_ceiling)),
@@ -258,9 +265,11 @@ impl Block {
     /// returning a richer enum) so the common path compiles to straight-line
     /// code in registers: every instruction before the next call's CAS
     /// counts. Inlined with a constant `n = 1`, the room check folds to
-    /// `cur >= ceiling`.
+    /// `cur >= ceiling`. `queue_raise` is told whether the raise is early
+    /// (the caller was served and found the headroom low) or not (the
+    /// caller found the section exhausted).
     #[inline(always)]
-    fn take_n(&self, idx: usize, n: u64, queue_raise: impl FnOnce()) -> Result<u64, Refused> {
+    fn take_n(&self, idx: usize, n: u64, queue_raise: impl FnOnce(bool)) -> Result<u64, Refused> {
         let cell = &self.cells[idx];
         let mut raw = cell.load(Relaxed);
         let (v, ceiling) = loop {
@@ -287,8 +296,8 @@ impl Block {
         if v > self.high_water.0.load(Relaxed) {
             self.high_water.0.fetch_max(v, Relaxed);
         }
-        if ceiling - v <= self.raise_margin {
-            self.low(queue_raise);
+        if ceiling - v <= self.raise_margin.load(Relaxed) {
+            self.low(|| queue_raise(true));
         }
         Ok(v)
     }
@@ -313,7 +322,7 @@ impl Block {
 
     /// The cold half of [`take_n`](Self::take_n): the uid is at `ceiling`.
     #[cold]
-    fn refuse(&self, cur: u64, ceiling: u64, queue_raise: impl FnOnce()) -> Refused {
+    fn refuse(&self, cur: u64, ceiling: u64, queue_raise: impl FnOnce(bool)) -> Refused {
         if ceiling == NOT_SERVING {
             return Refused::NotServing;
         }
@@ -321,7 +330,7 @@ impl Block {
         // being handed out: the high-water mark may lag (its update races),
         // and the raise target must be above the ceiling.
         self.high_water.0.fetch_max(cur, Relaxed);
-        self.low(queue_raise);
+        self.low(|| queue_raise(false));
         Refused::Exhausted
     }
 
@@ -344,7 +353,7 @@ impl Block {
 
     /// Serves a newer grant in this block, still served: O(1), the base
     /// moves up and no cell is written.
-    fn reinstall(&self, grant: &Grant) {
+    fn reinstall(&self, grant: &Grant, raise_margin: u64) {
         // Stop serving while the base and the bookkeeping change, so no
         // caller pairs the new ceiling with the old base (promise 1).
         self.ceiling.store(NOT_SERVING, Release);
@@ -352,6 +361,7 @@ impl Block {
         self.base.fetch_max(grant.prev_ceiling, Relaxed);
         self.high_water.0.store(grant.prev_ceiling, Relaxed);
         self.raise_pending.store(false, Relaxed);
+        self.raise_margin.store(raise_margin, Relaxed);
         self.ceiling.store(grant.max_seq, Release);
     }
 }
@@ -382,6 +392,9 @@ struct Control {
     /// or its ownership changes. Never freed, so a waiter may sleep on it
     /// without holding a guard across the `.await`.
     changed: Notify,
+    /// The section's step and rate (`steps.rs`). Locked only under the
+    /// epoch's lock, off the hot path.
+    pace: Mutex<Pace>,
 }
 
 impl Control {
@@ -389,6 +402,10 @@ impl Control {
         // One plain value; a panic elsewhere cannot leave it torn, so a
         // poisoned lock is still sound to use.
         self.epoch.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn pace(&self) -> MutexGuard<'_, Pace> {
+        self.pace.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -430,7 +447,7 @@ impl SectionSlot {
     /// [`Block::take_n`]). The thread is pinned from the block's load to its
     /// last use, nothing longer: no `.await` in between.
     #[cfg(test)]
-    pub(crate) fn take(&self, idx: usize, queue_raise: impl FnOnce()) -> Result<u64, Refused> {
+    pub(crate) fn take(&self, idx: usize, queue_raise: impl FnOnce(bool)) -> Result<u64, Refused> {
         self.take_n_pinned(idx, 1, &pin(), queue_raise)
     }
 
@@ -452,7 +469,7 @@ impl SectionSlot {
         idx: usize,
         n: u64,
         guard: &Guard,
-        queue_raise: impl FnOnce(),
+        queue_raise: impl FnOnce(bool),
     ) -> Result<u64, Refused> {
         let Some(block) = self.block(guard) else {
             return Err(Refused::NotServing);
@@ -480,14 +497,22 @@ impl SectionSlot {
     /// Serves `grant`. False if the grant is not newer than the last one
     /// installed (a replay must not skip anything back). A section still
     /// served moves its base up in place; otherwise a new zeroed block is
-    /// allocated: O(1) writes either way.
-    pub(crate) fn install(&self, grant: &Grant, shape: Shape, mem: &Arc<CellMemory>) -> bool {
+    /// allocated: O(1) writes either way. `now` starts the section's rate
+    /// measurement (its step carries over from an earlier take-over here).
+    pub(crate) fn install(
+        &self,
+        grant: &Grant,
+        shape: Shape,
+        mem: &Arc<CellMemory>,
+        now: Instant,
+    ) -> bool {
         let mut fresh = false;
         let ctl = self.ctl.get_or_init(|| {
             fresh = true;
             Box::new(Control {
                 epoch: Mutex::new(grant.epoch),
                 changed: Notify::new(),
+                pace: Mutex::new(Pace::new(&shape.steps)),
             })
         });
         let mut epoch = ctl.lock();
@@ -495,14 +520,19 @@ impl SectionSlot {
             return false;
         }
         *epoch = grant.epoch;
+        let margin = {
+            let mut pace = ctl.pace();
+            pace.restart(now, grant.prev_ceiling);
+            pace.margin(&shape.steps)
+        };
         let guard = pin();
         match self.block(&guard) {
-            Some(block) => block.reinstall(grant),
+            Some(block) => block.reinstall(grant, margin),
             None => {
                 // Every uid starts at the grant's previous ceiling, whatever
                 // this process handed out before: safe by promise 1 across
                 // owners (see the module docs).
-                let block = Block::new(shape, grant, mem);
+                let block = Block::new(shape, grant, mem, margin);
                 mem.allocated(block.bytes());
                 self.block.store(Owned::new(block), Release);
                 mem.serving_set().insert(grant.section);
@@ -572,9 +602,10 @@ impl SectionSlot {
     }
 
     /// The raise this slot wants, if it still wants one: the target is one
-    /// step above the high-water mark (promise 4). Clears the pending flag
-    /// when no raise is needed any more.
-    pub(crate) fn raise_target(&self, step: u64) -> Option<(Epoch, u64)> {
+    /// step above the high-water mark, the step as the section's pace plans
+    /// it at `now`, never more than the set's step (promise 4). Clears the
+    /// pending flag when no raise is needed any more.
+    pub(crate) fn raise_target(&self, steps: &StepPolicy, now: Instant) -> Option<(Epoch, u64)> {
         let ctl = self.ctl.get()?;
         let epoch = ctl.lock();
         let guard = pin();
@@ -584,8 +615,11 @@ impl SectionSlot {
             return None; // a stale queue entry: nothing was claimed
         }
         let ceiling = block.ceiling.load(Acquire);
+        let mut pace = ctl.pace();
+        let step = pace.plan(steps, now);
         let to = block.high_water.0.load(Relaxed).saturating_add(step);
         if to <= ceiling {
+            pace.unplanned();
             block.raise_pending.store(false, Release);
             return None;
         }
@@ -594,8 +628,15 @@ impl SectionSlot {
 
     /// Applies a ceiling the store made durable under `epoch`. Ignored (false)
     /// if we no longer serve under that epoch: a late reply must never bring
-    /// a lost section back (promise 3).
-    pub(crate) fn apply_raise(&self, epoch: Epoch, new_max: u64) -> bool {
+    /// a lost section back (promise 3). The section's pace measures the
+    /// raise, landed at `now`, and sets the headroom for the next one.
+    pub(crate) fn apply_raise(
+        &self,
+        epoch: Epoch,
+        new_max: u64,
+        steps: &StepPolicy,
+        now: Instant,
+    ) -> bool {
         let Some(ctl) = self.ctl.get() else {
             return false;
         };
@@ -604,6 +645,9 @@ impl SectionSlot {
         let Some(block) = self.block(&guard).filter(|_| *current == epoch) else {
             return false;
         };
+        let high_water = block.high_water.0.load(Relaxed);
+        let margin = ctl.pace().landed(steps, now, high_water);
+        block.raise_margin.store(margin, Relaxed);
         block.ceiling.fetch_max(new_max, Release);
         block.raise_pending.store(false, Release);
         drop(current);
@@ -618,7 +662,8 @@ impl SectionSlot {
         self.block(&guard).is_some_and(|b| {
             let ceiling = b.ceiling.load(Acquire);
             ceiling != NOT_SERVING
-                && ceiling.saturating_sub(b.high_water.0.load(Relaxed)) <= b.raise_margin
+                && ceiling.saturating_sub(b.high_water.0.load(Relaxed))
+                    <= b.raise_margin.load(Relaxed)
                 && b.claim_raise()
         })
     }
@@ -634,6 +679,8 @@ impl SectionSlot {
             ceiling: b.ceiling.load(Acquire),
             high_water: b.high_water.0.load(Relaxed),
             raise_pending: b.raise_pending.load(Relaxed),
+            step: ctl.pace().step(),
+            raise_margin: b.raise_margin.load(Relaxed),
         })
     }
 

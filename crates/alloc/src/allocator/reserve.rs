@@ -36,11 +36,11 @@ impl Allocator {
     }
 
     /// The most numbers one [`next_n`](Self::next_n) reserves:
-    /// [`MAX_COUNT`], and never more than a step (a raise adds one step
-    /// above the highest number handed out, so a larger count could wait
-    /// for ever).
+    /// [`MAX_COUNT`], and never more than the smallest step (a raise adds
+    /// one step above the highest number handed out, so a larger count
+    /// could wait for ever).
     pub fn max_count(&self) -> u64 {
-        MAX_COUNT.min(self.spec.step)
+        MAX_COUNT.min(self.steps.base())
     }
 
     /// Like [`next_n`](Self::next_n), but when the section is exhausted

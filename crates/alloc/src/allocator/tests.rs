@@ -15,6 +15,7 @@ fn alloc(fraction: f64) -> Allocator {
         spec,
         &AllocConfig {
             raise_ahead_fraction: fraction,
+            adaptive: None,
         },
     )
     .unwrap()
@@ -200,9 +201,14 @@ fn stand_in_incarnations_differ() {
 
 #[test]
 fn margin_stays_below_a_step() {
-    assert_eq!(alloc(5.0).raise_margin, 9);
-    assert_eq!(alloc(-1.0).raise_margin, 0);
-    assert_eq!(alloc(0.25).raise_margin, 2);
+    let margin = |fraction| {
+        let a = alloc(fraction);
+        a.install(&[grant(0, 1, 0)]).unwrap();
+        a.section_state(0).unwrap().raise_margin
+    };
+    assert_eq!(margin(5.0), 9);
+    assert_eq!(margin(-1.0), 0);
+    assert_eq!(margin(0.25), 2);
 }
 
 #[tokio::test(start_paused = true)]
@@ -232,7 +238,11 @@ async fn next_waiting_times_out_then_wakes_on_raise() {
     let req = a.take_raise_requests()[0];
     assert!(a.apply_raise(req.section, req.epoch, req.to));
     assert_eq!(waiter.await.unwrap(), Ok(vec![1, 11, 12]));
+    let st = a.stats();
+    assert_eq!((st.raise_waits, st.raise_wait_timeouts), (2, 1));
+    assert!(AllocError::Exhausted { section: 0 }.is_retryable());
 }
+
 #[test]
 fn the_served_sections_kept_equal_a_walk_over_every_slot() {
     let a = alloc(0.0);

@@ -76,7 +76,81 @@ pub struct AllocNodeConfig {
     /// `tls` is set; a non-loopback plaintext address needs `insecure`).
     #[serde(default)]
     pub http_addr: Option<String>,
+    /// Adaptive steps (`docs/architecture/alloc.md`, Adaptive steps); off
+    /// (every raise adds the set's step) unless configured.
+    #[serde(default)]
+    pub adaptive_steps: Option<AdaptiveStepsSection>,
 }
+
+/// The `[adaptive_steps]` table. The largest step is the set's `step`
+/// (the store refuses a raise of more, `STEP_TOO_LARGE`); `base_step`
+/// must not be above it, which is checked against the set the store
+/// serves when the node starts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdaptiveStepsSection {
+    /// The step of a cold section (and the smallest).
+    pub base_step: u64,
+    /// A step that lasted less than this many ms doubles; one that lasted
+    /// twice as long or more halves.
+    #[serde(default = "default_step_target_ms")]
+    pub target_ms: u64,
+    /// Headroom kept ahead of a raise, in ms at the section's recent rate
+    /// (at least twice the measured raise latency).
+    #[serde(default = "default_step_lead_ms")]
+    pub lead_ms: u64,
+    /// Half-life of the rate's moving average, in ms.
+    #[serde(default = "default_step_half_life_ms")]
+    pub half_life_ms: u64,
+}
+
+impl AdaptiveStepsSection {
+    /// The allocator's settings.
+    pub fn config(&self) -> crate::steps::AdaptiveSteps {
+        crate::steps::AdaptiveSteps {
+            base_step: self.base_step,
+            target: std::time::Duration::from_millis(self.target_ms),
+            lead: std::time::Duration::from_millis(self.lead_ms),
+            half_life: std::time::Duration::from_millis(self.half_life_ms),
+        }
+    }
+
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        if !(1..=seqsvr_core::section::MAX_STEP).contains(&self.base_step) {
+            let r = format!(
+                "{} is outside 1..={}",
+                self.base_step,
+                seqsvr_core::section::MAX_STEP
+            );
+            return Err(("adaptive_steps.base_step", r));
+        }
+        for (key, ms) in [
+            ("adaptive_steps.target_ms", self.target_ms),
+            ("adaptive_steps.lead_ms", self.lead_ms),
+            ("adaptive_steps.half_life_ms", self.half_life_ms),
+        ] {
+            if !(1..=MAX_STEP_MS).contains(&ms) {
+                return Err((key, format!("{ms} is outside 1..={MAX_STEP_MS}")));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn default_step_target_ms() -> u64 {
+    5_000
+}
+
+fn default_step_lead_ms() -> u64 {
+    100
+}
+
+fn default_step_half_life_ms() -> u64 {
+    2_000
+}
+
+/// Longest adaptive-step duration (a day).
+const MAX_STEP_MS: u64 = 86_400_000;
 
 /// The `[forward]` table: how calls for uids owned elsewhere are forwarded.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -293,6 +367,9 @@ impl AllocNodeConfig {
                 "raise_ahead_fraction",
                 format!("{} is outside 0.0..=1.0", self.raise_ahead_fraction),
             );
+        }
+        if let Some(a) = &self.adaptive_steps {
+            a.validate().or_else(|(key, r)| bad(key, r))?;
         }
         if let Some(r) = &self.resp {
             check_addr(&r.addr, true).or_else(|e| bad("resp.addr", e))?;
@@ -523,6 +600,68 @@ raise_ahead_fraction = 0.25
         ] {
             assert_eq!(key_of(&format!("{GOOD}{extra}")), key, "{extra}");
         }
+    }
+
+    #[test]
+    fn adaptive_steps_are_off_unless_configured() {
+        assert_eq!(
+            AllocNodeConfig::from_toml(GOOD).unwrap().adaptive_steps,
+            None
+        );
+        let on = format!(
+            "{GOOD}[adaptive_steps]
+base_step = 1000
+"
+        );
+        let a = AllocNodeConfig::from_toml(&on)
+            .unwrap()
+            .adaptive_steps
+            .unwrap();
+        let c = a.config();
+        assert_eq!(c.base_step, 1000);
+        assert_eq!(c.target, std::time::Duration::from_secs(5));
+        assert_eq!(c.lead, std::time::Duration::from_millis(100));
+        assert_eq!(c.half_life, std::time::Duration::from_secs(2));
+        for (extra, key) in [
+            (
+                "base_step = 0
+",
+                "adaptive_steps.base_step",
+            ),
+            (
+                "base_step = 1
+target_ms = 0
+",
+                "adaptive_steps.target_ms",
+            ),
+            (
+                "base_step = 1
+lead_ms = 0
+",
+                "adaptive_steps.lead_ms",
+            ),
+            (
+                "base_step = 1
+half_life_ms = 86400001
+",
+                "adaptive_steps.half_life_ms",
+            ),
+        ] {
+            let text = format!(
+                "{GOOD}[adaptive_steps]
+{extra}"
+            );
+            assert_eq!(key_of(&text), key, "{extra}");
+        }
+        let missing = format!(
+            "{GOOD}[adaptive_steps]
+target_ms = 10
+"
+        );
+        assert!(matches!(
+            AllocNodeConfig::from_toml(&missing),
+            Err(ConfigError::Parse(_))
+        ));
     }
 
     #[test]

@@ -375,6 +375,7 @@ impl AllocNode {
         start_state.set(Phase::Claiming);
         let alloc_cfg = AllocConfig {
             raise_ahead_fraction: cfg.raise_ahead_fraction,
+            adaptive: cfg.adaptive_steps.as_ref().map(|a| a.config()),
         };
         let alloc = Arc::new(Allocator::with_incarnation(
             routes.set.clone(),

@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// The step of the slots here.
+const STEP: u64 = 10;
+
 /// A slot with its allocator's parts: shape and memory count.
 struct Slot {
     slot: SectionSlot,
@@ -18,19 +21,34 @@ impl std::ops::Deref for Slot {
 }
 
 impl Slot {
-    /// A slot of `len` uids serving `grant`.
+    /// A slot of `len` uids serving `grant`, with fixed steps of 10 (the
+    /// raise margin a fraction of them).
     fn new(len: usize, raise_margin: u64, grant: &Grant) -> Self {
+        let steps = StepPolicy::fixed(STEP, raise_margin as f64 / STEP as f64);
         let s = Slot {
             slot: SectionSlot::empty(),
-            shape: Shape { len, raise_margin },
+            shape: Shape { len, steps },
             mem: Arc::new(CellMemory::new(len)),
         };
         assert!(s.install(grant));
+        assert_eq!(s.state().unwrap().raise_margin, raise_margin);
         s
     }
 
     fn install(&self, grant: &Grant) -> bool {
-        self.slot.install(grant, self.shape, &self.mem)
+        self.slot
+            .install(grant, self.shape, &self.mem, Instant::now())
+    }
+
+    /// The raise wanted, with fixed steps of `step` (always [`STEP`]).
+    fn raise_target(&self, step: u64) -> Option<(Epoch, u64)> {
+        assert_eq!(step, STEP);
+        self.slot.raise_target(&self.shape.steps, Instant::now())
+    }
+
+    fn apply_raise(&self, epoch: Epoch, new_max: u64) -> bool {
+        self.slot
+            .apply_raise(epoch, new_max, &self.shape.steps, Instant::now())
     }
 
     fn retire(&self, epoch: Option<Epoch>) -> bool {
@@ -63,7 +81,7 @@ enum Take {
 
 fn take(s: &SectionSlot, idx: usize) -> Take {
     let mut asked = false;
-    match s.take(idx, || asked = true) {
+    match s.take(idx, |_| asked = true) {
         Ok(v) if asked => Take::GotWantsRaise(v),
         Ok(v) => Take::Got(v),
         Err(Refused::Exhausted) => Take::Exhausted { wants_raise: asked },
@@ -232,7 +250,7 @@ fn callers_racing_frees_never_read_freed_memory_nor_repeat() {
                 let mut n = 0;
                 while n < CALLS {
                     let uid = (n + t) % UIDS;
-                    if let Ok(v) = s.take(uid, || {}) {
+                    if let Ok(v) = s.take(uid, |_| {}) {
                         got[uid].push(v);
                         n += 1;
                     }

@@ -54,6 +54,7 @@ pub async fn node_config(
         resp: None,
         forward: Default::default(),
         http_addr: None,
+        adaptive_steps: None,
     };
     (cfg, l)
 }

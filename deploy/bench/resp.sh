@@ -3,7 +3,7 @@
 # same client (redis-benchmark). See docs/benchmarks.md, "The
 # Redis-protocol door vs Redis".
 #
-#   deploy/bench/resp.sh [-n REQUESTS]
+#   deploy/bench/resp.sh [-n REQUESTS] [--rounds R] [--forwarded] [--instructions]
 #
 # Builds the release `seqsvr` binary (or takes $SEQSVR_BIN), starts in a
 # temp dir a seqsvr cluster — 3 store replicas and one AllocSvr owning
@@ -14,14 +14,32 @@
 # at -c 1, -c 50 and -c 50 -P 16 against both, and prints requests/s,
 # p50 and p99 of each and the ratio seqsvr / Redis. Stops everything it
 # started. Installs redis-server and redis-tools with apt-get if missing.
+#
+# --rounds R      every shape R times (the sides back to back each time).
+# --forwarded     also a second cluster of two AllocSvrs, alloc-1 owning
+#                 uids [0, 500 000) and alloc-2 the rest, driven through
+#                 alloc-1's door with keys over all 1 M uids: half the
+#                 INCRs are forwarded to alloc-2. Prints its rate beside
+#                 the single owner's and Redis's, same round.
+# --instructions  no timing: the single owner's AllocSvr runs under
+#                 valgrind's callgrind, and each shape prints the
+#                 instructions the AllocSvr spent per command (its idle
+#                 work over the same span subtracted). Blind to kernel
+#                 time and cache misses, but steady on a busy machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 N=200000
+ROUNDS=1
+FWD=0
+INSTR=0
 while [ $# -gt 0 ]; do
     case "$1" in
         -n) N="$2"; shift 2 ;;
-        *) echo "usage: $0 [-n REQUESTS]" >&2; exit 2 ;;
+        --rounds) ROUNDS="$2"; shift 2 ;;
+        --forwarded) FWD=1; shift ;;
+        --instructions) INSTR=1; shift ;;
+        *) echo "usage: $0 [-n REQUESTS] [--rounds R] [--forwarded] [--instructions]" >&2; exit 2 ;;
     esac
 done
 
@@ -31,6 +49,10 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-benchmark >/d
     echo "resp.sh: installing redis-server and redis-tools (apt-get)" >&2
     $sudo apt-get update
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server redis-tools
+fi
+if [ "$INSTR" = 1 ] && ! command -v callgrind_control >/dev/null 2>&1; then
+    echo "resp.sh: --instructions needs valgrind (callgrind_control) on PATH" >&2
+    exit 1
 fi
 
 BIN="${SEQSVR_BIN:-}"
@@ -48,86 +70,174 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Free loopback ports, one per name.
+# A free loopback port.
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-declare -A P
-for name in s1p s1c s1a s2p s2c s2a s3p s3c s3a ac ap aa resp redis; do P[$name]=$(port); done
 
-for i in 1 2 3; do
-    cat >"$DIR/store-$i.toml" <<TOML
-id = $i
-data_dir = "$DIR/store-$i"
-client_addr = "127.0.0.1:${P[s${i}c]}"
-admin_addr = "127.0.0.1:${P[s${i}a]}"
-[[members]]
-id = 1
-addr = "127.0.0.1:${P[s1p]}"
-[[members]]
-id = 2
-addr = "127.0.0.1:${P[s2p]}"
-[[members]]
-id = 3
-addr = "127.0.0.1:${P[s3p]}"
-[set]
-set_id = 0
-uid_begin = 0
-uid_end = 1000000
-section_size = 100000
-step = 10000
-[[allocs]]
-id = "alloc-1"
-first = 0
-count = 10
-TOML
-    "$BIN" store --config "$DIR/store-$i.toml" >"$DIR/store-$i.log" 2>&1 &
-    PIDS+=($!)
-done
-cat >"$DIR/alloc-1.toml" <<TOML
-id = "alloc-1"
-addr = "127.0.0.1:${P[ac]}"
-peer_addr = "127.0.0.1:${P[ap]}"
-admin_addr = "127.0.0.1:${P[aa]}"
-store = ["127.0.0.1:${P[s1p]}", "127.0.0.1:${P[s2p]}", "127.0.0.1:${P[s3p]}"]
+# start_set NAME "ALLOC:FIRST:COUNT …" [UNDER…]: 3 store replicas and the
+# AllocSvrs named (each owning COUNT sections from FIRST, its door on);
+# the first AllocSvr runs under UNDER (a profiler) if given. Sets
+# DOOR_<NAME>_<i> to each door's port and ALLOCPID_<NAME> to the first
+# AllocSvr's pid.
+start_set() {
+    local name="$1" allocs="$2"; shift 2
+    local d="$DIR/$name" i a id first count
+    mkdir -p "$d"
+    local sp=() sc=() sa=()
+    for i in 1 2 3; do sp[$i]=$(port); sc[$i]=$(port); sa[$i]=$(port); done
+    for i in 1 2 3; do
+        {
+            echo "id = $i"
+            echo "data_dir = \"$d/store-$i\""
+            echo "client_addr = \"127.0.0.1:${sc[$i]}\""
+            echo "admin_addr = \"127.0.0.1:${sa[$i]}\""
+            for m in 1 2 3; do
+                printf '[[members]]\nid = %s\naddr = "127.0.0.1:%s"\n' "$m" "${sp[$m]}"
+            done
+            printf '[set]\nset_id = 0\nuid_begin = 0\nuid_end = 1000000\nsection_size = 100000\nstep = 10000\n'
+            for a in $allocs; do
+                IFS=: read -r id first count <<<"$a"
+                printf '[[allocs]]\nid = "%s"\nfirst = %s\ncount = %s\n' "$id" "$first" "$count"
+            done
+        } >"$d/store-$i.toml"
+        "$BIN" store --config "$d/store-$i.toml" >"$d/store-$i.log" 2>&1 &
+        PIDS+=($!)
+    done
+    i=0
+    for a in $allocs; do
+        i=$((i + 1))
+        IFS=: read -r id first count <<<"$a"
+        local door
+        door=$(port)
+        cat >"$d/$id.toml" <<TOML
+id = "$id"
+addr = "127.0.0.1:$(port)"
+peer_addr = "127.0.0.1:$(port)"
+admin_addr = "127.0.0.1:$(port)"
+store = ["127.0.0.1:${sp[1]}", "127.0.0.1:${sp[2]}", "127.0.0.1:${sp[3]}"]
 [resp]
-addr = "127.0.0.1:${P[resp]}"
+addr = "127.0.0.1:$door"
 TOML
-"$BIN" alloc --config "$DIR/alloc-1.toml" >"$DIR/alloc-1.log" 2>&1 &
-PIDS+=($!)
+        if [ "$i" = 1 ] && [ $# -gt 0 ]; then
+            "$@" "$BIN" alloc --config "$d/$id.toml" >"$d/$id.log" 2>&1 &
+            printf -v "ALLOCPID_$name" '%s' "$!"
+        else
+            "$BIN" alloc --config "$d/$id.toml" >"$d/$id.log" 2>&1 &
+        fi
+        PIDS+=($!)
+        printf -v "DOOR_${name}_$i" '%s' "$door"
+    done
+}
 
+# Waits until every section answers an INCR through the door on port $1.
+wait_door() {
+    local ok=0
+    for _ in $(seq 1 600); do
+        ok=1
+        for s in 0 1 2 3 4 5 6 7 8 9; do
+            r=$(redis-cli -p "$1" INCR "seq:${s}00000" 2>/dev/null || true)
+            [[ "$r" =~ ^[0-9]+$ ]] || { ok=0; break; }
+        done
+        [ "$ok" = 1 ] && return 0
+        sleep 0.2
+    done
+    echo "resp.sh: the door on $1 never served every section; logs in $DIR" >&2
+    tail -5 "$DIR"/*/*.log >&2
+    exit 1
+}
+
+UNDER=()
+if [ "$INSTR" = 1 ]; then
+    UNDER=(valgrind --tool=callgrind "--callgrind-out-file=$DIR/cg.%p.out" "--log-file=$DIR/cg.%p.log")
+fi
+start_set one "alloc-1:0:10" "${UNDER[@]}"
+[ "$FWD" = 1 ] && start_set two "alloc-1:0:5 alloc-2:5:5"
+
+REDIS_PORT=$(port)
 mkdir -p "$DIR/redis"
-redis-server --port "${P[redis]}" --bind 127.0.0.1 --dir "$DIR/redis" --save '' \
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$DIR/redis" --save '' \
     --appendonly yes --appendfsync everysec --daemonize no >"$DIR/redis.log" 2>&1 &
 PIDS+=($!)
 
-# Ready: every section of the AllocSvr serves through the door.
-for _ in $(seq 1 300); do
-    ok=1
-    for s in 0 1 2 3 4 5 6 7 8 9; do
-        r=$(redis-cli -p "${P[resp]}" INCR "seq:${s}00000" 2>/dev/null || true)
-        [[ "$r" =~ ^[0-9]+$ ]] || { ok=0; break; }
-    done
-    [ "$ok" = 1 ] && redis-cli -p "${P[redis]}" PING >/dev/null 2>&1 && break
-    sleep 0.2
+wait_door "$DOOR_one_1"
+[ "$FWD" = 1 ] && wait_door "$DOOR_two_1"
+for _ in $(seq 1 100); do
+    redis-cli -p "$REDIS_PORT" PING >/dev/null 2>&1 && break
+    sleep 0.1
 done
-[ "$ok" = 1 ] || { echo "resp.sh: the cluster never served; logs in $DIR" >&2; tail -5 "$DIR"/*.log >&2; exit 1; }
 
-echo "machine: $(nproc) cores; $(uname -sr); redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/')"
-echo "redis: AOF everysec ($(redis-cli -p "${P[redis]}" CONFIG GET appendfsync | tail -1)); seqsvr: 3 stores (fsync) + 1 AllocSvr, door on"
+echo "machine: $(nproc) cores; $(uname -sr); load average $(cut -d' ' -f1-3 /proc/loadavg); redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/')"
+echo "redis: AOF everysec ($(redis-cli -p "$REDIS_PORT" CONFIG GET appendfsync | tail -1)); seqsvr: 3 stores (fsync) + 1 AllocSvr, door on"
+[ "$FWD" = 1 ] && echo "half forwarded: 3 stores + alloc-1 (uids [0, 500000)) + alloc-2 (the rest), through alloc-1's door"
 
-# One redis-benchmark run: prints "rps p50 p99".
+SHAPES=("-c 1" "-c 50" "-c 50 -P 16")
+
+# One redis-benchmark run against port $1 (then its options): prints
+# "rps p50 p99".
 bench() {
     local p="$1"; shift
     redis-benchmark -h 127.0.0.1 -p "$p" -r 1000000 -n "$N" "$@" --csv INCR 'seq:__rand_int__' 2>/dev/null |
         awk -F'","' 'NR==2 { print $2, $5, $7 }'
 }
 
-printf "%-16s %12s %8s %8s   %12s %8s %8s   %7s\n" shape "seqsvr r/s" p50 p99 "redis r/s" p50 p99 ratio
-for shape in "-c 1" "-c 50" "-c 50 -P 16"; do
-    # shellcheck disable=SC2086
-    read -r s_rps s_p50 s_p99 <<<"$(bench "${P[resp]}" $shape)"
-    # shellcheck disable=SC2086
-    read -r r_rps r_p50 r_p99 <<<"$(bench "${P[redis]}" $shape)"
-    ratio=$(awk -v a="$s_rps" -v b="$r_rps" 'BEGIN { printf "%.2f", a / b }')
-    printf "%-16s %12s %8s %8s   %12s %8s %8s   %6sx\n" "$shape" "$s_rps" "$s_p50" "$s_p99" "$r_rps" "$r_p50" "$r_p99" "$ratio"
+if [ "$INSTR" = 1 ]; then
+    pid="$ALLOCPID_one"
+    # The newest dump's instruction total.
+    total() {
+        local f
+        f=$(ls -t "$DIR"/cg."$pid".out.* | head -1)
+        awk '/^(summary|totals):/ { print $2; exit }' "$f"
+    }
+    callgrind_control -z "$pid" >/dev/null 2>&1
+    t0=$(date +%s.%N); sleep 10
+    callgrind_control -d "$pid" >/dev/null 2>&1
+    idle=$(awk -v n="$(total)" -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", n / (b - a) }')
+    echo "instructions per command, the AllocSvr under callgrind ($N commands a shape after $((N / 10)) of warm-up; idle $idle a second subtracted)"
+    printf "%-16s %14s %14s\n" shape "per command" "(idle kept)"
+    for shape in "${SHAPES[@]}"; do
+        # shellcheck disable=SC2086
+        redis-benchmark -h 127.0.0.1 -p "$DOOR_one_1" -r 1000000 -n $((N / 10)) $shape -q INCR 'seq:__rand_int__' >/dev/null 2>&1
+        callgrind_control -z "$pid" >/dev/null 2>&1
+        t0=$(date +%s.%N)
+        # shellcheck disable=SC2086
+        redis-benchmark -h 127.0.0.1 -p "$DOOR_one_1" -r 1000000 -n "$N" $shape -q INCR 'seq:__rand_int__' >/dev/null 2>&1
+        callgrind_control -d "$pid" >/dev/null 2>&1
+        awk -v n="$(total)" -v i="$idle" -v a="$t0" -v b="$(date +%s.%N)" -v c="$N" -v s="$shape" \
+            'BEGIN { printf "%-16s %14.0f %14.0f\n", s, (n - i * (b - a)) / c, n / c }'
+    done
+    exit 0
+fi
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+
+for round in $(seq 1 "$ROUNDS"); do
+    echo
+    echo "== round $round of $ROUNDS (load average $(cut -d' ' -f1 /proc/loadavg))"
+    if [ "$FWD" = 1 ]; then
+        printf "%-12s %10s %13s   %10s %13s   %10s %13s   %7s %7s %7s\n" shape "owner r/s" "p50/p99 ms" "half-fwd" "p50/p99 ms" "redis r/s" "p50/p99 ms" owner/R fwd/R fwd/own
+    else
+        printf "%-12s %10s %13s   %10s %13s   %7s\n" shape "seqsvr r/s" "p50/p99 ms" "redis r/s" "p50/p99 ms" ratio
+    fi
+    for shape in "${SHAPES[@]}"; do
+        # shellcheck disable=SC2086
+        read -r s_rps s_p50 s_p99 <<<"$(bench "$DOOR_one_1" $shape)"
+        if [ "$FWD" = 1 ]; then
+            # shellcheck disable=SC2086
+            read -r f_rps f_p50 f_p99 <<<"$(bench "$DOOR_two_1" $shape)"
+        fi
+        # shellcheck disable=SC2086
+        read -r r_rps r_p50 r_p99 <<<"$(bench "$REDIS_PORT" $shape)"
+        if [ "$FWD" = 1 ]; then
+            printf "%-12s %10s %13s   %10s %13s   %10s %13s   %6sx %6sx %6sx\n" "$shape" \
+                "$s_rps" "$s_p50/$s_p99" "$f_rps" "$f_p50/$f_p99" "$r_rps" "$r_p50/$r_p99" \
+                "$(ratio "$s_rps" "$r_rps")" "$(ratio "$f_rps" "$r_rps")" "$(ratio "$f_rps" "$s_rps")"
+        else
+            printf "%-12s %10s %13s   %10s %13s   %6sx\n" "$shape" \
+                "$s_rps" "$s_p50/$s_p99" "$r_rps" "$r_p50/$r_p99" "$(ratio "$s_rps" "$r_rps")"
+        fi
+    done
 done
-echo "door: $(redis-cli -p "${P[resp]}" INFO stats | tr -d '\r' | grep total_commands_processed)"
+echo
+echo "door: $(redis-cli -p "$DOOR_one_1" INFO stats | tr -d '\r' | grep total_commands_processed)"
+if [ "$FWD" = 1 ]; then
+    echo "half-forwarded door: $(redis-cli -p "$DOOR_two_1" INFO stats | tr -d '\r' | grep total_commands_processed)"
+fi

@@ -56,21 +56,41 @@ impl Backend for AllocBackend {
         r.map_err(|e| self.error(e))
     }
 
-    /// Not all-or-nothing locally (numbers served before a refusal are
-    /// in `out`); a batch that needed its owners answers all or nothing,
-    /// the numbers of a failed one forgotten, never reused (promise 1).
+    /// Not all-or-nothing, as the trait says: the numbers served before a
+    /// refusal stay in `out`, and the error is the next uid's, so that a
+    /// pipeline's `INCR`s are each answered as if sent alone. This
+    /// AllocSvr's own uids are served from memory straight into `out`;
+    /// the rest go to their owners as the front's batch does. A forwarded
+    /// part that fails fails as a whole (its numbers forgotten, never
+    /// reused: promise 1), so then the uids from the first one not served
+    /// here are asked one at a time, and the error returned is exactly
+    /// the uid's it names.
     async fn next_batch<'a>(
         &'a self,
         uids: &'a [u64],
         out: &'a mut Vec<u64>,
     ) -> Result<(), BackendError> {
-        let seqs = self
-            .front
-            .next_batch(uids)
-            .await
-            .map_err(|e| self.error(e))?;
-        out.extend_from_slice(&seqs);
-        Ok(())
+        let start = out.len();
+        let local = match self.front.local_next_batch(uids, out).await {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_elsewhere() => e,
+            Err(e) => return Err(self.error(e)),
+        };
+        let done = out.len() - start;
+        let served = out[start..].to_vec();
+        match self.front.forward_batch(uids, served, local).await {
+            Ok(seqs) => {
+                out.truncate(start);
+                out.extend_from_slice(&seqs);
+                Ok(())
+            }
+            Err(_) => {
+                for &uid in &uids[done..] {
+                    out.push(self.front.next(uid).await.map_err(|e| self.error(e))?);
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Linearizable as `Current` is: from memory only with a valid lease

@@ -311,3 +311,40 @@ async fn redis_py_in_resp2_and_resp3_with_its_pipelines() {
     assert!(out.contains("ok 2") && out.contains("ok 3"), "{out}");
     node.shutdown();
 }
+
+/// A pipeline's `INCR`s go to the allocator as one batch, but each is
+/// answered as if sent alone: a uid refused in the middle gets its own
+/// error, and the uids before and after it their numbers — the batch's
+/// numbers before the refusal are neither lost nor blamed on the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_incr_in_a_pipeline_is_its_own_error_only() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (_store, node, at) = with_door(RespSection::on("127.0.0.1:0")).await;
+    let mut grpc = client(&node).await;
+    let b5 = current(&mut grpc, 5).await.unwrap();
+    let b6 = current(&mut grpc, 6).await.unwrap();
+    let mut s = tokio::net::TcpStream::connect(&at).await.unwrap();
+    let mut req = Vec::new();
+    for key in ["seq:5", "seq:40", "seq:6", "seq:5"] {
+        req.extend(format!("*2\r\n$4\r\nINCR\r\n${}\r\n{key}\r\n", key.len()).into_bytes());
+    }
+    s.write_all(&req).await.unwrap();
+    let mut got = Vec::new();
+    while got.iter().filter(|&&b| b == b'\n').count() < 4 {
+        let mut chunk = [0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut chunk))
+            .await
+            .expect("the replies in time")
+            .unwrap();
+        assert!(n > 0, "closed early: {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&chunk[..n]);
+    }
+    let text = String::from_utf8(got).unwrap();
+    let lines: Vec<&str> = text.split("\r\n").filter(|l| !l.is_empty()).collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert_eq!(lines[0], format!(":{}", b5 + 1), "{text}");
+    assert!(lines[1].contains("OUT_OF_RANGE"), "{text}");
+    assert_eq!(lines[2], format!(":{}", b6 + 1), "{text}");
+    assert_eq!(lines[3], format!(":{}", b5 + 2), "{text}");
+    node.shutdown();
+}

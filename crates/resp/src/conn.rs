@@ -51,6 +51,9 @@ pub struct Conn<B> {
     results: Vec<Result<Reply, Fail>>,
     /// `INCR`s waiting to go to the backend as one batch (kept likewise).
     incrs: Vec<u64>,
+    /// Commands run and not yet counted in the door's shared counters,
+    /// by position in the command table (the last: unknown names).
+    counts: Vec<u64>,
 }
 
 impl<B: Backend> Conn<B> {
@@ -71,6 +74,7 @@ impl<B: Backend> Conn<B> {
             multi: None,
             results: Vec::new(),
             incrs: Vec::new(),
+            counts: vec![0; cmd::COMMANDS.len() + 1],
         }
     }
 
@@ -99,6 +103,12 @@ impl<B: Backend> Conn<B> {
         self.encode(&mut results, wire);
         self.results = results;
         self.incrs = incrs;
+        self.count();
+    }
+
+    /// Adds the commands run since the last call to the door's counters.
+    fn count(&mut self) {
+        self.ctx.count_commands(&mut self.counts, command_names);
     }
 
     /// Encodes (and counts) `results` in the connection's protocol now,
@@ -153,7 +163,11 @@ impl<B: Backend> Conn<B> {
     async fn run(&mut self, p: Planned) -> Result<Reply, Fail> {
         match p {
             Planned::Op(op) => counter::run(&*self.backend, op).await,
-            Planned::Local(f, req) => f(&req, &mut self.session, &self.ctx),
+            Planned::Local(f, req) => {
+                // What it reports (`INFO`) counts every command so far.
+                self.count();
+                f(&req, &mut self.session, &self.ctx)
+            }
             Planned::Fail(f) => Err(f),
             Planned::Exec(_) => Err(Fail::err("internal", "EXEC inside EXEC")),
         }
@@ -162,13 +176,11 @@ impl<B: Backend> Conn<B> {
     /// Plans one request in the connection's state now: the auth gate,
     /// `MULTI`/`EXEC`/`DISCARD`, queueing inside a transaction.
     fn step(&mut self, req: Request) -> Planned {
-        let ctx = self.ctx.clone();
-        ctx.stats.commands.fetch_add(1, Relaxed);
         let Some(i) = cmd::position(&req.args[0]) else {
-            ctx.count_command(None, command_names);
+            self.counts[cmd::COMMANDS.len()] += 1;
             return self.refuse_in_multi(cmd::not_served(&req));
         };
-        ctx.count_command(Some(i), command_names);
+        self.counts[i] += 1;
         let spec = &cmd::COMMANDS[i];
         if spec.name == "reset" {
             // RESET ends a transaction too (the rest it resets itself).
@@ -215,7 +227,7 @@ impl<B: Backend> Conn<B> {
                 Planned::Local(
                     |_, _, _| Ok(Reply::Simple("QUEUED")),
                     Request {
-                        args: vec![],
+                        args: Default::default(),
                         inline: false,
                     },
                 )

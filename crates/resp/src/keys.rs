@@ -105,14 +105,36 @@ impl KeyMap {
 
 /// Decimal digits only (leading zeros allowed), within `u64`.
 fn decimal(s: &[u8]) -> Option<u64> {
-    if s.is_empty() || !s.iter().all(u8::is_ascii_digit) {
+    if s.is_empty() {
         return None;
     }
-    let digits = &s[s.iter().position(|&b| b != b'0').unwrap_or(s.len() - 1)..];
-    if digits.len() > 20 {
-        return None;
+    // Leading zeros first (redis-benchmark writes a dozen); then at most
+    // 19 digits cannot overflow, and only a 20th needs checking.
+    let zeros = s.iter().take_while(|&&b| b == b'0').count();
+    let digits = &s[zeros..];
+    let (head, last) = match digits.len() {
+        0..=19 => (digits, None),
+        20 => (&digits[..19], Some(digits[19])),
+        _ => return None,
+    };
+    let mut v: u64 = 0;
+    for &b in head {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        v = v * 10 + u64::from(d);
     }
-    std::str::from_utf8(digits).ok()?.parse().ok()
+    match last {
+        None => Some(v),
+        Some(b) => {
+            let d = b.wrapping_sub(b'0');
+            if d > 9 {
+                return None;
+            }
+            v.checked_mul(10)?.checked_add(u64::from(d))
+        }
+    }
 }
 
 fn shorten(key: &[u8]) -> String {
@@ -142,6 +164,7 @@ mod tests {
             ("0", 0),
             ("000", 0),
             ("18446744073709551615", u64::MAX),
+            ("0000000000000000000018446744073709551615", u64::MAX),
         ] {
             assert_eq!(k.uid(key.as_bytes()), Ok(uid), "{key}");
         }
@@ -152,6 +175,9 @@ mod tests {
             "seq:-1",
             "42 ",
             "18446744073709551616",
+            "99999999999999999999",
+            "000184467440737095516150",
+            "4a",
             "",
             "SEQ:1",
         ] {

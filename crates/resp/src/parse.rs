@@ -18,6 +18,7 @@
 //! (`docs/architecture/resp.md`, Parser).
 
 use bytes::{Bytes, BytesMut};
+use smallvec::SmallVec;
 
 /// Redis's inline-request limit (`PROTO_INLINE_MAX_SIZE`): also the
 /// longest `*<n>` or `$<len>` line accepted.
@@ -64,11 +65,15 @@ impl Default for Limits {
 #[error("Protocol error: {0}")]
 pub struct ProtoError(pub String);
 
+/// A request's arguments: up to three inline (`INCR key`, `INCRBY key
+/// n`), so that the commonest requests cost no allocation of their own.
+pub type Args = SmallVec<[Bytes; 3]>;
+
 /// One request: its arguments, the command name first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
     /// The arguments, each a slice of the read buffer.
-    pub args: Vec<Bytes>,
+    pub args: Args,
     /// Whether it came as an inline line.
     pub inline: bool,
 }
@@ -91,6 +96,10 @@ struct Multibulk {
 pub struct Parser {
     /// The multibulk under way, if one is.
     pending: Option<Multibulk>,
+    /// The last multibulk's argument list, emptied, for the next one
+    /// (kept only while small: no allocation per request, and no memory
+    /// held after a large one).
+    spare: Vec<(usize, usize)>,
     /// Bytes already searched for the end of a line (from the position
     /// the line starts at): not searched again.
     scanned: usize,
@@ -132,7 +141,15 @@ impl Parser {
         if self.pending.is_none() {
             match buf.first() {
                 None => return Ok(Parsed::Incomplete),
-                Some(b'*') => self.pending = Some(Multibulk::default()),
+                Some(b'*') => {
+                    if let Some(req) = whole_multibulk(buf, limits, authenticated) {
+                        return Ok(Parsed::Request(req));
+                    }
+                    self.pending = Some(Multibulk {
+                        args: std::mem::take(&mut self.spare),
+                        ..Multibulk::default()
+                    })
+                }
                 Some(_) => return self.inline(buf, limits),
             }
         }
@@ -158,7 +175,10 @@ impl Parser {
         if args.is_empty() {
             return Ok(Parsed::Nothing);
         }
-        Ok(Parsed::Request(Request { args, inline: true }))
+        Ok(Parsed::Request(Request {
+            args: args.into(),
+            inline: true,
+        }))
     }
 
     /// A multibulk, resumed where the last call stopped.
@@ -174,6 +194,7 @@ impl Parser {
             Ok(Step::Done) => {
                 let frame = buf.split_to(m.pos).freeze();
                 let args = m.args.iter().map(|&(s, e)| frame.slice(s..e)).collect();
+                self.keep(m.args);
                 Ok(Parsed::Request(Request {
                     args,
                     inline: false,
@@ -181,6 +202,7 @@ impl Parser {
             }
             Ok(Step::Empty) => {
                 let _ = buf.split_to(m.pos);
+                self.keep(m.args);
                 Ok(Parsed::Nothing)
             }
             Ok(Step::More) => {
@@ -188,6 +210,15 @@ impl Parser {
                 Ok(Parsed::Incomplete)
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// Keeps a finished multibulk's argument list for the next one, if
+    /// it is small.
+    fn keep(&mut self, mut args: Vec<(usize, usize)>) {
+        if args.capacity() <= SPARE_ARGS {
+            args.clear();
+            self.spare = args;
         }
     }
 
@@ -309,6 +340,92 @@ impl Parser {
     }
 }
 
+/// Most arguments of a multibulk [`whole_multibulk`] takes.
+const WHOLE_ARGS: usize = 8;
+
+/// Longest `*<n>` or `$<len>` number [`whole_multibulk`] reads: far
+/// below every limit's.
+const WHOLE_DIGITS: usize = 5;
+
+/// The commonest request in one pass: a multibulk of at most
+/// [`WHOLE_ARGS`] arguments, already whole in `buf`, its header lines
+/// short and every number in it within the limits — taken off the buffer
+/// exactly as the resumable parser would take it (the byte after each
+/// `\r` skipped unread, as Redis does), or `None` with nothing taken.
+/// Anything else (incomplete, long, over a limit, malformed) is left to
+/// [`Parser::next`]'s resumable path, which gives every error: this path
+/// decides nothing the other would decide differently.
+fn whole_multibulk(buf: &mut BytesMut, limits: &Limits, authenticated: bool) -> Option<Request> {
+    if limits.max_inline <= WHOLE_DIGITS {
+        return None;
+    }
+    let b = &buf[..];
+    let (count, mut pos) = header_number(b, 0)?;
+    let max_args = if authenticated {
+        limits.max_args
+    } else {
+        limits.max_args.min(UNAUTHENTICATED_ARGS)
+    };
+    if count == 0 || count > WHOLE_ARGS || count > max_args {
+        return None;
+    }
+    let cap = if authenticated {
+        limits.max_bulk
+    } else {
+        limits.max_bulk.min(UNAUTHENTICATED_BULK)
+    };
+    let mut ranges = [(0usize, 0usize); WHOLE_ARGS];
+    for r in ranges.iter_mut().take(count) {
+        if b.get(pos) != Some(&b'$') {
+            return None;
+        }
+        let (len, at) = header_number(b, pos)?;
+        if len > cap || b.len() < at + len + 2 {
+            return None;
+        }
+        *r = (at, at + len);
+        pos = at + len + 2;
+    }
+    let frame = buf.split_to(pos).freeze();
+    let args = ranges[..count]
+        .iter()
+        .map(|&(s, e)| frame.slice(s..e))
+        .collect();
+    Some(Request {
+        args,
+        inline: false,
+    })
+}
+
+/// The number of a `*<n>\r?` or `$<n>\r?` line starting at `at` (`?`:
+/// any byte) and where the next line starts, if the line is whole and
+/// its number is 0 or a positive decimal of at most [`WHOLE_DIGITS`]
+/// digits without a leading zero (as [`parse_int`] reads it).
+#[inline]
+fn header_number(b: &[u8], at: usize) -> Option<(usize, usize)> {
+    let mut i = at + 1;
+    let mut n = 0usize;
+    while let Some(&c) = b.get(i) {
+        match c {
+            b'0'..=b'9' => {
+                if i - at > WHOLE_DIGITS
+                    || (c == b'0' && i == at + 1 && b.get(i + 1) != Some(&b'\r'))
+                {
+                    return None;
+                }
+                n = n * 10 + usize::from(c - b'0');
+                i += 1;
+            }
+            b'\r' if i > at + 1 && i + 1 < b.len() => return Some((n, i + 2)),
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// The largest argument list a parser keeps between requests.
+const SPARE_ARGS: usize = 64;
+
 /// How far a multibulk got.
 enum Step {
     Done,
@@ -420,6 +537,19 @@ mod tests {
         assert_eq!(
             all(&star, true).unwrap_err().0,
             "too big mbulk count string"
+        );
+    }
+
+    #[test]
+    fn a_short_inline_limit_holds_for_whole_requests_too() {
+        let limits = Limits {
+            max_inline: 2,
+            ..Limits::default()
+        };
+        let mut buf = BytesMut::from(&b"*2\r\n$4\r\nINCR\r\n$16\r\nseq:000000000042\r\n"[..]);
+        assert_eq!(
+            Parser::new().next(&mut buf, &limits, true).unwrap_err().0,
+            "too big bulk count string"
         );
     }
 

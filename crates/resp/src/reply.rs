@@ -104,27 +104,30 @@ fn line(out: &mut BytesMut, kind: u8, body: &[u8]) {
     out.put_slice(b"\r\n");
 }
 
-/// `<kind><n>\r\n`, the decimal digits written by hand: most replies
-/// are one integer, and `fmt` costs more than the rest of the encoding.
+/// `<kind><n>\r\n`, the decimal digits written by hand and the whole
+/// line put in one copy: most replies are one integer, and `fmt` (or a
+/// put per part) costs more than the rest of the encoding.
 fn header(out: &mut BytesMut, kind: u8, n: i64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
+    // kind, sign, 19 digits, CRLF.
+    let mut line = [0u8; 23];
+    let mut at = line.len() - 2;
+    line[at..].copy_from_slice(b"\r\n");
     let mut v = n.unsigned_abs();
     loop {
         at -= 1;
-        digits[at] = b'0' + (v % 10) as u8;
+        line[at] = b'0' + (v % 10) as u8;
         v /= 10;
         if v == 0 {
             break;
         }
     }
-    out.reserve(24);
-    out.put_u8(kind);
     if n < 0 {
-        out.put_u8(b'-');
+        at -= 1;
+        line[at] = b'-';
     }
-    out.put_slice(&digits[at..]);
-    out.put_slice(b"\r\n");
+    at -= 1;
+    line[at] = kind;
+    out.extend_from_slice(&line[at..]);
 }
 
 #[cfg(test)]

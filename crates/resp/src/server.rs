@@ -56,11 +56,16 @@ pub async fn serve<B: Backend>(
         let (backend, ctx, tls) = (backend.clone(), ctx.clone(), tls.clone());
         tokio::spawn(async move {
             let open = Open::new(&ctx);
+            // Each connection's state on the heap (`Box::pin`): the task
+            // itself stays small, so spawning and ending it copy a few
+            // bytes, not the TLS branch's kilobytes.
             match tls {
-                None => connection(tcp, backend, &ctx, open).await,
+                None => Box::pin(connection(tcp, backend, &ctx, open)).await,
                 Some(acceptor) => {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                        Ok(Ok(stream)) => connection(stream, backend, &ctx, open).await,
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, Box::pin(acceptor.accept(tcp)))
+                        .await
+                    {
+                        Ok(Ok(stream)) => Box::pin(connection(stream, backend, &ctx, open)).await,
                         Ok(Err(e)) => tracing::debug!(%peer, "resp TLS handshake failed: {e}"),
                         Err(_) => tracing::debug!(%peer, "resp TLS handshake timed out"),
                     }

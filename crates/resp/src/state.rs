@@ -66,10 +66,13 @@ impl Ctx {
         }
     }
 
-    /// Counts one command: `Some(i)` for the `i`-th of the command table,
-    /// `None` for a name not in it; `names` lists the table's names (the
-    /// table is the commands' own, `crate::cmd::COMMANDS`).
-    pub fn count_command<I>(&self, i: Option<usize>, names: impl FnOnce() -> I)
+    /// Adds a connection's counts of commands run since its last call:
+    /// `counts[i]` of the `i`-th command of the table, the last entry
+    /// names not in it; `names` lists the table's names (the table is the
+    /// commands' own, `crate::cmd::COMMANDS`). Leaves `counts` at zero. A
+    /// connection counts a round's commands at once: one shared atomic
+    /// add per command kind and round, not two per command.
+    pub fn count_commands<I>(&self, counts: &mut [u64], names: impl FnOnce() -> I)
     where
         I: Iterator<Item = &'static str>,
     {
@@ -79,8 +82,19 @@ impl Ctx {
                 .map(|n| self.metrics.commands.with_label_values(&[n]))
                 .collect()
         });
-        let i = i.unwrap_or(counters.len() - 1);
-        counters[i].inc();
+        let mut total = 0;
+        for (c, n) in counters.iter().zip(counts.iter_mut()) {
+            if *n > 0 {
+                c.inc_by(*n);
+                total += *n;
+                *n = 0;
+            }
+        }
+        if total > 0 {
+            self.stats
+                .commands
+                .fetch_add(total, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 }
 

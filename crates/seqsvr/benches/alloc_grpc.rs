@@ -3,7 +3,7 @@
 //!
 //! Run: `cargo bench -p seqsvr --bench alloc_grpc -- [--secs N] [--threads T]
 //! [--rounds R] [--redis] [--exhaust] [--shape K] [--hot N] [--instructions]
-//! [--bare-no-router]`, or the whole comparison (installs
+//! [--bare-no-router] [--forward] [--before PATH]`, or the whole comparison (installs
 //! Redis if missing) with `deploy/bench/alloc_vs_redis.sh [same options]`.
 //! Prints figures; asserts nothing about speed. What it does and how to
 //! read it: `docs/benchmarks.md`.
@@ -57,6 +57,10 @@
 //!   to the owner and through a second AllocSvr that owns no section (so
 //!   every call is forwarded to the owner; `docs/architecture/forwarding.md`),
 //!   back to back, `--rounds` times, first one then the other alternately.
+//! - `--before PATH`: only `next` at 50 callers, this build's AllocSvr
+//!   against the AllocSvr binary at PATH (an older build), each in a
+//!   cluster of its own with this build's stores, back to back,
+//!   `--rounds` times (`alloc_grpc/before.rs`).
 //! - `--instructions`: instead of timing, runs both servers under
 //!   callgrind and counts the instructions each spends per call, for the
 //!   50-caller shapes (or `--shape K`) and both clients: a figure that does
@@ -69,6 +73,8 @@
 
 #[path = "alloc_grpc/bare.rs"]
 mod bare;
+#[path = "alloc_grpc/before.rs"]
+mod before;
 #[path = "alloc_grpc/instructions.rs"]
 mod instructions;
 #[path = "alloc_grpc/load.rs"]
@@ -132,6 +138,8 @@ struct Args {
     bare_no_router: bool,
     /// Only compare `next` direct and forwarded.
     forward: bool,
+    /// Only compare this build's AllocSvr with the one at this path.
+    before: Option<String>,
 }
 
 impl Args {
@@ -147,6 +155,7 @@ impl Args {
             hot: None,
             bare_no_router: false,
             forward: false,
+            before: None,
         };
         let mut it = std::env::args().skip(1);
         while let Some(arg) = it.next() {
@@ -157,6 +166,7 @@ impl Args {
                 }
                 "--redis" => a.redis = true,
                 "--forward" => a.forward = true,
+                "--before" => a.before = Some(it.next().expect("--before PATH")),
                 "--exhaust" => a.exhaust = true,
                 "--instructions" => a.instructions = true,
                 bare::NO_ROUTER => a.bare_no_router = true,
@@ -300,6 +310,9 @@ async fn run(args: &Args) {
     cluster.wait_serving(&client).await;
     if args.forward {
         return forward(args, cluster).await;
+    }
+    if let Some(path) = &args.before {
+        return before::before_after(args, cluster, path).await;
     }
     let seqsvr = Target::seqsvr(&cluster);
     let lib = Caller::Lib(client);

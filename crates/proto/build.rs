@@ -7,8 +7,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // checkout must not generate code from another's protos.
     let manifest = std::env::var("CARGO_MANIFEST_DIR")?;
     let root = std::path::Path::new(&manifest).join("../../proto");
-    let files =
-        ["common", "store", "alloc", "sets"].map(|f| root.join(format!("seqsvr/v1/{f}.proto")));
+    let files = ["common", "ids", "store", "alloc", "sets"]
+        .map(|f| root.join(format!("seqsvr/v1/{f}.proto")));
     let mut config = tonic_prost_build::Config::new();
     config.protoc_executable(protoc);
     tonic_prost_build::configure().compile_with_config(

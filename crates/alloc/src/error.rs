@@ -220,6 +220,38 @@ pub enum CallError {
     /// forwarding it (`docs/architecture/forwarding.md`). Retryable.
     #[error(transparent)]
     Forward(#[from] ForwardError),
+    /// The clock is behind the last id tick issued by more than may be
+    /// borrowed (docs/ids.md, the clock policy). Nothing was issued;
+    /// retryable after `behind_ms`.
+    #[error("id namespace {namespace:?}: the clock is behind the last id issued; retry in {behind_ms} ms")]
+    ClockBehind {
+        /// The namespace.
+        namespace: String,
+        /// How far the clock must still move forward, in ms.
+        behind_ms: u64,
+    },
+    /// The worker id's time ceiling was not raised in time (the store is
+    /// slow or unreachable). Nothing was issued; retryable.
+    #[error("id namespace {namespace:?}: the time ceiling was not raised in time; retry in {retry_after_ms} ms")]
+    IdCeiling {
+        /// The namespace.
+        namespace: String,
+        /// When to try again.
+        retry_after_ms: u64,
+    },
+    /// No worker id of the namespace is held here now and none can be
+    /// claimed (stopping, or just taken back). Retryable.
+    #[error(
+        "id namespace {namespace:?}: no worker id held ({reason}); retry in {retry_after_ms} ms"
+    )]
+    IdUnavailable {
+        /// The namespace.
+        namespace: String,
+        /// Why.
+        reason: String,
+        /// When to try again.
+        retry_after_ms: u64,
+    },
 }
 
 impl CallError {

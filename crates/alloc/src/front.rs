@@ -39,6 +39,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::error::{AllocError, CallError, ForwardError};
+use crate::ids::IdWorkers;
 use crate::shared::Shared;
 use coalesce::{BatchFuture, Coalescer, SendBatch};
 
@@ -73,6 +74,8 @@ pub struct Front {
     /// How calls are forwarded (`None`: off; a uid owned elsewhere is
     /// refused with the owner's address, as without a front).
     fwd: Option<Forwarder>,
+    /// Time-ordered ids (`None`: not served here).
+    ids: Option<Arc<IdWorkers>>,
 }
 
 /// The forwarding half of the [`Front`].
@@ -192,7 +195,47 @@ pub fn from_client(e: seqsvr_client::Error, uid: Uid, retry_ms: u64) -> CallErro
 impl Front {
     /// A front over `shared`, forwarding through `fwd` (or not at all).
     pub fn new(shared: Arc<Shared>, fwd: Option<Forwarder>) -> Self {
-        Self { shared, fwd }
+        Self {
+            shared,
+            fwd,
+            ids: None,
+        }
+    }
+
+    /// The same front, serving time-ordered ids from `ids`.
+    pub fn with_ids(mut self, ids: Arc<IdWorkers>) -> Self {
+        self.ids = Some(ids);
+        self
+    }
+
+    /// The id workers, if ids are served here.
+    pub fn ids(&self) -> Option<&Arc<IdWorkers>> {
+        self.ids.as_ref()
+    }
+
+    /// `count` time-ordered ids of namespace `ns` (docs/ids.md). Only with
+    /// a valid lease and never once fenced, as for sequence numbers: a
+    /// worker id is held under the lease, so no two processes issue from
+    /// it at once.
+    pub async fn next_ids(&self, ns: &str, count: u32) -> Result<Vec<u64>, CallError> {
+        let ids = self.ids_served()?;
+        self.shared.admit()?;
+        ids.next(ns, count).await
+    }
+
+    /// Takes id `id` of namespace `ns` apart.
+    pub async fn decode_id(
+        &self,
+        ns: &str,
+        id: u64,
+    ) -> Result<(seqsvr_core::ids::Decoded, seqsvr_core::ids::Layout), CallError> {
+        self.ids_served()?.decode(ns, id).await
+    }
+
+    fn ids_served(&self) -> Result<&Arc<IdWorkers>, CallError> {
+        self.ids
+            .as_ref()
+            .ok_or_else(|| CallError::Invalid("time-ordered ids are not served here".into()))
     }
 
     /// What the front answers from.

@@ -12,12 +12,20 @@
 //!   percent-decoded, 1..=256 bytes), `uid` in JSON being its position;
 //! - `GET /api/segment/get/{name}` → the name's next number as bare text
 //!   (no newline), as Leaf's segment API answers, for teams migrating.
+//! - time-ordered ids (docs/ids.md): `GET /v1/id/{ns}` → one id as
+//!   `text/plain` (or `{"namespace":…,"id":…}`); `GET /v1/ids/{ns}/{n}` →
+//!   `{"namespace":…,"ids":[…]}`; `GET /v1/decode-id/{ns}/{id}` →
+//!   `{"namespace","time_ms","time","worker","sequence"}`; and Leaf's
+//!   shapes: `GET /api/snowflake/get/{ns}` → bare text, `GET
+//!   /decodeSnowflakeId?snowflakeId={id}[&namespace={ns}]` →
+//!   `{"timestamp":"ms(date)","workerId":"…","sequenceId":"…"}` (namespace
+//!   `default` unless named).
 //!
 //! Errors are JSON, `{"error":{"kind":"OWNER_UNAVAILABLE","message":…,
 //! "retryable":true,"retry_after_ms":50}}`, with the kinds gRPC's
 //! `ErrorDetail` names (the one mapping, `Shared::error_detail`) and an
 //! HTTP status derived from its code: 400 for a bad uid or body, 404 for
-//! an unknown path, 405 for a wrong method, 413 for a body over
+//! an unknown path (or id namespace), 405 for a wrong method, 413 for a body over
 //! [`MAX_BODY`], 429 for `OVERLOADED` and 503 with `Retry-After` for the
 //! other retryable kinds. Bad input changes nothing: it is refused before
 //! the front is called. Plain hyper (HTTP/1.1) — the doors are thin;
@@ -42,6 +50,7 @@ use tonic::Code;
 
 use crate::error::CallError;
 use crate::front::Front;
+use crate::http_ids::{percent_decode, IdRoute};
 
 /// Connections served at once; more wait to be accepted.
 pub const MAX_CONNECTIONS: usize = 1024;
@@ -120,13 +129,15 @@ where
 }
 
 /// What a request asks for, once its path and method are understood.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Route {
     Next(Uid),
     Current(Uid),
     Batch,
     /// Leaf's `/api/segment/get/{key}`: a name's next, as bare text.
     Leaf(Uid),
+    /// Time-ordered ids (`crate::http_ids`).
+    Id(IdRoute),
 }
 
 /// Why a request is refused before the front is called.
@@ -138,8 +149,14 @@ enum Refusal {
     TooLarge,
 }
 
-/// The route of `method path`, or why not.
+/// The route of `method path` (no query), or why not.
+#[cfg(test)]
 fn route(method: &Method, path: &str) -> Result<Route, Refusal> {
+    route_q(method, path, None)
+}
+
+/// The route of `method path?query`, or why not.
+fn route_q(method: &Method, path: &str, query: Option<&str>) -> Result<Route, Refusal> {
     let uid = |s: &str| {
         parse_uid(s).ok_or_else(|| {
             Refusal::Invalid(format!("{s:?} is not a uid (a decimal number below 2^64)"))
@@ -157,6 +174,8 @@ fn route(method: &Method, path: &str) -> Result<Route, Refusal> {
         (Method::GET, name(n).map(Route::Leaf))
     } else if path == "/v1/next-batch" {
         (Method::POST, Ok(Route::Batch))
+    } else if let Some(r) = crate::http_ids::route(path, query) {
+        (Method::GET, r.map(Route::Id).map_err(Refusal::Invalid))
     } else {
         return Err(Refusal::NotFound);
     };
@@ -178,24 +197,6 @@ fn name(s: &str) -> Result<Uid, Refusal> {
     seqsvr_core::name_key(&bytes).map_err(|e| Refusal::Invalid(e.to_string()))
 }
 
-/// `%XX` escapes decoded; `None` for a `%` not followed by two hex digits.
-fn percent_decode(s: &str) -> Option<Vec<u8>> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    Some(out)
-}
-
 /// A uid: decimal digits only (no sign, no spaces), below 2^64.
 fn parse_uid(s: &str) -> Option<Uid> {
     if s.is_empty() || s.len() > 20 || !s.bytes().all(|b| b.is_ascii_digit()) {
@@ -214,7 +215,7 @@ struct BatchBody {
 /// Answers one request.
 async fn handle(front: &Front, req: Request<Incoming>) -> Response<Body> {
     let json = wants_json(&req);
-    let r = match route(req.method(), req.uri().path()) {
+    let r = match route_q(req.method(), req.uri().path(), req.uri().query()) {
         Err(refusal) => return refused(front, refusal),
         Ok(r) => r,
     };
@@ -223,6 +224,10 @@ async fn handle(front: &Front, req: Request<Incoming>) -> Response<Body> {
         Route::Current(uid) => one(front, uid, front.current(uid).await, json),
         Route::Leaf(key) => match front.next(key).await {
             Ok(seq) => reply(StatusCode::OK, "text/plain; charset=utf-8", seq.to_string()),
+            Err(e) => error(front, &e),
+        },
+        Route::Id(r) => match crate::http_ids::answer(front, r, json).await {
+            Ok((status, content_type, body)) => reply(status, content_type, body),
             Err(e) => error(front, &e),
         },
         Route::Batch => match read_batch(req).await {
@@ -355,6 +360,7 @@ fn error(front: &Front, e: &CallError) -> Response<Body> {
         .as_str_name();
     let status = match code {
         Code::InvalidArgument | Code::OutOfRange => StatusCode::BAD_REQUEST,
+        Code::NotFound => StatusCode::NOT_FOUND,
         Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
         Code::PermissionDenied | Code::Unauthenticated => StatusCode::FORBIDDEN,
         _ if d.retryable => StatusCode::SERVICE_UNAVAILABLE,

@@ -56,6 +56,9 @@
 //! - [`resp_backend`]: the Redis-protocol door's backend: the allocator
 //!   answering as the client plane does (the door itself is the
 //!   `seqsvr-resp` crate; `node` starts it when configured).
+//! - [`ids`]: time-ordered ids ([`IdWorkers`](ids::IdWorkers)): a
+//!   worker id per namespace claimed from the store, its time ceiling kept
+//!   ahead, ids issued under it (docs/ids.md).
 //! - [`lease`]: the AllocSvr's view of its lease (clock passed in).
 //! - [`handoff`]: planned moves with an explicit release, and adopt.
 //! - [`store_link`]: the [`CeilingStore`] backed by the StoreSvr's peer
@@ -106,6 +109,8 @@ pub mod error;
 pub mod front;
 pub mod handoff;
 pub mod http;
+pub mod http_ids;
+pub mod ids;
 pub mod lease;
 pub mod malloc;
 pub mod mem;

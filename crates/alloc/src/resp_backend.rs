@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use seqsvr_core::MAX_BATCH;
 use seqsvr_proto::{detail_of, ErrorKind};
-use seqsvr_resp::{Backend, BackendError};
+use seqsvr_resp::{Backend, BackendError, IdParts};
 
 use crate::error::CallError;
 use crate::front::Front;
@@ -105,5 +105,24 @@ impl Backend for AllocBackend {
 
     fn max_batch(&self) -> usize {
         MAX_BATCH
+    }
+
+    async fn next_ids(&self, ns: &str, n: u64) -> Result<Vec<u64>, BackendError> {
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        self.front.next_ids(ns, n).await.map_err(|e| self.error(e))
+    }
+
+    async fn decode_id(&self, ns: &str, id: u64) -> Result<IdParts, BackendError> {
+        let (d, _) = self
+            .front
+            .decode_id(ns, id)
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(IdParts {
+            namespace: ns.into(),
+            unix_ms: d.unix_ms,
+            worker: d.worker,
+            sequence: d.seq,
+        })
     }
 }

@@ -91,6 +91,45 @@ impl Shared {
                 d.reason = reason.clone();
                 (Code::Internal, ErrorKind::Internal, false, false)
             }
+            CallError::Store(seqsvr_store_api::Error::Rejected(
+                r @ seqsvr_store_api::Rejection::Ids { .. },
+            )) => {
+                // An id namespace refused by the store (unknown, worker
+                // ids exhausted, time ran out): passed on as it said it.
+                let (code, kind) = seqsvr_store_api::error::rejection_detail(r, &mut d);
+                (code, kind, false, false)
+            }
+            CallError::ClockBehind {
+                namespace,
+                behind_ms,
+            } => {
+                d.id_namespace = namespace.clone();
+                d.retry_after_ms = (*behind_ms).max(1);
+                (Code::Unavailable, ErrorKind::ClockBehind, true, false)
+            }
+            CallError::IdCeiling {
+                namespace,
+                retry_after_ms,
+            } => {
+                d.id_namespace = namespace.clone();
+                d.retry_after_ms = *retry_after_ms;
+                (Code::Unavailable, ErrorKind::IdCeilingReached, true, false)
+            }
+            CallError::IdUnavailable {
+                namespace,
+                reason,
+                retry_after_ms,
+            } => {
+                d.id_namespace = namespace.clone();
+                d.reason = reason.clone();
+                d.retry_after_ms = *retry_after_ms;
+                (
+                    Code::Unavailable,
+                    ErrorKind::IdWorkerUnavailable,
+                    true,
+                    false,
+                )
+            }
             CallError::Store(s) if s.is_retryable() => {
                 d.reason = s.to_string();
                 (Code::Unavailable, ErrorKind::NoLeader, true, false)
@@ -377,6 +416,42 @@ impl pb::alloc_server::Alloc for ClientService {
         _req: Request<pb::AllocStatusRequest>,
     ) -> Result<Response<pb::AllocStatus>, Status> {
         Ok(Response::new(self.front.shared().alloc_status()))
+    }
+    async fn next_id(
+        &self,
+        req: Request<pb::NextIdRequest>,
+    ) -> Result<Response<pb::NextIdReply>, Status> {
+        let r = req.get_ref();
+        let f = &self.front;
+        let ids = f
+            .next_ids(&r.namespace, r.count)
+            .await
+            .map_err(|e| f.shared().status(&e))?;
+        let worker = match (ids.first(), f.ids()) {
+            (Some(&id), Some(w)) => w.worker_of(&r.namespace, id),
+            _ => 0,
+        };
+        Ok(Response::new(pb::NextIdReply { ids, worker }))
+    }
+
+    async fn decode_id(
+        &self,
+        req: Request<pb::DecodeIdRequest>,
+    ) -> Result<Response<pb::DecodeIdReply>, Status> {
+        let r = req.get_ref();
+        let f = &self.front;
+        let (d, layout) = f
+            .decode_id(&r.namespace, r.id)
+            .await
+            .map_err(|e| f.shared().status(&e))?;
+        Ok(Response::new(pb::DecodeIdReply {
+            namespace: r.namespace.clone(),
+            tick: d.tick,
+            unix_ms: d.unix_ms,
+            worker: d.worker,
+            sequence: d.seq,
+            layout: Some((&layout).into()),
+        }))
     }
 }
 

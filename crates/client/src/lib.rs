@@ -84,6 +84,7 @@ mod batch;
 mod client;
 mod error;
 mod flight;
+mod ids;
 mod options;
 mod refresh;
 mod retry;
@@ -92,5 +93,6 @@ mod sets;
 
 pub use client::{Owner, SeqClient};
 pub use error::{Error, ErrorKind, Result};
+pub use ids::DecodedId;
 pub use options::{ClientOptions, ClientTls, FORWARDED_BY};
 pub use seqsvr_core::{Directory, RouteTable, SetSpec, MAX_BATCH};

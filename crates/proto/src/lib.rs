@@ -13,6 +13,7 @@ pub mod v1 {
 }
 
 pub mod convert;
+mod convert_ids;
 pub mod status;
 
 pub use status::{detail_of, status_with};

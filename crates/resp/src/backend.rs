@@ -48,4 +48,49 @@ pub trait Backend: Send + Sync + 'static {
 
     /// The most uids one `next_batch` takes.
     fn max_batch(&self) -> usize;
+
+    /// `n` time-ordered ids of namespace `ns`, strictly increasing
+    /// (docs/ids.md): what `Alloc.NextId` answers. A backend without ids
+    /// refuses (`INVALID_REQUEST`).
+    fn next_ids(
+        &self,
+        ns: &str,
+        n: u64,
+    ) -> impl Future<Output = Result<Vec<u64>, BackendError>> + Send {
+        let _ = (ns, n);
+        std::future::ready(Err(no_ids()))
+    }
+
+    /// Id `id` of namespace `ns` taken apart: what `Alloc.DecodeId`
+    /// answers.
+    fn decode_id(
+        &self,
+        ns: &str,
+        id: u64,
+    ) -> impl Future<Output = Result<IdParts, BackendError>> + Send {
+        let _ = (ns, id);
+        std::future::ready(Err(no_ids()))
+    }
+}
+
+/// An id taken apart by its namespace's layout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdParts {
+    /// The namespace.
+    pub namespace: String,
+    /// The tick's start, Unix ms.
+    pub unix_ms: u64,
+    /// The worker id that issued it.
+    pub worker: u64,
+    /// Its sequence within the tick.
+    pub sequence: u64,
+}
+
+fn no_ids() -> BackendError {
+    BackendError {
+        kind: ErrorKind::InvalidRequest,
+        message: "time-ordered ids are not served here".into(),
+        retryable: false,
+        retry_after: None,
+    }
 }

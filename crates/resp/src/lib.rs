@@ -36,7 +36,7 @@ pub mod server;
 pub mod split;
 pub mod state;
 
-pub use backend::{Backend, BackendError};
+pub use backend::{Backend, BackendError, IdParts};
 pub use config::{Credentials, DoorConfig};
 pub use keys::KeyMap;
 pub use metrics::DoorMetrics;

@@ -230,8 +230,9 @@ impl Error {
     }
 }
 
-/// Fills `d` with a rejection's facts; returns its code and kind.
-fn rejection_detail(r: &Rejection, d: &mut ErrorDetail) -> (Code, ErrorKind) {
+/// Fills `d` with a rejection's facts; returns its code and kind (the one
+/// mapping, also used by an AllocSvr passing a store's refusal on).
+pub fn rejection_detail(r: &Rejection, d: &mut ErrorDetail) -> (Code, ErrorKind) {
     let mut at = |section: u32| {
         d.section = section;
         d.has_section = true;

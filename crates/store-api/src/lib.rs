@@ -12,11 +12,14 @@
 //!   another replica when one is slow, not only when it is dead. The reads
 //!   both the peer and the client plane serve (routes, sections, status)
 //!   are written once, in [`PlaneClient`], generic over the plane.
+//! - [`ids`]: the id-namespace calls (worker-id claims, raises, releases;
+//!   namespace creation and listing), docs/ids.md.
 //! - [`membership`]: why a store membership change was refused
 //!   ([`MemberRefusal`]) and what a change did ([`MembershipChange`]).
 
 pub mod client;
 pub mod error;
+pub mod ids;
 pub mod membership;
 pub mod rejection;
 pub mod sets;

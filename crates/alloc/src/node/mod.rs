@@ -74,6 +74,7 @@ use crate::allocator::{AllocConfig, Allocator};
 use crate::control::Event;
 use crate::error::NodeError;
 use crate::front::{Forwarder, Front};
+use crate::ids::{system_clock, IdMetrics, IdWorkers, StoreWorkers};
 use crate::lease::Lease;
 use crate::raiser::{Raiser, RaiserConfig};
 use crate::service::{AdminService, ClientService, PeerService};
@@ -459,7 +460,17 @@ impl AllocNode {
                 }
             }));
         }
-        let front = Arc::new(front(&cfg, &shared, client_tls)?);
+        let ids = IdWorkers::new(
+            Arc::new(StoreWorkers {
+                store: shared.store.clone().with_deadline(slow, slow / 4),
+                alloc: cfg.id.clone(),
+                incarnation,
+            }),
+            system_clock(),
+            shared.wait,
+            IdMetrics::register(&shared.metrics.registry)?,
+        );
+        let front = Arc::new(front(&cfg, &shared, client_tls)?.with_ids(ids));
         let http_local_addr = match listeners.http {
             Some(tcp) => {
                 let at = tcp.local_addr()?;
@@ -533,6 +544,9 @@ impl AllocNode {
     /// Stops serving: the servers stop accepting, background tasks end.
     pub fn shutdown(self) {
         let _ = self.stop.send(true);
+        if let Some(ids) = self.front.ids() {
+            ids.halt();
+        }
         for t in self.control.into_iter().chain(self.tasks) {
             t.abort();
         }
@@ -568,6 +582,8 @@ const CLIENT_PATHS: &[&str] = &[
     "/seqsvr.v1.Alloc/Current",
     "/seqsvr.v1.Alloc/Routes",
     "/seqsvr.v1.Alloc/Status",
+    "/seqsvr.v1.Alloc/NextId",
+    "/seqsvr.v1.Alloc/DecodeId",
 ];
 
 const PEER_PATHS: &[&str] = &["/seqsvr.v1.AllocPeer/Adopt"];

@@ -69,6 +69,8 @@ pub struct StopReport {
     /// Whether the store recorded the stop (sections left are then free at
     /// once, and the next process registers without waiting).
     pub recorded: bool,
+    /// Worker ids of time-ordered ids released in the store.
+    pub id_workers_released: usize,
 }
 
 /// A peer that may take sections.
@@ -101,6 +103,12 @@ impl AllocNode {
         report.left = shared.alloc.served_sections();
         for &s in &report.left {
             shared.alloc.drop_section(s);
+        }
+        // Worker ids of time-ordered ids: nothing more is issued, and each
+        // is released, so its next holder need not wait for the lease
+        // (docs/ids.md). Recording the stop would free them too.
+        if let Some(ids) = self.front.ids() {
+            report.id_workers_released = ids.release_all(STOP_RECORD_BOUND).await;
         }
         // 5. The store frees what is left, and the id.
         report.recorded = record_stop(&shared).await;

@@ -79,6 +79,11 @@ pub struct State {
     pub stops: u32,
     /// `Status` fails (no leader's list of AllocSvrs) while set.
     pub status_down: bool,
+    /// Id namespaces and worker ids: the store's own state machine, with
+    /// the AllocSvrs registered above mirrored into it before each call.
+    pub ids: seqsvr_store_core::SetState,
+    /// Id raises fail (no leader) while set.
+    pub ids_down: bool,
 }
 
 #[derive(Clone)]
@@ -114,6 +119,13 @@ impl FakeStore {
             replace_twins: false,
             stops: 0,
             status_down: false,
+            ids: {
+                let mut ids = seqsvr_store_core::SetState::default();
+                let cmd = seqsvr_store_core::Command::ConfigureSet(spec_at(base));
+                ids.apply(&cmd, &mut Vec::new()).unwrap();
+                ids
+            },
+            ids_down: false,
         })))
     }
 
@@ -140,6 +152,43 @@ impl FakeStore {
             });
         }
         Ok(())
+    }
+
+    /// Creates an id namespace.
+    pub fn create_id_space(&self, ns: &str, layout: seqsvr_core::ids::Layout, window_ms: u64) {
+        let cmd = seqsvr_store_core::Command::CreateIdSpace {
+            name: ns.into(),
+            layout,
+            window_ms,
+        };
+        self.st().ids.apply(&cmd, &mut Vec::new()).unwrap();
+    }
+
+    /// Applies an id command as `alloc`'s `inc`, with the registration
+    /// mirrored first.
+    fn ids(
+        &self,
+        alloc: &str,
+        inc: u64,
+        cmd: seqsvr_store_core::Command,
+    ) -> Result<seqsvr_store_core::Reply, Status> {
+        let mut st = self.st();
+        Self::check_incarnation(&st, alloc, inc).map_err(|r| Error::Rejected(r).to_status())?;
+        let have = st.ids.allocs.get(alloc).map(|a| a.incarnation);
+        if have != Some(inc) {
+            let reg = seqsvr_store_core::Command::RegisterAlloc {
+                alloc: alloc.into(),
+                addr: "x:1".into(),
+                peer_addr: "x:2".into(),
+                admin_addr: "x:3".into(),
+                incarnation: inc,
+                replaces: have.unwrap_or(0),
+            };
+            st.ids.apply(&reg, &mut Vec::new()).unwrap();
+        }
+        st.ids
+            .apply(&cmd, &mut Vec::new())
+            .map_err(|r| Error::Rejected(r).to_status())
     }
 
     pub fn routes(st: &State) -> RouteTable {
@@ -404,5 +453,93 @@ impl StorePeer for FakeStore {
             allocs,
             ..Default::default()
         }))
+    }
+    async fn claim_worker(
+        &self,
+        req: Request<pb::ClaimWorkerRequest>,
+    ) -> Answer<pb::ClaimWorkerReply> {
+        let r = req.into_inner();
+        let space = self.st().ids.ids.spaces.get(&r.namespace).cloned();
+        let now = space.as_ref().map_or(0, |s| s.layout.tick_of(r.now_ms));
+        let cmd = seqsvr_store_core::Command::ClaimWorker {
+            ns: r.namespace.clone(),
+            alloc: r.alloc_id.clone(),
+            incarnation: r.incarnation,
+            now,
+            reclaim: Vec::new(),
+        };
+        match self.ids(&r.alloc_id, r.incarnation, cmd)? {
+            seqsvr_store_core::Reply::WorkerClaimed(g) => {
+                let s = space.expect("claimed in a namespace");
+                Ok(Response::new(pb::ClaimWorkerReply {
+                    holding: Some((&g).into()),
+                    layout: Some((&s.layout).into()),
+                    window_ms: s.window_ms,
+                }))
+            }
+            other => Err(Status::internal(format!("{other:?}"))),
+        }
+    }
+
+    async fn raise_worker(
+        &self,
+        req: Request<pb::RaiseWorkerRequest>,
+    ) -> Answer<pb::RaiseWorkerReply> {
+        let r = req.into_inner();
+        if self.st().ids_down {
+            return Err(Error::NoLeader("injected: ids down".into()).to_status());
+        }
+        let cmd = seqsvr_store_core::Command::RaiseWorker {
+            ns: r.namespace,
+            worker: r.worker,
+            alloc: r.alloc_id.clone(),
+            incarnation: r.incarnation,
+            epoch: r.epoch,
+            to: r.to,
+        };
+        match self.ids(&r.alloc_id, r.incarnation, cmd)? {
+            seqsvr_store_core::Reply::WorkerRaised { ceiling } => {
+                Ok(Response::new(pb::RaiseWorkerReply { ceiling }))
+            }
+            other => Err(Status::internal(format!("{other:?}"))),
+        }
+    }
+
+    async fn release_worker(
+        &self,
+        req: Request<pb::ReleaseWorkerRequest>,
+    ) -> Answer<pb::ReleaseWorkerReply> {
+        let r = req.into_inner();
+        let cmd = seqsvr_store_core::Command::ReleaseWorker {
+            ns: r.namespace,
+            worker: r.worker,
+            alloc: r.alloc_id.clone(),
+            incarnation: r.incarnation,
+            epoch: r.epoch,
+        };
+        self.ids(&r.alloc_id, r.incarnation, cmd)?;
+        Ok(Response::new(pb::ReleaseWorkerReply {}))
+    }
+
+    async fn id_spaces(&self, req: Request<pb::IdSpacesRequest>) -> Answer<pb::IdSpacesReply> {
+        let ns = req.into_inner().namespace;
+        let st = self.st();
+        let spaces = (st.ids.ids.spaces.iter())
+            .filter(|(n, _)| ns.is_empty() || **n == ns)
+            .map(|(n, s)| pb::IdSpaceInfo {
+                namespace: n.clone(),
+                layout: Some((&s.layout).into()),
+                window_ms: s.window_ms,
+                workers: (s.workers.iter())
+                    .map(|(&w, r)| pb::WorkerInfo {
+                        holding: Some((&r.grant(w)).into()),
+                        alloc_id: r.holder.clone().map(|h| h.0).unwrap_or_default(),
+                        incarnation: r.holder.as_ref().map_or(0, |h| h.1),
+                        live: r.holder.is_some(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        Ok(Response::new(pb::IdSpacesReply { spaces }))
     }
 }

@@ -27,6 +27,10 @@ pub enum Op {
     MGet(Vec<u64>),
     /// One number per uid, in order (`SEQ.BATCH`).
     Batch(Vec<u64>),
+    /// `n` time-ordered ids of a namespace (`SEQ.ID ns [n]`).
+    Ids(String, u64),
+    /// An id of a namespace taken apart (`SEQ.DECODE id [ns]`).
+    Decode(u64, String),
 }
 
 fn uid(ctx: &Ctx, key: &Bytes) -> Result<u64, Fail> {
@@ -130,6 +134,10 @@ fn kind_label(e: &BackendError) -> &'static str {
         K::NoLeader => "no_leader",
         K::InvalidRequest => "invalid_request",
         K::TooLarge => "too_large",
+        K::ClockBehind => "clock_behind",
+        K::IdCeilingReached => "id_ceiling_reached",
+        K::IdWorkerUnavailable => "id_worker_unavailable",
+        K::IdRefused => "id_refused",
         _ => "internal",
     }
 }
@@ -157,6 +165,8 @@ pub async fn run<B: Backend>(b: &B, op: Op) -> Result<Reply, Fail> {
                 seqs.into_iter().map(int).collect::<Result<_, _>>()?,
             ))
         }
+        Op::Ids(ns, n) => super::ids::run_ids(b, &ns, n).await,
+        Op::Decode(id, ns) => super::ids::run_decode(b, id, &ns).await,
     }
 }
 

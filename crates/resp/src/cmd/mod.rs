@@ -3,9 +3,10 @@
 //! backend, or only the connection). One file per group of commands:
 //! `session` (handshake and connection state), `intro` (`INFO`,
 //! `CONFIG`, `COMMAND`), `counter` (`INCR`, `INCRBY`, `GET`, `MGET`,
-//! `SEQ.BATCH`).
+//! `SEQ.BATCH`), `ids` (`SEQ.ID`, `SEQ.DECODE`: time-ordered ids).
 
 pub mod counter;
+pub mod ids;
 pub mod intro;
 pub mod session;
 
@@ -247,6 +248,22 @@ pub const COMMANDS: &[Spec] = &[
         (1, -1, 1),
         "Hands out one number to each uid, in order (a group's fan-out).",
         Kind::Counter(counter::batch),
+    ),
+    spec(
+        "seq.id",
+        -2,
+        WRITE,
+        NO_KEYS,
+        "Hands out n time-ordered 64-bit ids of a namespace (one: an integer).",
+        Kind::Counter(ids::seq_id),
+    ),
+    spec(
+        "seq.decode",
+        -2,
+        READ,
+        NO_KEYS,
+        "Takes a time-ordered id apart: namespace, time, worker, sequence.",
+        Kind::Counter(ids::seq_decode),
     ),
 ];
 

@@ -167,8 +167,8 @@ enum Cmd {
     /// --min-calls, a fault that did not happen, a section jump over one
     /// step or an outage over --max-outage.
     Drill(drill::DrillArgs),
-    /// Time-ordered ids, offline: layout presets (with the date each runs
-    /// out) and decoding an id.
+    /// Time-ordered ids: layout presets (with the date each runs out),
+    /// decoding, ids of a namespace, namespaces created and shown.
     Id {
         #[command(subcommand)]
         op: ctl::id::IdOp,
@@ -347,7 +347,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 let sets = seqsvr::sets::Sets::new(&store, dial.tls.clone());
                 ctl::set::run(&sets, op).await
             }
-            Cmd::Id { op } => ctl::id::run(op),
+            Cmd::Id { op } => match op.needs() {
+                ctl::id::IdNeeds::Offline => ctl::id::run(op),
+                ctl::id::IdNeeds::Alloc => ctl::id::run_alloc(&seq().await?, op).await,
+                ctl::id::IdNeeds::Store => {
+                    dial.need_operator()?;
+                    ctl::id::run_store(&ctl()?, op).await
+                }
+            },
             Cmd::Sections { first, count, json } => {
                 ctl::sections(&ctl()?, first, count, json).await
             }

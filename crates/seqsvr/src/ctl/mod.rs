@@ -5,7 +5,8 @@
 //! - `alloc`: `seqctl alloc …`: planned moves (drain, undrain, rebalance)
 //!   and fencing an AllocSvr incarnation;
 //! - `store`: `seqctl store …`: store group settings (lease terms);
-//! - `id`: `seqctl id layouts | decode`: id layouts and decoding, offline;
+//! - `id`: `seqctl id layouts | decode | next | create | show`: time-ordered
+//!   ids (layouts offline; ids, namespaces against the cluster);
 //! - `health`: `seqctl health <addr>`: one process's own status, as a
 //!   probe (exit 0 healthy, 1 not ready, 2 unreachable);
 //! - `settings`: where the addresses and credentials come from (flags,

@@ -170,6 +170,38 @@ async fn add_set1(set: DevSet, base: u16, tls: Option<seqsvr_net::ClientTls>) {
     eprintln!("could not add set 1: {last}");
 }
 
+/// The id namespace a dev cluster creates, so `seqctl id next default`
+/// and `redis-cli SEQ.ID default` work out of the box (docs/ids.md).
+pub const DEV_ID_NAMESPACE: &str = "default";
+
+/// Creates [`DEV_ID_NAMESPACE`] (Twitter's layout) in set 0's store group
+/// once it has a leader; running it again on a restarted dev cluster
+/// finds it there.
+async fn create_dev_ids(set: DevSet, tls: Option<seqsvr_net::ClientTls>) {
+    let admin: Vec<String> = set.stores.iter().map(|s| s.admin.to_string()).collect();
+    let connect = seqsvr_store_api::client::connector(
+        tls.map(|t| t.expecting(seqsvr_net::ServerRole::AnyStore)),
+    );
+    let client = match seqsvr_store_api::AdminClient::new(&admin, &connect) {
+        Ok(c) => c,
+        Err(e) => return eprintln!("could not create the id namespace: {e}"),
+    };
+    let layout = seqsvr_core::ids::Layout::twitter();
+    let window = crate::ctl::id::DEFAULT_WINDOW_MS;
+    let mut last = String::new();
+    for _ in 0..120 {
+        match client
+            .create_id_space(DEV_ID_NAMESPACE, &layout, window)
+            .await
+        {
+            Ok(_) => return,
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+    eprintln!("could not create the id namespace {DEV_ID_NAMESPACE:?}: {last}");
+}
+
 /// Starts `exe args…` with output to `<dir>/logs/<name>.log`.
 fn spawn(dir: &Path, name: &str, args: &[&str]) -> Result<Child> {
     let starting = |e| Error::io(format!("starting {name}"), e);
@@ -307,12 +339,13 @@ pub async fn run(opts: DevOptions) -> Result<()> {
             )?;
         }
     }
+    let operator_tls = match &pki {
+        Some(p) => Some(p.tls_config(DEV_OPERATOR).client()?),
+        None => None,
+    };
+    tokio::spawn(create_dev_ids(sets[0].clone(), operator_tls.clone()));
     if let Some(set1) = sets.get(1) {
-        let tls = match &pki {
-            Some(p) => Some(p.tls_config(DEV_OPERATOR).client()?),
-            None => None,
-        };
-        tokio::spawn(add_set1(set1.clone(), opts.port_base, tls));
+        tokio::spawn(add_set1(set1.clone(), opts.port_base, operator_tls));
     }
     outln!("data and logs  {}", dir.display())?;
     print_usage(&opts, &sets[0].allocs[0], pki.as_ref())?;
@@ -360,6 +393,11 @@ fn print_usage(opts: &DevOptions, a: &DevAlloc, pki: Option<&DevPki>) -> Result<
     outln!(
         "               curl -s http://{}/v1/next/42   (any AllocSvr, any uid)",
         a.http
+    )?;
+    outln!("               {seqctl} id next {DEV_ID_NAMESPACE}   (a time-ordered id)")?;
+    outln!(
+        "               redis-cli -p {} SEQ.ID {DEV_ID_NAMESPACE}",
+        port(&a.resp)
     )
 }
 

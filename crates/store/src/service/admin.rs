@@ -347,4 +347,22 @@ impl pb::store_admin_server::StoreAdmin for AdminService {
         let change = async move { api.remove_member(id).await };
         Ok(Response::new(to_the_end(change).await?))
     }
+
+    async fn create_id_space(
+        &self,
+        req: Request<pb::CreateIdSpaceRequest>,
+    ) -> Result<Response<pb::CreateIdSpaceReply>, Status> {
+        self.0.auth.require_operator(&req)?;
+        Ok(Response::new(
+            self.0.create_id_space(req.into_inner()).await?,
+        ))
+    }
+
+    async fn id_spaces(
+        &self,
+        req: Request<pb::IdSpacesRequest>,
+    ) -> Result<Response<pb::IdSpacesReply>, Status> {
+        self.0.auth.require_operator(&req)?;
+        Ok(Response::new(self.0.id_spaces(req.into_inner()).await?))
+    }
 }

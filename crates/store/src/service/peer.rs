@@ -308,4 +308,39 @@ impl pb::store_peer_server::StorePeer for PeerService {
         require_peer(self.0.auth, &req)?;
         Ok(Response::new(self.0.status_now()))
     }
+    async fn claim_worker(
+        &self,
+        req: Request<pb::ClaimWorkerRequest>,
+    ) -> Result<Response<pb::ClaimWorkerReply>, Status> {
+        let api = &self.0;
+        api.require_alloc(&req, &req.get_ref().alloc_id)?;
+        api.at_leader(req, |r| api.claim_worker(r)).await
+    }
+
+    async fn raise_worker(
+        &self,
+        req: Request<pb::RaiseWorkerRequest>,
+    ) -> Result<Response<pb::RaiseWorkerReply>, Status> {
+        let api = &self.0;
+        api.require_alloc(&req, &req.get_ref().alloc_id)?;
+        api.at_leader(req, |r| api.raise_worker(r)).await
+    }
+
+    async fn release_worker(
+        &self,
+        req: Request<pb::ReleaseWorkerRequest>,
+    ) -> Result<Response<pb::ReleaseWorkerReply>, Status> {
+        let api = &self.0;
+        api.require_alloc(&req, &req.get_ref().alloc_id)?;
+        api.at_leader(req, |r| api.release_worker(r)).await
+    }
+
+    async fn id_spaces(
+        &self,
+        req: Request<pb::IdSpacesRequest>,
+    ) -> Result<Response<pb::IdSpacesReply>, Status> {
+        require_peer(self.0.auth, &req)?;
+        let api = &self.0;
+        api.at_leader(req, |r| api.id_spaces(r)).await
+    }
 }

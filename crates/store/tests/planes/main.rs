@@ -19,6 +19,7 @@ use tonic::Code;
 
 mod allocs;
 mod identity;
+mod ids;
 
 struct Cluster {
     nodes: Vec<StoreNode>,
@@ -88,7 +89,7 @@ async fn cluster() -> Cluster {
 /// The certificates of every test: set 0's replicas `store-<id>`, a store
 /// id no group has (`store-9`), set 1's replicas with the same node ids as
 /// set 0's (`set1-<id>`, `store:1:<id>`), the old form naming no set
-/// (`old-<id>`, `store:<id>`), two AllocSvrs and an operator.
+/// (`old-<id>`, `store:<id>`), three AllocSvrs and an operator.
 fn leaves() -> Vec<Leaf> {
     let mut leaves = Vec::new();
     for id in 1..=3 {
@@ -106,6 +107,7 @@ fn leaves() -> Vec<Leaf> {
         Leaf::new("store-9", Role::Store(StoreId::new(0, 9))),
         Leaf::new("alloc-a", Role::Alloc("a".into())),
         Leaf::new("alloc-b", Role::Alloc("b".into())),
+        Leaf::new("alloc-c", Role::Alloc("c".into())),
         Leaf::new("ops", Role::Operator("ops".into())),
     ]);
     leaves

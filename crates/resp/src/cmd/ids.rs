@@ -1,0 +1,93 @@
+//! Time-ordered ids (docs/ids.md): `SEQ.ID ns [n]` hands out one id (an
+//! integer) or `n` ids (an array, strictly increasing); `SEQ.DECODE id
+//! [ns]` takes an id apart (a map: namespace, time in Unix ms and as a
+//! date, worker, sequence). A namespace left out is `default`. Every id
+//! comes from the backend; the door keeps none.
+
+use super::counter::{backend_fail, int, Op};
+use super::{not_integer, Fail};
+use crate::backend::Backend;
+use crate::parse::{parse_int, Request};
+use crate::reply::Reply;
+use crate::state::Ctx;
+
+/// The namespace a command that names none uses.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// Most ids one `SEQ.ID` hands out.
+pub const MAX_IDS: u64 = 100_000;
+
+fn namespace(arg: Option<&bytes::Bytes>) -> Result<String, Fail> {
+    let Some(a) = arg else {
+        return Ok(DEFAULT_NAMESPACE.into());
+    };
+    match std::str::from_utf8(a) {
+        Ok(s) if !s.is_empty() && s.len() <= 128 && !s.chars().any(char::is_control) => {
+            Ok(s.to_string())
+        }
+        _ => Err(Fail::err(
+            "bad_key",
+            "an id namespace is 1..=128 printable UTF-8 characters",
+        )),
+    }
+}
+
+/// `SEQ.ID ns [n]`.
+pub fn seq_id(req: &Request, _ctx: &Ctx) -> Result<Op, Fail> {
+    if req.args.len() > 3 {
+        return Err(super::wrong_args("seq.id"));
+    }
+    let ns = namespace(req.args.get(1))?;
+    let n = match req.args.get(2) {
+        None => 1,
+        Some(a) => parse_int(a).ok_or_else(not_integer)?,
+    };
+    if !(1..=MAX_IDS as i64).contains(&n) {
+        return Err(Fail::err(
+            "too_large",
+            format!("SEQ.ID hands out 1..={MAX_IDS} ids at once, not {n}"),
+        ));
+    }
+    Ok(Op::Ids(ns, n as u64))
+}
+
+/// `SEQ.DECODE id [ns]`.
+pub fn seq_decode(req: &Request, _ctx: &Ctx) -> Result<Op, Fail> {
+    if req.args.len() > 3 {
+        return Err(super::wrong_args("seq.decode"));
+    }
+    let id = parse_int(&req.args[1])
+        .filter(|&v| v >= 0)
+        .ok_or_else(not_integer)?;
+    Ok(Op::Decode(id as u64, namespace(req.args.get(2))?))
+}
+
+/// Runs `SEQ.ID`: one id as an integer, several as an array.
+pub async fn run_ids<B: Backend>(b: &B, ns: &str, n: u64) -> Result<Reply, Fail> {
+    let ids = b.next_ids(ns, n).await.map_err(|e| backend_fail(&e))?;
+    if n == 1 {
+        return match ids.first() {
+            Some(&id) => int(id),
+            None => Err(Fail::err("internal", "the backend answered no id")),
+        };
+    }
+    Ok(Reply::Array(
+        ids.into_iter().map(int).collect::<Result<_, _>>()?,
+    ))
+}
+
+/// Runs `SEQ.DECODE`.
+pub async fn run_decode<B: Backend>(b: &B, id: u64, ns: &str) -> Result<Reply, Fail> {
+    let p = b.decode_id(ns, id).await.map_err(|e| backend_fail(&e))?;
+    let pair = |k: &'static str, v: Reply| (Reply::bulk(k), v);
+    Ok(Reply::Map(vec![
+        pair("namespace", Reply::bulk(p.namespace)),
+        pair("time_ms", int(p.unix_ms)?),
+        pair(
+            "time",
+            Reply::bulk(seqsvr_core::ids::format_unix_ms(p.unix_ms)),
+        ),
+        pair("worker", int(p.worker)?),
+        pair("sequence", int(p.sequence)?),
+    ]))
+}

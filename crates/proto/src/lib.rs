@@ -15,5 +15,5 @@ pub mod v1 {
 pub mod convert;
 pub mod status;
 
-pub use status::{detail_of, status_with};
+pub use status::{detail_of, kind_label, kind_labels, status_with, KIND_HEADER};
 pub use v1::*;

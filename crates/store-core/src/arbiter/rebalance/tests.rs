@@ -108,7 +108,8 @@ fn evens_out_a_returning_allocsvr_in_bounded_batches() {
 #[test]
 fn table_of_plans() {
     // (owners, registered, live, expected plan with a budget of 64)
-    let table: &[(&str, &[&str], &[&str], &[&str])] = &[
+    type Row<'a> = (&'a str, &'a [&'a str], &'a [&'a str], &'a [&'a str]);
+    let table: &[Row] = &[
         // Within one of even: nothing moves.
         ("aaabb", &["a", "b"], &["a", "b"], &[]),
         ("aabbc", &["a", "b", "c"], &["a", "b", "c"], &[]),

@@ -13,6 +13,8 @@
 //!   and its log says what it waits for, not that a twin is live.
 //! - The last AllocSvr's stop: recorded in the store, so its next process
 //!   (also after a restart of the whole store group) serves at once.
+//! - `seqsvr alloc drain --self` (the Kubernetes preStop hook): the same
+//!   planned stop, asked over the admin plane from beside the process.
 
 mod support;
 
@@ -335,6 +337,81 @@ async fn the_last_alloc_records_its_stop_and_starts_again_at_once() {
         "a restart took as long as a lease runs out ({whole:?}, {alone:?})\n{}",
         cluster.store.logs()
     );
+}
+
+/// Whether process `pid` has exited (gone, or a zombie not reaped yet).
+fn exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
+}
+
+/// `seqsvr alloc drain --self` (a Kubernetes preStop hook) under load: the
+/// AllocSvr of the config stops the planned way, as on SIGTERM — its
+/// sections handed to the live peer, its stop recorded — and the command
+/// returns once the process has exited. Asked again, with nothing
+/// running, it fails and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_self_stops_the_allocsvr_the_planned_way_under_load() {
+    let cluster = SetCluster::start(set(), 2);
+    let c = cluster.client().await;
+    cluster.wait_serving(&c).await;
+    let w = start_workload(&c, 8);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let pid = cluster.allocs[0].pid().expect("alloc-1 runs");
+    let config = cluster.store.dir.path().join("alloc-1.toml");
+    let drain = || {
+        let mut cmd = std::process::Command::new(support::seqsvr_bin());
+        cmd.args(["alloc", "drain", "--self", "--wait-secs", "20", "--config"])
+            .arg(&config)
+            .env_remove("SEQSVR_CONFIG");
+        tokio::task::block_in_place(|| cmd.output().unwrap())
+    };
+    let from = Instant::now();
+    let out = drain();
+    let took = from.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        out.status.success(),
+        "drain --self failed: {stdout}{stderr}\n{}",
+        cluster.store.logs()
+    );
+    assert!(stdout.contains("stopped after"), "{stdout}");
+    assert!(exited(pid), "alloc-1 still runs after the drain returned");
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let until = Instant::now();
+    let (obs, errors) = w.finish().await;
+    assert_monotonic(&obs, || cluster.store.logs());
+    let (gap, uid) = longest_unavailability(&obs, from - Duration::from_millis(500), until);
+    println!(
+        "drain --self of alloc-1 under load: returned after {:.1} ms; longest \
+         unavailability of any uid {:.1} ms (uid {uid}); {errors} failed calls\n{stdout}",
+        took.as_secs_f64() * 1000.0,
+        gap.as_secs_f64() * 1000.0
+    );
+    let lease = Duration::from_millis(test_lease().lease_ms);
+    assert!(gap < lease, "a uid went {gap:?} without an answer");
+    let log = std::fs::read_to_string(cluster.store.dir.path().join("alloc-1.log")).unwrap();
+    assert!(log.contains("drain asked over the admin plane"), "{log}");
+    assert!(
+        log.contains("every section handed to a live peer"),
+        "alloc-1 did not hand its sections over:\n{log}"
+    );
+    // Every section is alloc-2's now.
+    let routes = cluster.store.read().routes().await.unwrap();
+    assert!(
+        routes.entries.iter().all(|e| e.alloc == "alloc-2"),
+        "{routes:?}"
+    );
+    // Nothing runs there any more: a clear failure, not a hang.
+    let again = drain();
+    let stderr = String::from_utf8_lossy(&again.stderr).to_string();
+    assert!(!again.status.success());
+    assert!(stderr.contains("did not take the drain"), "{stderr}");
 }
 
 /// The Kubernetes AllocSvr pods give a stop the time its handoffs may

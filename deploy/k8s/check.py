@@ -9,7 +9,10 @@
 - metrics: not on 9100 (node exporter's port by convention); the
   prometheus.io/port annotation, the `metrics` container port and each
   config's metrics_addr agree;
-- logs: SEQSVR_LOG_FORMAT=json in every seqsvr container.
+- logs: SEQSVR_LOG_FORMAT=json in every seqsvr container;
+- AllocSvrs: a preStop hook that drains the AllocSvr itself with what
+  the image holds (`seqsvr alloc drain --self`), waiting less than the
+  grace period.
 
   python3 deploy/k8s/check.py [DIR]
 """
@@ -35,6 +38,23 @@ def component(doc):
     return doc["metadata"].get("labels", {}).get("app.kubernetes.io/component")
 
 
+def check_pre_stop(spec):
+    """The AllocSvr's preStop hook: `seqsvr alloc drain --self`, its wait
+    (--wait-secs) shorter than the grace period by at least 5 s."""
+    container = spec["containers"][0]
+    hook = container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", [])
+    if hook[:3] != ["seqsvr", "alloc", "drain"] or "--self" not in hook:
+        return [f"alloc: the preStop hook is not `seqsvr alloc drain --self`: {hook}"]
+    wait = 25
+    if "--wait-secs" in hook:
+        i = hook.index("--wait-secs")
+        wait = int(hook[i + 1]) if i + 1 < len(hook) and hook[i + 1].isdigit() else None
+    grace = spec.get("terminationGracePeriodSeconds", 30)
+    if wait is None or wait + 5 > grace:
+        return [f"alloc: the preStop hook waits {wait} s, the grace period is {grace} s"]
+    return []
+
+
 def check(docs):
     errors = []
     sts = {component(d): d for d in docs if d["kind"] == "StatefulSet"}
@@ -54,6 +74,8 @@ def check(docs):
             spread = spec.get("topologySpreadConstraints", [])
             if not any(c.get("topologyKey") == "topology.kubernetes.io/zone" for c in spread):
                 errors.append("store: no topology spread constraint over zones")
+        if comp == "alloc":
+            errors += check_pre_stop(spec)
         # Metrics port: annotation, container port, configs.
         ann = pod["metadata"].get("annotations", {}).get("prometheus.io/port")
         container = spec["containers"][0]
@@ -98,7 +120,7 @@ def main():
         print(f"check.py: {e}", file=sys.stderr)
     if errors:
         sys.exit(1)
-    print("check.py: anti-affinity, zone spread, network policies, metrics port, JSON logs: ok")
+    print("check.py: anti-affinity, zone spread, network policies, metrics port, JSON logs, preStop drain: ok")
 
 
 if __name__ == "__main__":

@@ -278,6 +278,8 @@ pub struct StoreOptions {
     pub lease: LeaseSection,
     /// Serve Prometheus metrics on a free loopback port per replica.
     pub metrics: bool,
+    /// The arbiter's rebalance (default: the store's, on).
+    pub rebalance: seqsvr_store::arbiter::RebalanceConfig,
 }
 
 impl Default for StoreOptions {
@@ -286,6 +288,7 @@ impl Default for StoreOptions {
             raft: RaftTiming::default(),
             lease: test_lease(),
             metrics: false,
+            rebalance: Default::default(),
         }
     }
 }
@@ -352,6 +355,7 @@ impl StoreCluster {
                     set: set.clone(),
                     raft: opts.raft.clone(),
                     lease: opts.lease.clone(),
+                    rebalance: opts.rebalance.clone(),
                     allocs: allocs.clone(),
                     max_concurrent_reads: seqsvr_store::node::DEFAULT_MAX_CONCURRENT_READS,
                 };
@@ -416,6 +420,7 @@ impl StoreCluster {
             set: self.set.clone(),
             raft: RaftTiming::default(),
             lease: test_lease(),
+            rebalance: Default::default(),
             allocs: Vec::new(),
             max_concurrent_reads: seqsvr_store::node::DEFAULT_MAX_CONCURRENT_READS,
         };

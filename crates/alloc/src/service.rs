@@ -511,6 +511,41 @@ impl AdminService {
                 .status(&CallError::Denied(st.message().to_string()))
         })
     }
+
+    /// An operator, or this AllocSvr itself (its own certificate, which a
+    /// preStop hook in its pod holds): who may stop it the planned way.
+    fn operator_or_self<T>(&self, req: &Request<T>) -> Result<(), Status> {
+        let denied = |msg: String| self.shared.status(&CallError::Denied(msg));
+        match self.auth.caller(req) {
+            Ok(Role::Operator(_)) => Ok(()),
+            Ok(Role::Alloc(id)) if id == self.shared.id => Ok(()),
+            Ok(other) => Err(denied(format!(
+                "drain needs an operator's certificate or this AllocSvr's own ({}); the \
+                 caller presented {other}",
+                self.shared.id
+            ))),
+            Err(st) => Err(denied(st.message().to_string())),
+        }
+    }
+
+    /// An operator, or a replica of this AllocSvr's own set's store group:
+    /// its leader asks for the handoffs of a rebalance
+    /// (docs/operations.md, Automatic rebalancing). Every move is checked
+    /// with the store anyway; another set's replica, whose group routes
+    /// nothing here, is refused.
+    fn operator_or_own_store<T>(&self, req: &Request<T>) -> Result<(), Status> {
+        let set = self.shared.alloc.spec().set_id;
+        let denied = |msg: String| self.shared.status(&CallError::Denied(msg));
+        match self.auth.caller(req) {
+            Ok(Role::Operator(_)) => Ok(()),
+            Ok(Role::Store(s)) if s.set == set => Ok(()),
+            Ok(other) => Err(denied(format!(
+                "handoff needs an operator's certificate or one of set {set}'s store \
+                 replicas'; the caller presented {other}"
+            ))),
+            Err(st) => Err(denied(st.message().to_string())),
+        }
+    }
 }
 
 #[tonic::async_trait]
@@ -519,7 +554,7 @@ impl pb::alloc_admin_server::AllocAdmin for AdminService {
         &self,
         req: Request<pb::AllocHandoffRequest>,
     ) -> Result<Response<pb::AllocHandoffReply>, Status> {
-        self.operator(&req)?;
+        self.operator_or_own_store(&req)?;
         let moves = req.into_inner().moves;
         // On a task of its own: a caller that goes away must not abandon
         // a move between its release and the store's answer (the section
@@ -531,6 +566,26 @@ impl pb::alloc_admin_server::AllocAdmin for AdminService {
                 .status(&CallError::Internal(format!("handoff task failed: {e}")))
         })?;
         Ok(Response::new(pb::AllocHandoffReply { results }))
+    }
+
+    async fn drain(
+        &self,
+        req: Request<pb::AllocDrainRequest>,
+    ) -> Result<Response<pb::AllocDrainReply>, Status> {
+        self.operator_or_self(&req)?;
+        let s = &self.shared;
+        let sections = s.alloc.served_sections().len() as u32;
+        let already = s.stopping.load(std::sync::atomic::Ordering::Acquire);
+        let already_stopping = s.stop_asked.ask() || already;
+        tracing::info!(
+            sections,
+            already_stopping,
+            "drain asked over the admin plane: stopping the planned way"
+        );
+        Ok(Response::new(pb::AllocDrainReply {
+            sections,
+            already_stopping,
+        }))
     }
 
     async fn status(

@@ -39,6 +39,33 @@ pub type PeerChannels = std::sync::Mutex<HashMap<String, Channel>>;
 /// [`Shared::may_serve`]).
 pub type Ownership = Control;
 
+/// A planned stop asked for over the admin plane: asked once, heard by
+/// the one task that stops the node.
+#[derive(Debug, Default)]
+pub struct StopAsked {
+    asked: AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl StopAsked {
+    /// Asks for the stop; whether it had been asked already.
+    pub fn ask(&self) -> bool {
+        let before = self.asked.swap(true, Ordering::AcqRel);
+        if !before {
+            self.notify.notify_one();
+        }
+        before
+    }
+
+    /// Returns once the stop is asked for.
+    pub async fn wait(&self) {
+        if self.asked.load(Ordering::Acquire) {
+            return;
+        }
+        self.notify.notified().await;
+    }
+}
+
 /// What the services share with the node's background tasks.
 #[derive(Debug)]
 pub struct Shared {
@@ -58,6 +85,10 @@ pub struct Shared {
     /// Set when this process stops (SIGTERM): it hands its sections over
     /// and takes none; reported as draining so peers hand it nothing.
     pub stopping: AtomicBool,
+    /// A planned stop asked over the admin plane (`AllocAdmin.Drain`, a
+    /// preStop hook's `seqsvr alloc drain --self`): the process's main
+    /// task waits on it beside SIGTERM ([`crate::node::AllocNode::stop_asked`]).
+    pub stop_asked: StopAsked,
     /// Set once the store says this incarnation was replaced or fenced:
     /// nothing is served again by this process (promise 3).
     pub fenced: AtomicBool,

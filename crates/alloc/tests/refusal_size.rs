@@ -72,6 +72,7 @@ fn shared(t: pb::RouteTable, sections: u64) -> Shared {
         lease: Lease::new(std::time::Instant::now()),
         draining: AtomicBool::new(false),
         stopping: AtomicBool::new(false),
+        stop_asked: Default::default(),
         fenced: AtomicBool::new(false),
         id: "alloc-999".into(),
         addrs,

@@ -1,5 +1,11 @@
-//! Per-call metrics for a gRPC server: calls and errors by method and
-//! status code, and latency, as Prometheus metrics.
+//! Per-call metrics for a gRPC server: calls and errors by method, status
+//! code and error kind, and latency, as Prometheus metrics.
+//!
+//! The kind is what the server's typed error says (`not_owner`, `moved`,
+//! `stale_epoch` …), read from the [`KIND_HEADER`] its statuses carry;
+//! `none` for a successful call and for an error without one (tonic's
+//! own, a transport's). Only the kinds given at registration are labels,
+//! anything else is `other`: the label's values stay bounded.
 //!
 //! A tower layer around the server's routes. It reads the method from the
 //! request path and the status from the response headers: tonic answers a
@@ -22,6 +28,13 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::server::GRPC_STATUS;
+
+/// The response header naming a failed call's error kind (set by
+/// `seqsvr_proto::status_with`; the two must agree).
+pub const KIND_HEADER: &str = "seqsvr-error-kind";
+
+/// The kind of a call with no typed error.
+const NO_KIND: &str = "none";
 
 /// The gRPC status names, indexed by code.
 const CODES: [&str; 17] = [
@@ -57,7 +70,9 @@ fn code(v: &[u8]) -> usize {
 /// One method's metric handles, resolved once.
 struct Method {
     path: String,
+    name: String,
     seconds: Histogram,
+    /// Per code, the calls without an error kind.
     codes: Vec<IntCounter>,
 }
 
@@ -65,24 +80,32 @@ struct Method {
 pub struct CallMetrics {
     methods: Vec<Method>,
     other: Method,
+    /// `seqsvr_calls_total`, for the series of failed calls with a kind
+    /// (made on first use: errors only).
+    calls: IntCounterVec,
+    /// The error kinds taken as labels.
+    kinds: Vec<String>,
 }
 
 impl CallMetrics {
-    /// Registers `seqsvr_calls_total{plane,method,code}` and
+    /// Registers `seqsvr_calls_total{plane,method,code,kind}` and
     /// `seqsvr_call_seconds{plane,method}` for the given gRPC paths (e.g.
     /// `/seqsvr.v1.Alloc/Next`); calls to other paths count as `other`.
+    /// `kinds` are the error kinds taken as labels
+    /// (`seqsvr_proto::kind_labels`).
     pub fn register(
         registry: &Registry,
         plane: &str,
         paths: &[&str],
+        kinds: &[String],
     ) -> prometheus::Result<Arc<Self>> {
         let calls = IntCounterVec::new(
             Opts::new(
                 "seqsvr_calls_total",
-                "gRPC calls served, by method and status code",
+                "gRPC calls served, by method, status code and error kind (none: no typed error)",
             )
             .const_label("plane", plane),
-            &["method", "code"],
+            &["method", "code", "kind"],
         )?;
         let seconds = HistogramVec::new(
             HistogramOpts::new("seqsvr_call_seconds", "gRPC call latency at the server")
@@ -99,17 +122,35 @@ impl CallMetrics {
             let name = path.rsplit('/').next().unwrap_or(path);
             Method {
                 path: path.to_string(),
+                name: name.to_string(),
                 seconds: seconds.with_label_values(&[name]),
                 codes: CODES
                     .iter()
-                    .map(|c| calls.with_label_values(&[name, c]))
+                    .map(|c| calls.with_label_values(&[name, c, NO_KIND]))
                     .collect(),
             }
         };
         Ok(Arc::new(Self {
             methods: paths.iter().map(|p| method(p)).collect(),
             other: method("other"),
+            calls,
+            kinds: kinds.to_vec(),
         }))
+    }
+
+    /// Counts one call of `m` answered with `code` and the kind header
+    /// `kind` (if any).
+    fn count(&self, m: &Method, code: usize, kind: Option<&[u8]>) {
+        let Some(kind) = kind.filter(|_| code != 0) else {
+            m.codes[code].inc();
+            return;
+        };
+        let label = (self.kinds.iter())
+            .find(|k| k.as_bytes() == kind)
+            .map_or("other", String::as_str);
+        self.calls
+            .with_label_values(&[m.name.as_str(), CODES[code], label])
+            .inc();
     }
 
     #[cfg(test)]
@@ -195,14 +236,15 @@ where
             None => &this.metrics.other,
         };
         m.seconds.observe(this.start.elapsed().as_secs_f64());
-        let code = match &res {
-            Ok(r) => r
-                .headers()
-                .get(&GRPC_STATUS)
-                .map_or(0, |v| code(v.as_bytes())),
-            Err(_) => 2,
-        };
-        m.codes[code].inc();
+        match &res {
+            Ok(r) => {
+                let h = r.headers();
+                let code = h.get(&GRPC_STATUS).map_or(0, |v| code(v.as_bytes()));
+                let kind = h.get(KIND_HEADER).map(|v| v.as_bytes());
+                this.metrics.count(m, code, kind);
+            }
+            Err(_) => m.codes[2].inc(),
+        }
         Poll::Ready(res)
     }
 }
@@ -224,21 +266,34 @@ mod tests {
     #[test]
     fn methods_resolve_once_and_unknown_paths_are_other() {
         let r = Registry::new();
-        let m = CallMetrics::register(&r, "client", &["/seqsvr.v1.Alloc/Next"]).unwrap();
+        let kinds = ["not_owner".to_string(), "stale_epoch".to_string()];
+        let m = CallMetrics::register(&r, "client", &["/seqsvr.v1.Alloc/Next"], &kinds).unwrap();
         assert_eq!(
             m.method("/seqsvr.v1.Alloc/Next").path,
             "/seqsvr.v1.Alloc/Next"
         );
         assert_eq!(m.method("/x/Y").path, "other");
         m.method("/seqsvr.v1.Alloc/Next").codes[14].inc();
+        let next = m.method("/seqsvr.v1.Alloc/Next");
+        m.count(next, 9, Some(b"not_owner"));
+        m.count(next, 9, Some(b"not_owner"));
+        // Not a known kind: `other`, whatever a server (or a proxy) said.
+        m.count(next, 14, Some(b"made_up_kind"));
+        // A success carries no kind, whatever its headers say.
+        m.count(next, 0, Some(b"not_owner"));
+        m.count(next, 13, None);
         let text = prometheus::TextEncoder::new()
             .encode_to_string(&r.gather())
             .unwrap();
-        assert!(
-            text.contains(
-                r#"seqsvr_calls_total{code="UNAVAILABLE",method="Next",plane="client"} 1"#
-            ),
-            "{text}"
-        );
+        for line in [
+            r#"seqsvr_calls_total{code="UNAVAILABLE",kind="none",method="Next",plane="client"} 1"#,
+            r#"seqsvr_calls_total{code="FAILED_PRECONDITION",kind="not_owner",method="Next",plane="client"} 2"#,
+            r#"seqsvr_calls_total{code="UNAVAILABLE",kind="other",method="Next",plane="client"} 1"#,
+            r#"seqsvr_calls_total{code="OK",kind="none",method="Next",plane="client"} 1"#,
+            r#"seqsvr_calls_total{code="INTERNAL",kind="none",method="Next",plane="client"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line}\n{text}");
+        }
+        assert!(!text.contains("made_up_kind"), "{text}");
     }
 }

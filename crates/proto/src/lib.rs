@@ -16,5 +16,5 @@ pub mod convert;
 mod convert_ids;
 pub mod status;
 
-pub use status::{detail_of, status_with};
+pub use status::{detail_of, kind_label, kind_labels, status_with, KIND_HEADER};
 pub use v1::*;

@@ -75,7 +75,34 @@ pub fn status_with(
         message: message.clone(),
         details,
     };
-    tonic::Status::with_details(code, message, st.encode_to_vec().into())
+    let mut md = tonic::metadata::MetadataMap::new();
+    let kind = ErrorKind::try_from(detail.kind).unwrap_or(ErrorKind::Internal);
+    if let Ok(v) = kind_label(kind).parse() {
+        md.insert(KIND_HEADER, v);
+    }
+    tonic::Status::with_details_and_metadata(code, message, st.encode_to_vec().into(), md)
+}
+
+/// The response header that names a failed call's [`ErrorKind`] as a
+/// lower-snake label (`not_owner`), for the servers' per-call metrics
+/// (`seqsvr_calls_total{kind}`, docs/operations.md, Metrics): read without
+/// decoding the binary details.
+pub const KIND_HEADER: &str = "seqsvr-error-kind";
+
+/// `kind` as the label of the call metrics: its proto name, lower-snake
+/// (`NOT_OWNER` is `not_owner`).
+pub fn kind_label(kind: ErrorKind) -> String {
+    kind.as_str_name().to_ascii_lowercase()
+}
+
+/// Every [`ErrorKind`] as a label ([`kind_label`]): the bounded set the
+/// call metrics accept (anything else counts as `other`).
+pub fn kind_labels() -> Vec<String> {
+    (0..=255)
+        .filter_map(|v| ErrorKind::try_from(v).ok())
+        .filter(|k| *k != ErrorKind::Unspecified)
+        .map(kind_label)
+        .collect()
 }
 
 /// The [`ErrorDetail`] inside a status built by [`status_with`], if any.
@@ -156,6 +183,27 @@ pub fn error_info_of(status: &tonic::Status) -> Option<(String, HashMap<String, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_status_names_its_kind_in_a_header_the_call_metrics_read() {
+        let st = status_with(
+            tonic::Code::FailedPrecondition,
+            "not mine",
+            ErrorDetail {
+                kind: ErrorKind::NotOwner as i32,
+                ..Default::default()
+            },
+        );
+        let v = st.metadata().get(KIND_HEADER).unwrap();
+        assert_eq!(v.to_str().unwrap(), "not_owner");
+        let labels = kind_labels();
+        assert!(labels.contains(&"owner_unavailable".to_string()));
+        assert!(labels.contains(&"moved".to_string()));
+        assert!(!labels.iter().any(|l| l.contains("unspecified")));
+        assert!(labels
+            .iter()
+            .all(|l| (l.bytes()).all(|b| b.is_ascii_lowercase() || b == b'_')));
+    }
 
     #[test]
     fn details_are_standard_and_typed() {

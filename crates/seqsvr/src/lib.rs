@@ -16,6 +16,8 @@
 //!   replace a replica) and the membership lines of its status.
 //! - [`defaults`]: the local cluster's fixed endpoints, shared by both
 //!   binaries so `seqctl` with no flags talks to `seqsvr dev`.
+//! - [`drain_self`]: `seqsvr alloc drain --self`, an AllocSvr's planned
+//!   stop asked from beside it (a Kubernetes preStop hook).
 //! - [`drill`]: `seqctl drill`: workload + faults + report.
 //! - [`logging`]: tracing setup.
 //! - [`restore`]: backup files written and read back into a restore
@@ -29,6 +31,7 @@ pub mod certs;
 pub mod ctl;
 pub mod defaults;
 pub mod dev;
+pub mod drain_self;
 pub mod drill;
 pub mod error;
 pub mod logging;

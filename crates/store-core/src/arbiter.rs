@@ -35,7 +35,9 @@ use crate::command::Command;
 use crate::state::{LeaseState, SetState};
 
 mod explain;
+mod rebalance;
 pub use explain::{MoveNote, Runs, Why};
+pub use rebalance::{Batch, RebalanceConfig};
 
 /// The arbiter's own timing. Lease terms are not here: they are
 /// replicated state ([`crate::state::LeaseState`]), so every leader judges
@@ -81,6 +83,8 @@ struct Inner {
     grants: HashMap<AllocId, Granted>,
     /// When this office last changed the lease terms.
     lease_changed: Option<Instant>,
+    /// When this office last planned a rebalance (`rebalance.rs`).
+    rebalanced: Option<Instant>,
 }
 
 impl Inner {
@@ -144,11 +148,13 @@ impl Arbiter {
                 g.office = Some(Office { term, since: now });
                 g.grants.clear();
                 g.lease_changed = None;
+                g.rebalanced = None;
             }
             (_, None) => {
                 g.office = None;
                 g.grants.clear();
                 g.lease_changed = None;
+                g.rebalanced = None;
             }
         }
     }

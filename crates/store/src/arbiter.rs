@@ -5,7 +5,7 @@
 
 use std::ops::Deref;
 
-pub use seqsvr_store_core::arbiter::{ArbiterConfig, LeaseView};
+pub use seqsvr_store_core::arbiter::{ArbiterConfig, Batch, LeaseView, RebalanceConfig};
 
 /// The pure arbiter of this replica, and the lock its moves hold.
 #[derive(Debug)]
@@ -18,14 +18,21 @@ pub struct Arbiter {
     /// `Assign` would lease the owner the very sections being moved away
     /// (promise 3; found by the seeded simulation, seeds 697 and 1358).
     pub moves: tokio::sync::Mutex<()>,
+    /// Evening out sections after a recovery (`node/rebalance.rs`).
+    pub rebalance: RebalanceConfig,
+    /// Set while a rebalance batch's handoffs are under way: the next plan
+    /// waits for them (it reads the routes they change).
+    pub rebalancing: std::sync::atomic::AtomicBool,
 }
 
 impl Arbiter {
     /// A new arbiter, not in office.
-    pub fn new(config: ArbiterConfig) -> Self {
+    pub fn new(config: ArbiterConfig, rebalance: RebalanceConfig) -> Self {
         Self {
             core: seqsvr_store_core::arbiter::Arbiter::new(config),
             moves: tokio::sync::Mutex::new(()),
+            rebalance,
+            rebalancing: Default::default(),
         }
     }
 }

@@ -37,6 +37,9 @@ pub struct StoreMetrics {
     renewals: IntCounterVec,
     /// Sections the arbiter moved away from owners whose lease expired.
     moves: IntCounter,
+    /// Sections the arbiter's rebalance asked givers to hand off, by
+    /// outcome (`moved`, `failed`).
+    rebalanced: IntCounterVec,
     /// fsyncs, mirrored from the disk's counter when scraped.
     fsyncs: IntCounter,
     /// Seconds spent syncing (sled flush + fsync), mirrored when scraped.
@@ -175,6 +178,16 @@ impl StoreMetrics {
             "seqsvr_store_arbiter_moves_total",
             "runs of sections the arbiter routed away from AllocSvrs whose lease expired or that stopped (first routings of unowned sections are not counted)",
         )?;
+        let rebalanced = IntCounterVec::new(
+            Opts::new(
+                "seqsvr_store_rebalanced_sections_total",
+                "sections the arbiter's rebalance asked live AllocSvrs to hand off to less loaded ones, by outcome (moved, failed)",
+            ),
+            &["outcome"],
+        )?;
+        for o in ["moved", "failed"] {
+            rebalanced.with_label_values(&[o]);
+        }
         let fsyncs = IntCounter::new(
             "seqsvr_store_fsyncs_total",
             "fsyncs of the replica's database",
@@ -195,6 +208,7 @@ impl StoreMetrics {
             Box::new(command_seconds.clone()),
             Box::new(renewals.clone()),
             Box::new(moves.clone()),
+            Box::new(rebalanced.clone()),
             Box::new(fsyncs.clone()),
             Box::new(sync_seconds.clone()),
             Box::new(apply_seconds.clone()),
@@ -207,6 +221,7 @@ impl StoreMetrics {
             command_seconds,
             renewals,
             moves,
+            rebalanced,
             fsyncs,
             sync_seconds,
             apply_seconds,
@@ -234,5 +249,15 @@ impl StoreMetrics {
     /// An arbiter move.
     pub fn moved(&self) {
         self.moves.inc();
+    }
+
+    /// Sections of one rebalance batch: how many moved, how many did not.
+    pub fn rebalanced(&self, moved: usize, failed: usize) {
+        self.rebalanced
+            .with_label_values(&["moved"])
+            .inc_by(moved as u64);
+        self.rebalanced
+            .with_label_values(&["failed"])
+            .inc_by(failed as u64);
     }
 }

@@ -311,8 +311,10 @@ impl AllocNode {
         // The client plane answers from now on: `NOT_SERVING_YET` with the
         // reason until the node serves (gate.rs), never a hang.
         let metrics = crate::metrics::AllocMetrics::new(&cfg.id)?;
+        let kinds = seqsvr_proto::kind_labels();
         let calls = |plane: Plane, paths: &[&str]| {
-            CallMetrics::register(&metrics.registry, plane.name(), paths).map(CallMetricsLayer)
+            CallMetrics::register(&metrics.registry, plane.name(), paths, &kinds)
+                .map(CallMetricsLayer)
         };
         let (stop, _) = watch::channel(false);
         let stopped = |stop: &watch::Sender<bool>| {
@@ -391,6 +393,7 @@ impl AllocNode {
             lease: Lease::new(Instant::now()),
             draining: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
+            stop_asked: Default::default(),
             fenced: AtomicBool::new(false),
             id: cfg.id.clone(),
             addrs,
@@ -593,6 +596,7 @@ const ADMIN_PATHS: &[&str] = &[
     "/seqsvr.v1.AllocAdmin/Status",
     "/seqsvr.v1.AllocAdmin/Release",
     "/seqsvr.v1.AllocAdmin/Refresh",
+    "/seqsvr.v1.AllocAdmin/Drain",
 ];
 
 /// Serves one plane until stopped; logs why it stopped otherwise.

@@ -80,6 +80,13 @@ struct Peer {
 }
 
 impl AllocNode {
+    /// Returns once a planned stop was asked for over the admin plane
+    /// (`AllocAdmin.Drain`): the caller then runs [`stop`](Self::stop),
+    /// as on SIGTERM.
+    pub async fn stop_asked(&self) {
+        self.shared.stop_asked.wait().await
+    }
+
     /// Stops this AllocSvr the planned way (module docs): hands its
     /// sections to live peers within `bound`, then stops serving.
     pub async fn stop(self, bound: Duration) -> StopReport {

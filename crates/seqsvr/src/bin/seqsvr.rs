@@ -58,6 +58,24 @@ enum StoreSub {
 }
 
 #[derive(Subcommand)]
+enum AllocSub {
+    /// Stops the AllocSvr that runs from --config (this machine, its admin
+    /// plane over loopback, its own certificate) the planned way, as
+    /// SIGTERM does: it hands every section to live peers, records its
+    /// stop and exits; this waits until it has. For a Kubernetes preStop
+    /// hook (docs/deploy.md).
+    Drain {
+        /// Drain the AllocSvr of --config (the only one this command
+        /// drains; `seqctl alloc drain ID` drains any, as an operator).
+        #[arg(long = "self", required = true)]
+        own: bool,
+        /// How long to wait for it to exit, in seconds.
+        #[arg(long, default_value_t = 25)]
+        wait_secs: u64,
+    },
+}
+
+#[derive(Subcommand)]
 enum Cmd {
     /// Runs one StoreSvr replica from a TOML config.
     Store {
@@ -71,12 +89,16 @@ enum Cmd {
     /// Runs one AllocSvr from a TOML config.
     Alloc {
         /// The AllocSvr's config file (see config/alloc-1.toml).
-        #[arg(long, env = CONFIG_ENV)]
-        config: PathBuf,
+        #[arg(long, env = CONFIG_ENV, global = true)]
+        config: Option<PathBuf>,
         /// Runtime worker threads (1 is fastest when clients share the
         /// machine's cores).
         #[arg(long, default_value_t = 1)]
         threads: usize,
+        /// `drain --self`: stop the running AllocSvr of --config the
+        /// planned way.
+        #[command(subcommand)]
+        sub: Option<AllocSub>,
     },
     /// Starts a local cluster (3 store replicas, 2 allocs) as child processes, with
     /// nothing to configure. Ctrl-C stops it; running it again resumes.
@@ -193,7 +215,19 @@ fn run(cli: Cli) -> Result<()> {
                 };
                 run_store(config, plan).await
             }
-            Cmd::Alloc { config, .. } => run_alloc(config).await,
+            Cmd::Alloc { config, sub, .. } => {
+                let config = config.ok_or_else(|| {
+                    Error::Usage(format!("--config (or {CONFIG_ENV}) is required"))
+                })?;
+                match sub {
+                    None => run_alloc(config).await,
+                    Some(AllocSub::Drain { own: _, wait_secs }) => {
+                        let cfg = read_alloc_config(&config)?;
+                        let wait = std::time::Duration::from_secs(wait_secs);
+                        seqsvr::drain_self::drain_self(&cfg, wait).await
+                    }
+                }
+            }
             Cmd::Dev {
                 dir,
                 restart_after,
@@ -236,19 +270,27 @@ fn run(cli: Cli) -> Result<()> {
     })
 }
 
-async fn run_alloc(path: PathBuf) -> Result<()> {
-    let text = std::fs::read_to_string(&path)
+fn read_alloc_config(path: &std::path::Path) -> Result<AllocNodeConfig> {
+    let text = std::fs::read_to_string(path)
         .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
-    let cfg = AllocNodeConfig::from_toml(&text).with_context(|| path.display().to_string())?;
+    AllocNodeConfig::from_toml(&text).with_context(|| path.display().to_string())
+}
+
+async fn run_alloc(path: PathBuf) -> Result<()> {
+    let cfg = read_alloc_config(&path)?;
     let listeners = AllocListeners::bind(&cfg)
         .await
         .map_err(|e| Error::io(path.display().to_string(), e))?;
     let node = AllocNode::start(cfg, listeners)
         .await
         .with_context(|| path.display().to_string())?;
-    seqsvr::dev::shutdown_signal().await;
     // A planned stop hands the sections to live peers first
-    // (docs/operations.md, Stopping an AllocSvr).
+    // (docs/operations.md, Stopping an AllocSvr): on SIGTERM, or when asked
+    // over the admin plane (`seqsvr alloc drain --self`, a preStop hook).
+    tokio::select! {
+        _ = seqsvr::dev::shutdown_signal() => {}
+        _ = node.stop_asked() => tracing::info!("drain asked over the admin plane"),
+    }
     tracing::info!("stopping: handing sections to live peers");
     node.stop(seqsvr_alloc::node::STOP_HANDOFF_BOUND).await;
     Ok(())

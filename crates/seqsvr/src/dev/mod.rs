@@ -93,6 +93,7 @@ pub fn dev_set_store_config(
         raft: RaftTiming::default(),
         allocs: dev_initial_allocs(set),
         lease: LeaseSection::default(),
+        rebalance: Default::default(),
         max_concurrent_reads: seqsvr_store::node::DEFAULT_MAX_CONCURRENT_READS,
     }
 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use seqsvr_core::SetSpec;
 use serde::{Deserialize, Serialize};
 
-use crate::arbiter::ArbiterConfig;
+use crate::arbiter::{ArbiterConfig, RebalanceConfig};
 use crate::types::NodeId;
 use seqsvr_core::LeaseTerms;
 use seqsvr_net::{PlaneLimits, TlsConfig};
@@ -199,6 +199,10 @@ pub struct StoreConfig {
     /// Lease timing.
     #[serde(default)]
     pub lease: LeaseSection,
+    /// The arbiter's evening out of sections after a recovery
+    /// (docs/operations.md, Automatic rebalancing): on by default.
+    #[serde(default)]
+    pub rebalance: RebalanceConfig,
     /// How many client-plane reads (`GetRoutes`, `ReadSections`, `Status`)
     /// this replica serves at once; more wait their turn (within the
     /// request timeout). Renewals and Raft share the replica's threads
@@ -335,6 +339,9 @@ impl StoreConfig {
             .terms()
             .validate()
             .map_err(|e| config_err("lease", e))?;
+        self.rebalance
+            .validate()
+            .map_err(|e| config_err("rebalance", e))?;
         if self.lease.tick_ms == 0 {
             return Err(config_err("lease.tick_ms", "must be positive"));
         }
@@ -451,6 +458,9 @@ mod tests {
             ("snapshot_every = 10000", "snapshot_every = 0"),
             ("margin_ms = 1000", "margin_ms = 10"),
             ("tick_ms = 100", "tick_ms = 0"),
+            ("[raft]", "[rebalance]\nsections_per_interval = 0\n\n[raft]"),
+            ("[raft]", "[rebalance]\ninterval_ms = 0\n\n[raft]"),
+            ("[raft]", "[rebalance]\nenable = false\n\n[raft]"),
             // Unknown keys and misspelt tables are mistakes, not extensions.
             ("[raft]", "[raft]\nheartbeat = 100"),
             ("[lease]", "[leases]"),

@@ -22,6 +22,7 @@
 mod bootstrap;
 mod config;
 mod home;
+mod rebalance;
 mod watch;
 
 pub use config::*;
@@ -232,6 +233,10 @@ impl StoreNode {
                 return Err(Error::Config(why));
             }
         }
+        // The set's AllocSvrs' admin planes, for a rebalance's handoffs.
+        let alloc_connect = seqsvr_store_api::client::connector(
+            (tls.as_ref()).map(|t| (t.client.clone()).expecting(seqsvr_net::ServerRole::Alloc)),
+        );
         let network = Network::new(connect.clone(), metrics.stages.clone());
         let isolated = network.isolated.clone();
         let raft = Raft::new(cfg.id, raft_cfg, network, log, sm.clone())
@@ -257,10 +262,14 @@ impl StoreNode {
             disk,
             connect,
             home_connect,
+            alloc_connect,
             peers: Default::default(),
-            arbiter: Arc::new(Arbiter::new(ArbiterConfig {
-                tick_ms: cfg.lease.tick_ms,
-            })),
+            arbiter: Arc::new(Arbiter::new(
+                ArbiterConfig {
+                    tick_ms: cfg.lease.tick_ms,
+                },
+                cfg.rebalance.clone(),
+            )),
             auth: peer.auth(),
             store_certs: crate::auth::StoreCerts::new(
                 cfg.set.set_id,
@@ -273,8 +282,9 @@ impl StoreNode {
             route_snapshot: Default::default(),
             reads: Arc::new(tokio::sync::Semaphore::new(cfg.max_concurrent_reads)),
         };
+        let kinds = seqsvr_proto::kind_labels();
         let calls = |plane: &str, paths: &[&str]| {
-            seqsvr_net::calls::CallMetrics::register(&api.metrics.registry, plane, paths)
+            seqsvr_net::calls::CallMetrics::register(&api.metrics.registry, plane, paths, &kinds)
                 .map(seqsvr_net::calls::CallMetricsLayer)
                 .map_err(|e| Error::Internal(format!("metrics: {e}")))
         };
@@ -518,7 +528,9 @@ async fn serve_admin(mut api: StoreApi, l: seqsvr_net::Listener, calls: Calls) {
 }
 
 /// The arbiter loop: tracks this replica's office and, while it leads,
-/// moves sections whose owner's lease has certainly expired.
+/// moves sections whose owner's lease has certainly expired, retires
+/// fenced AllocSvrs that are gone, and evens out sections over the live
+/// AllocSvrs (`rebalance`).
 async fn arbitrate(api: StoreApi) {
     let mut tick = tokio::time::interval(Duration::from_millis(api.arbiter.config.tick_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -571,6 +583,7 @@ async fn arbitrate(api: StoreApi) {
             }
         }
         retire(&api, now).await;
+        rebalance::start(&api, now);
     }
 }
 

@@ -77,6 +77,9 @@ pub struct StoreApi {
     /// How to dial the home group's (set 0's) admin listeners, to keep
     /// this set's directory entry current (`node::home`).
     pub(crate) home_connect: Connector,
+    /// How to dial AllocSvrs' admin listeners, to ask a giver for the
+    /// handoffs of a rebalance (`node::rebalance`).
+    pub(crate) alloc_connect: Connector,
     /// Clients to other replicas, for forwarding, by address.
     pub(crate) peers: Arc<Mutex<HashMap<String, StorePeerClient<Channel>>>>,
     /// Leases and section moves (acts only while this replica leads).

@@ -1,0 +1,183 @@
+//! The arbiter's rebalance with real processes (docs/operations.md,
+//! Automatic rebalancing): an AllocSvr killed with SIGKILL under load
+//! loses its sections to its peer when its lease has certainly expired;
+//! restarted, it gets its share back by planned handoffs, a bounded batch
+//! per interval, while the workload runs on — the per-uid checker sees no
+//! repeat and no regression, and no call fails while the sections move.
+//! With the rebalance turned off, the restarted AllocSvr stays empty.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use seqsvr_client::SeqClient;
+use seqsvr_core::SetSpec;
+use seqsvr_store::arbiter::RebalanceConfig;
+use support::{assert_monotonic, metric, scrape, SetCluster, StoreOptions, Workload};
+
+/// 8 sections of 500 uids; a small step so ceilings are raised often.
+fn set() -> SetSpec {
+    SetSpec {
+        set_id: 0,
+        uid_begin: 0,
+        uid_end: 4000,
+        section_size: 500,
+        step: 200,
+    }
+}
+
+/// `callers` tasks calling `next` (every 4th call a batch) on uids spread
+/// over every section.
+fn start_workload(c: &SeqClient, callers: u64) -> Workload {
+    let mut w = Workload::new();
+    w.tasks = (0..callers)
+        .map(|k| {
+            let (c, r) = (c.clone(), w.recorder());
+            tokio::spawn(async move {
+                let mut x = 0x9e3779b97f4a7c15u64 ^ k;
+                let mut i = 0u64;
+                while !r.stopped() {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let uid = (x % 64) * 61 % 4000;
+                    i += 1;
+                    if i.is_multiple_of(4) {
+                        r.batch(&c, &[uid, (uid + 500) % 4000, uid]).await;
+                    } else {
+                        r.next(&c, uid).await;
+                    }
+                }
+            })
+        })
+        .collect();
+    w
+}
+
+/// Sections routed per AllocSvr, as the store says.
+async fn shares(cluster: &SetCluster) -> BTreeMap<String, u32> {
+    let mut out = BTreeMap::new();
+    if let Ok(r) = cluster.store.read().routes().await {
+        for e in &r.entries {
+            *out.entry(e.alloc.clone()).or_default() += e.count;
+        }
+    }
+    out
+}
+
+/// Waits until `want` holds of the routes; fails with the store's logs.
+async fn wait_for(
+    cluster: &SetCluster,
+    what: &str,
+    within: Duration,
+    want: impl Fn(&BTreeMap<String, u32>) -> bool,
+) -> Duration {
+    let start = Instant::now();
+    loop {
+        let s = shares(cluster).await;
+        if want(&s) {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < within,
+            "{what}: routes {s:?} after {within:?}\n{}",
+            cluster.store.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Kills alloc-1 under load and waits until alloc-2 serves every section
+/// and every call that began during the outage has returned; returns the
+/// cluster, the workload and the failures counted so far.
+async fn kill_and_fail_over(rebalance: RebalanceConfig) -> (SetCluster, SeqClient, Workload, u64) {
+    let opts = StoreOptions {
+        metrics: true,
+        rebalance,
+        ..Default::default()
+    };
+    let mut cluster = SetCluster::start_opts(set(), 2, opts);
+    let c = cluster.client().await;
+    cluster.wait_serving(&c).await;
+    let w = start_workload(&c, 8);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    cluster.allocs[0].kill9();
+    wait_for(&cluster, "failover", Duration::from_secs(30), |s| {
+        s.get("alloc-2") == Some(&8)
+    })
+    .await;
+    // The client's deadline (5 s): every call sent during the outage has
+    // returned, succeeded or failed, by then.
+    tokio::time::sleep(Duration::from_millis(5500)).await;
+    let errors = w.errors.load(std::sync::atomic::Ordering::Relaxed);
+    (cluster, c, w, errors)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_allocsvr_gets_its_share_back_by_planned_handoffs() {
+    let cfg = RebalanceConfig {
+        enabled: true,
+        sections_per_interval: 2,
+        interval_ms: 500,
+    };
+    let (mut cluster, _c, w, before) = kill_and_fail_over(cfg).await;
+    cluster.allocs[0].restart();
+    let took = wait_for(&cluster, "rebalance", Duration::from_secs(30), |s| {
+        s.get("alloc-1") == Some(&4) && s.get("alloc-2") == Some(&4)
+    })
+    .await;
+    println!("evened out {took:?} after the restart");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let (obs, errors) = w.finish().await;
+    assert_monotonic(&obs, || cluster.store.logs());
+    assert_eq!(
+        errors - before,
+        0,
+        "calls failed while sections moved back\n{}",
+        cluster.store.logs()
+    );
+    let logs = cluster.store.logs();
+    let batches: Vec<&str> = (logs.lines())
+        .filter(|l| l.contains("arbiter: rebalancing"))
+        .collect();
+    // Four sections at most two per batch: at least two batches, one log
+    // line each.
+    assert!(batches.len() >= 2, "{batches:#?}\n{logs}");
+    assert!(
+        batches.iter().all(|l| l.contains("alloc-2")),
+        "{batches:#?}"
+    );
+    let moved: f64 = (cluster.store.metrics_addrs.iter())
+        .map(|a| {
+            metric(
+                &scrape(a),
+                "seqsvr_store_rebalanced_sections_total",
+                &[r#"outcome="moved""#],
+            )
+        })
+        .sum();
+    assert_eq!(moved, 4.0, "{logs}");
+    println!(
+        "{} rebalance batches, {} calls checked",
+        batches.len(),
+        obs.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_rebalance_off_a_restarted_allocsvr_stays_empty() {
+    let cfg = RebalanceConfig {
+        enabled: false,
+        ..Default::default()
+    };
+    let (mut cluster, _c, w, before) = kill_and_fail_over(cfg).await;
+    cluster.allocs[0].restart();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let s = shares(&cluster).await;
+    let (obs, errors) = w.finish().await;
+    assert_monotonic(&obs, || cluster.store.logs());
+    assert_eq!(errors, before);
+    assert_eq!(s.get("alloc-2"), Some(&8), "{s:?}");
+    assert!(!cluster.store.logs().contains("arbiter: rebalancing"));
+}

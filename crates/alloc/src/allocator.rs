@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 use crate::ceiling::Grant;
 use crate::error::{AllocError, Result};
+use crate::names::{NameStats, NameTable};
 use crate::section::{CellMemory, Refused, SectionSlot, SectionState, Shape};
 
 /// Stand-in incarnations for allocators built by [`Allocator::new`]: unique
@@ -29,6 +30,7 @@ use crate::section::{CellMemory, Refused, SectionSlot, SectionState, Shape};
 /// told apart as two processes would be.
 static STAND_IN: AtomicU64 = AtomicU64::new(1);
 
+mod named;
 mod reserve;
 pub use reserve::MAX_COUNT;
 
@@ -40,12 +42,16 @@ pub struct AllocConfig {
     /// ceiling (Leaf-style double buffering, `docs/architecture/alloc.md`). `0.0` raises only
     /// when exhausted; values are clamped to keep the margin below one step.
     pub raise_ahead_fraction: f64,
+    /// Most names held in memory (`docs/counters.md`, Memory): a name
+    /// forgotten to stay within it is recreated above everything it had.
+    pub max_names: usize,
 }
 
 impl Default for AllocConfig {
     fn default() -> Self {
         Self {
             raise_ahead_fraction: 0.25,
+            max_names: crate::names::DEFAULT_MAX_NAMES,
         }
     }
 }
@@ -92,6 +98,8 @@ pub struct AllocStats {
     pub cell_bytes: u64,
     /// Sections whose cells were freed after they were lost.
     pub sections_freed: u64,
+    /// The named counters held (`docs/counters.md`).
+    pub names: NameStats,
 }
 
 /// The sequence numbers of one set, as served by this AllocSvr.
@@ -120,6 +128,8 @@ pub struct Allocator {
     raise_queue: Mutex<Vec<SectionId>>,
     /// Wakes the raiser when `raise_queue` gains an entry.
     raise_signal: Notify,
+    /// The named counters held, one per name (`names.rs`).
+    names: NameTable,
     /// Metrics.
     counters: Counters,
 }
@@ -154,6 +164,7 @@ impl Allocator {
             moved_floor: Mutex::new(Default::default()),
             raise_queue: Mutex::new(Vec::new()),
             raise_signal: Notify::new(),
+            names: NameTable::new(&spec, config.max_names),
             counters: Counters::default(),
             spec,
         })
@@ -540,6 +551,7 @@ impl Allocator {
             sections_dropped: c.sections_dropped.load(Relaxed),
             cell_bytes: self.mem.bytes(),
             sections_freed: self.mem.blocks_freed(),
+            names: self.names.stats(),
         }
     }
 

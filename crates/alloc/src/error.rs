@@ -74,6 +74,10 @@ pub enum AllocError {
     /// The store refused or failed a take-over.
     #[error("store: {0}")]
     Store(#[from] StoreErr),
+    /// A name that is empty or too long (promise 5: refused, nothing
+    /// handed out).
+    #[error(transparent)]
+    InvalidName(#[from] seqsvr_core::NameError),
 }
 
 impl AllocError {

@@ -264,12 +264,16 @@ impl AllocMetrics {
             (&c.raises_applied, st.raises_applied),
             (&c.sections_dropped, st.sections_dropped),
             (&c.sections_freed, st.sections_freed),
+            (&c.names_created, st.names.created),
+            (&c.names_forgotten, st.names.forgotten),
+            (&c.name_numbers_skipped, st.names.skipped),
         ] {
             counter.inc_by(v.saturating_sub(counter.get()));
         }
         let g = &self.state;
         g.sections_served.set(alloc.served_count() as i64);
         g.cell_bytes.set(st.cell_bytes as i64);
+        g.names_held.set(st.names.held as i64);
         g.lease_left_seconds.set(lease_left_ms as f64 / 1000.0);
         g.draining.set(i64::from(draining));
         g.fenced.set(i64::from(fenced));
@@ -286,6 +290,9 @@ struct AllocatorCounters {
     raises_applied: IntCounter,
     sections_dropped: IntCounter,
     sections_freed: IntCounter,
+    names_created: IntCounter,
+    names_forgotten: IntCounter,
+    name_numbers_skipped: IntCounter,
 }
 
 impl AllocatorCounters {
@@ -313,6 +320,18 @@ impl AllocatorCounters {
                 "seqsvr_alloc_sections_freed_total",
                 "sections whose cur_seq cells were freed once their last callers finished",
             )?,
+            names_created: c(
+                "seqsvr_alloc_names_created_total",
+                "named counters created here: first seen, or seen again after being forgotten",
+            )?,
+            names_forgotten: c(
+                "seqsvr_alloc_names_forgotten_total",
+                "named counters forgotten to stay within max_names",
+            )?,
+            name_numbers_skipped: c(
+                "seqsvr_alloc_name_numbers_skipped_total",
+                "numbers named counters skipped when created above their section's base because names of it were forgotten",
+            )?,
         })
     }
 }
@@ -321,6 +340,7 @@ impl AllocatorCounters {
 struct StateGauges {
     sections_served: IntGauge,
     cell_bytes: IntGauge,
+    names_held: IntGauge,
     lease_left_seconds: Gauge,
     draining: IntGauge,
     fenced: IntGauge,
@@ -345,6 +365,7 @@ impl StateGauges {
                 "seqsvr_alloc_cell_bytes",
                 "bytes of cur_seq cells held (served sections, and lost ones until their last callers finish)",
             )?,
+            names_held: int("seqsvr_alloc_names_held", "named counters held in memory (at most max_names)")?,
             lease_left_seconds,
             draining: int("seqsvr_alloc_draining", "1 while this AllocSvr is draining")?,
             fenced: int("seqsvr_alloc_fenced", "1 once this AllocSvr was fenced (it never serves again)")?,

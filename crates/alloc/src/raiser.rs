@@ -211,6 +211,7 @@ mod tests {
         let store = Arc::new(MemCeilingStore::new(spec.clone()));
         let cfg = AllocConfig {
             raise_ahead_fraction: 0.0,
+            ..AllocConfig::default()
         };
         let alloc = Arc::new(Allocator::new(spec, &cfg).unwrap());
         (

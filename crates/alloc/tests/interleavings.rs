@@ -124,6 +124,7 @@ impl World {
     ) -> (Raiser<MemCeilingStore>, Vec<Grant>) {
         let cfg = AllocConfig {
             raise_ahead_fraction: fraction,
+            ..AllocConfig::default()
         };
         let alloc = Arc::new(Allocator::new(spec(), &cfg).unwrap());
         let raiser = Raiser::new(alloc, store.clone(), RaiserConfig::default());

@@ -15,6 +15,7 @@ fn alloc(fraction: f64) -> Allocator {
         spec,
         &AllocConfig {
             raise_ahead_fraction: fraction,
+            ..AllocConfig::default()
         },
     )
     .unwrap()

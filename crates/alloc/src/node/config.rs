@@ -76,6 +76,11 @@ pub struct AllocNodeConfig {
     /// `tls` is set; a non-loopback plaintext address needs `insecure`).
     #[serde(default)]
     pub http_addr: Option<String>,
+    /// Most named counters held in memory (`docs/counters.md`, Memory); a
+    /// name forgotten to stay within it is recreated above everything it
+    /// had, and counted. At least 1.
+    #[serde(default = "default_max_names")]
+    pub max_names: usize,
 }
 
 /// The `[forward]` table: how calls for uids owned elsewhere are forwarded.
@@ -171,6 +176,10 @@ fn default_wait_ms() -> u64 {
 
 fn default_fraction() -> f64 {
     0.25
+}
+
+fn default_max_names() -> usize {
+    crate::names::DEFAULT_MAX_NAMES
 }
 
 /// Bounds of the timing keys, in ms.
@@ -293,6 +302,9 @@ impl AllocNodeConfig {
                 "raise_ahead_fraction",
                 format!("{} is outside 0.0..=1.0", self.raise_ahead_fraction),
             );
+        }
+        if self.max_names == 0 {
+            return bad("max_names", "0 holds no name; at least 1".to_string());
         }
         if let Some(r) = &self.resp {
             check_addr(&r.addr, true).or_else(|e| bad("resp.addr", e))?;
@@ -449,6 +461,11 @@ raise_ahead_fraction = 0.25
                 "raise_ahead_fraction = 0.25",
                 "raise_ahead_fraction = nan",
                 "raise_ahead_fraction",
+            ),
+            (
+                "wait_ms = 1000",
+                "wait_ms = 1000\nmax_names = 0",
+                "max_names",
             ),
             ("id = \"alloc-1\"", "id = \"\"", "id"),
             (

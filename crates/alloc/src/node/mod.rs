@@ -375,6 +375,7 @@ impl AllocNode {
         start_state.set(Phase::Claiming);
         let alloc_cfg = AllocConfig {
             raise_ahead_fraction: cfg.raise_ahead_fraction,
+            max_names: cfg.max_names,
         };
         let alloc = Arc::new(Allocator::with_incarnation(
             routes.set.clone(),

@@ -133,6 +133,7 @@ pub fn dev_set_alloc_config(set: &DevSet, a: &DevAlloc, pki: Option<&DevPki>) ->
         resp: Some(seqsvr_alloc::node::RespSection::on(a.resp.clone())),
         forward: Default::default(),
         http_addr: Some(a.http.to_string()),
+        max_names: seqsvr_alloc::names::DEFAULT_MAX_NAMES,
     }
 }
 

@@ -66,6 +66,7 @@ impl Allocs {
         };
         let cfg = AllocConfig {
             raise_ahead_fraction: env.cfg.raise_ahead_fraction,
+            ..AllocConfig::default()
         };
         let proc_ = &mut self.procs[p];
         let spec = env.cfg.spec(proc_.set).clone();

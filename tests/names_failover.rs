@@ -112,7 +112,9 @@ impl Door {
             self.conn = Some(c.await.ok()?.ok()?);
         }
         let conn = self.conn.as_mut()?;
-        let call = redis::cmd("INCR").arg(name).query_async::<u64>(conn);
+        let mut cmd = redis::cmd("INCR");
+        cmd.arg(name);
+        let call = cmd.query_async::<u64>(conn);
         match tokio::time::timeout(CALL_TIMEOUT, call).await {
             Ok(Ok(v)) => Some(v),
             Ok(Err(e)) if e.kind() != redis::ErrorKind::Io && !e.is_connection_dropped() => None,

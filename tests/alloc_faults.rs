@@ -174,7 +174,11 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
     let uid = 7; // section 0: alloc-1's
     let foreign = 3999; // section 7: alloc-2's
     let n = a1
-        .next(seqsvr_proto::NextRequest { uid, count: 0 })
+        .next(seqsvr_proto::NextRequest {
+            uid,
+            count: 0,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
@@ -190,6 +194,7 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
         .next(seqsvr_proto::NextRequest {
             uid: 4000,
             count: 0,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -210,6 +215,7 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
         .next(alone(seqsvr_proto::NextRequest {
             uid: foreign,
             count: 0,
+            ..Default::default()
         }))
         .await
         .unwrap_err();
@@ -224,7 +230,10 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
         ("alloc-2", cluster.alloc_addrs[1].as_str())
     );
     assert!(d.route_version > 0);
-    let mut alone_current = tonic::Request::new(seqsvr_proto::CurrentRequest { uid: foreign });
+    let mut alone_current = tonic::Request::new(seqsvr_proto::CurrentRequest {
+        uid: foreign,
+        ..Default::default()
+    });
     alone_current
         .metadata_mut()
         .insert(seqsvr_client::FORWARDED_BY, "test".parse().unwrap());
@@ -266,7 +275,10 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
     // Unmarked, a1 forwards the foreign uid to its owner: the owner's
     // next number (docs/architecture/forwarding.md).
     let fwd = a1
-        .current(seqsvr_proto::CurrentRequest { uid: foreign })
+        .current(seqsvr_proto::CurrentRequest {
+            uid: foreign,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner()
@@ -276,6 +288,7 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
         .next(seqsvr_proto::NextRequest {
             uid: foreign,
             count: 0,
+            ..Default::default()
         })
         .await
         .unwrap()

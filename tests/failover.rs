@@ -108,6 +108,7 @@ async fn numbers_from(addr: &str, sections: &[u32], until: Instant) -> Vec<Obser
                 .next(support::from_memory(seqsvr_proto::NextRequest {
                     uid,
                     count: 0,
+                    ..Default::default()
                 }))
                 .await
             {
@@ -373,7 +374,11 @@ async fn a_new_alloc_gets_its_share_by_rebalance() {
         .unwrap();
     let uid = s as u64 * 1000 + 1;
     assert!(a3
-        .next(seqsvr_proto::NextRequest { uid, count: 0 })
+        .next(seqsvr_proto::NextRequest {
+            uid,
+            count: 0,
+            ..Default::default()
+        })
         .await
         .is_ok());
 }

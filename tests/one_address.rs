@@ -94,10 +94,17 @@ impl Conn {
         match self {
             Conn::Grpc(c) => {
                 let r = if read {
-                    let req = pb::CurrentRequest { uid };
+                    let req = pb::CurrentRequest {
+                        uid,
+                        ..Default::default()
+                    };
                     c.current(req).await.map(|r| r.into_inner().seq)
                 } else {
-                    let req = pb::NextRequest { uid, count: 0 };
+                    let req = pb::NextRequest {
+                        uid,
+                        count: 0,
+                        ..Default::default()
+                    };
                     c.next(req).await.map(|r| r.into_inner().seq)
                 };
                 r.map_err(|s| match detail_of(&s) {

@@ -432,7 +432,14 @@ async fn call(ch: Channel, m: M, g: &Genuine, fwd: bool) -> (Outcome, Option<Obs
             ),
             M::Next => {
                 let r = AllocClient::new(ch)
-                    .next(req(pb::NextRequest { uid: 1, count: 0 }, fwd))
+                    .next(req(
+                        pb::NextRequest {
+                            uid: 1,
+                            count: 0,
+                            ..Default::default()
+                        },
+                        fwd,
+                    ))
                     .await;
                 return (
                     Outcome::of(&r),
@@ -453,7 +460,13 @@ async fn call(ch: Channel, m: M, g: &Genuine, fwd: bool) -> (Outcome, Option<Obs
             }
             M::Current => Outcome::of(
                 &AllocClient::new(ch)
-                    .current(req(pb::CurrentRequest { uid: 1 }, fwd))
+                    .current(req(
+                        pb::CurrentRequest {
+                            uid: 1,
+                            ..Default::default()
+                        },
+                        fwd,
+                    ))
                     .await,
             ),
             M::Routes => Outcome::of(

@@ -261,6 +261,7 @@ async fn client_plane_floods_keep_memory_bounded() {
         .next(pb::NextRequest {
             uid: attack::uid(0, 2),
             count: 0,
+            ..Default::default()
         })
         .await;
     let (b, _) = burst(&c, 2).await;

@@ -233,6 +233,7 @@ async fn a_client_plane_flood_does_not_lapse_leases() {
                     .next(pb::NextRequest {
                         uid: attack::uid((k % 4) as u32, 100 + k % 100),
                         count: 0,
+                        ..Default::default()
                     })
                     .await
                     .map(drop),

@@ -25,7 +25,14 @@ async fn probe(allocs: Vec<String>, until: Instant) -> Probe {
                 while Instant::now() < until {
                     let uid = uid(s, 0);
                     let start = Instant::now();
-                    match c.next(pb::NextRequest { uid, count: 0 }).await {
+                    match c
+                        .next(pb::NextRequest {
+                            uid,
+                            count: 0,
+                            ..Default::default()
+                        })
+                        .await
+                    {
                         Ok(r) => {
                             let seq = r.into_inner().seq;
                             obs.push(Observation::next(uid, seq, start, Instant::now()))

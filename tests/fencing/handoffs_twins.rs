@@ -242,6 +242,7 @@ async fn a_twin_is_refused_while_the_first_lives_then_replaces_it() {
                 c.next(support::from_memory(pb::NextRequest {
                     uid: uid(0, 0),
                     count: 0,
+                    ..Default::default()
                 }))
                 .await
                 .is_ok()
@@ -319,7 +320,10 @@ async fn current_from_a_resumed_ex_owner_is_refused() {
                 tokio::spawn(async move {
                     let start = Instant::now();
                     let r = a1
-                        .current(support::from_memory(pb::CurrentRequest { uid }))
+                        .current(support::from_memory(pb::CurrentRequest {
+                            uid,
+                            ..Default::default()
+                        }))
                         .await;
                     (uid, start, Instant::now(), r.map(|r| r.into_inner().seq))
                 })

@@ -112,7 +112,11 @@ async fn a_shorter_lease_and_a_new_leader_move_nothing_early() {
             tokio::spawn(async move {
                 let start = Instant::now();
                 let r = a1
-                    .next(support::from_memory(pb::NextRequest { uid, count: 0 }))
+                    .next(support::from_memory(pb::NextRequest {
+                        uid,
+                        count: 0,
+                        ..Default::default()
+                    }))
                     .await;
                 r.ok()
                     .map(|r| Observation::next(uid, r.into_inner().seq, start, Instant::now()))

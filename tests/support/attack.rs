@@ -309,6 +309,7 @@ pub async fn direct_next(
                 .next(crate::support::from_memory(seqsvr_proto::NextRequest {
                     uid,
                     count: 0,
+                    ..Default::default()
                 }))
                 .await
             {

@@ -577,6 +577,7 @@ pub fn start_alloc_with(
         resp: None,
         forward: Default::default(),
         http_addr: None,
+        max_names: seqsvr_alloc::names::DEFAULT_MAX_NAMES,
     };
     edit(&mut cfg);
     let path = store.dir.path().join(format!("{id}.toml"));

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 use crate::ceiling::Grant;
 use crate::error::{AllocError, Result};
+use crate::names::{NameStats, NameTable};
 use crate::section::{CellMemory, Refused, SectionSlot, SectionState, Shape};
 use crate::steps::{AdaptiveSteps, StepPolicy};
 
@@ -30,6 +31,7 @@ use crate::steps::{AdaptiveSteps, StepPolicy};
 /// told apart as two processes would be.
 static STAND_IN: AtomicU64 = AtomicU64::new(1);
 
+mod named;
 mod reserve;
 pub use reserve::MAX_COUNT;
 
@@ -45,6 +47,9 @@ pub struct AllocConfig {
     /// Adaptive steps (`docs/architecture/alloc.md`, Adaptive steps):
     /// `None` raises every section by the set's step.
     pub adaptive: Option<AdaptiveSteps>,
+    /// Most names held in memory (`docs/counters.md`, Memory): a name
+    /// forgotten to stay within it is recreated above everything it had.
+    pub max_names: usize,
 }
 
 impl Default for AllocConfig {
@@ -52,6 +57,7 @@ impl Default for AllocConfig {
         Self {
             raise_ahead_fraction: 0.25,
             adaptive: None,
+            max_names: crate::names::DEFAULT_MAX_NAMES,
         }
     }
 }
@@ -113,6 +119,8 @@ pub struct AllocStats {
     /// Waits that ran out before the raise landed (answered `Exhausted`,
     /// retryable).
     pub raise_wait_timeouts: u64,
+    /// The named counters held (`docs/counters.md`).
+    pub names: NameStats,
 }
 
 /// The sequence numbers of one set, as served by this AllocSvr.
@@ -141,6 +149,8 @@ pub struct Allocator {
     raise_queue: Mutex<Vec<SectionId>>,
     /// Wakes the raiser when `raise_queue` gains an entry.
     raise_signal: Notify,
+    /// The named counters held, one per name (`names.rs`).
+    names: NameTable,
     /// Metrics.
     counters: Counters,
 }
@@ -175,6 +185,7 @@ impl Allocator {
             moved_floor: Mutex::new(Default::default()),
             raise_queue: Mutex::new(Vec::new()),
             raise_signal: Notify::new(),
+            names: NameTable::new(&spec, config.max_names),
             counters: Counters::default(),
             spec,
         })
@@ -576,6 +587,7 @@ impl Allocator {
             raises_early: c.raises_early.load(Relaxed),
             raise_waits: c.raise_waits.load(Relaxed),
             raise_wait_timeouts: c.raise_wait_timeouts.load(Relaxed),
+            names: self.names.stats(),
         }
     }
 

@@ -81,6 +81,10 @@ pub enum AllocError {
         /// What is wrong.
         reason: String,
     },
+    /// A name that is empty or too long (promise 5: refused, nothing
+    /// handed out).
+    #[error(transparent)]
+    InvalidName(#[from] seqsvr_core::NameError),
 }
 
 impl AllocError {

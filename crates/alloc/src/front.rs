@@ -26,6 +26,7 @@
 //!   with `retry_after_ms` ([`ForwardError`]).
 
 pub mod coalesce;
+mod named;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -134,8 +134,12 @@ enum Route {
     Next(Uid),
     Current(Uid),
     Batch,
+    /// `/v1/name/next/{name}`: the name (checked) and its position.
+    NameNext(Vec<u8>, Uid),
+    /// `/v1/name/current/{name}`.
+    NameCurrent(Vec<u8>, Uid),
     /// Leaf's `/api/segment/get/{key}`: a name's next, as bare text.
-    Leaf(Uid),
+    Leaf(Vec<u8>),
     /// Time-ordered ids (`crate::http_ids`).
     Id(IdRoute),
 }
@@ -167,11 +171,11 @@ fn route_q(method: &Method, path: &str, query: Option<&str>) -> Result<Route, Re
     } else if let Some(u) = path.strip_prefix("/v1/current/") {
         (Method::GET, uid(u).map(Route::Current))
     } else if let Some(n) = path.strip_prefix("/v1/name/next/") {
-        (Method::GET, name(n).map(Route::Next))
+        (Method::GET, name(n).map(|(n, k)| Route::NameNext(n, k)))
     } else if let Some(n) = path.strip_prefix("/v1/name/current/") {
-        (Method::GET, name(n).map(Route::Current))
+        (Method::GET, name(n).map(|(n, k)| Route::NameCurrent(n, k)))
     } else if let Some(n) = path.strip_prefix("/api/segment/get/") {
-        (Method::GET, name(n).map(Route::Leaf))
+        (Method::GET, name(n).map(|(n, _)| Route::Leaf(n)))
     } else if path == "/v1/next-batch" {
         (Method::POST, Ok(Route::Batch))
     } else if let Some(r) = crate::http_ids::route(path, query) {
@@ -189,12 +193,13 @@ fn route_q(method: &Method, path: &str, query: Option<&str>) -> Result<Route, Re
     r
 }
 
-/// A name's position: `s` percent-decoded, 1..=256 bytes
+/// A name, `s` percent-decoded (1..=256 bytes), and its position
 /// (`seqsvr_core::names`).
-fn name(s: &str) -> Result<Uid, Refusal> {
+fn name(s: &str) -> Result<(Vec<u8>, Uid), Refusal> {
     let bytes = percent_decode(s)
         .ok_or_else(|| Refusal::Invalid(format!("{s:?} is not percent-encoded")))?;
-    seqsvr_core::name_key(&bytes).map_err(|e| Refusal::Invalid(e.to_string()))
+    let key = seqsvr_core::name_key(&bytes).map_err(|e| Refusal::Invalid(e.to_string()))?;
+    Ok((bytes, key))
 }
 
 /// A uid: decimal digits only (no sign, no spaces), below 2^64.
@@ -222,7 +227,9 @@ async fn handle(front: &Front, req: Request<Incoming>) -> Response<Body> {
     match r {
         Route::Next(uid) => one(front, uid, front.next(uid).await, json),
         Route::Current(uid) => one(front, uid, front.current(uid).await, json),
-        Route::Leaf(key) => match front.next(key).await {
+        Route::NameNext(name, key) => one(front, key, front.next_name(&name, 1).await, json),
+        Route::NameCurrent(name, key) => one(front, key, front.current_name(&name).await, json),
+        Route::Leaf(name) => match front.next_name(&name, 1).await {
             Ok(seq) => reply(StatusCode::OK, "text/plain; charset=utf-8", seq.to_string()),
             Err(e) => error(front, &e),
         },
@@ -436,15 +443,15 @@ mod tests {
         let pos = |n: &str| seqsvr_core::name_key(n.as_bytes()).unwrap();
         assert_eq!(
             route(&get, "/api/segment/get/order:20261126"),
-            Ok(Route::Leaf(pos("order:20261126")))
+            Ok(Route::Leaf(b"order:20261126".to_vec()))
         );
         assert_eq!(
             route(&get, "/v1/name/next/a%20b%2Fc"),
-            Ok(Route::Next(pos("a b/c")))
+            Ok(Route::NameNext(b"a b/c".to_vec(), pos("a b/c")))
         );
         assert_eq!(
             route(&get, "/v1/name/current/x"),
-            Ok(Route::Current(pos("x")))
+            Ok(Route::NameCurrent(b"x".to_vec(), pos("x")))
         );
         let long = format!("/api/segment/get/{}", "k".repeat(257));
         for bad in [

@@ -115,6 +115,7 @@ pub mod lease;
 pub mod malloc;
 pub mod mem;
 pub mod metrics;
+pub mod names;
 pub mod node;
 pub mod ownership;
 pub mod raiser;
@@ -131,6 +132,7 @@ pub use ceiling::{CeilingStore, Grant};
 pub use error::{
     AllocError, CallError, ConfigError, ForwardError, MoveError, NodeError, Result, StoreErr,
 };
+pub use names::NameStats;
 pub use ownership::{
     decide_adopt, decide_after_handoff, reconcile, AdoptRefusal, Adoption, AfterHandoff,
     Reconciliation,

@@ -267,12 +267,16 @@ impl AllocMetrics {
             (&c.raises_early, st.raises_early),
             (&c.raise_waits, st.raise_waits),
             (&c.raise_wait_timeouts, st.raise_wait_timeouts),
+            (&c.names_created, st.names.created),
+            (&c.names_forgotten, st.names.forgotten),
+            (&c.name_numbers_skipped, st.names.skipped),
         ] {
             counter.inc_by(v.saturating_sub(counter.get()));
         }
         let g = &self.state;
         g.sections_served.set(alloc.served_count() as i64);
         g.cell_bytes.set(st.cell_bytes as i64);
+        g.names_held.set(st.names.held as i64);
         g.lease_left_seconds.set(lease_left_ms as f64 / 1000.0);
         g.draining.set(i64::from(draining));
         g.fenced.set(i64::from(fenced));
@@ -298,6 +302,9 @@ struct AllocatorCounters {
     raises_early: IntCounter,
     raise_waits: IntCounter,
     raise_wait_timeouts: IntCounter,
+    names_created: IntCounter,
+    names_forgotten: IntCounter,
+    name_numbers_skipped: IntCounter,
 }
 
 impl AllocatorCounters {
@@ -336,6 +343,17 @@ impl AllocatorCounters {
             raise_wait_timeouts: c(
                 "seqsvr_alloc_raise_wait_timeouts_total",
                 "waits for a raise that ran out (answered CEILING_EXHAUSTED, retryable)",
+            names_created: c(
+                "seqsvr_alloc_names_created_total",
+                "named counters created here: first seen, or seen again after being forgotten",
+            )?,
+            names_forgotten: c(
+                "seqsvr_alloc_names_forgotten_total",
+                "named counters forgotten to stay within max_names",
+            )?,
+            name_numbers_skipped: c(
+                "seqsvr_alloc_name_numbers_skipped_total",
+                "numbers named counters skipped when created above their section's base because names of it were forgotten",
             )?,
         })
     }
@@ -345,6 +363,7 @@ impl AllocatorCounters {
 struct StateGauges {
     sections_served: IntGauge,
     cell_bytes: IntGauge,
+    names_held: IntGauge,
     lease_left_seconds: Gauge,
     draining: IntGauge,
     fenced: IntGauge,
@@ -379,6 +398,7 @@ impl StateGauges {
                 "seqsvr_alloc_cell_bytes",
                 "bytes of cur_seq cells held (served sections, and lost ones until their last callers finish)",
             )?,
+            names_held: int("seqsvr_alloc_names_held", "named counters held in memory (at most max_names)")?,
             lease_left_seconds,
             draining: int("seqsvr_alloc_draining", "1 while this AllocSvr is draining")?,
             fenced: int("seqsvr_alloc_fenced", "1 once this AllocSvr was fenced (it never serves again)")?,

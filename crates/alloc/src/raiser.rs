@@ -212,6 +212,7 @@ mod tests {
         let cfg = AllocConfig {
             raise_ahead_fraction: 0.0,
             adaptive: None,
+            ..AllocConfig::default()
         };
         let alloc = Arc::new(Allocator::new(spec, &cfg).unwrap());
         (

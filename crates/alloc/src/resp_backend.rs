@@ -99,6 +99,14 @@ impl Backend for AllocBackend {
         self.front.current(uid).await.map_err(|e| self.error(e))
     }
 
+    async fn next_name_n<'a>(&'a self, name: &'a [u8], n: u64) -> Result<u64, BackendError> {
+        (self.front.next_name(name, n).await).map_err(|e| self.error(e))
+    }
+
+    async fn current_name<'a>(&'a self, name: &'a [u8]) -> Result<u64, BackendError> {
+        (self.front.current_name(name).await).map_err(|e| self.error(e))
+    }
+
     fn max_count(&self) -> u64 {
         self.front.shared().alloc.max_count()
     }

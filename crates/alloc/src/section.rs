@@ -302,6 +302,32 @@ impl Block {
         Ok(v)
     }
 
+    /// [`take_n`](Self::take_n) for a counter held outside the cells (a
+    /// name's, `names.rs`), whose last number here is `held` and whose
+    /// caller serialises its calls: returns the number handed out and the
+    /// base it was served above.
+    fn take_held(
+        &self,
+        held: u64,
+        n: u64,
+        queue_raise: impl FnOnce(),
+    ) -> Result<(u64, u64), Refused> {
+        // Acquire, as in `take_n`: a caller that sees a take-over's ceiling
+        // also sees its base (promise 1).
+        let ceiling = self.ceiling.load(Acquire);
+        let base = self.base.load(Relaxed);
+        let cur = held.max(base);
+        if cur >= ceiling || ceiling - cur < n {
+            return Err(self.refuse(cur, ceiling, queue_raise));
+        }
+        let v = cur + n;
+        self.high_water.0.fetch_max(v, Relaxed);
+        if ceiling - v <= self.raise_margin {
+            self.low(queue_raise);
+        }
+        Ok((v, base))
+    }
+
     /// Starts loading the cell at `idx` into the cache, so that a later
     /// [`take_n`](Self::take_n) finds it there. Changes nothing; an index past
     /// the cells is ignored (`take` reports it).
@@ -349,6 +375,14 @@ impl Block {
             return None;
         }
         Some(self.cells[idx].load(Relaxed).max(self.base.load(Relaxed)))
+    }
+
+    /// [`current`](Self::current) of a counter held outside the cells.
+    fn current_held(&self, held: u64) -> Option<u64> {
+        if self.ceiling.load(Acquire) == NOT_SERVING {
+            return None;
+        }
+        Some(held.max(self.base.load(Relaxed)))
     }
 
     /// Serves a newer grant in this block, still served: O(1), the base
@@ -480,6 +514,28 @@ impl SectionSlot {
         #[cfg(test)]
         hooks::check_live(block);
         taken
+    }
+
+    /// [`Block::take_held`] under a guard the caller holds: `n` numbers of
+    /// a counter whose last number here is `held` (a name's).
+    pub(crate) fn take_held_pinned(
+        &self,
+        held: u64,
+        n: u64,
+        guard: &Guard,
+        queue_raise: impl FnOnce(),
+    ) -> Result<(u64, u64), Refused> {
+        let Some(block) = self.block(guard) else {
+            return Err(Refused::NotServing);
+        };
+        block.take_held(held, n, queue_raise)
+    }
+
+    /// The `cur_seq` of a counter whose last number here is `held`, or
+    /// `None` if the section is not served here.
+    pub(crate) fn current_held(&self, held: u64) -> Option<u64> {
+        let guard = pin();
+        self.block(&guard)?.current_held(held)
     }
 
     /// The uid's `cur_seq`, or `None` if the section is not served here.

@@ -187,7 +187,7 @@ impl Shared {
                 at(d, *section);
                 (Code::OutOfRange, ErrorKind::UnknownSection, false, false)
             }
-            AllocError::InvalidCount { .. } => {
+            AllocError::InvalidCount { .. } | AllocError::InvalidName(_) => {
                 d.reason = a.to_string();
                 (
                     Code::InvalidArgument,
@@ -341,8 +341,18 @@ pub struct ClientService {
 impl pb::alloc_server::Alloc for ClientService {
     async fn next(&self, req: Request<pb::NextRequest>) -> Result<Response<pb::NextReply>, Status> {
         let (uid, count) = (req.get_ref().uid, req.get_ref().count);
+        let name = &req.get_ref().name;
         let f = &self.front;
-        let answer = if count > 1 {
+        let answer = if !name.is_empty() {
+            // A named counter: its own counter, wherever it is served.
+            match f.local_next_name(name, count).await {
+                Ok(seq) => Ok(seq),
+                Err(e) if e.is_elsewhere() && !forwarded(&req) => {
+                    f.forward_next_name(name, count, e).await
+                }
+                Err(e) => Err(e),
+            }
+        } else if count > 1 {
             // `count` numbers reserved in one step, the last returned.
             match f.local_next_n(uid, count).await {
                 Ok(seq) => Ok(seq),
@@ -390,11 +400,22 @@ impl pb::alloc_server::Alloc for ClientService {
         &self,
         req: Request<pb::CurrentRequest>,
     ) -> Result<Response<pb::CurrentReply>, Status> {
-        let uid = req.get_ref().uid;
+        let (uid, name) = (req.get_ref().uid, &req.get_ref().name);
         let f = &self.front;
-        let seq = match f.local_current(uid) {
+        let local = if name.is_empty() {
+            f.local_current(uid)
+        } else {
+            f.local_current_name(name)
+        };
+        let seq = match local {
             Ok(seq) => Ok(seq),
-            Err(e) if e.is_elsewhere() && !forwarded(&req) => f.forward_current(uid, e).await,
+            Err(e) if e.is_elsewhere() && !forwarded(&req) => {
+                if name.is_empty() {
+                    f.forward_current(uid, e).await
+                } else {
+                    f.forward_current_name(name, e).await
+                }
+            }
             Err(e) => Err(e),
         }
         .map_err(|e| f.shared().status(&e))?;

@@ -157,7 +157,12 @@ mod tests {
 
     /// A `NextRequest` framed as on the wire (uncompressed).
     fn framed(uid: u64) -> Vec<u8> {
-        let msg = pb::NextRequest { uid, count: 0 }.encode_to_vec();
+        let msg = pb::NextRequest {
+            uid,
+            count: 0,
+            ..Default::default()
+        }
+        .encode_to_vec();
         let mut out = vec![0];
         out.extend_from_slice(&(msg.len() as u32).to_be_bytes());
         out.extend_from_slice(&msg);

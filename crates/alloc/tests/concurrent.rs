@@ -103,6 +103,7 @@ fn no_duplicates_or_regressions_under_contention_and_retakes() {
     let cfg = AllocConfig {
         raise_ahead_fraction: 0.25,
         adaptive: None,
+        ..AllocConfig::default()
     };
     let alloc = Arc::new(Allocator::new(spec(), &cfg).unwrap());
     let raiser = Arc::new(Raiser::new(

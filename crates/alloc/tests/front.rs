@@ -81,22 +81,35 @@ async fn caller(
                     .await
                     .map(|r| Observation::batch(&uids, &r.into_inner().seqs, start, Instant::now()))
             }
-            1 => c.current(pb::CurrentRequest { uid }).await.map(|r| {
-                vec![Observation::current(
+            1 => c
+                .current(pb::CurrentRequest {
                     uid,
-                    r.into_inner().seq,
-                    start,
-                    Instant::now(),
-                )]
-            }),
-            _ => c.next(pb::NextRequest { uid, count: 0 }).await.map(|r| {
-                vec![Observation::next(
+                    ..Default::default()
+                })
+                .await
+                .map(|r| {
+                    vec![Observation::current(
+                        uid,
+                        r.into_inner().seq,
+                        start,
+                        Instant::now(),
+                    )]
+                }),
+            _ => c
+                .next(pb::NextRequest {
                     uid,
-                    r.into_inner().seq,
-                    start,
-                    Instant::now(),
-                )]
-            }),
+                    count: 0,
+                    ..Default::default()
+                })
+                .await
+                .map(|r| {
+                    vec![Observation::next(
+                        uid,
+                        r.into_inner().seq,
+                        start,
+                        Instant::now(),
+                    )]
+                }),
         };
         match r {
             Ok(o) => seen.lock().unwrap().obs.extend(o),
@@ -269,7 +282,11 @@ async fn with_forwarding_off_a_foreign_uid_is_refused_with_its_owner() {
 async fn a_forwarded_call_is_never_forwarded_again() {
     let (_store, a1, a2) = split_pair(|_| {}).await;
     let mut c = client(&a1).await;
-    let mut req = tonic::Request::new(pb::NextRequest { uid: 25, count: 0 });
+    let mut req = tonic::Request::new(pb::NextRequest {
+        uid: 25,
+        count: 0,
+        ..Default::default()
+    });
     req.metadata_mut()
         .insert(seqsvr_client::FORWARDED_BY, "a9".parse().unwrap());
     let e = c.next(req).await.unwrap_err();
@@ -387,7 +404,11 @@ async fn the_redis_door_and_counted_next_are_forwarded_to_the_owner() {
 
     let mut c1 = client(&a1).await;
     let v4 = c1
-        .next(pb::NextRequest { uid, count: 5 })
+        .next(pb::NextRequest {
+            uid,
+            count: 5,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner()

@@ -125,6 +125,7 @@ impl World {
         let cfg = AllocConfig {
             raise_ahead_fraction: fraction,
             adaptive: None,
+            ..AllocConfig::default()
         };
         let alloc = Arc::new(Allocator::new(spec(), &cfg).unwrap());
         let raiser = Raiser::new(alloc, store.clone(), RaiserConfig::default());

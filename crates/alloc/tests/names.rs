@@ -1,10 +1,12 @@
 //! Named counters (`docs/counters.md`): a name is served at its position
-//! in the range reserved for names, so its numbers ride on the uid
-//! machinery. These tests try to break per-name strict monotonicity
-//! (promise 1 of `docs/architecture/promises.md`) with take-overs between
-//! AllocSvrs, reservations (`next(name, n)`) mixed with single numbers,
-//! and concurrent reservations; every number a caller received goes
-//! through the per-key checker.
+//! in the range reserved for names, under its section's ceiling, with a
+//! counter of its own in the owner's name table. These tests try to break
+//! per-name strict monotonicity (promise 1 of
+//! `docs/architecture/promises.md`) with take-overs between AllocSvrs,
+//! names forgotten to stay within the bound and seen again, names that
+//! share a position, reservations (`next(name, n)`) mixed with single
+//! numbers, and concurrent reservations; every number a caller received
+//! goes through the per-key checker.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -53,8 +55,17 @@ struct Pair {
 
 impl Pair {
     fn new(rt: &tokio::runtime::Runtime) -> Self {
+        Self::holding(rt, AllocConfig::default().max_names)
+    }
+
+    /// Two AllocSvrs that hold at most `max_names` names each.
+    fn holding(rt: &tokio::runtime::Runtime, max_names: usize) -> Self {
         let store = Arc::new(MemCeilingStore::new(spec()));
-        let mk = || Arc::new(Allocator::new(spec(), &AllocConfig::default()).unwrap());
+        let cfg = AllocConfig {
+            max_names,
+            ..AllocConfig::default()
+        };
+        let mk = || Arc::new(Allocator::new(spec(), &cfg).unwrap());
         let p = Pair {
             store,
             allocs: [mk(), mk()],
@@ -88,9 +99,8 @@ impl Pair {
     /// wait for it; the last returned.
     fn next(&self, rt: &tokio::runtime::Runtime, name: &str, n: u64) -> u64 {
         let a = &self.allocs[self.owner];
-        let key = name_key(name.as_bytes()).unwrap();
         loop {
-            match a.next_n(key, n) {
+            match a.next_name_n(name.as_bytes(), n) {
                 Ok(v) => return v,
                 Err(seqsvr_alloc::AllocError::Exhausted { .. }) => {
                     let raiser =
@@ -103,34 +113,75 @@ impl Pair {
     }
 }
 
+/// Two names of the test set that share a position, found by trying
+/// `twin:0`, `twin:1` … (the mapping is fixed, so so are they).
+fn twins() -> (String, String) {
+    let end = spec().uid_end;
+    let mut seen: HashMap<u64, String> = HashMap::new();
+    for i in 0u64.. {
+        let n = format!("twin:{i}");
+        let k = name_key(n.as_bytes()).unwrap();
+        if k >= end {
+            continue;
+        }
+        if let Some(other) = seen.insert(k, n.clone()) {
+            return (other, n);
+        }
+    }
+    unreachable!()
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Next(usize, u64),
+    Current(usize),
     FailOver,
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        8 => (0usize..6, 1u64..=20).prop_map(|(n, c)| Op::Next(n, c)),
+        8 => (0usize..8, 1u64..=20).prop_map(|(n, c)| Op::Next(n, c)),
+        2 => (0usize..8).prop_map(Op::Current),
         1 => Just(Op::FailOver),
     ]
+}
+
+/// Eight names: six of [`names`] and the two [`twins`], which share a
+/// position.
+fn eight() -> Vec<String> {
+    let mut ns = names(6);
+    let (a, b) = twins();
+    ns.extend([a, b]);
+    ns
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
-    /// Per name, every range received lies above every earlier one, through
-    /// any interleaving of reservations and take-overs.
+    /// Per name, every range received lies above every earlier one, and
+    /// `current` is at or above the last number received and below the
+    /// next, through any interleaving of reservations, reads, take-overs
+    /// and names forgotten (each AllocSvr holds `bound` of the eight).
     #[test]
-    fn names_stay_strictly_ordered_across_take_overs(ops in proptest::collection::vec(op(), 1..120)) {
+    fn names_stay_strictly_ordered_across_take_overs_and_evictions(
+        ops in proptest::collection::vec(op(), 1..120),
+        bound in 1usize..=9,
+    ) {
         let rt = runtime();
-        let names = names(6);
-        let mut pair = Pair::new(&rt);
+        let names = eight();
+        let mut pair = Pair::holding(&rt, bound);
         let mut obs = Vec::new();
         let mut last: HashMap<usize, u64> = HashMap::new();
+        let mut read: HashMap<usize, u64> = HashMap::new();
         for (t, op) in ops.iter().enumerate() {
             match *op {
                 Op::FailOver => pair.fail_over(&rt),
+                Op::Current(i) => {
+                    let a = &pair.allocs[pair.owner];
+                    let c = a.current_name(names[i].as_bytes()).unwrap();
+                    prop_assert!(last.get(&i).is_none_or(|&l| c >= l), "{:?}: {c}", op);
+                    read.insert(i, c);
+                }
                 Op::Next(i, n) => {
                     let v = pair.next(&rt, &names[i], n);
                     // Each number of the range as the checker sees it: the
@@ -140,13 +191,73 @@ proptest! {
                         obs.push(Observation::next(i as u64, seq, at, at));
                     }
                     prop_assert!(last.get(&i).is_none_or(|&l| v - n >= l), "{:?}", op);
+                    prop_assert!(read.get(&i).is_none_or(|&c| v - n >= c), "{:?} below a read", op);
                     last.insert(i, v);
                 }
             }
         }
+        for a in &pair.allocs {
+            prop_assert!(a.stats().names.held <= bound as u64);
+        }
         let report = check(&obs);
         prop_assert!(report.ok(), "{:?}", report);
     }
+}
+
+/// Two names at one position have counters of their own: one's traffic
+/// leaves no gap in the other's numbers.
+#[test]
+fn names_at_one_position_do_not_share_a_counter() {
+    let rt = runtime();
+    let pair = Pair::new(&rt);
+    let (a, b) = twins();
+    assert_eq!(name_key(a.as_bytes()), name_key(b.as_bytes()));
+    for want in 1..=30 {
+        assert_eq!(pair.next(&rt, &a, 1), want);
+    }
+    assert_eq!(pair.next(&rt, &b, 1), 1);
+    assert_eq!(pair.next(&rt, &b, 5), 6);
+    assert_eq!(pair.next(&rt, &a, 1), 31);
+    let owner = &pair.allocs[pair.owner];
+    assert_eq!(owner.current_name(b.as_bytes()), Ok(6));
+    assert_eq!(owner.stats().names.created, 2);
+}
+
+/// A name forgotten to stay within the bound and seen again skips ahead
+/// (counted) and never repeats nor goes back; a bad name is refused and
+/// changes nothing.
+#[test]
+fn a_forgotten_name_skips_ahead_and_is_counted() {
+    let rt = runtime();
+    let pair = Pair::holding(&rt, 1);
+    let ns = names(2);
+    let (a, b) = (&ns[0], &ns[1]);
+    for _ in 0..10 {
+        pair.next(&rt, a, 1);
+    }
+    assert_eq!(pair.next(&rt, b, 1), 1); // "a" is forgotten for "b"
+    let owner = &pair.allocs[pair.owner];
+    let before = owner.stats().names;
+    assert_eq!((before.held, before.created, before.forgotten), (1, 2, 1));
+    let v = pair.next(&rt, a, 1);
+    assert!(v > 10, "{a} went back to {v}");
+    let after = owner.stats().names;
+    assert_eq!((after.created, after.forgotten), (3, 2));
+    assert!(after.skipped > before.skipped);
+    let long = vec![b'n'; 257];
+    for bad in [&b""[..], &long[..]] {
+        assert!(matches!(
+            owner.next_name(bad),
+            Err(seqsvr_alloc::AllocError::InvalidName(_))
+        ));
+        assert!(owner.current_name(bad).is_err());
+    }
+    assert_eq!(owner.stats().names, after);
+    assert!(matches!(
+        owner.next_name_n(a.as_bytes(), 0),
+        Err(seqsvr_alloc::AllocError::InvalidCount { .. })
+    ));
+    assert_eq!(owner.stats().names, after);
 }
 
 /// Concurrent reservations of one name (INCRBY from many callers) never
@@ -180,21 +291,4 @@ fn concurrent_reservations_of_one_name_never_overlap() {
         assert!(w[0].1 < w[1].0, "ranges {:?} and {:?} overlap", w[0], w[1]);
     }
     assert_eq!(sorted.len(), 1200);
-}
-
-/// Names are told apart; a name and a uid-shaped key never meet.
-#[test]
-fn names_are_counters_of_their_own() {
-    let rt = runtime();
-    let pair = Pair::new(&rt);
-    let ns = names(6);
-    let mut positions: Vec<u64> = ns.iter().map(|n| name_key(n.as_bytes()).unwrap()).collect();
-    positions.sort_unstable();
-    positions.dedup();
-    // Each one starts at 1 unless it shares a position (docs/counters.md).
-    for n in &ns {
-        let v = pair.next(&rt, n, 1);
-        assert!(v >= 1);
-    }
-    assert!(positions.len() > 1, "the names spread over positions");
 }

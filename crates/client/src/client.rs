@@ -183,18 +183,24 @@ impl SeqClient {
     /// with a uid's promises (`docs/counters.md`). A bad name is
     /// `InvalidArgument`, nothing sent.
     pub async fn next_name(&self, name: impl AsRef<[u8]>) -> Result<u64> {
-        self.next(name_position(name.as_ref())?).await
+        self.next_name_n(name, 0).await
     }
 
     /// Reserves `count` numbers of the named counter `name` in one step
     /// (the caller owns `(v − count, v]`), as [`next_n`](Self::next_n).
+    /// The name travels with the call, so the owner keeps a counter for
+    /// it alone (two names at one position never share one).
     pub async fn next_name_n(&self, name: impl AsRef<[u8]>, count: u64) -> Result<u64> {
-        self.next_n(name_position(name.as_ref())?, count).await
+        let name = name.as_ref();
+        let key = name_position(name)?;
+        self.single_for(key, name, Op::Next { count }).await
     }
 
     /// The last number handed out for the named counter `name`.
     pub async fn current_name(&self, name: impl AsRef<[u8]>) -> Result<u64> {
-        self.current(name_position(name.as_ref())?).await
+        let name = name.as_ref();
+        let key = name_position(name)?;
+        self.single_for(key, name, Op::Current).await
     }
 
     /// Asks every seed and known AllocSvr for its route table now and
@@ -233,10 +239,16 @@ impl SeqClient {
     /// Runs a single-uid call with retries until it succeeds, fails for
     /// good, or runs out of time.
     async fn single(&self, uid: u64, op: Op) -> Result<u64> {
+        self.single_for(uid, &[], op).await
+    }
+
+    /// [`single`](Self::single) for the key `uid`, or for the named
+    /// counter `name` (non-empty) served at the position `uid`.
+    async fn single_for(&self, uid: u64, name: &[u8], op: Op) -> Result<u64> {
         let mut retry = Retry::new(&self.inner.options);
         let mut answered = None;
         loop {
-            match self.try_single(uid, op, &retry).await {
+            match self.try_single(uid, name, op, &retry).await {
                 Ok(seq) => return Ok(seq),
                 Err(f) => {
                     let f = retry.settle(f, &mut answered);
@@ -247,7 +259,7 @@ impl SeqClient {
     }
 
     /// One attempt of a single-uid call at the uid's owner.
-    async fn try_single(&self, uid: u64, op: Op, retry: &Retry) -> Attempt<u64> {
+    async fn try_single(&self, uid: u64, name: &[u8], op: Op, retry: &Retry) -> Attempt<u64> {
         let target = self.target(uid, retry).await?;
         let mut c = self
             .alloc(&target.addr)
@@ -259,11 +271,24 @@ impl SeqClient {
         let call = async {
             match op {
                 Op::Next { count } => c
-                    .next(self.data_request(pb::NextRequest { uid, count }, timeout))
+                    .next(self.data_request(
+                        pb::NextRequest {
+                            uid,
+                            count,
+                            name: name.to_vec(),
+                        },
+                        timeout,
+                    ))
                     .await
                     .map(|r| (r.get_ref().seq, r.get_ref().route_version)),
                 Op::Current => c
-                    .current(self.data_request(pb::CurrentRequest { uid }, timeout))
+                    .current(self.data_request(
+                        pb::CurrentRequest {
+                            uid,
+                            name: name.to_vec(),
+                        },
+                        timeout,
+                    ))
                     .await
                     .map(|r| (r.get_ref().seq, r.get_ref().route_version)),
             }

@@ -3,15 +3,15 @@
 //! A name is routed like a uid: it hashes to a *position*, one key of a
 //! range of the key space reserved for names ([`NAME_KEYS`]). That range
 //! is served by a set like any uids, so the position has a section, an
-//! owner, a lease, an epoch and a ceiling, and every number of the name
-//! comes from the position's counter in its owner's memory: sets, moves,
-//! leases, fencing, skip ahead after a take-over and forwarding apply to
-//! names unchanged, and so do promises 1-5 (`docs/architecture/promises.md`).
+//! owner, a lease, an epoch and a ceiling: sets, moves, leases, fencing,
+//! skip ahead after a take-over and forwarding apply to names unchanged,
+//! and so do promises 1-5 (`docs/architecture/promises.md`). The name
+//! travels with the call, and the owner keeps a counter per name under
+//! the position's section (its ceiling covers every name in it).
 //!
 //! What a caller may observe (`docs/counters.md`): gaps (after a take-over,
-//! as for a uid); and two names that hash to one position share its
-//! counter, so each sees gaps made by the other (never a repeat nor a step
-//! back: the shared counter only grows, and each number goes to one call).
+//! or when a name the owner forgot is recreated above its section's
+//! forgotten names); two names at one position never share a counter.
 //!
 //! The mapping is part of the wire contract: every door and every client
 //! computes it alike, and a name must keep its position for ever (a new
@@ -30,7 +30,7 @@ pub const MAX_NAME_LEN: usize = 256;
 pub const NAME_KEY_BEGIN: Uid = 1 << 63;
 
 /// How many positions names hash to: `2^20`. A set serving the whole
-/// range holds 8 bytes a position (8 MiB), whatever the number of names.
+/// range holds 8 bytes a position (8 MiB) besides the names it holds.
 pub const NAME_KEY_COUNT: u64 = 1 << 20;
 
 /// The keys reserved for names: `[2^63, 2^63 + 2^20)`.

@@ -43,6 +43,21 @@ pub trait Backend: Send + Sync + 'static {
     /// it, below the next. Never a mutation.
     fn current(&self, uid: u64) -> impl Future<Output = Result<u64, BackendError>> + Send;
 
+    /// Reserves `n` numbers of the named counter `name` (a key the uid
+    /// mapping does not claim, checked as a name), the last returned; a
+    /// counter of its own, whatever its position (`docs/counters.md`).
+    fn next_name_n<'a>(
+        &'a self,
+        name: &'a [u8],
+        n: u64,
+    ) -> impl Future<Output = Result<u64, BackendError>> + Send + 'a;
+
+    /// The named counter's current value, as [`current`](Self::current).
+    fn current_name<'a>(
+        &'a self,
+        name: &'a [u8],
+    ) -> impl Future<Output = Result<u64, BackendError>> + Send + 'a;
+
     /// The most numbers one `next_n` reserves.
     fn max_count(&self) -> u64;
 

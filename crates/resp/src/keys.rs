@@ -15,6 +15,17 @@
 
 use std::fmt;
 
+use bytes::Bytes;
+
+/// A counter a key names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Key {
+    /// A uid (the uid mapping claims the key).
+    Uid(u64),
+    /// A named counter: the key itself, 1..=256 bytes.
+    Name(Bytes),
+}
+
 /// How keys map to uids.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyMap {
@@ -81,6 +92,20 @@ impl KeyMap {
                 rule: format!("{}, or a name: {e}", self.rule()),
             })
         })
+    }
+
+    /// The counter `key` names: the uid the uid mapping claims it for,
+    /// else the name it is (checked: 1..=256 bytes), which has a counter
+    /// of its own (`docs/counters.md`).
+    pub fn counter(&self, key: &Bytes) -> Result<Key, BadKey> {
+        if let Ok(u) = self.uid(key) {
+            return Ok(Key::Uid(u));
+        }
+        seqsvr_core::check_name(key).map_err(|e| BadKey {
+            key: shorten(key),
+            rule: format!("{}, or a name: {e}", self.rule()),
+        })?;
+        Ok(Key::Name(key.clone()))
     }
 
     /// The rule in words: `a decimal uid (42) or seq:<uid> (seq:42)`.

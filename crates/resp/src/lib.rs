@@ -38,7 +38,7 @@ pub mod state;
 
 pub use backend::{Backend, BackendError, IdParts};
 pub use config::{Credentials, DoorConfig};
-pub use keys::KeyMap;
+pub use keys::{Key, KeyMap};
 pub use metrics::DoorMetrics;
 pub use parse::{Limits, Parsed, Parser, ProtoError, Request};
 pub use reply::{Proto, Reply};

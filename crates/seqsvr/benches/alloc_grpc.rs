@@ -424,7 +424,11 @@ async fn forward(args: &Args, mut cluster: support::SetCluster) {
     loop {
         let answered = match AllocClient::connect(format!("http://{via}")).await {
             Ok(mut c) => c
-                .next(seqsvr_proto::NextRequest { uid: 1, count: 0 })
+                .next(seqsvr_proto::NextRequest {
+                    uid: 1,
+                    count: 0,
+                    ..Default::default()
+                })
                 .await
                 .is_ok(),
             Err(_) => false,

@@ -11,11 +11,12 @@
 //!
 //! | process | peer | client | admin | metrics | resp | http |
 //! | --- | --- | --- | --- | --- | --- | --- |
-//! | store `i` (1..=6) | N+i | N+10+i | N+20+i | N+30+i | | |
-//! | alloc `j` (1..=4) | N+110+j | N+100+j | N+120+j | N+130+j | N+140+j | N+150+j |
+//! | store `i` (1..=9) | N+i | N+10+i | N+20+i | N+30+i | | |
+//! | alloc `j` (1..=6) | N+110+j | N+100+j | N+120+j | N+130+j | N+140+j | N+150+j |
 //!
 //! Set 0 is stores 1–3 and allocs 1–2; set 1 (`--sets 2`) stores 4–6 and
-//! allocs 3–4. The span is `N..=N+154`.
+//! allocs 3–4; the names set ([`DEV_NAMES_SET`], always) stores 7–9 and
+//! allocs 5–6. The span is `N..=N+156`.
 
 use std::path::{Path, PathBuf};
 
@@ -25,7 +26,7 @@ use seqsvr_net::{DevPki, TlsConfig};
 pub const DEV_PORT_BASE: u16 = 7100;
 
 /// How far above the base the dev ports reach.
-pub const DEV_PORT_SPAN: u16 = 154;
+pub const DEV_PORT_SPAN: u16 = 156;
 
 /// The highest port base whose whole span fits under 65536.
 pub const DEV_PORT_BASE_MAX: u16 = u16::MAX - DEV_PORT_SPAN;
@@ -71,7 +72,7 @@ pub struct DevStore {
 }
 
 impl DevStore {
-    /// Store replica `id` (1..=6) of the dev cluster whose ports start at
+    /// Store replica `id` (1..=9) of the dev cluster whose ports start at
     /// `base`.
     pub fn at(base: u16, id: u64) -> DevStore {
         let i = id as u16;
@@ -124,10 +125,12 @@ pub struct DevAlloc {
 }
 
 /// The dev AllocSvrs' ids, in port order.
-pub const DEV_ALLOC_IDS: [&str; 4] = ["alloc-1", "alloc-2", "alloc-3", "alloc-4"];
+pub const DEV_ALLOC_IDS: [&str; 6] = [
+    "alloc-1", "alloc-2", "alloc-3", "alloc-4", "alloc-5", "alloc-6",
+];
 
 impl DevAlloc {
-    /// AllocSvr `j` (1..=4) of the dev cluster whose ports start at `base`.
+    /// AllocSvr `j` (1..=6) of the dev cluster whose ports start at `base`.
     pub fn at(base: u16, j: usize) -> DevAlloc {
         let o = j as u16;
         DevAlloc {
@@ -180,13 +183,14 @@ impl DevSet {
     }
 }
 
-/// The first `n` sets (1 or 2) of the dev cluster at the default ports.
+/// The first `n` sets (1 or 2) of the dev cluster at the default ports,
+/// and its names set.
 pub fn dev_sets(n: u32) -> Vec<DevSet> {
     dev_sets_at(DEV_PORT_BASE, n)
 }
 
 /// The first `n` sets (1 or 2) of the dev cluster whose ports start at
-/// `base`.
+/// `base`, and its names set (last).
 pub fn dev_sets_at(base: u16, n: u32) -> Vec<DevSet> {
     let set = |id: u32, uids: std::ops::Range<u64>, stores: [u64; 3], allocs: [usize; 2]| DevSet {
         spec: seqsvr_core::SetSpec::new(id, uids),
@@ -197,7 +201,21 @@ pub fn dev_sets_at(base: u16, n: u32) -> Vec<DevSet> {
     if n >= 2 {
         sets.push(set(1, 0..2 * DEV_UID_END, [4, 5, 6], [3, 4]));
     }
+    sets.push(set(DEV_NAMES_SET, dev_names_span(), [7, 8, 9], [5, 6]));
     sets
+}
+
+/// The dev cluster's set for named counters (`docs/counters.md`): added
+/// for its whole span at start, so a name works out of the box through
+/// every door (any AllocSvr forwards a name to its owner).
+pub const DEV_NAMES_SET: u32 = 2;
+
+/// The names set's span: the sections of set 0's grid that cover the range
+/// reserved for names (a span must start on set 0's section boundaries).
+pub fn dev_names_span() -> std::ops::Range<u64> {
+    let size = seqsvr_core::section::DEFAULT_SECTION_SIZE;
+    let names = seqsvr_core::NAME_KEYS;
+    (names.start / size * size)..names.end.div_ceil(size) * size
 }
 
 /// Every address the dev cluster of `sets` binds, with what for, in the

@@ -16,6 +16,7 @@ fn alloc(fraction: f64) -> Allocator {
         &AllocConfig {
             raise_ahead_fraction: fraction,
             adaptive: None,
+            ..AllocConfig::default()
         },
     )
     .unwrap()

@@ -80,6 +80,11 @@ pub struct AllocNodeConfig {
     /// (every raise adds the set's step) unless configured.
     #[serde(default)]
     pub adaptive_steps: Option<AdaptiveStepsSection>,
+    /// Most named counters held in memory (`docs/counters.md`, Memory); a
+    /// name forgotten to stay within it is recreated above everything it
+    /// had, and counted. At least 1.
+    #[serde(default = "default_max_names")]
+    pub max_names: usize,
 }
 
 /// The `[adaptive_steps]` table. The largest step is the set's `step`
@@ -247,6 +252,10 @@ fn default_fraction() -> f64 {
     0.25
 }
 
+fn default_max_names() -> usize {
+    crate::names::DEFAULT_MAX_NAMES
+}
+
 /// Bounds of the timing keys, in ms.
 const MIN_RENEW_MS: u64 = 10;
 
@@ -370,6 +379,8 @@ impl AllocNodeConfig {
         }
         if let Some(a) = &self.adaptive_steps {
             a.validate().or_else(|(key, r)| bad(key, r))?;
+        if self.max_names == 0 {
+            return bad("max_names", "0 holds no name; at least 1".to_string());
         }
         if let Some(r) = &self.resp {
             check_addr(&r.addr, true).or_else(|e| bad("resp.addr", e))?;
@@ -526,6 +537,11 @@ raise_ahead_fraction = 0.25
                 "raise_ahead_fraction = 0.25",
                 "raise_ahead_fraction = nan",
                 "raise_ahead_fraction",
+            ),
+            (
+                "wait_ms = 1000",
+                "wait_ms = 1000\nmax_names = 0",
+                "max_names",
             ),
             ("id = \"alloc-1\"", "id = \"\"", "id"),
             (

@@ -379,6 +379,7 @@ impl AllocNode {
         let alloc_cfg = AllocConfig {
             raise_ahead_fraction: cfg.raise_ahead_fraction,
             adaptive: cfg.adaptive_steps.as_ref().map(|a| a.config()),
+            max_names: cfg.max_names,
         };
         let alloc = Arc::new(Allocator::with_incarnation(
             routes.set.clone(),

@@ -55,6 +55,7 @@ pub async fn node_config(
         forward: Default::default(),
         http_addr: None,
         adaptive_steps: None,
+        max_names: seqsvr_alloc::names::DEFAULT_MAX_NAMES,
     };
     (cfg, l)
 }
@@ -88,15 +89,22 @@ pub async fn peer(n: &AllocNode) -> AllocPeerClient<Channel> {
 }
 
 pub async fn next(c: &mut AllocClient<Channel>, uid: u64) -> Result<u64, Status> {
-    c.next(pb::NextRequest { uid, count: 0 })
-        .await
-        .map(|r| r.into_inner().seq)
+    c.next(pb::NextRequest {
+        uid,
+        count: 0,
+        ..Default::default()
+    })
+    .await
+    .map(|r| r.into_inner().seq)
 }
 
 pub async fn current(c: &mut AllocClient<Channel>, uid: u64) -> Result<u64, Status> {
-    c.current(pb::CurrentRequest { uid })
-        .await
-        .map(|r| r.into_inner().seq)
+    c.current(pb::CurrentRequest {
+        uid,
+        ..Default::default()
+    })
+    .await
+    .map(|r| r.into_inner().seq)
 }
 
 /// A request marked as forwarded by another AllocSvr: answered from the
@@ -111,16 +119,23 @@ pub fn marked<T>(msg: T) -> tonic::Request<T> {
 
 /// `next` answered by this AllocSvr alone (no forwarding).
 pub async fn next_here(c: &mut AllocClient<Channel>, uid: u64) -> Result<u64, Status> {
-    c.next(marked(pb::NextRequest { uid, count: 0 }))
-        .await
-        .map(|r| r.into_inner().seq)
+    c.next(marked(pb::NextRequest {
+        uid,
+        count: 0,
+        ..Default::default()
+    }))
+    .await
+    .map(|r| r.into_inner().seq)
 }
 
 /// `current` answered by this AllocSvr alone (no forwarding).
 pub async fn current_here(c: &mut AllocClient<Channel>, uid: u64) -> Result<u64, Status> {
-    c.current(marked(pb::CurrentRequest { uid }))
-        .await
-        .map(|r| r.into_inner().seq)
+    c.current(marked(pb::CurrentRequest {
+        uid,
+        ..Default::default()
+    }))
+    .await
+    .map(|r| r.into_inner().seq)
 }
 
 /// The status's code and `ErrorDetail` kind.

@@ -6,62 +6,72 @@ use bytes::Bytes;
 
 use super::{not_integer, Fail};
 use crate::backend::{Backend, BackendError};
+use crate::keys::Key;
 use crate::parse::{parse_int, Request};
 use crate::reply::Reply;
 use crate::state::Ctx;
 
-/// A counter operation, its keys already mapped to uids (a name's key is
-/// its position, `docs/counters.md`).
+/// A counter operation, its keys already mapped to uids or names (a name
+/// has a counter of its own, `docs/counters.md`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
-    /// One number (`INCR`, `INCRBY k 1`): coalesced with its neighbours
-    /// into one batch call.
+    /// One number of a uid (`INCR`, `INCRBY k 1`): coalesced with its
+    /// neighbours into one batch call.
     Incr(u64),
     /// `n` numbers in one step; the last is the reply.
-    IncrBy(u64, u64),
+    IncrBy(Key, u64),
     /// The current value, as an integer (`INCRBY k 0`).
-    Current(u64),
+    Current(Key),
     /// The current value, as a bulk string (`GET`).
-    Get(u64),
+    Get(Key),
     /// Current values, as bulk strings (`MGET`).
-    MGet(Vec<u64>),
-    /// One number per uid, in order (`SEQ.BATCH`).
-    Batch(Vec<u64>),
+    MGet(Vec<Key>),
+    /// One number per key, in order (`SEQ.BATCH`).
+    Batch(Vec<Key>),
     /// `n` time-ordered ids of a namespace (`SEQ.ID ns [n]`).
     Ids(String, u64),
     /// An id of a namespace taken apart (`SEQ.DECODE id [ns]`).
     Decode(u64, String),
 }
 
-fn uid(ctx: &Ctx, key: &Bytes) -> Result<u64, Fail> {
-    ctx.cfg.keys.key(key).map_err(|e| Fail::err("bad_key", e))
+fn key(ctx: &Ctx, key: &Bytes) -> Result<Key, Fail> {
+    ctx.cfg
+        .keys
+        .counter(key)
+        .map_err(|e| Fail::err("bad_key", e))
 }
 
-fn uids(ctx: &Ctx, keys: &[Bytes], what: &str, max: usize) -> Result<Vec<u64>, Fail> {
-    if keys.len() > max {
+fn keys(ctx: &Ctx, ks: &[Bytes], what: &str, max: usize) -> Result<Vec<Key>, Fail> {
+    if ks.len() > max {
         return Err(Fail::err(
             "too_large",
-            format!("{what} takes at most {max} keys, not {}", keys.len()),
+            format!("{what} takes at most {max} keys, not {}", ks.len()),
         ));
     }
-    keys.iter().map(|k| uid(ctx, k)).collect()
+    ks.iter().map(|k| key(ctx, k)).collect()
 }
 
 /// `INCR key`.
 pub fn incr(req: &Request, ctx: &Ctx) -> Result<Op, Fail> {
-    Ok(Op::Incr(uid(ctx, &req.args[1])?))
+    Ok(match key(ctx, &req.args[1])? {
+        Key::Uid(u) => Op::Incr(u),
+        name => Op::IncrBy(name, 1),
+    })
 }
 
 /// `INCRBY key n`: `n` numbers reserved, the last returned (the caller
 /// owns `(v − n, v]`); `n = 0` answers the current value; a negative `n`
 /// is refused (numbers never go down).
 pub fn incrby(req: &Request, ctx: &Ctx) -> Result<Op, Fail> {
-    let u = uid(ctx, &req.args[1])?;
+    let k = key(ctx, &req.args[1])?;
     let n = parse_int(&req.args[2]).ok_or_else(not_integer)?;
     let max = ctx.max_count;
     match n {
-        0 => Ok(Op::Current(u)),
-        1 => Ok(Op::Incr(u)),
+        0 => Ok(Op::Current(k)),
+        1 => match k {
+            Key::Uid(u) => Ok(Op::Incr(u)),
+            name => Ok(Op::IncrBy(name, 1)),
+        },
         n if n < 0 => Err(Fail::err(
             "refused",
             "INCRBY with a negative increment is refused: sequence numbers never go down",
@@ -70,23 +80,23 @@ pub fn incrby(req: &Request, ctx: &Ctx) -> Result<Op, Fail> {
             "too_large",
             format!("INCRBY reserves at most {max} numbers at once, not {n}"),
         )),
-        n => Ok(Op::IncrBy(u, n as u64)),
+        n => Ok(Op::IncrBy(k, n as u64)),
     }
 }
 
 /// `GET key`: the current value, never a mutation.
 pub fn get(req: &Request, ctx: &Ctx) -> Result<Op, Fail> {
-    Ok(Op::Get(uid(ctx, &req.args[1])?))
+    Ok(Op::Get(key(ctx, &req.args[1])?))
 }
 
 /// `MGET key …`.
 pub fn mget(req: &Request, ctx: &Ctx) -> Result<Op, Fail> {
-    Ok(Op::MGet(uids(ctx, &req.args[1..], "MGET", ctx.max_batch)?))
+    Ok(Op::MGet(keys(ctx, &req.args[1..], "MGET", ctx.max_batch)?))
 }
 
 /// `SEQ.BATCH key …`: the numbers `NextBatch` would return.
 pub fn batch(req: &Request, ctx: &Ctx) -> Result<Op, Fail> {
-    Ok(Op::Batch(uids(
+    Ok(Op::Batch(keys(
         ctx,
         &req.args[1..],
         "SEQ.BATCH",
@@ -148,19 +158,19 @@ pub async fn run<B: Backend>(b: &B, op: Op) -> Result<Reply, Fail> {
     let fail = |e: BackendError| backend_fail(&e);
     match op {
         Op::Incr(u) => int(b.next_n(u, 1).await.map_err(fail)?),
-        Op::IncrBy(u, n) => int(b.next_n(u, n).await.map_err(fail)?),
-        Op::Current(u) => int(b.current(u).await.map_err(fail)?),
-        Op::Get(u) => Ok(decimal(b.current(u).await.map_err(fail)?)),
-        Op::MGet(us) => {
-            let mut out = Vec::with_capacity(us.len());
-            for u in us {
-                out.push(decimal(b.current(u).await.map_err(fail)?));
+        Op::IncrBy(k, n) => int(next_n(b, &k, n).await.map_err(fail)?),
+        Op::Current(k) => int(current(b, &k).await.map_err(fail)?),
+        Op::Get(k) => Ok(decimal(current(b, &k).await.map_err(fail)?)),
+        Op::MGet(ks) => {
+            let mut out = Vec::with_capacity(ks.len());
+            for k in ks {
+                out.push(decimal(current(b, &k).await.map_err(fail)?));
             }
             Ok(Reply::Array(out))
         }
-        Op::Batch(us) => {
-            let mut seqs = Vec::with_capacity(us.len());
-            b.next_batch(&us, &mut seqs).await.map_err(fail)?;
+        Op::Batch(ks) => {
+            let mut seqs = Vec::with_capacity(ks.len());
+            batch_keys(b, &ks, &mut seqs).await.map_err(fail)?;
             Ok(Reply::Array(
                 seqs.into_iter().map(int).collect::<Result<_, _>>()?,
             ))
@@ -168,6 +178,40 @@ pub async fn run<B: Backend>(b: &B, op: Op) -> Result<Reply, Fail> {
         Op::Ids(ns, n) => super::ids::run_ids(b, &ns, n).await,
         Op::Decode(id, ns) => super::ids::run_decode(b, id, &ns).await,
     }
+}
+
+/// `n` numbers of a uid or a name.
+async fn next_n<B: Backend>(b: &B, k: &Key, n: u64) -> Result<u64, BackendError> {
+    match k {
+        Key::Uid(u) => b.next_n(*u, n).await,
+        Key::Name(name) => b.next_name_n(name, n).await,
+    }
+}
+
+/// The current value of a uid or a name.
+async fn current<B: Backend>(b: &B, k: &Key) -> Result<u64, BackendError> {
+    match k {
+        Key::Uid(u) => b.current(*u).await,
+        Key::Name(name) => b.current_name(name).await,
+    }
+}
+
+/// One number per key, in order, stopping at the first refusal: uids
+/// alone go as one batch call; with names among them, one call a key.
+async fn batch_keys<B: Backend>(b: &B, ks: &[Key], out: &mut Vec<u64>) -> Result<(), BackendError> {
+    let uids: Option<Vec<u64>> = (ks.iter())
+        .map(|k| match k {
+            Key::Uid(u) => Some(*u),
+            Key::Name(_) => None,
+        })
+        .collect();
+    if let Some(uids) = uids {
+        return b.next_batch(&uids, out).await;
+    }
+    for k in ks {
+        out.push(next_n(b, k, 1).await?);
+    }
+    Ok(())
 }
 
 fn decimal(v: u64) -> Reply {

@@ -23,6 +23,8 @@ pub const NOT_OWNED: u64 = 13;
 pub struct MemBackend {
     pub cur: Mutex<HashMap<u64, u64>>,
     pub batches: Mutex<Vec<usize>>,
+    /// Numbers per named counter.
+    pub names: Mutex<HashMap<Vec<u8>, u64>>,
 }
 
 fn refuse(uid: u64) -> Option<BackendError> {
@@ -70,6 +72,17 @@ impl Backend for MemBackend {
             return Err(e);
         }
         Ok(*self.cur.lock().unwrap().get(&uid).unwrap_or(&0))
+    }
+
+    async fn next_name_n<'a>(&'a self, name: &'a [u8], n: u64) -> Result<u64, BackendError> {
+        let mut m = self.names.lock().unwrap();
+        let v = m.entry(name.to_vec()).or_insert(0);
+        *v += n;
+        Ok(*v)
+    }
+
+    async fn current_name<'a>(&'a self, name: &'a [u8]) -> Result<u64, BackendError> {
+        Ok(*self.names.lock().unwrap().get(name).unwrap_or(&0))
     }
 
     fn max_count(&self) -> u64 {

@@ -80,11 +80,15 @@ impl Caller {
             match self {
                 Caller::Lib(c) => c.next(uid).await.map_err(|e| e.to_string())?,
                 Caller::Raw(c) => {
-                    c.next(NextRequest { uid, count: 0 })
-                        .await
-                        .map_err(|e| e.to_string())?
-                        .get_ref()
-                        .seq
+                    c.next(NextRequest {
+                        uid,
+                        count: 0,
+                        ..Default::default()
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .get_ref()
+                    .seq
                 }
             };
             return Ok(1);

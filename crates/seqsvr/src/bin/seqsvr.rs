@@ -114,13 +114,14 @@ enum Cmd {
         /// under the dev dir (`pki/`); prints the seqctl flags to use.
         #[arg(long)]
         tls: bool,
-        /// How many sets to run: 2 adds set 1 (3 more store replicas, 2
+        /// How many uid sets to run: 2 adds set 1 (3 more store replicas, 2
         /// more AllocSvrs) serving the next range of uids, so multi-set
-        /// paths (`seqctl set move`) can be tried locally.
+        /// paths (`seqctl set move`) can be tried locally. The names set
+        /// (named counters) always runs.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=2))]
         sets: u32,
         /// Every port the cluster binds is this plus a fixed offset (store-1's
-        /// peer plane N+1 … alloc-4's HTTP API N+154; see docs/operations.md):
+        /// peer plane N+1 … alloc-6's HTTP API N+156; see docs/operations.md):
         /// choose another base when the default ports are taken, and give
         /// seqctl the same `--port-base`.
         #[arg(long, default_value_t = seqsvr::defaults::DEV_PORT_BASE,

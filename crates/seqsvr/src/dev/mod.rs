@@ -1,6 +1,8 @@
 //! `seqsvr dev`: a whole local cluster on one machine, nothing to configure:
-//! 3 store replicas and 2 AllocSvrs, each serving its three planes on its
-//! own loopback ports (see [`crate::defaults`]).
+//! 3 store replicas and 2 AllocSvrs for uids, and as many for the range
+//! reserved for named counters (the names set, `docs/counters.md`), each
+//! serving its three planes on its own loopback ports (see
+//! [`crate::defaults`]). Any AllocSvr's doors answer uids and names alike.
 //!
 //! Each server is its own child process (so a drill can kill or pause one),
 //! its config written to `<dir>/<name>.toml` on every start (so `--tls` on
@@ -32,8 +34,8 @@ use tokio::process::{Child, Command};
 
 use crate::certs::{issue, Identities};
 use crate::defaults::{
-    dev_config_path, dev_pki, dev_ports, dev_sets, dev_sets_at, dev_store_addrs, DevAlloc, DevSet,
-    DevStore, DEV_OPERATOR, DEV_PORT_BASE, DEV_UID_END,
+    dev_config_path, dev_names_span, dev_pki, dev_ports, dev_sets, dev_sets_at, dev_store_addrs,
+    DevAlloc, DevSet, DevStore, DEV_NAMES_SET, DEV_OPERATOR, DEV_PORT_BASE, DEV_UID_END,
 };
 use crate::error::{Context, Error, Result};
 use crate::outln;
@@ -135,6 +137,7 @@ pub fn dev_set_alloc_config(set: &DevSet, a: &DevAlloc, pki: Option<&DevPki>) ->
         forward: Default::default(),
         http_addr: Some(a.http.to_string()),
         adaptive_steps: None,
+        max_names: seqsvr_alloc::names::DEFAULT_MAX_NAMES,
     }
 }
 
@@ -150,25 +153,30 @@ fn write_config(path: PathBuf, cfg: &impl serde::Serialize) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// Adds set 1 for `[DEV_UID_END, 2 × DEV_UID_END)` once set 0 recorded its
-/// stores and set 1's group has a leader (running it again on a restarted
-/// dev cluster finds it done).
-async fn add_set1(set: DevSet, base: u16, tls: Option<seqsvr_net::ClientTls>) {
+/// Adds `set` for `range` once set 0 recorded its stores and the set's
+/// group has a leader (running it again on a restarted dev cluster finds
+/// it done).
+async fn add_set(
+    set: DevSet,
+    range: std::ops::Range<u64>,
+    base: u16,
+    tls: Option<seqsvr_net::ClientTls>,
+) {
     let sets = crate::sets::Sets::new(&dev_store_addrs(base), tls);
     let stores: Vec<String> = set.stores.iter().map(|s| s.client.to_string()).collect();
-    let (b, e) = (DEV_UID_END, 2 * DEV_UID_END);
+    let id = set.spec.set_id;
     let mut last = String::new();
     for _ in 0..120 {
-        match crate::sets::add::add_set(&sets, 1, b, e, &stores).await {
+        match crate::sets::add::add_set(&sets, id, range.start, range.end, &stores).await {
             Ok(r) => {
-                let _ = outln!("set 1        {}", r.to_string().trim_end());
+                let _ = outln!("set {id}        {}", r.to_string().trim_end());
                 return;
             }
             Err(err) => last = err.to_string(),
         }
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     }
-    eprintln!("could not add set 1: {last}");
+    eprintln!("could not add set {id}: {last}");
 }
 
 /// The id namespace a dev cluster creates, so `seqctl id next default`
@@ -259,8 +267,9 @@ pub struct DevOptions {
     pub restart_after: Option<std::time::Duration>,
     /// TLS on every plane of every process.
     pub tls: bool,
-    /// How many sets (1 or 2): set 1 is added for `[DEV_UID_END, 2 ×
-    /// DEV_UID_END)` once its stores are up.
+    /// How many uid sets (1 or 2): set 1 is added for `[DEV_UID_END, 2 ×
+    /// DEV_UID_END)` once its stores are up. The names set
+    /// ([`DEV_NAMES_SET`]) is started and added whatever this is.
     pub sets: u32,
     /// Every port is this plus an offset (see [`crate::defaults`]).
     pub port_base: u16,
@@ -345,8 +354,16 @@ pub async fn run(opts: DevOptions) -> Result<()> {
         None => None,
     };
     tokio::spawn(create_dev_ids(sets[0].clone(), operator_tls.clone()));
-    if let Some(set1) = sets.get(1) {
-        tokio::spawn(add_set1(set1.clone(), opts.port_base, operator_tls));
+    // Set 1 (`--sets 2`) for `[DEV_UID_END, 2 × DEV_UID_END)`, and the
+    // names set for its whole span, are added once their stores are up.
+    for set in sets.iter().filter(|s| s.spec.set_id != 0) {
+        let tls = operator_tls.clone();
+        let range = if set.spec.set_id == DEV_NAMES_SET {
+            dev_names_span()
+        } else {
+            DEV_UID_END..2 * DEV_UID_END
+        };
+        tokio::spawn(add_set(set.clone(), range, opts.port_base, tls));
     }
     outln!("data and logs  {}", dir.display())?;
     print_usage(&opts, &sets[0].allocs[0], pki.as_ref())?;
@@ -390,6 +407,11 @@ fn print_usage(opts: &DevOptions, a: &DevAlloc, pki: Option<&DevPki>) -> Result<
         "               redis-cli -p {} INCR seq:42   (the Redis-protocol door)",
         port(&a.resp)
     )?;
+    outln!(
+        "               redis-cli -p {} INCR order:20261126   (a named counter)",
+        port(&a.resp)
+    )?;
+    outln!("               {seqctl} next --name order:20261126")?;
     outln!("               {seqctl} status")?;
     outln!(
         "               curl -s http://{}/v1/next/42   (any AllocSvr, any uid)",

@@ -67,6 +67,7 @@ impl Allocs {
         let cfg = AllocConfig {
             raise_ahead_fraction: env.cfg.raise_ahead_fraction,
             adaptive: None,
+            ..AllocConfig::default()
         };
         let proc_ = &mut self.procs[p];
         let spec = env.cfg.spec(proc_.set).clone();

@@ -183,7 +183,9 @@ pub struct StoreConfig {
     /// harmless: a replica with a log never initialises anyway.
     #[serde(default)]
     pub join: bool,
-    /// The set this group serves.
+    /// The set this group serves (uid bounds above `2^63 − 1` as decimal
+    /// strings: `config_spec.rs`).
+    #[serde(with = "super::config_spec")]
     pub set: SetSpec,
     /// This group is a set added to a cluster that runs already (`seqctl
     /// set add`): it starts serving nothing. Leave unset for set 0 and for

@@ -21,6 +21,7 @@
 
 mod bootstrap;
 mod config;
+mod config_spec;
 mod home;
 mod rebalance;
 mod watch;

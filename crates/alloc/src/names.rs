@@ -1,0 +1,368 @@
+//! [`NameTable`]: the named counters an AllocSvr holds, one counter per
+//! name (`docs/counters.md`), at most a configured number of them.
+//!
+//! A name is routed by its position (`seqsvr_core::name_key`), so it has a
+//! section, an owner, a lease, an epoch and a ceiling like any uid. What a
+//! position's cell is for a uid, an entry of this table is for a name: the
+//! last number handed out for it here. A name's `cur_seq` is
+//! `max(entry, section base)`, the base being the take-over's skip-ahead
+//! value, exactly as a uid's is `max(cell, base)`.
+//!
+//! # Forgetting a name, and why it never repeats
+//! The table holds at most `max_names` entries. When it is full, a CLOCK
+//! hand picks an entry not used since its last pass and forgets it; before
+//! the entry goes, its value is folded into its section's **forgotten
+//! floor** (`fetch_max`, under the shard's lock). A name not held starts
+//! at `max(floor, base)`. Every number ever handed out for a name `x` is
+//! at or below that start:
+//!
+//! - handed out by another owner, or by this process under an earlier
+//!   epoch: at most the ceiling of that epoch, which is at most the current
+//!   grant's previous ceiling, the base (the store begins every epoch at
+//!   its current ceiling, which never decreases: promise 1 across owners,
+//!   `docs/architecture/promises.md`);
+//! - handed out here under the current epoch: `x`'s entry held it, and the
+//!   entry only grows; if the entry was forgotten, the floor took its value
+//!   first, and the floor only grows.
+//!
+//! So a name first seen, or forgotten and seen again, skips ahead (never
+//! back, never a repeat) to at most the highest number the section handed
+//! out, which is below its ceiling: no store write is needed to recreate
+//! it. A name and its entry live in one shard, so a recreation takes that
+//! shard's lock after the eviction that set the floor released it.
+//!
+//! The numbers a recreated name jumps over (`floor − base` at its
+//! creation, an upper bound of what it skipped) are counted, as are names
+//! created and forgotten.
+
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard};
+
+use hashbrown::HashTable;
+use seqsvr_core::{SectionId, SetSpec, NAME_KEYS};
+
+/// Names held by one AllocSvr unless configured otherwise: about 70 MB of
+/// short names (`docs/benchmarks.md`, Named counters).
+pub const DEFAULT_MAX_NAMES: usize = 1_000_000;
+
+/// Shards of a large table: a call locks one shard, so distinct names
+/// rarely wait on each other.
+const SHARDS: usize = 64;
+
+/// Below this many names a table has one shard, so its bound is exact
+/// (a sharded bound is the largest multiple of the shard count below it).
+const SHARDED_FROM: usize = 4096;
+
+/// One name held.
+#[derive(Debug)]
+struct Entry {
+    /// The name's bytes.
+    name: Box<[u8]>,
+    /// The last number handed out for it here (the caller maxes it with
+    /// the section's base).
+    value: u64,
+    /// Its position's section, whose floor takes `value` when forgotten.
+    section: SectionId,
+    /// Used since the CLOCK hand last passed it.
+    referenced: bool,
+}
+
+/// A share of the names, under one lock.
+#[derive(Debug, Default)]
+struct Shard {
+    /// Name → index in `entries`.
+    index: HashTable<u32>,
+    /// The names held, in no order; a forgotten one's slot takes the new.
+    entries: Vec<Entry>,
+    /// The CLOCK hand: the next entry to look at when one must go.
+    hand: usize,
+}
+
+/// Counters, for metrics (monotonic).
+#[derive(Debug, Default)]
+struct Counters {
+    created: AtomicU64,
+    forgotten: AtomicU64,
+    skipped: AtomicU64,
+}
+
+/// A snapshot of a name table's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NameStats {
+    /// Names held now.
+    pub held: u64,
+    /// Names created: first seen, or seen again after being forgotten.
+    pub created: u64,
+    /// Names forgotten to stay within the bound.
+    pub forgotten: u64,
+    /// Numbers skipped by names created above their section's base
+    /// because names of the section were forgotten (an upper bound).
+    pub skipped: u64,
+}
+
+/// The names held by one allocator (module docs).
+#[derive(Debug)]
+pub(crate) struct NameTable {
+    /// The names, by hash.
+    shards: Box<[Mutex<Shard>]>,
+    /// Most names one shard holds.
+    per_shard: usize,
+    /// Seeded per process: entries are found by hash, and a caller must not
+    /// be able to choose names that all collide.
+    hasher: std::collections::hash_map::RandomState,
+    /// Per section of the set in the name range, from `first_section`:
+    /// the highest value a forgotten name of it had. Only grows.
+    floors: Box<[AtomicU64]>,
+    /// The set's first section with name positions.
+    first_section: SectionId,
+    counters: Counters,
+}
+
+impl NameTable {
+    /// A table for the name positions of `spec`, holding at most
+    /// `max_names` (at least one) names.
+    pub(crate) fn new(spec: &SetSpec, max_names: usize) -> Self {
+        let max_names = max_names.max(1);
+        let shards = if max_names < SHARDED_FROM { 1 } else { SHARDS };
+        let (first_section, sections) = name_sections(spec);
+        Self {
+            shards: (0..shards).map(|_| Mutex::default()).collect(),
+            per_shard: max_names / shards,
+            hasher: Default::default(),
+            floors: (0..sections).map(|_| AtomicU64::new(0)).collect(),
+            first_section,
+            counters: Counters::default(),
+        }
+    }
+
+    fn shard(&self, hash: u64) -> MutexGuard<'_, Shard> {
+        // High bits pick the shard; the table uses the low ones.
+        let i = ((hash >> 40) as usize) % self.shards.len();
+        // A shard is consistent between statements (every change is one
+        // assignment or a push), so a panic elsewhere leaves it usable.
+        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn floor(&self, section: SectionId) -> &AtomicU64 {
+        &self.floors[(section - self.first_section) as usize]
+    }
+
+    /// Hands out a number of `name` (its position in `section`): `take`
+    /// gets the name's last number here (if not held: its section's floor,
+    /// or `at_least` if higher) and returns
+    /// the number handed out with the section's base, or why not. On
+    /// success the name holds the new number (created if it was not held,
+    /// forgetting another if the table is full); on a refusal nothing
+    /// changes.
+    pub(crate) fn take<E>(
+        &self,
+        name: &[u8],
+        section: SectionId,
+        at_least: u64,
+        take: impl FnOnce(u64) -> Result<(u64, u64), E>,
+    ) -> Result<u64, E> {
+        let hash = self.hasher.hash_one(name);
+        let mut guard = self.shard(hash);
+        let shard = &mut *guard;
+        let found = shard
+            .index
+            .find(hash, |&i| *shard.entries[i as usize].name == *name)
+            .copied();
+        if let Some(i) = found {
+            let e = &mut shard.entries[i as usize];
+            let (v, _) = take(e.value)?;
+            e.value = v;
+            e.referenced = true;
+            return Ok(v);
+        }
+        let floor = self.floor(section).load(Relaxed);
+        let (v, base) = take(floor.max(at_least))?;
+        self.counters.created.fetch_add(1, Relaxed);
+        let skipped = floor.saturating_sub(base.max(at_least));
+        if skipped > 0 {
+            self.counters.skipped.fetch_add(skipped, Relaxed);
+        }
+        let entry = Entry {
+            name: name.into(),
+            value: v,
+            section,
+            referenced: false,
+        };
+        self.insert(shard, hash, entry);
+        Ok(v)
+    }
+
+    /// The name's last number here, or (not held) its section's floor or
+    /// `at_least` if higher; the caller maxes it with the section's base.
+    pub(crate) fn held(&self, name: &[u8], section: SectionId, at_least: u64) -> u64 {
+        let hash = self.hasher.hash_one(name);
+        let shard = self.shard(hash);
+        match shard
+            .index
+            .find(hash, |&i| *shard.entries[i as usize].name == *name)
+        {
+            Some(&i) => shard.entries[i as usize].value,
+            None => self.floor(section).load(Relaxed).max(at_least),
+        }
+    }
+
+    /// Adds `entry` (not held), forgetting one first if the shard is full.
+    fn insert(&self, shard: &mut Shard, hash: u64, entry: Entry) {
+        let hasher = &self.hasher;
+        let slot = if shard.entries.len() < self.per_shard {
+            shard.entries.push(entry);
+            shard.entries.len() - 1
+        } else {
+            let victim = clock_victim(shard);
+            let old = std::mem::replace(&mut shard.entries[victim], entry);
+            // The floor takes the forgotten value before the shard's lock
+            // is released: a recreation of it starts at or above it.
+            self.floor(old.section).fetch_max(old.value, Relaxed);
+            self.counters.forgotten.fetch_add(1, Relaxed);
+            let old_hash = hasher.hash_one(&*old.name);
+            if let Ok(o) = shard.index.find_entry(old_hash, |&i| i as usize == victim) {
+                o.remove();
+            }
+            victim
+        };
+        let entries = &shard.entries;
+        shard.index.insert_unique(hash, slot as u32, |&i| {
+            hasher.hash_one(&*entries[i as usize].name)
+        });
+    }
+
+    /// The counters and the names held now.
+    pub(crate) fn stats(&self) -> NameStats {
+        let held = (self.shards.iter())
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).entries.len() as u64)
+            .sum();
+        NameStats {
+            held,
+            created: self.counters.created.load(Relaxed),
+            forgotten: self.counters.forgotten.load(Relaxed),
+            skipped: self.counters.skipped.load(Relaxed),
+        }
+    }
+}
+
+/// The entry a full shard forgets: CLOCK (second chance): the hand clears
+/// the mark of each used entry it passes and stops at the first unused.
+fn clock_victim(shard: &mut Shard) -> usize {
+    let len = shard.entries.len();
+    loop {
+        let i = shard.hand % len;
+        shard.hand = (i + 1) % len;
+        let e = &mut shard.entries[i];
+        if !e.referenced {
+            return i;
+        }
+        e.referenced = false;
+    }
+}
+
+/// The first section of `spec` holding name positions, and how many do
+/// (0 if the set serves none).
+fn name_sections(spec: &SetSpec) -> (SectionId, usize) {
+    let begin = spec.uid_begin.max(NAME_KEYS.start);
+    let end = spec.uid_end.min(NAME_KEYS.end);
+    match (
+        spec.section_of(begin),
+        end.checked_sub(1).and_then(|l| spec.section_of(l)),
+    ) {
+        (Some(first), Some(last)) if begin < end => (first, (last - first + 1) as usize),
+        _ => (0, 0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> SetSpec {
+        SetSpec {
+            set_id: 0,
+            uid_begin: NAME_KEYS.start,
+            uid_end: NAME_KEYS.start + 64,
+            section_size: 16,
+            step: 50,
+        }
+    }
+
+    /// A take as a served section with base `base` and no ceiling would do.
+    fn at_base(base: u64) -> impl FnOnce(u64) -> Result<(u64, u64), ()> {
+        move |held| Ok((held.max(base) + 1, base))
+    }
+
+    #[test]
+    fn a_forgotten_name_starts_above_everything_it_had() {
+        let t = NameTable::new(&spec(), 2);
+        for _ in 0..5 {
+            t.take(b"a", 0, 0, at_base(0)).unwrap();
+        }
+        t.take(b"b", 0, 0, at_base(0)).unwrap();
+        // Full: the hand spares "a" (used) once and forgets "b" for "c",
+        // then forgets "a" for "d".
+        t.take(b"c", 0, 0, at_base(0)).unwrap();
+        assert_eq!(t.held(b"a", 0, 0), 5);
+        t.take(b"d", 0, 0, at_base(0)).unwrap();
+        let st = t.stats();
+        assert_eq!((st.held, st.created, st.forgotten), (2, 4, 2));
+        // "a" had 5: not held, it reads and starts at its section's floor.
+        assert_eq!(t.held(b"a", 0, 0), 5);
+        assert_eq!(t.take(b"a", 0, 0, at_base(0)), Ok(6));
+        // "d" skipped 1 ("b" forgotten at 1), "a" 5.
+        assert_eq!(t.stats().skipped, 6);
+        // A position's own counter above the floor raises the start.
+        assert_eq!(t.take(b"e", 0, 40, at_base(0)), Ok(41));
+    }
+
+    #[test]
+    fn a_refused_take_changes_nothing() {
+        let t = NameTable::new(&spec(), 4);
+        assert_eq!(
+            t.take(b"a", 1, 0, |_| Err::<(u64, u64), _>("no")),
+            Err("no")
+        );
+        assert_eq!(t.stats(), NameStats::default());
+        t.take(b"a", 1, 0, at_base(10)).unwrap();
+        assert_eq!(
+            t.take(b"a", 1, 0, |_| Err::<(u64, u64), _>("no")),
+            Err("no")
+        );
+        assert_eq!(t.held(b"a", 1, 0), 11);
+    }
+
+    #[test]
+    fn the_bound_holds_and_used_names_are_kept() {
+        let t = NameTable::new(&spec(), 8);
+        t.take(b"hot", 0, 0, at_base(0)).unwrap();
+        for i in 0..1000u32 {
+            t.take(b"hot", 0, 0, at_base(0)).unwrap();
+            t.take(format!("cold:{i}").as_bytes(), 0, 0, at_base(0))
+                .unwrap();
+            assert!(t.stats().held <= 8);
+        }
+        // Used between every two passes of the hand: never forgotten.
+        assert_eq!(t.held(b"hot", 0, 0), 1001);
+        assert_eq!(t.stats().created, 1001);
+    }
+
+    #[test]
+    fn floors_are_per_section() {
+        let t = NameTable::new(&spec(), 1);
+        for _ in 0..7 {
+            t.take(b"a", 2, 0, at_base(0)).unwrap();
+        }
+        t.take(b"b", 3, 0, at_base(0)).unwrap(); // forgets "a" into section 2
+        assert_eq!(t.held(b"x", 2, 0), 7);
+        assert_eq!(t.held(b"x", 3, 0), 0);
+    }
+
+    #[test]
+    fn sections_with_name_positions() {
+        assert_eq!(name_sections(&spec()), (0, 4));
+        let uids = SetSpec::new(0, 0..1_000_000);
+        assert_eq!(name_sections(&uids).1, 0);
+    }
+}

@@ -183,6 +183,7 @@ async fn run(a: Args, names: bool, adaptive: bool) {
             lead: Duration::from_millis(5),
             half_life: Duration::from_millis(500),
         }),
+        ..AllocConfig::default()
     };
     let store = Arc::new(Slow {
         inner: MemCeilingStore::new(spec.clone()),

@@ -343,6 +343,7 @@ impl AllocatorCounters {
             raise_wait_timeouts: c(
                 "seqsvr_alloc_raise_wait_timeouts_total",
                 "waits for a raise that ran out (answered CEILING_EXHAUSTED, retryable)",
+            )?,
             names_created: c(
                 "seqsvr_alloc_names_created_total",
                 "named counters created here: first seen, or seen again after being forgotten",

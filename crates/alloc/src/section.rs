@@ -310,7 +310,7 @@ impl Block {
         &self,
         held: u64,
         n: u64,
-        queue_raise: impl FnOnce(),
+        queue_raise: impl FnOnce(bool),
     ) -> Result<(u64, u64), Refused> {
         // Acquire, as in `take_n`: a caller that sees a take-over's ceiling
         // also sees its base (promise 1).
@@ -322,8 +322,8 @@ impl Block {
         }
         let v = cur + n;
         self.high_water.0.fetch_max(v, Relaxed);
-        if ceiling - v <= self.raise_margin {
-            self.low(queue_raise);
+        if ceiling - v <= self.raise_margin.load(Relaxed) {
+            self.low(|| queue_raise(true));
         }
         Ok((v, base))
     }
@@ -523,7 +523,7 @@ impl SectionSlot {
         held: u64,
         n: u64,
         guard: &Guard,
-        queue_raise: impl FnOnce(),
+        queue_raise: impl FnOnce(bool),
     ) -> Result<(u64, u64), Refused> {
         let Some(block) = self.block(guard) else {
             return Err(Refused::NotServing);

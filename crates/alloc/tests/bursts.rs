@@ -75,6 +75,7 @@ fn config(adaptive: bool) -> (u64, AllocConfig) {
             lead: Duration::from_millis(2),
             half_life: Duration::from_millis(50),
         }),
+        ..AllocConfig::default()
     };
     (if adaptive { MAX } else { BASE }, cfg)
 }

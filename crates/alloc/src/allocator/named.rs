@@ -42,7 +42,7 @@ impl Allocator {
         let at_least = slot.current(idx).unwrap_or(0);
         let guard = crossbeam_epoch::pin();
         self.names.take(name, section, at_least, |held| {
-            slot.take_held_pinned(held, n, &guard, || self.queue_raise(section))
+            slot.take_held_pinned(held, n, &guard, |early| self.queue_raise(section, early))
                 .map_err(|r| match r {
                     Refused::Exhausted => self.exhausted(section),
                     Refused::NotServing => AllocError::NotOwner { section },

@@ -379,6 +379,7 @@ impl AllocNodeConfig {
         }
         if let Some(a) = &self.adaptive_steps {
             a.validate().or_else(|(key, r)| bad(key, r))?;
+        }
         if self.max_names == 0 {
             return bad("max_names", "0 holds no name; at least 1".to_string());
         }

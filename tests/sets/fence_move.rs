@@ -38,7 +38,11 @@ async fn ask(addr: String, uid: u64, within: Duration) -> Option<Observation> {
         .connect_lazy();
     let start = Instant::now();
     let r = AllocClient::new(ch)
-        .next(from_memory(pb::NextRequest { uid, count: 0 }))
+        .next(from_memory(pb::NextRequest {
+            uid,
+            count: 0,
+            ..Default::default()
+        }))
         .await;
     r.ok()
         .map(|r| Observation::next(uid, r.into_inner().seq, start, Instant::now()))

@@ -578,6 +578,7 @@ pub fn start_alloc_with(
         forward: Default::default(),
         http_addr: None,
         max_names: seqsvr_alloc::names::DEFAULT_MAX_NAMES,
+        adaptive_steps: None,
     };
     edit(&mut cfg);
     let path = store.dir.path().join(format!("{id}.toml"));

@@ -155,6 +155,7 @@ impl FakeStore {
     }
 
     /// Creates an id namespace.
+    #[allow(dead_code)] // not every test binary uses it
     pub fn create_id_space(&self, ns: &str, layout: seqsvr_core::ids::Layout, window_ms: u64) {
         let cmd = seqsvr_store_core::Command::CreateIdSpace {
             name: ns.into(),

@@ -443,4 +443,18 @@ impl Alloc for Svc {
         }
         Ok(Response::new(self.table()))
     }
+
+    async fn next_id(
+        &self,
+        _req: Request<pb::NextIdRequest>,
+    ) -> Result<Response<pb::NextIdReply>, Status> {
+        Err(Status::unimplemented("a fake AllocSvr: no ids"))
+    }
+
+    async fn decode_id(
+        &self,
+        _req: Request<pb::DecodeIdRequest>,
+    ) -> Result<Response<pb::DecodeIdReply>, Status> {
+        Err(Status::unimplemented("a fake AllocSvr: no ids"))
+    }
 }

@@ -1,5 +1,6 @@
 //! The counters: `INCR`, `INCRBY`, `GET`, `MGET`, `SEQ.BATCH`, planned
-//! from a request and run against the [`Backend`]. Every number comes
+//! from a request and run against the [`Backend`] (with `SEQ.ID` and
+//! `SEQ.DECODE`, planned in `ids`). Every number comes
 //! from the backend: the door adds none and keeps none.
 
 use bytes::Bytes;
@@ -175,8 +176,8 @@ pub async fn run<B: Backend>(b: &B, op: Op) -> Result<Reply, Fail> {
                 seqs.into_iter().map(int).collect::<Result<_, _>>()?,
             ))
         }
-        Op::Ids(ns, n) => super::ids::run_ids(b, &ns, n).await,
-        Op::Decode(id, ns) => super::ids::run_decode(b, id, &ns).await,
+        Op::Ids(ns, n) => run_ids(b, &ns, n).await,
+        Op::Decode(id, ns) => run_decode(b, id, &ns).await,
     }
 }
 
@@ -262,4 +263,34 @@ pub async fn incr_all<B: Backend>(b: &B, uids: &[u64], out: &mut Vec<Result<Repl
             Ok(()) => {}
         }
     }
+}
+
+/// Runs `SEQ.ID`: one id as an integer, several as an array.
+pub async fn run_ids<B: Backend>(b: &B, ns: &str, n: u64) -> Result<Reply, Fail> {
+    let ids = b.next_ids(ns, n).await.map_err(|e| backend_fail(&e))?;
+    if n == 1 {
+        return match ids.first() {
+            Some(&id) => int(id),
+            None => Err(Fail::err("internal", "the backend answered no id")),
+        };
+    }
+    Ok(Reply::Array(
+        ids.into_iter().map(int).collect::<Result<_, _>>()?,
+    ))
+}
+
+/// Runs `SEQ.DECODE`.
+pub async fn run_decode<B: Backend>(b: &B, id: u64, ns: &str) -> Result<Reply, Fail> {
+    let p = b.decode_id(ns, id).await.map_err(|e| backend_fail(&e))?;
+    let pair = |k: &'static str, v: Reply| (Reply::bulk(k), v);
+    Ok(Reply::Map(vec![
+        pair("namespace", Reply::bulk(p.namespace)),
+        pair("time_ms", int(p.unix_ms)?),
+        pair(
+            "time",
+            Reply::bulk(seqsvr_core::ids::format_unix_ms(p.unix_ms)),
+        ),
+        pair("worker", int(p.worker)?),
+        pair("sequence", int(p.sequence)?),
+    ]))
 }

@@ -1,14 +1,13 @@
 //! Time-ordered ids (docs/ids.md): `SEQ.ID ns [n]` hands out one id (an
 //! integer) or `n` ids (an array, strictly increasing); `SEQ.DECODE id
 //! [ns]` takes an id apart (a map: namespace, time in Unix ms and as a
-//! date, worker, sequence). A namespace left out is `default`. Every id
-//! comes from the backend; the door keeps none.
+//! date, worker, sequence). A namespace left out is `default`. Planned
+//! here, run by `counter::run`; every id comes from the backend, the door
+//! keeps none.
 
-use super::counter::{backend_fail, int, Op};
+use super::counter::Op;
 use super::{not_integer, Fail};
-use crate::backend::Backend;
 use crate::parse::{parse_int, Request};
-use crate::reply::Reply;
 use crate::state::Ctx;
 
 /// The namespace a command that names none uses.
@@ -60,34 +59,4 @@ pub fn seq_decode(req: &Request, _ctx: &Ctx) -> Result<Op, Fail> {
         .filter(|&v| v >= 0)
         .ok_or_else(not_integer)?;
     Ok(Op::Decode(id as u64, namespace(req.args.get(2))?))
-}
-
-/// Runs `SEQ.ID`: one id as an integer, several as an array.
-pub async fn run_ids<B: Backend>(b: &B, ns: &str, n: u64) -> Result<Reply, Fail> {
-    let ids = b.next_ids(ns, n).await.map_err(|e| backend_fail(&e))?;
-    if n == 1 {
-        return match ids.first() {
-            Some(&id) => int(id),
-            None => Err(Fail::err("internal", "the backend answered no id")),
-        };
-    }
-    Ok(Reply::Array(
-        ids.into_iter().map(int).collect::<Result<_, _>>()?,
-    ))
-}
-
-/// Runs `SEQ.DECODE`.
-pub async fn run_decode<B: Backend>(b: &B, id: u64, ns: &str) -> Result<Reply, Fail> {
-    let p = b.decode_id(ns, id).await.map_err(|e| backend_fail(&e))?;
-    let pair = |k: &'static str, v: Reply| (Reply::bulk(k), v);
-    Ok(Reply::Map(vec![
-        pair("namespace", Reply::bulk(p.namespace)),
-        pair("time_ms", int(p.unix_ms)?),
-        pair(
-            "time",
-            Reply::bulk(seqsvr_core::ids::format_unix_ms(p.unix_ms)),
-        ),
-        pair("worker", int(p.worker)?),
-        pair("sequence", int(p.sequence)?),
-    ]))
 }

@@ -92,6 +92,20 @@ impl Alloc for Bare {
     ) -> Result<Response<pb::AllocStatus>, Status> {
         Err(Status::unimplemented("bare server"))
     }
+
+    async fn next_id(
+        &self,
+        _req: Request<pb::NextIdRequest>,
+    ) -> Result<Response<pb::NextIdReply>, Status> {
+        Err(Status::unimplemented("bare server: no ids"))
+    }
+
+    async fn decode_id(
+        &self,
+        _req: Request<pb::DecodeIdRequest>,
+    ) -> Result<Response<pb::DecodeIdReply>, Status> {
+        Err(Status::unimplemented("bare server: no ids"))
+    }
 }
 
 /// The flag (after the thread count) that serves without tonic's router.

@@ -26,6 +26,9 @@
 //!   drop, and the raise queue.
 //! - [`raiser`]: [`Raiser`], the background task that performs raises and
 //!   take-overs against a [`CeilingStore`], with retry and back-off.
+//! - [`steps`]: [`StepPolicy`] and [`Pace`], how far each section's next
+//!   raise goes and at what headroom it is asked for (fixed steps, or
+//!   adaptive ones sized to the section's rate); pure, given the time.
 //! - [`ceiling`]: the [`CeilingStore`] trait: what the allocator needs from
 //!   the store; [`Grant`] is the project's one grant type.
 //! - [`mem`]: [`MemCeilingStore`](mem::MemCeilingStore), an in-memory store

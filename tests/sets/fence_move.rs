@@ -10,8 +10,11 @@
 //! cannot be confirmed, and the mover waits the source's lease + margin
 //! before the install (`crates/core/src/mover/machine/steps.rs`,
 //! `frozen`). Shown to fail with that rule reverted (the freeze's holders
-//! kept only if not fenced): the resumed host answered from memory below
-//! the numbers set 1 had handed out.
+//! kept only if not fenced, in `seqctl`'s executor): the move finished in
+//! 48 ms of unavailability, set 1 handed out 401 for uid 90, then the
+//! resumed host answered 2 from memory (5 regressions). As built the move
+//! waits 7 s for the fenced host's lease, and what the host answers on
+//! resuming lies below everything set 1 hands out.
 
 use std::time::{Duration, Instant};
 
@@ -70,6 +73,10 @@ async fn a_fenced_allocsvr_resumed_after_its_range_moved_hands_out_none_of_it() 
     opts.lease.margin_ms = 1000;
     let (a, b) = two_sets_with(opts, false).await;
     let logs = |a: &SetCluster, b: &SetCluster| format!("{}\n{}", a.store.logs(), b.store.logs());
+    // Set 1's leader routes the sections an install brings only once its
+    // office has settled (a full lease + margin after its election): wait
+    // for that, or the claim would be the move's slowest step.
+    tokio::time::sleep(Duration::from_millis(7500)).await;
     let c = a.client().await;
     a.wait_serving(&c).await;
     let mut obs = Vec::new();

@@ -15,11 +15,9 @@
 //! right after). Each of these hits one set. Range moves between the sets
 //! are scheduled too (`seqctl set move`), the mover sometimes stopping
 //! after a step or crashing during one, then run again with the same
-//! command. Then the operator's and a stranger's faults: "fence, then
-//! move" (an AllocSvr paused, often fenced, and a section it owns moved
-//! away at once), `seqctl set add` run again around moves, and calls
-//! marked forwarded from a replica of another group. Clock drift is per
-//! AllocSvr for the whole run (drawn with the configuration). No fault starts in the final quiet stretch, whose start
+//! command; then fences, repeated additions and forged forwards (`trust`).
+//! Clock drift is per AllocSvr for the whole run (drawn with the
+//! configuration). No fault starts in the final quiet stretch, whose start
 //! heals everything (and finishes a half-done move).
 
 use seqsvr_core::LeaseTerms;
@@ -303,33 +301,27 @@ pub enum Fault {
     ResumeMove,
     /// Heal every link, restart every process.
     HealEverything,
-    /// The operator fences AllocSvr process `a`'s incarnation
-    /// (`seqctl alloc fence`): the store refuses it from then on; the
-    /// process learns it from its next refused renewal or raise.
+    /// The operator fences process `a`'s incarnation (`seqctl alloc
+    /// fence`); the process learns it from a refused renewal or raise.
     Fence {
         /// The process slot.
         a: usize,
     },
-    /// The operator moves a section process `a` serves (one of the
-    /// movable ones, if it serves any) to the other set, as `MoveRange`
-    /// does; not while a mover still runs. Drawn right after `a` is paused
-    /// (and often fenced): "fence, then move".
+    /// The operator moves a movable section process `a` owns to the other
+    /// set (not while a mover runs): "fence, then move".
     MoveAway {
         /// The process slot.
         a: usize,
     },
-    /// The operator runs `seqctl set add` for `set` again: its addition's
-    /// `Install` (floor 0), over the range of a move into or out of the set
-    /// while one is under way (an operator "finishing the job" with the
-    /// wrong command), else over the range the set was added with.
+    /// The operator runs `set`'s addition `Install` (floor 0) again, over
+    /// the range of a move into or out of it if one is under way, else over
+    /// the range it was added with.
     AddSetAgain {
         /// The set (not the home set).
         set: usize,
     },
-    /// Replica `by` (of another set: not a member of `a`'s group) sends
-    /// the leader of `a`'s set a call marked forwarded, in AllocSvr process
-    /// `a`'s name: a `Handoff` of a section `a` serves, at its current
-    /// epoch, to AllocSvr `to` of the set.
+    /// Replica `by` of another set sends `a`'s set's leader a `Handoff`
+    /// marked forwarded, in `a`'s name, of a section `a` owns to `to`.
     ForgeForwarded {
         /// The forging replica (global index).
         by: usize,
@@ -686,18 +678,12 @@ fn moves(rng: &mut Rng, shape: &Shape, out: &mut Vec<(Time, Fault)>) {
     }
 }
 
-/// The operator's and a stranger's faults of `docs/architecture/security.md`
-/// (drawn after the rest, so the schedule before them is unchanged):
-///
-/// - "fence, then move": an AllocSvr paused for a while (longer than a
-///   release call waits, shorter than its lease), often fenced by the
-///   operator, and a section it serves moved away at once — the release
-///   cannot be confirmed, so the mover must wait the source's lease +
-///   margin (a fenced holder is not expired);
-/// - `seqctl set add` run again around a third of the moves, at any point
-///   of them (before the freeze, between freeze and install, after);
-/// - calls marked forwarded, in an AllocSvr's name, from a replica of the
-///   other set.
+/// The operator's and a stranger's faults, drawn after the rest (so the
+/// schedule before them is unchanged): "fence, then move" (a pause longer
+/// than a release call waits, shorter than the lease, often a fence, a
+/// section of the paused process moved away at once); `set add` run again
+/// around a third of the moves, at any point of them; forwarded calls
+/// from a replica of the other set (`docs/architecture/simulation.md`).
 fn trust(rng: &mut Rng, shape: &Shape, out: &mut Vec<(Time, Fault)>) {
     let quiet = shape.quiet;
     let l = shape.layout;

@@ -18,6 +18,9 @@
 
 mod support;
 
+#[path = "support/attack.rs"]
+mod attack;
+
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -412,6 +415,53 @@ async fn drain_self_stops_the_allocsvr_the_planned_way_under_load() {
     let stderr = String::from_utf8_lossy(&again.stderr).to_string();
     assert!(!again.status.success());
     assert!(stderr.contains("did not take the drain"), "{stderr}");
+}
+
+/// `seqsvr alloc drain --self` with TLS on every plane, as in a pod: it
+/// presents the AllocSvr's own certificate from the config, which the
+/// admin plane takes for a drain (and for nothing an operator's is
+/// needed for).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_self_over_tls_with_the_allocsvrs_own_certificate() {
+    let cluster = attack::Cluster::start(attack::Options {
+        tls: true,
+        ..Default::default()
+    })
+    .await;
+    let c = cluster.client().await;
+    cluster.wait_serving(&c).await;
+    let pid = cluster.allocs[0].proc.pid().expect("alloc-1 runs");
+    let config = cluster.dir.path().join("alloc-1.toml");
+    let out = tokio::task::block_in_place(|| {
+        std::process::Command::new(support::seqsvr_bin())
+            .args(["alloc", "drain", "--self", "--wait-secs", "20", "--config"])
+            .arg(&config)
+            .env_remove("SEQSVR_CONFIG")
+            .output()
+            .unwrap()
+    });
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}\n{}", cluster.logs());
+    assert!(text.contains("stopped after"), "{text}");
+    assert!(exited(pid), "alloc-1 still runs");
+    // Its peer serves everything.
+    cluster.wait_serving(&c).await;
+    let routes = cluster.read().routes().await.unwrap();
+    assert!(
+        routes.entries.iter().all(|e| e.alloc == "alloc-2"),
+        "{routes:?}"
+    );
+    // Another AllocSvr's certificate may not stop it.
+    let admin = cluster.allocs[1].admin.clone();
+    let tls = cluster.identity("alloc-1");
+    let ch = attack::channel(&admin, Some(&tls), Duration::from_secs(2));
+    let refused = seqsvr_proto::alloc_admin_client::AllocAdminClient::new(ch)
+        .drain(pb::AllocDrainRequest {})
+        .await
+        .expect_err("alloc-1's certificate drained alloc-2");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    assert!(cluster.allocs[1].proc.pid().is_some_and(|p| !exited(p)));
 }
 
 /// The Kubernetes AllocSvr pods give a stop the time its handoffs may

@@ -78,8 +78,8 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         threads: usize,
     },
-    /// Starts a local cluster (3 store replicas, 2 allocs) as child processes, with
-    /// nothing to configure. Ctrl-C stops it; running it again resumes.
+    /// Starts a local cluster (3 store replicas, 2 allocs, and as many for
+    /// named counters) as child processes, with nothing to configure. Ctrl-C stops it; running it again resumes.
     Dev {
         /// Where the cluster keeps its data and logs.
         #[arg(long, default_value = seqsvr::defaults::DEV_DIR)]

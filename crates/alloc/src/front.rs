@@ -153,6 +153,11 @@ pub fn decide(
         },
         Owner::At { addr, .. } => Decision::Forward(addr.clone()),
         Owner::Held => Decision::Forward(String::new()),
+        // A name's position no set is known to serve: the directory copy
+        // may predate the set added for names (`docs/counters.md`), so the
+        // forwarding client looks again (it re-reads the directory, at most
+        // so often) rather than this door refusing at once.
+        Owner::NoSet if seqsvr_core::is_name_key(uid) => Decision::Forward(String::new()),
         Owner::NoSet => match local {
             CallError::Alloc(AllocError::OutOfRange { .. }) => Decision::Answer(local.clone()),
             _ => Decision::Answer(CallError::Alloc(AllocError::OutOfRange { uid })),
@@ -714,6 +719,11 @@ mod tests {
             let got = decide(42, &local, &owner, me, 50);
             assert_eq!(got, want, "after {local:?} with the routes at {owner:?}");
         }
+        // A name's position in no known set: the client looks again.
+        let name = seqsvr_core::NAME_KEYS.start + 7;
+        let out = CallError::Alloc(AllocError::OutOfRange { uid: name });
+        let got = decide(name, &out, &Owner::NoSet, me, 50);
+        assert_eq!(got, Decision::Forward(String::new()));
     }
 
     /// A forwarded call's failure never reaches a caller as wrong-node:

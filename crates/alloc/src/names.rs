@@ -42,7 +42,7 @@ use std::sync::{Mutex, MutexGuard};
 use hashbrown::HashTable;
 use seqsvr_core::{SectionId, SetSpec, NAME_KEYS};
 
-/// Names held by one AllocSvr unless configured otherwise: about 70 MB of
+/// Names held by one AllocSvr unless configured otherwise: about 75 MB of
 /// short names (`docs/benchmarks.md`, Named counters).
 pub const DEFAULT_MAX_NAMES: usize = 1_000_000;
 

@@ -100,8 +100,8 @@ enum Cmd {
         #[command(subcommand)]
         sub: Option<AllocSub>,
     },
-    /// Starts a local cluster (3 store replicas, 2 allocs) as child processes, with
-    /// nothing to configure. Ctrl-C stops it; running it again resumes.
+    /// Starts a local cluster (3 store replicas, 2 allocs, and as many for
+    /// named counters) as child processes, with nothing to configure. Ctrl-C stops it; running it again resumes.
     Dev {
         /// Where the cluster keeps its data and logs.
         #[arg(long, default_value = seqsvr::defaults::DEV_DIR)]

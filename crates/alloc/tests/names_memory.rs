@@ -118,7 +118,7 @@ fn skips_when_names_outnumber_the_bound() {
         let mut last = std::collections::HashMap::new();
         for c in 0..calls {
             let r = mix(c);
-            let i = if hot > 0 && r % 10 != 0 {
+            let i = if hot > 0 && !r.is_multiple_of(10) {
                 (r >> 8) % hot
             } else {
                 (r >> 8) % names

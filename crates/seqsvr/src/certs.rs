@@ -134,13 +134,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let who = Identities::dev();
         let first = issue(dir.path(), &who, false).unwrap();
-        // Both dev sets' stores (6) and AllocSvrs (4), and the operator.
-        assert_eq!(first.len(), 11);
+        // Both dev uid sets' and the names set's stores (9) and AllocSvrs
+        // (6), and the operator.
+        assert_eq!(first.len(), 16);
         let pki = DevPki::open(dir.path());
         let cert = std::fs::read(pki.cert_path("store-1")).unwrap();
         assert!(issue(dir.path(), &who, false).unwrap().is_empty());
         assert_eq!(std::fs::read(pki.cert_path("store-1")).unwrap(), cert);
-        assert_eq!(issue(dir.path(), &who, true).unwrap().len(), 11);
+        assert_eq!(issue(dir.path(), &who, true).unwrap().len(), 16);
         assert_ne!(std::fs::read(pki.cert_path("store-1")).unwrap(), cert);
         // Every issued credential loads, and the stores' name their set.
         for name in first {

@@ -333,7 +333,8 @@ mod tests {
             .iter()
             .map(|(a, _)| a.rsplit_once(':').unwrap().1.parse().unwrap())
             .collect();
-        assert_eq!(ports.len(), 6 * 4 + 4 * 6);
+        // Stores 1-9 (4 ports each), AllocSvrs 1-6 (6 each).
+        assert_eq!(ports.len(), 9 * 4 + 6 * 6);
         let mut unique = ports.clone();
         unique.sort_unstable();
         unique.dedup();
@@ -363,7 +364,7 @@ mod tests {
         }
         assert!(parse_port_base("65500")
             .unwrap_err()
-            .contains("between 1024 and 65381"));
+            .contains("between 1024 and 65379"));
     }
 
     #[test]

@@ -26,8 +26,8 @@
 //!   with `retry_after_ms` ([`ForwardError`]).
 
 pub mod coalesce;
-mod named;
 mod ids;
+mod named;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -421,7 +421,7 @@ fn dev_with_a_taken_port_fails_fast_naming_it() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("between 1024 and 65381"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("between 1024 and 65379"));
 }
 
 /// A dev child that cannot run (store-1's data directory is a file) keeps

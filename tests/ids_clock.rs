@@ -22,8 +22,8 @@
 //! (so the ordering across the restart is really tested) and its late ids
 //! must carry its shifted clock (so the shift really took effect).
 //!
-//! Without `faketime` on the PATH the tests print why and pass, unless
-//! `CI` is set: then they fail (`.ci/run` installs it).
+//! Without libfaketime the tests print why and pass, unless `CI` is set:
+//! then they fail (`.ci/run` installs the `faketime` package).
 
 mod support;
 
@@ -62,28 +62,54 @@ fn wall_ms() -> u64 {
         .as_millis() as u64
 }
 
-/// Whether `faketime` runs here; `None` (with the reason printed) means
-/// skip. Under `CI` a missing `faketime` fails the test.
-fn faketime_usable() -> bool {
-    let ok = std::process::Command::new("faketime")
-        .args(["-f", "-2s", "true"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        let why = "faketime is not installed (Debian package `faketime`)";
+/// libfaketime, where Debian's `faketime` package puts it (`None`: not
+/// installed, with the reason printed). Under `CI` a missing library
+/// fails the test.
+///
+/// The AllocSvr is started as `env LD_PRELOAD=… FAKETIME=… seqsvr`, not
+/// under the `faketime` program: that one forks, so a SIGKILL to the
+/// child the test holds would leave the server running.
+fn libfaketime() -> Option<String> {
+    let mut dirs = vec!["/usr/lib/faketime".to_string()];
+    if let Ok(rd) = std::fs::read_dir("/usr/lib") {
+        for e in rd.flatten() {
+            dirs.push(format!("{}/faketime", e.path().display()));
+        }
+    }
+    dirs.push("/usr/local/lib/faketime".into());
+    let found = dirs.iter().find_map(|d| {
+        ["libfaketimeMT.so.1", "libfaketime.so.1"]
+            .iter()
+            .map(|f| format!("{d}/{f}"))
+            .find(|p| std::path::Path::new(p).exists())
+    });
+    if found.is_none() {
+        let why = "libfaketime is not installed (Debian package `faketime`)";
         assert!(std::env::var_os("CI").is_none(), "{why}");
         eprintln!("skipped: {why}");
     }
-    ok
+    found
 }
 
-/// `faketime -f <shift>` (empty `shift`: the real clock).
-fn under(shift: &str) -> Vec<String> {
+/// `env LD_PRELOAD=<lib> FAKETIME=<shift>` (empty `shift`: the real
+/// clock, no wrapper).
+fn under(lib: &str, shift: &str) -> Vec<String> {
     if shift.is_empty() {
         Vec::new()
     } else {
-        vec!["faketime".into(), "-f".into(), shift.into()]
+        vec![
+            "env".into(),
+            format!("LD_PRELOAD={lib}"),
+            format!("FAKETIME={shift}"),
+        ]
     }
+}
+
+/// Whether process `pid` is gone (or a zombie).
+fn gone(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z')))
+        .unwrap_or(true)
 }
 
 /// One call's ids, with when it was asked for and when it was answered.
@@ -261,7 +287,7 @@ fn check(callers: &[Calls], layout: &Layout, faults: &[(Instant, Instant)]) -> u
 /// Starts the cluster and the namespace, runs `alloc-1` through `shifts`
 /// (one kill -9 and restart per shift, each restart under `faketime -f
 /// shift`, `""` the real clock), and checks every id drawn.
-async fn drill(shifts: &[&str]) {
+async fn drill(lib: &str, shifts: &[&str]) {
     let layout = Layout::twitter();
     let mut cl = SetCluster::start(set(), 2);
     cl.store.wait_ready(Duration::from_secs(30)).await;
@@ -308,8 +334,10 @@ async fn drill(shifts: &[&str]) {
     let mut faults = Vec::new();
     for shift in shifts {
         let killed = Instant::now();
+        let pid = cl.allocs[0].pid().unwrap();
         cl.allocs[0].kill9();
-        cl.allocs[0].set_under(under(shift));
+        assert!(gone(pid), "alloc-1 (pid {pid}) still runs after kill -9");
+        cl.allocs[0].set_under(under(lib, shift));
         cl.allocs[0].restart();
         let restarted = Instant::now();
         faults.push((killed, restarted));
@@ -351,16 +379,12 @@ async fn drill(shifts: &[&str]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clock_set_back_across_kill9() {
-    if !faketime_usable() {
-        return;
-    }
-    drill(&["-2s"]).await;
+    let Some(lib) = libfaketime() else { return };
+    drill(&lib, &["-2s"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clock_set_forward_then_back() {
-    if !faketime_usable() {
-        return;
-    }
-    drill(&["+2s", ""]).await;
+    let Some(lib) = libfaketime() else { return };
+    drill(&lib, &["+2s", ""]).await;
 }

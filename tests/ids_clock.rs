@@ -9,9 +9,9 @@
 //! along. Meanwhile `alloc-1`, holding a worker id, is killed with
 //! SIGKILL and started again:
 //!
-//! - `clock_set_back_across_kill9`: started again with its clock 2 s
+//! - `clock_set_back_across_kill9`: started again with its clock 6 s
 //!   behind real time;
-//! - `clock_set_forward_then_back`: started again 2 s ahead, then killed
+//! - `clock_set_forward_then_back`: started again 6 s ahead, then killed
 //!   again and started with the real clock.
 //!
 //! The checker: every id of every worker unique; within each caller (its
@@ -41,6 +41,12 @@ const NS: &str = "clock";
 
 /// Its window (ms): how far ahead of the clock a holder raises its ceiling.
 const WINDOW_MS: u64 = 1000;
+
+/// How far (s) the clock is shifted: more than the lease's expiry (2.5 s,
+/// `support::test_lease`) plus the window, so that a restarted AllocSvr
+/// claims its worker id again while its clock is still below the ticks
+/// it issued before the kill.
+const SHIFT_S: u64 = 6;
 
 /// Ids per call.
 const BATCH: u32 = 20;
@@ -108,7 +114,10 @@ fn under(lib: &str, shift: &str) -> Vec<String> {
 /// Whether process `pid` is gone (or a zombie).
 fn gone(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z')))
+        .map(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+        })
         .unwrap_or(true)
 }
 
@@ -287,7 +296,7 @@ fn check(callers: &[Calls], layout: &Layout, faults: &[(Instant, Instant)]) -> u
 /// Starts the cluster and the namespace, runs `alloc-1` through `shifts`
 /// (one kill -9 and restart per shift, each restart under `faketime -f
 /// shift`, `""` the real clock), and checks every id drawn.
-async fn drill(lib: &str, shifts: &[&str]) {
+async fn drill(lib: &str, shifts: &[String]) {
     let layout = Layout::twitter();
     let mut cl = SetCluster::start(set(), 2);
     cl.store.wait_ready(Duration::from_secs(30)).await;
@@ -350,16 +359,16 @@ async fn drill(lib: &str, shifts: &[&str]) {
         );
         // Past the window and the shift, so that the shifted clock, not
         // the predecessor's ceiling, sets the ticks.
-        tokio::time::sleep(Duration::from_secs(5)).await;
+        tokio::time::sleep(Duration::from_millis(SHIFT_S * 1000 + WINDOW_MS + 2000)).await;
         let (w, unix_ms) = latest(&direct[0], &layout).unwrap();
         assert_eq!(w, worker);
-        let shift_ms: i64 = match *shift {
+        let shift_ms: i64 = match shift.as_str() {
             "" => 0,
             s => s.trim_end_matches('s').parse::<i64>().unwrap() * 1000,
         };
         let off = unix_ms as i64 - wall_ms() as i64;
         assert!(
-            (off - shift_ms).abs() < 900,
+            (off - shift_ms).abs() < 1500,
             "alloc-1 under {shift:?}: its ids' clock is {off} ms off real time"
         );
         eprintln!("alloc-1 restarted under {shift:?}: worker {w}, ids {off} ms off real time");
@@ -380,11 +389,11 @@ async fn drill(lib: &str, shifts: &[&str]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clock_set_back_across_kill9() {
     let Some(lib) = libfaketime() else { return };
-    drill(&lib, &["-2s"]).await;
+    drill(&lib, &[format!("-{SHIFT_S}s")]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clock_set_forward_then_back() {
     let Some(lib) = libfaketime() else { return };
-    drill(&lib, &["+2s", ""]).await;
+    drill(&lib, &[format!("+{SHIFT_S}s"), String::new()]).await;
 }

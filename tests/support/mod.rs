@@ -228,6 +228,12 @@ impl Proc {
         None
     }
 
+    /// Runs it under `under` (a program and its arguments, e.g. `faketime
+    /// -f -2s`; empty: none) from its next [`Proc::restart`] on.
+    pub fn set_under(&mut self, under: Vec<String>) {
+        self.under = under;
+    }
+
     /// The pid, if running.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.id())

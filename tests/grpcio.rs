@@ -63,7 +63,14 @@ fn missing() -> Option<String> {
 /// Generates the Python stubs of `proto/` into `out`.
 fn generate(out: &std::path::Path) {
     let proto = concat!(env!("CARGO_MANIFEST_DIR"), "/../../proto");
-    let files = ["alloc", "common", "store"].map(|f| format!("{proto}/seqsvr/v1/{f}.proto"));
+    // Every file of the package, so a new one imported by another is
+    // never left out of the stubs.
+    let mut files: Vec<_> = std::fs::read_dir(format!("{proto}/seqsvr/v1"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "proto"))
+        .collect();
+    files.sort();
     let gen = Command::new("python3")
         .args(["-m", "grpc_tools.protoc", "-I", proto])
         .arg(format!("--python_out={}", out.display()))

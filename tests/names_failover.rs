@@ -18,13 +18,11 @@ use std::time::{Duration, Instant};
 use seqsvr_core::checker::Observation;
 use seqsvr_core::{name_key, SetSpec, NAME_KEYS};
 use seqsvr_store::node::InitialAlloc;
+use support::door::Door;
 use support::{assert_monotonic, SetCluster, StoreCluster};
 
 /// Lease + margin of the test clusters (see `support::test_lease`).
 const EXPIRY: Duration = Duration::from_millis(2500);
-
-/// How long a client waits for one answer before it tries another door.
-const CALL_TIMEOUT: Duration = Duration::from_millis(300);
 
 /// Names each AllocSvr holds at most: fewer than the drill calls.
 const MAX_NAMES: usize = 16;
@@ -96,36 +94,6 @@ fn cluster() -> SetCluster {
     c
 }
 
-/// One Redis-protocol door and its connection (made again after a
-/// failure).
-struct Door {
-    addr: String,
-    conn: Option<redis::aio::MultiplexedConnection>,
-}
-
-impl Door {
-    /// `INCR name` through this door, or `None` (refused, hung, dropped).
-    async fn incr(&mut self, name: &str) -> Option<u64> {
-        if self.conn.is_none() {
-            let client = redis::Client::open(format!("redis://{}/", self.addr)).ok()?;
-            let c = tokio::time::timeout(CALL_TIMEOUT, client.get_multiplexed_async_connection());
-            self.conn = Some(c.await.ok()?.ok()?);
-        }
-        let conn = self.conn.as_mut()?;
-        let mut cmd = redis::cmd("INCR");
-        cmd.arg(name);
-        let call = cmd.query_async::<u64>(conn);
-        match tokio::time::timeout(CALL_TIMEOUT, call).await {
-            Ok(Ok(v)) => Some(v),
-            Ok(Err(e)) if e.kind() != redis::ErrorKind::Io && !e.is_connection_dropped() => None,
-            _ => {
-                self.conn = None;
-                None
-            }
-        }
-    }
-}
-
 struct Drill {
     obs: Arc<Mutex<Vec<Observation>>>,
     failed: Arc<AtomicU64>,
@@ -150,12 +118,7 @@ fn start_clients(
             let (obs, failed, stop, names) =
                 (obs.clone(), failed.clone(), stop.clone(), names.clone());
             let client = c.clone();
-            let mut doors: Vec<Door> = (doors.iter())
-                .map(|a| Door {
-                    addr: a.clone(),
-                    conn: None,
-                })
-                .collect();
+            let mut doors: Vec<Door> = (doors.iter()).map(|a| Door::new(a)).collect();
             tokio::spawn(async move {
                 let mut x = 0x2545_f491_4f6c_dd1du64 ^ (k + 1);
                 let mut prefer = 0;

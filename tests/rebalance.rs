@@ -17,48 +17,11 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use seqsvr_client::SeqClient;
-use seqsvr_core::SetSpec;
 use seqsvr_store::arbiter::RebalanceConfig;
-use support::{assert_monotonic, metric, scrape, SetCluster, StoreOptions, Workload};
-
-/// 8 sections of 500 uids; a small step so ceilings are raised often.
-fn set() -> SetSpec {
-    SetSpec {
-        set_id: 0,
-        uid_begin: 0,
-        uid_end: 4000,
-        section_size: 500,
-        step: 200,
-    }
-}
-
-/// `callers` tasks calling `next` (every 4th call a batch) on uids spread
-/// over every section.
-fn start_workload(c: &SeqClient, callers: u64) -> Workload {
-    let mut w = Workload::new();
-    w.tasks = (0..callers)
-        .map(|k| {
-            let (c, r) = (c.clone(), w.recorder());
-            tokio::spawn(async move {
-                let mut x = 0x9e3779b97f4a7c15u64 ^ k;
-                let mut i = 0u64;
-                while !r.stopped() {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let uid = (x % 64) * 61 % 4000;
-                    i += 1;
-                    if i.is_multiple_of(4) {
-                        r.batch(&c, &[uid, (uid + 500) % 4000, uid]).await;
-                    } else {
-                        r.next(&c, uid).await;
-                    }
-                }
-            })
-        })
-        .collect();
-    w
-}
+use support::{
+    assert_monotonic, metric, scrape, small_set, start_spread_workload, SetCluster, StoreOptions,
+    Workload,
+};
 
 /// Sections routed per AllocSvr, as the store says.
 async fn shares(cluster: &SetCluster) -> BTreeMap<String, u32> {
@@ -102,10 +65,10 @@ async fn kill_and_fail_over(rebalance: RebalanceConfig) -> (SetCluster, SeqClien
         rebalance,
         ..Default::default()
     };
-    let mut cluster = SetCluster::start_opts(set(), 2, opts);
+    let mut cluster = SetCluster::start_opts(small_set(), 2, opts);
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;
-    let w = start_workload(&c, 8);
+    let w = start_spread_workload(&c, 8);
     tokio::time::sleep(Duration::from_millis(1000)).await;
     cluster.allocs[0].kill9();
     wait_for(&cluster, "failover", Duration::from_secs(30), |s| {

@@ -13,53 +13,13 @@ use std::time::{Duration, Instant};
 
 use seqsvr_client::SeqClient;
 use seqsvr_core::checker::Observation;
-use seqsvr_core::SetSpec;
-use support::{assert_monotonic, Proc, SetCluster, Workload};
-
-const STEP: u64 = 200;
-
-/// 8 sections of 500 uids; a small step so ceilings grow fast.
-fn set() -> SetSpec {
-    SetSpec {
-        set_id: 0,
-        uid_begin: 0,
-        uid_end: 4000,
-        section_size: 500,
-        step: STEP,
-    }
-}
-
-/// `callers` tasks calling `next` (every 4th call a batch) on 64 uids
-/// spread over every section.
-fn start_workload(c: &SeqClient, callers: u64) -> Workload {
-    let mut w = Workload::new();
-    w.tasks = (0..callers)
-        .map(|k| {
-            let (c, r) = (c.clone(), w.recorder());
-            tokio::spawn(async move {
-                let mut x = 0x9e3779b97f4a7c15u64 ^ k;
-                let mut i = 0u64;
-                while !r.stopped() {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let uid = (x % 64) * 61 % 4000;
-                    i += 1;
-                    if i.is_multiple_of(4) {
-                        r.batch(&c, &[uid, (uid + 500) % 4000]).await;
-                    } else if !r.next(&c, uid).await {
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                }
-            })
-        })
-        .collect();
-    w
-}
+use support::{
+    assert_monotonic, small_set, start_spread_workload, Proc, SetCluster, Workload, SMALL_STEP,
+};
 
 /// Runs a workload for `d`; returns what it received and its failures.
 async fn drive(c: &SeqClient, d: Duration) -> (Vec<Observation>, u64) {
-    let w = start_workload(c, 4);
+    let w = start_spread_workload(c, 4);
     tokio::time::sleep(d).await;
     w.finish().await
 }
@@ -149,7 +109,7 @@ async fn backup_then_drive(s: &SetCluster, c: &SeqClient, obs: &mut Vec<Observat
     // the backup's (a restore with too small a margin repeats it).
     let w = Workload::new();
     let r = w.recorder();
-    for _ in 0..(8 * STEP) {
+    for _ in 0..(8 * SMALL_STEP) {
         r.next(c, 0).await;
     }
     obs.extend(w.finish().await.0);
@@ -158,7 +118,7 @@ async fn backup_then_drive(s: &SetCluster, c: &SeqClient, obs: &mut Vec<Observat
 
 /// Starts a set, drives numbers, and backs it up mid-way.
 async fn start_and_back_up() -> (SetCluster, Vec<Observation>, PathBuf) {
-    let s = SetCluster::start(set(), 2);
+    let s = SetCluster::start(small_set(), 2);
     s.store.wait_ready(Duration::from_secs(20)).await;
     let c = s.client().await;
     s.wait_serving(&c).await;
@@ -185,7 +145,7 @@ async fn lost_everything_but_a_backup_restores_above_every_number() {
     // handed out far more than a step per uid since the backup: numbers
     // repeat. This is what the checker below would catch.
     let mut too_small = obs.clone();
-    restore_all(&mut s, &backup, &["--margin", &STEP.to_string()]);
+    restore_all(&mut s, &backup, &["--margin", &SMALL_STEP.to_string()]);
     drive_after_restore(&s, &mut too_small).await;
     let r = seqsvr_core::checker::check(&too_small);
     println!(
@@ -241,11 +201,11 @@ async fn lost_a_majority_restores_from_the_newest_backup() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lost_one_replica_is_replaced_and_the_new_one_counts_in_the_majority() {
-    let mut s = SetCluster::start(set(), 2);
+    let mut s = SetCluster::start(small_set(), 2);
     let leader = s.store.wait_ready(Duration::from_secs(20)).await;
     let c = s.client().await;
     s.wait_serving(&c).await;
-    let w = start_workload(&c, 4);
+    let w = start_spread_workload(&c, 4);
     tokio::time::sleep(Duration::from_secs(1)).await;
     // A follower is lost with its disk.
     let lost = (leader + 1) % 3;
@@ -280,7 +240,7 @@ async fn lost_one_replica_is_replaced_and_the_new_one_counts_in_the_majority() {
 /// never joins to vote a second time in a term it already voted in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replica_that_lost_its_disk_refuses_its_old_id() {
-    let mut s = SetCluster::start(set(), 2);
+    let mut s = SetCluster::start(small_set(), 2);
     let leader = s.store.wait_ready(Duration::from_secs(20)).await;
     let c = s.client().await;
     s.wait_serving(&c).await;

@@ -17,13 +17,11 @@ use std::time::{Duration, Instant};
 
 use seqsvr_core::checker::Observation;
 use seqsvr_core::SetSpec;
+use support::door::Door;
 use support::{assert_monotonic, SetCluster};
 
 /// Lease + margin of the test clusters (see `support::test_lease`).
 const EXPIRY: Duration = Duration::from_millis(2500);
-
-/// How long a client waits for one answer before it tries another door.
-const CALL_TIMEOUT: Duration = Duration::from_millis(300);
 
 fn set() -> SetSpec {
     SetSpec {
@@ -32,37 +30,6 @@ fn set() -> SetSpec {
         uid_end: 8000,
         section_size: 1000,
         step: 500,
-    }
-}
-
-/// One door and its connection (made again after a failure).
-struct Door {
-    addr: String,
-    conn: Option<redis::aio::MultiplexedConnection>,
-}
-
-impl Door {
-    /// `INCR key` through this door, or `None` (refused, hung, dropped).
-    async fn incr(&mut self, key: &str) -> Option<u64> {
-        if self.conn.is_none() {
-            let client = redis::Client::open(format!("redis://{}/", self.addr)).ok()?;
-            let c = tokio::time::timeout(CALL_TIMEOUT, client.get_multiplexed_async_connection());
-            self.conn = Some(c.await.ok()?.ok()?);
-        }
-        let conn = self.conn.as_mut()?;
-        let mut cmd = redis::cmd("INCR");
-        cmd.arg(key);
-        let call = cmd.query_async::<u64>(conn);
-        match tokio::time::timeout(CALL_TIMEOUT, call).await {
-            Ok(Ok(v)) => Some(v),
-            // A refusal: the connection is fine.
-            Ok(Err(e)) if e.kind() != redis::ErrorKind::Io && !e.is_connection_dropped() => None,
-            // Hung or dropped: a fresh connection next time.
-            _ => {
-                self.conn = None;
-                None
-            }
-        }
     }
 }
 
@@ -80,13 +47,7 @@ fn start_clients(doors: &[String], clients: u64) -> Drill {
     let tasks = (0..clients)
         .map(|k| {
             let (obs, failed, stop) = (obs.clone(), failed.clone(), stop.clone());
-            let mut doors: Vec<Door> = doors
-                .iter()
-                .map(|a| Door {
-                    addr: a.clone(),
-                    conn: None,
-                })
-                .collect();
+            let mut doors: Vec<Door> = doors.iter().map(|a| Door::new(a)).collect();
             tokio::spawn(async move {
                 let mut x = 0x2545_f491_4f6c_dd1du64 ^ (k + 1);
                 let mut prefer = 0;

@@ -177,3 +177,47 @@ impl Recorder {
         self.record(r.map(|seq| vec![Observation::current(uid, seq, start, Instant::now())]))
     }
 }
+
+/// The step of [`small_set`].
+pub const SMALL_STEP: u64 = 200;
+
+/// Set 0 as 8 sections of 500 uids, `[0, 4000)`, with a small step so
+/// ceilings are raised often.
+pub fn small_set() -> seqsvr_core::SetSpec {
+    seqsvr_core::SetSpec {
+        set_id: 0,
+        uid_begin: 0,
+        uid_end: 4000,
+        section_size: 500,
+        step: SMALL_STEP,
+    }
+}
+
+/// `callers` tasks calling `next` (every 4th call a batch of two) on 64
+/// uids spread over every section of [`small_set`]; a caller whose `next`
+/// failed waits 20 ms before its next call.
+pub fn start_spread_workload(c: &seqsvr_client::SeqClient, callers: u64) -> Workload {
+    let mut w = Workload::new();
+    w.tasks = (0..callers)
+        .map(|k| {
+            let (c, r) = (c.clone(), w.recorder());
+            tokio::spawn(async move {
+                let mut x = 0x9e3779b97f4a7c15u64 ^ k;
+                let mut i = 0u64;
+                while !r.stopped() {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let uid = (x % 64) * 61 % 4000;
+                    i += 1;
+                    if i.is_multiple_of(4) {
+                        r.batch(&c, &[uid, (uid + 500) % 4000]).await;
+                    } else if !r.next(&c, uid).await {
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    }
+                }
+            })
+        })
+        .collect();
+    w
+}

@@ -420,7 +420,7 @@ async fn bad_membership_changes_are_refused_and_change_nothing() {
     let mut cluster = StoreCluster::start(3, attack::set());
     let leader = cluster.wait_ready(Duration::from_secs(30)).await;
     let before = wait_voters(&cluster.client_addrs, &[1, 2, 3], || cluster.logs()).await;
-    let ch = |a: &str| seqsvr_store_api::client::channel(a, Duration::from_secs(1)).unwrap();
+    let ch = |a: &str| seqsvr_net::client::channel(a, None, Duration::from_secs(1)).unwrap();
     let mut admin = StoreAdminClient::new(ch(&cluster.admin_addrs[leader]));
     let add = |id: u64, addr: &str, ms: u64| pb::AddMemberRequest {
         id,

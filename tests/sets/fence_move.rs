@@ -34,9 +34,8 @@ fn uids() -> Vec<u64> {
 /// forwarding), within `within`: the observation if it handed a number
 /// out.
 async fn ask(addr: String, uid: u64, within: Duration) -> Option<Observation> {
-    let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+    let ch = seqsvr_net::client::endpoint(&addr, None, within)
         .unwrap()
-        .connect_timeout(within)
         .timeout(within)
         .connect_lazy();
     let start = Instant::now();

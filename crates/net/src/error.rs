@@ -122,6 +122,7 @@ pub enum Error {
         missing: PathBuf,
     },
     /// Generating or signing a certificate failed.
+    #[cfg(feature = "certs")]
     #[error("certificate generation: {0}")]
     Generate(#[from] rcgen::Error),
     /// A listener's socket could not be inspected.

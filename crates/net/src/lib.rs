@@ -23,6 +23,15 @@
 //!   rendering a scrape with its `set` label.
 //! - [`error`]: this crate's [`Error`].
 //!
+//! # Features
+//!
+//! A client links only dialing, client TLS and roles ([`client`], [`tls`],
+//! [`verify`], [`role`], [`plane`]). The rest is opt-in, on by default and
+//! off for the client library (`default-features = false` in the
+//! workspace): `server` (listeners, limits, per-call role checks, server
+//! TLS, per-call metrics, the Prometheus scrape and exposition) and
+//! `certs` (the development PKI).
+//!
 //! # Why one crate
 //!
 //! Every seqsvr process serves some of three planes: the **client** plane
@@ -35,26 +44,39 @@
 //! replica and an AllocSvr cannot drift apart on, say, whether the peer
 //! plane needs a client certificate.
 
+#[cfg(feature = "server")]
 pub mod auth;
+#[cfg(feature = "server")]
 pub mod calls;
+#[cfg(feature = "certs")]
 pub mod certs;
 pub mod client;
 pub mod error;
+#[cfg(feature = "server")]
 pub mod exposition;
+#[cfg(feature = "server")]
 pub mod limits;
+#[cfg(feature = "server")]
 pub mod metrics;
 pub mod plane;
 pub mod role;
+#[cfg(feature = "server")]
 pub mod server;
 pub mod tls;
 pub mod verify;
 
+#[cfg(feature = "server")]
 pub use auth::Auth;
+#[cfg(feature = "certs")]
 pub use certs::{DevPki, Leaf};
 pub use error::{Error, Result};
+#[cfg(feature = "server")]
 pub use limits::{Limits, PlaneLimits};
 pub use plane::Plane;
 pub use role::{Role, StoreId};
+#[cfg(feature = "server")]
 pub use server::Listener;
-pub use tls::{ClientTls, ServerTls, TlsConfig};
+#[cfg(feature = "server")]
+pub use tls::ServerTls;
+pub use tls::{ClientTls, TlsConfig};
 pub use verify::ServerRole;

@@ -22,6 +22,7 @@
 //! settings as a tonic `ServerTlsConfig` for a server built by hand.
 
 use crate::error::{Error, Result};
+#[cfg(feature = "server")]
 use crate::plane::Plane;
 use crate::verify::{RoleVerifier, ServerRole};
 use serde::{Deserialize, Serialize};
@@ -32,10 +33,13 @@ use tokio_rustls::rustls::{
     client::WebPkiServerVerifier,
     crypto::CryptoProvider,
     pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer},
-    server::WebPkiClientVerifier,
     RootCertStore,
 };
-use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity, ServerTlsConfig};
+#[cfg(feature = "server")]
+use tokio_rustls::rustls::server::WebPkiClientVerifier;
+use tonic::transport::{ClientTlsConfig, Endpoint, Identity};
+#[cfg(feature = "server")]
+use tonic::transport::{Certificate, ServerTlsConfig};
 
 /// Where one process's TLS files are.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,12 +55,14 @@ pub struct TlsConfig {
 }
 
 /// The server side of TLS for one plane, ready for a listener.
+#[cfg(feature = "server")]
 #[derive(Clone)]
 pub struct ServerTls {
     pub(crate) config: Arc<rustls::ServerConfig>,
     mutual: bool,
 }
 
+#[cfg(feature = "server")]
 impl std::fmt::Debug for ServerTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServerTls")
@@ -65,6 +71,7 @@ impl std::fmt::Debug for ServerTls {
     }
 }
 
+#[cfg(feature = "server")]
 impl ServerTls {
     /// The same identity and client checks for an HTTP/1.1 listener: it
     /// offers ALPN `http/1.1` instead of `h2`, so a client offering both
@@ -185,6 +192,7 @@ impl TlsConfig {
     /// The server side for `plane`: the client plane asks for no client
     /// certificate, the peer and admin planes require one signed by the
     /// CA.
+    #[cfg(feature = "server")]
     pub fn server(&self, plane: Plane) -> Result<ServerTls> {
         let provider = provider();
         let (chain, key) = self.identity()?;
@@ -212,6 +220,7 @@ impl TlsConfig {
 
     /// The same settings as [`TlsConfig::server`], for a tonic server
     /// built by hand.
+    #[cfg(feature = "server")]
     pub fn tonic_server(&self, plane: Plane) -> Result<ServerTlsConfig> {
         // Parse everything once here so errors name the file; tonic would
         // only fail later, without a path.
@@ -352,7 +361,7 @@ fn certs(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>> {
     Ok(certs)
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "server", feature = "certs"))]
 mod tests {
     use super::*;
     use crate::certs::{DevPki, Leaf};

@@ -98,7 +98,6 @@ use report::{bare_table, ratio_table, Sides};
 use seqsvr_client::{ClientOptions, SeqClient};
 use seqsvr_proto::alloc_client::AllocClient;
 use setup::{scrape, start_cluster, start_cluster_under, Target};
-use tonic::transport::Endpoint;
 
 /// Uids served (and drawn from): `[0, UIDS)`.
 const UIDS: u64 = 1_000_000;
@@ -214,7 +213,7 @@ const BATCH_C50: usize = 3;
 
 /// Connects a raw tonic stub to `addr`.
 async fn raw_stub(addr: &str) -> Caller {
-    let channel = Endpoint::from_shared(format!("http://{addr}"))
+    let channel = seqsvr_net::client::endpoint(addr, None, Duration::from_secs(1))
         .unwrap()
         .connect()
         .await

@@ -27,7 +27,7 @@ use seqsvr_proto::store_peer_client::StorePeerClient;
 use seqsvr_proto::store_read_client::StoreReadClient;
 use seqsvr_proto::{self as pb};
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::error::{Error, Result};
 use crate::membership::{MembershipChange, DEFAULT_CATCH_UP};
@@ -48,32 +48,18 @@ pub type Connector = Arc<dyn Fn(&str) -> std::result::Result<Channel, String> + 
 
 /// A plaintext connector (dev clusters, loopback tests).
 pub fn plaintext() -> Connector {
-    Arc::new(|addr: &str| channel(addr, Duration::from_millis(500)).map_err(|e| e.to_string()))
+    connector(None)
 }
 
 /// A connector with `tls` (server verified against the CA, own certificate
-/// presented), or plaintext without.
+/// presented), or plaintext without. Either way the channel is dialed by
+/// `seqsvr_net::client::channel`, so a store link gets the same transport
+/// settings as every other seqsvr client.
 pub fn connector(tls: Option<seqsvr_net::ClientTls>) -> Connector {
-    match tls {
-        None => plaintext(),
-        Some(tls) => Arc::new(move |addr: &str| {
-            seqsvr_net::client::channel(addr, Some(&tls), Duration::from_millis(500))
-                .map_err(|e| e.to_string())
-        }),
-    }
-}
-
-/// A lazily connecting plaintext channel to `addr` (`host:port`).
-pub fn channel(
-    addr: &str,
-    connect_timeout: Duration,
-) -> std::result::Result<Channel, tonic::transport::Error> {
-    Ok(Endpoint::from_shared(format!("http://{addr}"))?
-        .connect_timeout(connect_timeout)
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(5))
-        .keep_alive_timeout(Duration::from_secs(5))
-        .connect_lazy())
+    Arc::new(move |addr: &str| {
+        seqsvr_net::client::channel(addr, tls.as_ref(), Duration::from_millis(500))
+            .map_err(|e| e.to_string())
+    })
 }
 
 /// The failover core: one gRPC client per replica.

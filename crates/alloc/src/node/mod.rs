@@ -64,7 +64,7 @@ use seqsvr_proto::alloc_admin_server::AllocAdminServer;
 use seqsvr_proto::alloc_peer_server::AllocPeerServer;
 use seqsvr_proto::alloc_server::AllocServer;
 use seqsvr_proto::{self as pb};
-use seqsvr_store_api::client::Connector;
+use seqsvr_store_api::client::connector;
 use seqsvr_store_api::{AllocAddrs, PeerClient};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
@@ -265,13 +265,6 @@ fn front(
     client.install_routes(&shared.routes());
     let forwarder = Forwarder::new(client, fwd, cfg.addr.clone());
     Ok(Front::new(shared.clone(), Some(forwarder)))
-}
-
-fn connector(tls: Option<seqsvr_net::ClientTls>) -> Connector {
-    Arc::new(move |addr: &str| {
-        seqsvr_net::client::channel(addr, tls.as_ref(), Duration::from_millis(500))
-            .map_err(|e| e.to_string())
-    })
 }
 
 impl AllocNode {

@@ -69,7 +69,7 @@ pub async fn start(id: &str, store: &str, renew_ms: u64) -> AllocNode {
 }
 
 pub async fn channel(addr: std::net::SocketAddr) -> Channel {
-    tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+    seqsvr_net::client::endpoint(&addr.to_string(), None, Duration::from_secs(1))
         .unwrap()
         .connect()
         .await

@@ -10,7 +10,7 @@ use seqsvr_proto::alloc_client::AllocClient;
 use seqsvr_proto::{self as pb};
 use seqsvr_store_api::client::plaintext;
 use seqsvr_store_api::ReadClient;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::support::{metric, scrape, StoreCluster};
 
@@ -96,10 +96,7 @@ impl Allocs {
         let clients = addrs
             .iter()
             .map(|a| {
-                let ch = Endpoint::from_shared(format!("http://{a}"))
-                    .unwrap()
-                    .connect_timeout(Duration::from_millis(200))
-                    .connect_lazy();
+                let ch = seqsvr_net::client::channel(a, None, Duration::from_millis(200)).unwrap();
                 AllocClient::new(ch).max_decoding_message_size(16 << 20)
             })
             .collect();

@@ -9,7 +9,6 @@ use seqsvr_proto::alloc_client::AllocClient;
 use seqsvr_proto::{self as pb};
 use seqsvr_store_api::client::plaintext;
 use seqsvr_store_api::ReadClient;
-use tonic::transport::Channel;
 
 use crate::probe::{mib, ms, owners, sections_of, until, Allocs, Marks};
 use seqsvr_store::node::LeaseSection;
@@ -181,7 +180,7 @@ async fn rss(s: &Set) {
         base as f64 / (owned * SECTION_SIZE) as f64
     );
     let set = &s.cluster.store.set;
-    let ch = Channel::from_shared(format!("http://{}", s.cluster.alloc_addrs[i]))
+    let ch = seqsvr_net::client::endpoint(&s.cluster.alloc_addrs[i], None, Duration::from_secs(1))
         .unwrap()
         .connect()
         .await

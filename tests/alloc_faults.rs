@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use seqsvr::checker::{Kind, Observation};
 use seqsvr_client::SeqClient;
+use seqsvr_core::rng::Rng;
 use seqsvr_core::SetSpec;
 use support::{assert_monotonic, SetCluster, Workload};
 
@@ -39,12 +40,10 @@ fn start_workload(c: &SeqClient, callers: u64) -> Workload {
         .map(|k| {
             let (c, r) = (c.clone(), w.recorder());
             tokio::spawn(async move {
-                let mut x = 0x9e3779b97f4a7c15u64 ^ k;
+                let mut rng = Rng::new(0x9e3779b97f4a7c15u64 ^ k);
                 let mut i = 0u64;
                 while !r.stopped() {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
+                    let x = rng.next_u64();
                     // Few uids, so each sees many calls.
                     let uid = (x % 64) * 61 % 4000;
                     i += 1;

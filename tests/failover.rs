@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use seqsvr_client::SeqClient;
 use seqsvr_core::checker::Observation;
+use seqsvr_core::rng::Rng;
 use seqsvr_core::SetSpec;
 use support::{assert_monotonic, SetCluster, Workload, TEST_RENEW_MS};
 
@@ -44,12 +45,10 @@ fn start_workload(c: &SeqClient, callers: u64) -> Workload {
         .map(|k| {
             let (c, r) = (c.clone(), w.recorder());
             tokio::spawn(async move {
-                let mut x = 0x2545_f491_4f6c_dd1du64 ^ (k + 1);
+                let mut rng = Rng::new(0x2545_f491_4f6c_dd1du64 ^ (k + 1));
                 let mut i = 0u64;
                 while !r.stopped() {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
+                    let x = rng.next_u64();
                     let uid = (x % 8) * 1000 + (x >> 8) % 16;
                     i += 1;
                     let ok = if i.is_multiple_of(4) {

@@ -121,7 +121,7 @@ async fn wait_voters(
     loop {
         let all = read.status_all().await;
         let leader = all.into_iter().filter_map(|(_, s)| s.ok()).find(|s| {
-            s.state == "Leader"
+            s.leads()
                 && voters.contains(&s.node_id)
                 && s.voter_ids == voters
                 && s.learner_ids.is_empty()

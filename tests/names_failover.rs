@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use seqsvr_core::checker::Observation;
+use seqsvr_core::rng::Rng;
 use seqsvr_core::{name_key, SetSpec, NAME_KEYS};
 use seqsvr_store::node::InitialAlloc;
 use support::door::Door;
@@ -120,12 +121,10 @@ fn start_clients(
             let client = c.clone();
             let mut doors: Vec<Door> = (doors.iter()).map(|a| Door::new(a)).collect();
             tokio::spawn(async move {
-                let mut x = 0x2545_f491_4f6c_dd1du64 ^ (k + 1);
+                let mut rng = Rng::new(0x2545_f491_4f6c_dd1du64 ^ (k + 1));
                 let mut prefer = 0;
                 while !stop.load(Ordering::Relaxed) {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
+                    let x = rng.next_u64();
                     let i = (x >> 8) as usize % names.len();
                     let start = Instant::now();
                     let got = if k % 2 == 0 {

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use seqsvr::checker::Observation;
 use seqsvr_client::SeqClient;
+use seqsvr_core::rng::Rng;
 use seqsvr_core::SetSpec;
 use seqsvr_proto::alloc_client::AllocClient;
 use seqsvr_proto::{self as pb, detail_of, ErrorKind};
@@ -50,12 +51,10 @@ fn start_workload(c: &SeqClient, callers: u64) -> Workload {
         .map(|k| {
             let (c, r) = (c.clone(), w.recorder());
             tokio::spawn(async move {
-                let mut x = 0x9e3779b97f4a7c15u64 ^ (k + 1);
+                let mut rng = Rng::new(0x9e3779b97f4a7c15u64 ^ (k + 1));
                 let mut i = 0u64;
                 while !r.stopped() {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
+                    let x = rng.next_u64();
                     let uid = (x % 64) * 61 % 4000;
                     i += 1;
                     if i.is_multiple_of(5) {

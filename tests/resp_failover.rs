@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use seqsvr_core::checker::Observation;
+use seqsvr_core::rng::Rng;
 use seqsvr_core::SetSpec;
 use support::door::Door;
 use support::{assert_monotonic, SetCluster};
@@ -49,12 +50,10 @@ fn start_clients(doors: &[String], clients: u64) -> Drill {
             let (obs, failed, stop) = (obs.clone(), failed.clone(), stop.clone());
             let mut doors: Vec<Door> = doors.iter().map(|a| Door::new(a)).collect();
             tokio::spawn(async move {
-                let mut x = 0x2545_f491_4f6c_dd1du64 ^ (k + 1);
+                let mut rng = Rng::new(0x2545_f491_4f6c_dd1du64 ^ (k + 1));
                 let mut prefer = 0;
                 while !stop.load(Ordering::Relaxed) {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
+                    let x = rng.next_u64();
                     let uid = (x % 8) * 1000 + (x >> 8) % 16;
                     let key = format!("seq:{uid}");
                     let start = Instant::now();

@@ -392,7 +392,7 @@ async fn take_over_fencing_and_bad_input() {
     ));
     // Garbage on the Raft transport.
     let ch =
-        seqsvr_store_api::client::channel(&cluster.peer_addrs[0], Duration::from_secs(1)).unwrap();
+        seqsvr_net::client::channel(&cluster.peer_addrs[0], None, Duration::from_secs(1)).unwrap();
     let mut raft = seqsvr_proto::raft_client::RaftClient::new(ch);
     for data in [vec![], vec![1, 2, 3], vec![9; 40]] {
         let st = raft

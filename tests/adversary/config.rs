@@ -74,10 +74,10 @@ async fn config_mistakes_stop_the_process_with_a_message() {
         || {
             let read = read.clone();
             async move {
-                read.status_all().await.iter().any(|(_, s)| {
-                    s.as_ref()
-                        .is_ok_and(|s| s.set.is_some() && s.state == "Leader")
-                })
+                read.status_all()
+                    .await
+                    .iter()
+                    .any(|(_, s)| s.as_ref().is_ok_and(|s| s.set.is_some() && s.leads()))
             }
         },
     )

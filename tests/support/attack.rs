@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use seqsvr_alloc::node::AllocNodeConfig;
 use seqsvr_client::{ClientOptions, SeqClient};
 use seqsvr_core::checker::Observation;
+use seqsvr_core::rng::Rng;
 use seqsvr_core::SetSpec;
 use seqsvr_net::{ClientTls, DevPki, Leaf, Role, StoreId};
 use seqsvr_proto::{detail_of, ErrorKind};
@@ -90,12 +91,10 @@ pub fn start_load(c: &SeqClient, callers: u64) -> Workload {
         .map(|k| {
             let (c, r) = (c.clone(), w.recorder());
             tokio::spawn(async move {
-                let mut x = 0x2545_f491_4f6c_dd1du64 ^ (k + 1);
+                let mut rng = Rng::new(0x2545_f491_4f6c_dd1du64 ^ (k + 1));
                 let mut i = 0u64;
                 while !r.stopped() {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
+                    let x = rng.next_u64();
                     let uid = uid((x % SECTIONS as u64) as u32, (x >> 8) % UIDS_PER_SECTION);
                     i += 1;
                     let ok = if i.is_multiple_of(4) {

@@ -3,6 +3,7 @@
 //! and the workload and recorder that produce those observations.
 
 use super::*;
+use seqsvr_core::rng::Rng;
 
 /// The Prometheus text a metrics listener at `addr` serves (empty if it
 /// does not answer).
@@ -202,12 +203,10 @@ pub fn start_spread_workload(c: &seqsvr_client::SeqClient, callers: u64) -> Work
         .map(|k| {
             let (c, r) = (c.clone(), w.recorder());
             tokio::spawn(async move {
-                let mut x = 0x9e3779b97f4a7c15u64 ^ k;
+                let mut rng = Rng::new(0x9e3779b97f4a7c15u64 ^ k);
                 let mut i = 0u64;
                 while !r.stopped() {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
+                    let x = rng.next_u64();
                     let uid = (x % 64) * 61 % 4000;
                     i += 1;
                     if i.is_multiple_of(4) {

@@ -476,7 +476,7 @@ impl StoreCluster {
         loop {
             for (addr, st) in c.status_all().await {
                 if let Ok(s) = st {
-                    if s.has_leader && s.set.is_some() && s.state == "Leader" {
+                    if s.has_leader && s.set.is_some() && s.leads() {
                         return self.client_addrs.iter().position(|a| *a == addr).unwrap();
                     }
                 }

@@ -1,6 +1,6 @@
 //! [`MemCeilingStore`]: a [`CeilingStore`] kept in memory, with the store's
 //! semantics — the store's own rules for one section
-//! ([`SectionRecord::claim`], [`SectionRecord::check_raise`]: epochs fenced
+//! ([`SectionRecord::claim`], [`RaiseRule::check_raise`]: epochs fenced
 //! by incarnation, step-sized take-overs, prepared grants returned
 //! unchanged to the incarnation they were made for, raise checks) — and
 //! injectable faults. For tests, benchmarks and single-process
@@ -16,7 +16,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use seqsvr_core::{AllocId, Epoch, Incarnation, SectionId, SetSpec};
 use seqsvr_store_api::{Error, Rejection};
-use seqsvr_store_core::SectionRecord;
+use seqsvr_store_core::{RaiseRule, SectionRecord};
 
 use crate::ceiling::{CeilingStore, Grant};
 use crate::error::StoreErr;

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use seqsvr_alloc::mem::MemCeilingStore;
 use seqsvr_alloc::{AllocConfig, AllocError, Allocator, Raiser, RaiserConfig};
+use seqsvr_core::rng::Rng;
 use seqsvr_core::{SetSpec, Uid};
 
 const THREADS: usize = 3;
@@ -56,11 +57,9 @@ fn stamped(alloc: &Allocator, uid: Uid) -> Result<Call, AllocError> {
 
 fn worker(alloc: Arc<Allocator>, seed: u64) -> Vec<Call> {
     let mut calls = Vec::with_capacity(CALLS);
-    let mut x = seed;
+    let mut rng = Rng::new(seed);
     while calls.len() < CALLS {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        let x = rng.next_u64();
         match stamped(&alloc, 500 + x % 16) {
             Ok(call) => calls.push(call),
             // Waiting for a raise or a re-take: try again.

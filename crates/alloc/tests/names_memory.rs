@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use seqsvr_alloc::mem::MemCeilingStore;
 use seqsvr_alloc::{AllocConfig, AllocError, Allocator, Raiser, RaiserConfig};
+use seqsvr_core::rng::splitmix64;
 use seqsvr_core::{SetSpec, NAME_KEYS};
 
 /// One set over the whole name range, 16 sections, a large step.
@@ -69,14 +70,6 @@ impl Served {
     }
 }
 
-/// SplitMix64: a fixed pseudo-random sequence.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 #[test]
 #[ignore = "a benchmark: prints figures (see the module docs)"]
 fn bytes_per_name_held() {
@@ -117,7 +110,7 @@ fn skips_when_names_outnumber_the_bound() {
         let s = Served::new(bound as usize);
         let mut last = std::collections::HashMap::new();
         for c in 0..calls {
-            let r = mix(c);
+            let r = splitmix64(c);
             let i = if hot > 0 && !r.is_multiple_of(10) {
                 (r >> 8) % hot
             } else {

@@ -11,6 +11,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use seqsvr_alloc::mem::MemCeilingStore;
 use seqsvr_alloc::{AllocConfig, AllocError, Allocator, Raiser, RaiserConfig};
+use seqsvr_core::rng::Rng;
 use seqsvr_core::SetSpec;
 
 fn spec() -> SetSpec {
@@ -86,12 +87,10 @@ struct Got {
 static CLOCK: AtomicU64 = AtomicU64::new(0);
 
 fn worker(alloc: Arc<Allocator>, seed: u64, ops: usize, max_n: u64) -> Vec<Got> {
-    let mut x = seed | 1;
+    let mut rng = Rng::new(seed);
     let mut got = Vec::with_capacity(ops);
     while got.len() < ops {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        let x = rng.next_u64();
         let uid = x % 4 * 5; // uids 0, 5, 10, 15: both sections
         let n = if (x >> 40) & 1 == 0 {
             1

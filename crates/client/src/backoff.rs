@@ -8,6 +8,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use seqsvr_core::rng::splitmix64;
+
 /// Pauses that double from `initial` up to `max`, each jittered into
 /// `[d/2, d]` ("equal jitter": never zero, never longer than planned).
 #[derive(Debug, Clone)]
@@ -43,14 +45,6 @@ pub(crate) fn jitter_seed() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     splitmix64(t ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15))
-}
-
-/// One round of SplitMix64: a fast, well-mixing 64-bit hash.
-fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 #[cfg(test)]

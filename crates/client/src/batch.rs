@@ -270,6 +270,7 @@ impl SeqClient {
 #[cfg(test)]
 mod tests {
     use seqsvr_core::directory::{DirRange, DirSet};
+    use seqsvr_core::rng::Rng;
     use seqsvr_core::{Directory, Place, Placement, RouteEntry, RouteTable, SetSpec};
 
     use super::*;
@@ -375,13 +376,8 @@ mod tests {
             }
             parts
         };
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15);
+        let mut next = move || rng.next_u64();
         for (c, span) in [(cache(), 0..200u64), (two_sets(true), 0..100)] {
             for _ in 0..500 {
                 let len = (next() % 40) as usize;

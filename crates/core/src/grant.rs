@@ -1,9 +1,10 @@
-//! Ownership of a section: the grant a take-over or handoff produces, and
-//! the incarnation that tells two processes with one alloc id apart.
+//! Ownership of a section: the grant a take-over or handoff produces, the
+//! incarnation that tells two processes with one alloc id apart, and the
+//! section's durable record they come from.
 
 use serde::{Deserialize, Serialize};
 
-use crate::route::Epoch;
+use crate::route::{AllocId, Epoch};
 use crate::section::SectionId;
 
 /// One process start of an AllocSvr. Every start draws a fresh one; the
@@ -79,6 +80,70 @@ impl LeaseTerms {
     /// Lease plus margin: how long after a grant its section may move.
     pub fn expiry_ms(&self) -> u64 {
         self.lease_ms + self.margin_ms
+    }
+}
+
+/// One section's durable record, as the store keeps and replicates it
+/// (and as test stores and the simulation keep it too): the ceiling, the
+/// current ownership and where it began. The store's checks of a raise
+/// against it are the store's (`seqsvr-store-core`, `RaiseRule`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SectionRecord {
+    /// The ceiling: no number above it has ever been handed out (promise 2).
+    pub max_seq: u64,
+    /// The fencing token of the current ownership (promise 3).
+    pub epoch: Epoch,
+    /// The current owner, if any.
+    pub owner: Option<AllocId>,
+    /// The owner incarnation this epoch was granted to; 0 while routed
+    /// but not yet claimed (after an `Assign`).
+    pub incarnation: Incarnation,
+    /// The ceiling when this epoch began: where its owner starts.
+    pub start: u64,
+}
+
+impl SectionRecord {
+    /// The grant of this epoch: where its owner starts and the ceiling.
+    pub fn grant(&self, section: SectionId) -> Grant {
+        Grant {
+            section,
+            epoch: self.epoch,
+            prev_ceiling: self.start,
+            max_seq: self.max_seq,
+        }
+    }
+
+    /// A new epoch for `owner`'s `incarnation`, starting at the current
+    /// ceiling, which rises by `step` (skip ahead, promises 1 and 4).
+    pub fn begin(&mut self, owner: &AllocId, incarnation: Incarnation, step: u64) {
+        self.epoch += 1;
+        self.owner = Some(owner.clone());
+        self.incarnation = incarnation;
+        self.start = self.max_seq;
+        self.max_seq += step;
+    }
+
+    /// `owner`'s `incarnation` claims this section, having installed it at
+    /// epoch `known` at most (0: never). A grant prepared for that very
+    /// incarnation at a newer epoch (a handoff to it, a take-over whose
+    /// reply was lost) is kept as it is, so a retry skips no further step
+    /// (promise 4); otherwise a new epoch [`begin`](Self::begin)s. Returns
+    /// whether one began (the record changed). Whether `owner` may claim
+    /// the section at all (routing, registration) is the caller's check.
+    pub fn claim(
+        &mut self,
+        owner: &AllocId,
+        incarnation: Incarnation,
+        known: Epoch,
+        step: u64,
+    ) -> bool {
+        let prepared = self.owner.as_ref() == Some(owner)
+            && self.incarnation == incarnation
+            && self.epoch > known;
+        if !prepared {
+            self.begin(owner, incarnation, step);
+        }
+        !prepared
     }
 }
 

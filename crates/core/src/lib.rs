@@ -16,13 +16,16 @@
 //! - [`codec`]: the one place that turns values into bytes for disk and wire
 //!   (a format-version byte, then bincode), so the encoding can be swapped in
 //!   one place.
-//! - [`grant`]: a section's [`Grant`] (epoch, start, ceiling), the
-//!   AllocSvr [`Incarnation`] and the replicated [`LeaseTerms`].
+//! - [`grant`]: a section's durable [`SectionRecord`] and the [`Grant`]
+//!   (epoch, start, ceiling) it gives, the AllocSvr [`Incarnation`] and the
+//!   replicated [`LeaseTerms`].
 //! - [`ids`]: time-ordered 64-bit ids: layouts, encode/decode and one
 //!   worker id's generator with its clock policy.
 //! - [`mover`]: the range mover (`seqctl set move`) as a state machine:
 //!   answers in, the next call (or wait, or end) out; `seqctl` and the
 //!   simulation execute its effects.
+//! - [`rng`]: the one seeded pseudo-random generator (SplitMix64), for
+//!   the simulation, workloads, benchmarks and retry jitter.
 //! - [`error`]: the crate's error type.
 
 pub mod checker;
@@ -34,6 +37,7 @@ pub mod grant;
 pub mod ids;
 pub mod mover;
 pub mod names;
+pub mod rng;
 pub mod route;
 pub mod section;
 
@@ -41,7 +45,7 @@ pub use directory::{
     DirChange, DirError, DirSet, Directory, PendingMove, Place, Placement, SetCall, SetId, SetKind,
 };
 pub use error::{Error, Result};
-pub use grant::{Grant, Incarnation, LeaseTerms};
+pub use grant::{Grant, Incarnation, LeaseTerms, SectionRecord};
 pub use names::{check_name, is_name_key, name_key, NameError, MAX_NAME_LEN, NAME_KEYS};
 pub use route::{AllocId, Epoch, RouteEntry, RouteTable};
 pub use section::{SectionId, SetSpec, Uid};

@@ -144,33 +144,56 @@ pub enum RaiseCheck {
     TooLarge,
 }
 
+/// Consecutive runs `(first, count)` of sorted section ids: what one
+/// store call covers (a take-over, a read of sections, the list of an
+/// AllocSvr's sections) and one range of a log line ([`Runs`]).
+pub fn runs(sections: &[SectionId]) -> Vec<(SectionId, u32)> {
+    runs_by(sections, |&s| s, |_, _| true)
+        .into_iter()
+        .map(|r| (r[0], r.len() as u32))
+        .collect()
+}
+
+/// `items`, in order, cut into runs whose sections (`section`) are
+/// consecutive and whose neighbours go `together` (the same target, say):
+/// one command or call per run.
+pub fn runs_by<T>(
+    items: &[T],
+    section: impl Fn(&T) -> SectionId,
+    together: impl Fn(&T, &T) -> bool,
+) -> Vec<&[T]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for i in 1..=items.len() {
+        let (a, b) = (&items[i - 1], items.get(i));
+        let split =
+            b.is_none_or(|b| section(a).checked_add(1) != Some(section(b)) || !together(a, b));
+        if split {
+            out.push(&items[start..i]);
+            start = i;
+        }
+    }
+    out
+}
+
 /// Sections, in order, as runs for a log line: `0-33,40,42-45` (`none`
 /// when empty): one line per batch of section events, not one a section.
 pub struct Runs<'a>(pub &'a [SectionId]);
 
 impl std::fmt::Display for Runs<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut first = true;
-        let mut i = 0;
-        let s = self.0;
-        while i < s.len() {
-            let mut j = i;
-            while j + 1 < s.len() && s[j + 1] == s[j] + 1 {
-                j += 1;
-            }
-            if !first {
+        let runs = runs(self.0);
+        if runs.is_empty() {
+            return f.write_str("none");
+        }
+        for (i, &(first, count)) in runs.iter().enumerate() {
+            if i > 0 {
                 f.write_str(",")?;
             }
-            first = false;
-            if j == i {
-                write!(f, "{}", s[i])?;
-            } else {
-                write!(f, "{}-{}", s[i], s[j])?;
+            match count {
+                1 => write!(f, "{first}")?,
+                _ => write!(f, "{first}-{}", first + (count - 1))?,
             }
-            i = j + 1;
-        }
-        if first {
-            f.write_str("none")?;
         }
         Ok(())
     }
@@ -271,7 +294,33 @@ mod tests {
 
 #[cfg(test)]
 mod runs_tests {
-    use super::Runs;
+    use super::{runs, runs_by, Runs};
+
+    #[test]
+    fn runs_group_consecutive_sections() {
+        assert_eq!(runs(&[0, 1, 2, 5, 7, 8]), vec![(0, 3), (5, 1), (7, 2)]);
+        assert_eq!(runs(&[u32::MAX - 1, u32::MAX]), vec![(u32::MAX - 1, 2)]);
+        assert!(runs(&[]).is_empty());
+    }
+
+    #[test]
+    fn runs_by_cut_where_neighbours_part() {
+        let moves = [(1, 'a'), (2, 'a'), (3, 'b'), (4, 'b'), (6, 'b'), (6, 'b')];
+        let cut: Vec<_> = runs_by(&moves, |m| m.0, |x, y| x.1 == y.1)
+            .iter()
+            .map(|r| r.to_vec())
+            .collect();
+        assert_eq!(
+            cut,
+            vec![
+                vec![(1, 'a'), (2, 'a')],
+                vec![(3, 'b'), (4, 'b')],
+                vec![(6, 'b')],
+                vec![(6, 'b')],
+            ]
+        );
+        assert!(runs_by(&[] as &[(u32, char)], |m| m.0, |_, _| true).is_empty());
+    }
 
     #[test]
     fn runs_read_as_ranges() {

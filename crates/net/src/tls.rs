@@ -28,6 +28,8 @@ use crate::verify::{RoleVerifier, ServerRole};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+#[cfg(feature = "server")]
+use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::rustls::{
     self,
     client::WebPkiServerVerifier,
@@ -36,10 +38,8 @@ use tokio_rustls::rustls::{
     RootCertStore,
 };
 #[cfg(feature = "server")]
-use tokio_rustls::rustls::server::WebPkiClientVerifier;
-use tonic::transport::{ClientTlsConfig, Endpoint, Identity};
-#[cfg(feature = "server")]
 use tonic::transport::{Certificate, ServerTlsConfig};
+use tonic::transport::{ClientTlsConfig, Endpoint, Identity};
 
 /// Where one process's TLS files are.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,10 +5,48 @@
 
 use seqsvr_core::directory::{DirRange, PlaceRun, MAX_DIR_RANGES};
 use seqsvr_core::{
-    DirSet, Directory, Grant, PendingMove, Place, Placement, RouteEntry, RouteTable, SetSpec,
+    DirSet, Directory, Grant, PendingMove, Place, Placement, RouteEntry, RouteTable, SectionId,
+    SectionRecord, SetSpec,
 };
 
 use crate::v1 as pb;
+
+/// `StoreStatus.state` of a replica that leads its group.
+pub const LEADER: &str = "Leader";
+
+impl pb::StoreStatus {
+    /// Whether the replica that answered leads its group: the one test of
+    /// a status for leadership, for every caller that looks for the
+    /// leader among replicas' answers.
+    pub fn leads(&self) -> bool {
+        self.state == LEADER
+    }
+}
+
+impl From<(SectionId, &SectionRecord)> for pb::SectionState {
+    fn from((section, r): (SectionId, &SectionRecord)) -> Self {
+        pb::SectionState {
+            section,
+            max_seq: r.max_seq,
+            epoch: r.epoch,
+            owner: r.owner.clone().unwrap_or_default(),
+            incarnation: r.incarnation,
+            start: r.start,
+        }
+    }
+}
+
+impl From<&pb::SectionState> for SectionRecord {
+    fn from(s: &pb::SectionState) -> Self {
+        SectionRecord {
+            max_seq: s.max_seq,
+            epoch: s.epoch,
+            owner: (!s.owner.is_empty()).then(|| s.owner.clone()),
+            incarnation: s.incarnation,
+            start: s.start,
+        }
+    }
+}
 
 impl From<&SetSpec> for pb::SetSpec {
     fn from(s: &SetSpec) -> Self {

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use seqsvr_core::{Epoch, Grant, Incarnation, LeaseTerms, RouteTable, SectionId};
+use seqsvr_core::{Epoch, Grant, Incarnation, LeaseTerms, RouteTable, SectionId, SectionRecord};
 use seqsvr_proto::store_admin_client::StoreAdminClient;
 use seqsvr_proto::store_peer_client::StorePeerClient;
 use seqsvr_proto::store_read_client::StoreReadClient;
@@ -258,13 +258,14 @@ pub struct SectionInfo {
 
 impl From<pb::SectionState> for SectionInfo {
     fn from(s: pb::SectionState) -> Self {
+        let r = SectionRecord::from(&s);
         SectionInfo {
             section: s.section,
-            max_seq: s.max_seq,
-            epoch: s.epoch,
-            owner: (!s.owner.is_empty()).then_some(s.owner),
-            incarnation: s.incarnation,
-            start: s.start,
+            max_seq: r.max_seq,
+            epoch: r.epoch,
+            owner: r.owner,
+            incarnation: r.incarnation,
+            start: r.start,
         }
     }
 }
@@ -404,7 +405,7 @@ impl<C: ReadPlane> PlaneClient<C> {
             .await
             .into_iter()
             .filter_map(|(_, s)| s.ok())
-            .find(|s| s.state == "Leader")
+            .find(|s| s.leads())
     }
 }
 

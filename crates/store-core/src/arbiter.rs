@@ -28,6 +28,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use seqsvr_core::mover::Holder;
+use seqsvr_core::section::runs_by;
 use seqsvr_core::{AllocId, Epoch, Incarnation, LeaseTerms, Place, SectionId};
 use serde::{Deserialize, Serialize};
 
@@ -391,27 +392,16 @@ impl Arbiter {
 /// Groups consecutive sections going to the same AllocSvr into `Assign`s,
 /// each conditional on the epochs the plan was made on.
 fn runs(moves: Vec<(SectionId, Epoch, AllocId)>) -> Vec<Command> {
-    let mut out: Vec<Command> = Vec::new();
-    for (s, epoch, to) in moves {
-        if let Some(Command::Assign {
-            alloc,
-            first,
-            expected,
-        }) = out.last_mut()
-        {
-            let full = expected.len() as u32 >= crate::command::MAX_SECTIONS_PER_CALL;
-            if *alloc == to && *first + expected.len() as u32 == s && !full {
-                expected.push(epoch);
-                continue;
-            }
-        }
-        out.push(Command::Assign {
-            alloc: to,
-            first: s,
-            expected: vec![epoch],
-        });
-    }
-    out
+    let max = crate::command::MAX_SECTIONS_PER_CALL as usize;
+    runs_by(&moves, |m| m.0, |a, b| a.2 == b.2)
+        .into_iter()
+        .flat_map(|run| run.chunks(max))
+        .map(|run| Command::Assign {
+            alloc: run[0].2.clone(),
+            first: run[0].0,
+            expected: run.iter().map(|m| m.1).collect(),
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 //!   proposed in, their replies.
 //! - [`state`]: the state of one set (sections, AllocSvrs, route version,
 //!   lease terms, placement, directory) and how each command changes it;
-//!   a section's own rules (a claim, a raise) on [`state::SectionRecord`].
+//!   a section's raise rule ([`RaiseRule`]) on its [`SectionRecord`].
 //! - [`ids`]: id namespaces, their worker ids' holders and time
 //!   ceilings, and how the id commands change them.
 //! - [`owned`]: the per-AllocSvr section counts derived from the state.
@@ -30,4 +30,4 @@ pub mod owned;
 pub mod state;
 
 pub use command::{Command, Outcome, Rejection, Reply, Request, Response};
-pub use state::{AllocRecord, Dirty, LeaseState, SectionRecord, SetState};
+pub use state::{AllocRecord, Dirty, LeaseState, RaiseRule, SectionRecord, SetState};

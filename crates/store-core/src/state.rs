@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use seqsvr_core::directory::{DirSet, HOME_SET};
 use seqsvr_core::section::RaiseCheck;
 use seqsvr_core::{
-    AllocId, Directory, Epoch, Grant, Incarnation, LeaseTerms, Place, Placement, RouteTable,
-    SectionId, SetSpec,
+    AllocId, Directory, Epoch, Incarnation, LeaseTerms, Place, Placement, RouteTable, SectionId,
+    SetSpec,
 };
 use serde::{Deserialize, Serialize};
 
@@ -24,72 +24,30 @@ use crate::owned::OwnerCounts;
 /// Longest alloc id and address accepted (they are stored and replicated).
 pub const MAX_NAME_LEN: usize = 256;
 
-/// One section's durable record.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SectionRecord {
-    /// The ceiling: no number above it has ever been handed out (promise 2).
-    pub max_seq: u64,
-    /// The fencing token of the current ownership (promise 3).
-    pub epoch: Epoch,
-    /// The current owner, if any.
-    pub owner: Option<AllocId>,
-    /// The owner incarnation this epoch was granted to; 0 while routed
-    /// but not yet claimed (after an `Assign`).
-    pub incarnation: Incarnation,
-    /// The ceiling when this epoch began: where its owner starts.
-    pub start: u64,
-}
+pub use seqsvr_core::SectionRecord;
 
-impl SectionRecord {
-    /// The grant of this epoch: where its owner starts and the ceiling.
-    pub fn grant(&self, section: SectionId) -> Grant {
-        Grant {
-            section,
-            epoch: self.epoch,
-            prev_ceiling: self.start,
-            max_seq: self.max_seq,
-        }
-    }
-
-    /// A new epoch for `owner`'s `incarnation`, starting at the current
-    /// ceiling, which rises by `step` (skip ahead, promises 1 and 4).
-    pub fn begin(&mut self, owner: &AllocId, incarnation: Incarnation, step: u64) {
-        self.epoch += 1;
-        self.owner = Some(owner.clone());
-        self.incarnation = incarnation;
-        self.start = self.max_seq;
-        self.max_seq += step;
-    }
-
-    /// `owner`'s `incarnation` claims this section, having installed it at
-    /// epoch `known` at most (0: never). A grant prepared for that very
-    /// incarnation at a newer epoch (a handoff to it, a take-over whose
-    /// reply was lost) is kept as it is, so a retry skips no further step
-    /// (promise 4); otherwise a new epoch [`begin`](Self::begin)s. Returns
-    /// whether one began (the record changed). Whether `owner` may claim
-    /// the section at all (routing, registration) is the caller's check.
-    pub fn claim(
-        &mut self,
-        owner: &AllocId,
-        incarnation: Incarnation,
-        known: Epoch,
-        step: u64,
-    ) -> bool {
-        let prepared = self.owner.as_ref() == Some(owner)
-            && self.incarnation == incarnation
-            && self.epoch > known;
-        if !prepared {
-            self.begin(owner, incarnation, step);
-        }
-        !prepared
-    }
-
+/// The store's raise rule for a [`SectionRecord`]: its refusal is a
+/// [`Rejection`], which is the store's to define, so the rule lives here
+/// and the record (plain data and its epoch arithmetic) in `seqsvr-core`.
+pub trait RaiseRule {
     /// Whether `owner`'s `incarnation` may raise this section (`section`
     /// of a set shaped `spec`) to `to` under `epoch`: fenced by owner,
     /// incarnation and epoch (promise 3), only up and by at most one step
     /// (promises 2 and 4). The epoch is checked before the ceiling, so a
     /// ceiling in a refusal is only ever told to the owner.
-    pub fn check_raise(
+    fn check_raise(
+        &self,
+        spec: &SetSpec,
+        section: SectionId,
+        owner: &AllocId,
+        incarnation: Incarnation,
+        epoch: Epoch,
+        to: u64,
+    ) -> Result<(), Rejection>;
+}
+
+impl RaiseRule for SectionRecord {
+    fn check_raise(
         &self,
         spec: &SetSpec,
         section: SectionId,

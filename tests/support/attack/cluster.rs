@@ -337,7 +337,7 @@ impl Cluster {
         loop {
             for (a, st) in read.status_all().await {
                 if let Ok(s) = st {
-                    if s.has_leader && s.set.is_some() && s.state == "Leader" {
+                    if s.has_leader && s.set.is_some() && s.leads() {
                         return self.stores.iter().position(|n| n.client == a).unwrap();
                     }
                 }

@@ -1,6 +1,7 @@
 //! The allocator's table and unit tests.
 
 use super::*;
+use seqsvr_core::rng::Rng;
 
 /// A set of 3 sections of 4 uids starting at uid 100, step 10.
 fn alloc(fraction: f64) -> Allocator {
@@ -248,12 +249,10 @@ async fn next_waiting_times_out_then_wakes_on_raise() {
 fn the_served_sections_kept_equal_a_walk_over_every_slot() {
     let a = alloc(0.0);
     // A seeded walk over installs, drops and epoch-conditional drops.
-    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut rng = Rng::new(0x2545_f491_4f6c_dd1du64);
     let mut epoch = [0u64; 3];
     for _ in 0..2_000 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        let x = rng.next_u64();
         let s = (x % 3) as SectionId;
         match (x >> 8) % 4 {
             0 | 1 => {

@@ -95,16 +95,7 @@ pub fn reconcile(
 
 /// Consecutive runs `(first, count)` of sorted section ids (one store call
 /// per run: take-overs at renewal, the reads of an adopt).
-pub fn runs(sections: &[SectionId]) -> Vec<(SectionId, u32)> {
-    let mut out: Vec<(SectionId, u32)> = Vec::new();
-    for &s in sections {
-        match out.last_mut() {
-            Some((f, c)) if *f + *c == s => *c += 1,
-            _ => out.push((s, 1)),
-        }
-    }
-    out
-}
+pub use seqsvr_core::section::runs;
 
 /// The take-overs that claim `claim` (sorted, as [`reconcile`] returns it):
 /// one per run of consecutive sections, cut into pieces of at most
@@ -154,12 +145,6 @@ mod tests {
         assert_eq!(cache, (0, Vec::new()), "forgotten: ask for the whole list");
         let got = listed_sections(&mut cache, 0, Some((5, vec![])));
         assert_eq!((got, &cache), (Some(vec![]), &(5, vec![])));
-    }
-
-    #[test]
-    fn runs_group_consecutive_sections() {
-        assert_eq!(runs(&[0, 1, 2, 5, 7, 8]), vec![(0, 3), (5, 1), (7, 2)]);
-        assert!(runs(&[]).is_empty());
     }
 
     #[test]

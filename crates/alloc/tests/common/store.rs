@@ -14,7 +14,7 @@ use seqsvr_core::{RouteTable, SectionId, SetSpec};
 use seqsvr_proto::store_peer_server::{StorePeer, StorePeerServer};
 use seqsvr_proto::{self as pb};
 use seqsvr_store_api::{Error, Rejection};
-use seqsvr_store_core::SectionRecord;
+use seqsvr_store_core::{RaiseRule, SectionRecord};
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 
@@ -405,17 +405,7 @@ impl StorePeer for FakeStore {
         let r = req.into_inner();
         let st = self.st();
         let sections = (r.first_section..r.first_section + r.count)
-            .filter_map(|s| {
-                let rec = st.sections.get(s as usize)?;
-                Some(pb::SectionState {
-                    section: s,
-                    max_seq: rec.max_seq,
-                    epoch: rec.epoch,
-                    owner: rec.owner.clone().unwrap_or_default(),
-                    incarnation: rec.incarnation,
-                    start: rec.start,
-                })
-            })
+            .filter_map(|s| Some(pb::SectionState::from((s, st.sections.get(s as usize)?))))
             .collect();
         Ok(Response::new(pb::ReadSectionsReply { sections }))
     }
@@ -448,7 +438,7 @@ impl StorePeer for FakeStore {
             })
             .collect();
         Ok(Response::new(pb::StoreStatus {
-            state: "Leader".into(),
+            state: seqsvr_proto::convert::LEADER.into(),
             has_leader: true,
             lease_ms: st.lease_ms,
             allocs,

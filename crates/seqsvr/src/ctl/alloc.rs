@@ -11,6 +11,7 @@
 //! store refuses anything else.
 
 use clap::Subcommand;
+use seqsvr_core::section::runs_by;
 use seqsvr_core::{Incarnation, RouteTable, SectionId};
 use seqsvr_proto::{self as pb};
 
@@ -192,18 +193,7 @@ async fn assign(ctl: &Ctl, moves: &[pb::Move]) -> Result<Vec<pb::MoveResult>> {
 
 /// `moves` cut into runs of consecutive sections bound for one AllocSvr.
 fn runs(moves: &[pb::Move]) -> Vec<&[pb::Move]> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    for i in 1..=moves.len() {
-        let split = i == moves.len()
-            || moves[i].to_alloc != moves[i - 1].to_alloc
-            || moves[i].section != moves[i - 1].section + 1;
-        if split {
-            out.push(&moves[start..i]);
-            start = i;
-        }
-    }
-    out
+    runs_by(moves, |m| m.section, |a, b| a.to_alloc == b.to_alloc)
 }
 
 /// Plans moves of `sections` onto `targets`, least loaded first.

@@ -198,7 +198,7 @@ pub fn print_membership(
     let answered = replicas.iter().filter_map(|(_, s)| s.as_ref().ok());
     let Some(s) = answered
         .clone()
-        .find(|s| s.state == "Leader")
+        .find(|s| s.leads())
         .or(answered.clone().next())
     else {
         return Ok(());

@@ -129,7 +129,7 @@ impl Ctl {
             .await
             .into_iter()
             .flatten()
-            .find(|s| s.state == "Leader");
+            .find(|s| s.leads());
         match from_admin {
             Some(s) => Some(s),
             None => self.read.leader_status().await,

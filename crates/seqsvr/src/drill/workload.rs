@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use seqsvr_client::SeqClient;
 use seqsvr_core::checker::Observation;
+use seqsvr_core::rng::Rng;
 use seqsvr_core::SetSpec;
 use tokio::task::JoinHandle;
 
@@ -138,7 +139,7 @@ struct Worker {
 
 impl Worker {
     async fn run(self, seed: u64, end: Instant) {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (seed.wrapping_mul(0xbf58_476d_1ce4_e5b9) | 1);
+        let mut rng = Rng::new(seed);
         let Uids {
             first,
             count,
@@ -152,9 +153,7 @@ impl Worker {
                 tokio::time::sleep_until(next_at.into()).await;
             }
             let mut pick = || {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                let x = rng.next_u64();
                 first + (x % count) * stride
             };
             i += 1;

@@ -176,7 +176,7 @@ impl Sets {
             let call = tokio::time::timeout(CALL_TIMEOUT, c.status(pb::StatusRequest {}));
             if let Ok(Ok(s)) = call.await {
                 let s = s.into_inner();
-                if s.state == "Leader" {
+                if s.leads() {
                     return Some(s);
                 }
             }

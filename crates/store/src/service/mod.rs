@@ -355,17 +355,7 @@ impl StoreApi {
             .into());
         }
         let sections = (r.first_section..end as u32)
-            .map(|s| {
-                let rec = &a.state.sections[s as usize];
-                pb::SectionState {
-                    section: s,
-                    max_seq: rec.max_seq,
-                    epoch: rec.epoch,
-                    owner: rec.owner.clone().unwrap_or_default(),
-                    incarnation: rec.incarnation,
-                    start: rec.start,
-                }
-            })
+            .map(|s| pb::SectionState::from((s, &a.state.sections[s as usize])))
             .collect();
         Ok(pb::ReadSectionsReply { sections })
     }
@@ -463,17 +453,13 @@ fn unexpected(r: Reply) -> Error {
 
 /// The runs of sections routed to `alloc`.
 fn owned_runs(state: &crate::state::SetState, alloc: &str) -> Vec<pb::SectionRun> {
-    let mut runs: Vec<pb::SectionRun> = Vec::new();
-    for s in state.owned_by(alloc) {
-        match runs.last_mut() {
-            Some(run) if run.first_section + run.count == s => run.count += 1,
-            _ => runs.push(pb::SectionRun {
-                first_section: s,
-                count: 1,
-            }),
-        }
-    }
-    runs
+    let owned: Vec<SectionId> = state.owned_by(alloc).collect();
+    (seqsvr_core::section::runs(&owned).into_iter())
+        .map(|(first_section, count)| pb::SectionRun {
+            first_section,
+            count,
+        })
+        .collect()
 }
 
 impl StoreApi {

@@ -584,7 +584,8 @@ impl Forwarder {
     fn decide(&self, shared: &Shared, uid: Uid, local: &CallError) -> Decision {
         let set = shared.alloc.spec().set_id;
         if self.client.route_version(set) < Some(shared.version()) {
-            self.client.install_routes(&shared.routes());
+            self.client
+                .install_route_table(shared.routes().table.clone());
         }
         let owner = self.client.owner_of(uid);
         decide(uid, local, &owner, &self.self_addr, self.cfg.retry_after_ms)

@@ -22,7 +22,7 @@
 
 use std::sync::Arc;
 
-use seqsvr_core::SectionId;
+use seqsvr_core::{Place, SectionId};
 use seqsvr_net::{Auth, Role};
 use seqsvr_proto::{self as pb, status_with, ErrorDetail, ErrorKind};
 use tonic::{Code, Request, Response, Status};
@@ -145,7 +145,7 @@ impl Shared {
         if route {
             // The version and the set, not the table (O(1) whatever the
             // table's size): a caller with an older table fetches it.
-            let t = self.routes();
+            let t = &self.routes().wire;
             d.route_version = t.version;
             d.set = t.set;
         }
@@ -162,18 +162,19 @@ impl Shared {
                 // A section this set no longer (or never) serves is
                 // answered with where to look: the client refreshes
                 // its directory (docs/architecture/sets.md).
-                let t = self.routes();
+                let routes = self.routes();
+                let t = &routes.table;
                 d.directory_version = t.directory.as_ref().map_or(0, |x| x.version);
-                match placement_of(&t, *section) {
-                    Some((pb::PlaceKind::PlaceMoved, to)) => {
+                match t.placement.place_of(*section) {
+                    Place::Moved { to } => {
                         d.to_set = to;
                         (Code::Unavailable, ErrorKind::Moved, true, true)
                     }
-                    Some(_) => (Code::Unavailable, ErrorKind::NotServed, true, true),
-                    None => {
-                        if let Some(e) = entry_of(&t, *section) {
+                    Place::Absent => (Code::Unavailable, ErrorKind::NotServed, true, true),
+                    Place::Serving => {
+                        if let Some(e) = t.entry_for_section(*section) {
                             d.owner_addr = e.addr.clone();
-                            d.owner_alloc = e.alloc_id.clone();
+                            d.owner_alloc = e.alloc.clone();
                         }
                         (Code::Unavailable, ErrorKind::NotOwner, true, true)
                     }
@@ -302,22 +303,6 @@ pub(crate) fn starting_status(e: &CallError) -> Status {
         d.retry_after_ms = *retry_after_ms;
     }
     status_with(Code::Unavailable, e.to_string(), d)
-}
-
-/// Where the route table says `section` stands if this set does not serve
-/// it: absent, or moved to another set.
-fn placement_of(t: &pb::RouteTable, section: SectionId) -> Option<(pb::PlaceKind, u32)> {
-    let i = t.placement.partition_point(|r| r.end_section <= section);
-    let r = t.placement.get(i).filter(|r| r.first_section <= section)?;
-    Some((pb::PlaceKind::try_from(r.kind).ok()?, r.to_set))
-}
-
-/// The run of the route table that names `section`'s owner, if any.
-fn entry_of(t: &pb::RouteTable, section: SectionId) -> Option<&pb::RouteEntry> {
-    let i = t
-        .entries
-        .partition_point(|e| e.first_section as u64 + e.count as u64 <= section as u64);
-    t.entries.get(i).filter(|e| e.first_section <= section)
 }
 
 /// Whether a call was forwarded by another AllocSvr: it is answered

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
-use seqsvr_core::{AllocId, Incarnation, SectionId};
+use seqsvr_core::{AllocId, Incarnation, RouteTable, SectionId};
 use seqsvr_net::ClientTls;
 use seqsvr_proto::{self as pb};
 use seqsvr_store_api::{AllocAddrs, PeerClient};
@@ -66,6 +66,26 @@ impl StopAsked {
     }
 }
 
+/// One version of the route table, made once when it is read: the table
+/// itself (an error's owner and placement, the forwarder's routes) and its
+/// wire form (what `Routes` answers), so no call converts it again and
+/// the two cannot be of different versions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Routes {
+    /// The table.
+    pub table: RouteTable,
+    /// The same table as `Routes` answers it.
+    pub wire: pb::RouteTable,
+}
+
+impl Routes {
+    /// Both forms of `table`.
+    pub fn new(table: RouteTable) -> Routes {
+        let wire = pb::RouteTable::from(&table);
+        Routes { table, wire }
+    }
+}
+
 /// What the services share with the node's background tasks.
 #[derive(Debug)]
 pub struct Shared {
@@ -73,9 +93,10 @@ pub struct Shared {
     pub alloc: Arc<Allocator>,
     /// The version of the route table below (read on every reply).
     pub route_version: AtomicU64,
-    /// The route table as last read from the store (served by `Routes`;
-    /// errors name its version and, for not-owner, the section's owner).
-    pub routes: RwLock<Arc<pb::RouteTable>>,
+    /// The route table as last read from the store, in both its forms
+    /// (served by `Routes`; errors name its version and, for not-owner,
+    /// the section's owner; the forwarder routes by it).
+    pub routes: RwLock<Arc<Routes>>,
     /// How long a call may wait for an exhausted section's raise.
     pub wait: Duration,
     /// This AllocSvr's lease.
@@ -218,20 +239,20 @@ impl Shared {
     }
 
     /// Installs a newer route table.
-    pub fn set_routes(&self, t: pb::RouteTable) {
+    pub fn set_routes(&self, t: RouteTable) {
         let v = t.version;
-        *self.routes.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(t);
+        *self.routes.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(Routes::new(t));
         self.route_version.store(v, Ordering::Release);
     }
 
     /// The route table as last read (a copy, for `Routes`).
     pub fn route_table(&self) -> pb::RouteTable {
-        (*self.routes()).clone()
+        self.routes().wire.clone()
     }
 
     /// The route table as last read, shared (no copy: what an error
     /// detail reads its few facts from).
-    pub fn routes(&self) -> Arc<pb::RouteTable> {
+    pub fn routes(&self) -> Arc<Routes> {
         self.routes
             .read()
             .unwrap_or_else(|e| e.into_inner())

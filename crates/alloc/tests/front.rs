@@ -46,7 +46,7 @@ async fn split_pair(tune: impl FnOnce(&mut AllocNodeConfig)) -> (FakeStore, Allo
     .await;
     let version = store.st().route_version;
     eventually("both hold the new routes", || {
-        a1.shared.routes().version >= version && a2.shared.routes().version >= version
+        a1.shared.routes().table.version >= version && a2.shared.routes().table.version >= version
     })
     .await;
     (store, a1, a2)
@@ -381,7 +381,7 @@ async fn the_redis_door_and_counted_next_are_forwarded_to_the_owner() {
     eventually("a2 serves 2", || a2.shared.alloc.is_serving(2)).await;
     let version = store.st().route_version;
     eventually("a1 holds the new routes", || {
-        a1.shared.routes().version >= version
+        a1.shared.routes().table.version >= version
     })
     .await;
     let uid = a1.shared.alloc.spec().uids_of(2).start + 7;

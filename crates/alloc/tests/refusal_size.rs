@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use seqsvr_alloc::lease::Lease;
 use seqsvr_alloc::metrics::AllocMetrics;
-use seqsvr_alloc::shared::{Ownership, Shared};
+use seqsvr_alloc::shared::{Ownership, Routes, Shared};
 use seqsvr_alloc::{AllocConfig, AllocError, Allocator, CallError};
-use seqsvr_core::SetSpec;
+use seqsvr_core::{RouteTable, SetSpec};
 use seqsvr_proto::{self as pb};
 use seqsvr_store_api::client::{plaintext, AllocAddrs};
 use seqsvr_store_api::PeerClient;
@@ -67,7 +67,7 @@ fn shared(t: pb::RouteTable, sections: u64) -> Shared {
     Shared {
         alloc: Arc::new(alloc),
         route_version: AtomicU64::new(t.version),
-        routes: RwLock::new(Arc::new(t)),
+        routes: RwLock::new(Arc::new(Routes::new(RouteTable::try_from(&t).unwrap()))),
         wait: Duration::from_millis(10),
         lease: Lease::new(std::time::Instant::now()),
         draining: AtomicBool::new(false),

@@ -107,6 +107,14 @@ impl SeqClient {
         done.table || done.directory
     }
 
+    /// [`SeqClient::install_routes`] for a table already decoded and
+    /// checked (an AllocSvr's own, which it keeps in this form): nothing is
+    /// converted again.
+    pub fn install_route_table(&self, table: RouteTable) -> bool {
+        let done = self.install_table(table, "installed");
+        done.table || done.directory
+    }
+
     /// Where the cached routes send `uid` now, without calling anyone.
     pub fn owner_of(&self, uid: u64) -> Owner {
         match read(&self.inner.routes).locate(uid) {

@@ -8,8 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use seqsvr_core::section::Runs;
-use seqsvr_core::SectionId;
-use seqsvr_proto::{self as pb};
+use seqsvr_core::{RouteTable, SectionId};
 
 use crate::control::{Effect, Event};
 use crate::shared::Shared;
@@ -25,7 +24,7 @@ use crate::shared::Shared;
 pub(super) fn step(
     shared: &Shared,
     event: impl FnOnce(&Shared) -> Event,
-    mut table: Option<pb::RouteTable>,
+    mut table: Option<RouteTable>,
 ) -> Vec<Effect> {
     let mut own = shared.ownership();
     let effects = own.on(Instant::now(), event(shared));

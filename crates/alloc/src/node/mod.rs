@@ -63,7 +63,6 @@ use seqsvr_net::Plane;
 use seqsvr_proto::alloc_admin_server::AllocAdminServer;
 use seqsvr_proto::alloc_peer_server::AllocPeerServer;
 use seqsvr_proto::alloc_server::AllocServer;
-use seqsvr_proto::{self as pb};
 use seqsvr_store_api::client::connector;
 use seqsvr_store_api::{AllocAddrs, PeerClient};
 use tokio::net::TcpListener;
@@ -78,7 +77,7 @@ use crate::ids::{system_clock, IdMetrics, IdWorkers, StoreWorkers};
 use crate::lease::Lease;
 use crate::raiser::{Raiser, RaiserConfig};
 use crate::service::{AdminService, ClientService, PeerService};
-use crate::shared::{Ownership, Shared};
+use crate::shared::{Ownership, Routes, Shared};
 use crate::store_link::StoreCeilings;
 use crate::warm::Warmed;
 
@@ -262,7 +261,7 @@ fn front(
             reason: e.to_string(),
         })
     })?;
-    client.install_routes(&shared.routes());
+    client.install_route_table(shared.routes().table.clone());
     let forwarder = Forwarder::new(client, fwd, cfg.addr.clone());
     Ok(Front::new(shared.clone(), Some(forwarder)))
 }
@@ -382,7 +381,7 @@ impl AllocNode {
         let shared = Arc::new(Shared {
             alloc: alloc.clone(),
             route_version: AtomicU64::new(routes.version),
-            routes: RwLock::new(Arc::new(pb::RouteTable::from(&routes))),
+            routes: RwLock::new(Arc::new(Routes::new(routes))),
             wait: Duration::from_millis(cfg.wait_ms),
             lease: Lease::new(Instant::now()),
             draining: AtomicBool::new(false),

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use seqsvr_core::SectionId;
-use seqsvr_proto::{self as pb};
 
 use crate::control::{Effect, Event, RouteFacts};
 use crate::ownership::served_epochs;
@@ -39,7 +38,6 @@ pub(super) async fn refresh_routes(ctx: &Ctx, renewal: bool) -> Vec<Effect> {
             None
         }
     };
-    let table = read.as_ref().map(pb::RouteTable::from);
     let here = read.as_ref().map(|t| {
         (0..t.set.section_count())
             .filter(|&x| t.entry_for_section(x).is_some_and(|e| e.alloc == shared.id))
@@ -56,5 +54,5 @@ pub(super) async fn refresh_routes(ctx: &Ctx, renewal: bool) -> Vec<Effect> {
         }),
         renewal,
     };
-    step(shared, event, table)
+    step(shared, event, read)
 }

@@ -361,7 +361,9 @@ fn certs(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>> {
     Ok(certs)
 }
 
-#[cfg(all(test, feature = "server", feature = "certs"))]
+// The tests make certificates and build server settings.
+#[cfg(all(feature = "server", feature = "certs"))]
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::certs::{DevPki, Leaf};

@@ -26,10 +26,14 @@
 //! # Layout
 //! - [`store`]: what the holder needs from the store ([`WorkerStore`]):
 //!   the peer plane, or the store's state machine in memory.
+//! - [`rules`]: the pure part (the generator a claim starts, an issue, a
+//!   raise's answer, the typed refusals), which the seeded simulation
+//!   drives too.
 //! - this file: [`IdWorkers`], the holdings of one AllocSvr.
 //! - `metrics`: [`IdMetrics`].
 
 mod metrics;
+pub mod rules;
 pub mod store;
 #[cfg(test)]
 mod tests;
@@ -43,6 +47,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use seqsvr_core::ids::{Decoded, Generator, IdError, Layout};
+
+use rules::RaiseSettled;
 use seqsvr_core::Epoch;
 use seqsvr_store_api::{Error as StoreError, IdRefusal, Rejection};
 use tokio::sync::Notify;
@@ -195,22 +201,18 @@ impl IdWorkers {
     /// Issues from a holding, unless it was lost.
     fn issue(&self, h: &Holding, n: usize) -> Result<Vec<u64>, Issue> {
         let now = (self.clock)();
-        let mut out = Vec::with_capacity(n);
-        let (r, wants, stats) = {
+        let issued = {
             let mut g = h.gen.lock().unwrap_or_else(|e| e.into_inner());
             if h.lost.load(Ordering::Acquire) {
                 return Err(Issue::Lost);
             }
-            let before = g.stats();
-            let r = g.next_n(now, n, &mut out);
-            let wants = g.wants_raise(now, h.window);
-            (r, wants, (before, g.stats()))
+            rules::issue(&mut g, h.window, now, n)
         };
-        self.metrics.counted(&stats.0, &stats.1);
-        if wants.is_some() {
+        self.metrics.counted(&issued.before, &issued.after);
+        if issued.wants_raise {
             h.kick.notify_one();
         }
-        r.map(|()| out).map_err(Issue::Refused)
+        issued.result.map_err(Issue::Refused)
     }
 
     fn unavailable(&self, ns: &str, reason: &str) -> CallError {
@@ -224,18 +226,7 @@ impl IdWorkers {
     /// The typed error of a generator's refusal.
     fn refusal(&self, ns: &str, h: &Holding, e: IdError) -> CallError {
         let unit = h.gen.lock().map_or(1, |g| g.layout().unit_ms);
-        match e {
-            IdError::ClockBehind { behind_ms } => CallError::ClockBehind {
-                namespace: ns.into(),
-                behind_ms,
-            },
-            IdError::CeilingReached { .. } => CallError::IdCeiling {
-                namespace: ns.into(),
-                retry_after_ms: unit.max(10),
-            },
-            IdError::TimeExhausted { .. } => refused(ns, IdRefusal::TimeExhausted, e.to_string()),
-            other => CallError::Internal(other.to_string()),
-        }
+        rules::refusal(ns, unit, e)
     }
 
     /// The holding of `ns`, claimed now if there is none.
@@ -265,10 +256,7 @@ impl IdWorkers {
         };
         let g = claimed.grant;
         let layout = claimed.layout;
-        let window = layout.ticks_in(claimed.window_ms).max(1);
-        // Borrowing is bounded by the window: ids run at most a window
-        // ahead of the clock before a call is refused as clock-behind.
-        let gen = Generator::new(layout, g.worker, g.floor, g.ceiling, window)
+        let (gen, window) = rules::start(&claimed)
             .map_err(|e| refused(ns, IdRefusal::TimeExhausted, e.to_string()))?;
         let h = Arc::new(Holding {
             ns: ns.into(),
@@ -419,9 +407,8 @@ impl IdWorkers {
 /// is lost or released.
 async fn raise_loop(ids: Arc<IdWorkers>, h: Arc<Holding>) {
     let unit = h.gen.lock().map_or(1, |g| g.layout().unit_ms);
-    let window_ms = h.window.saturating_mul(unit);
-    let every = Duration::from_millis((window_ms / 4).clamp(5, 1000));
-    let mut backoff = Duration::from_millis(10);
+    let every = rules::raise_interval(h.window, unit);
+    let mut backoff = rules::RAISE_BACKOFF_MIN;
     loop {
         if h.lost.load(Ordering::Acquire) || ids.stopped.load(Ordering::Acquire) {
             return;
@@ -434,32 +421,30 @@ async fn raise_loop(ids: Arc<IdWorkers>, h: Arc<Holding>) {
             let _ = tokio::time::timeout(every, h.kick.notified()).await;
             continue;
         };
-        match ids.store.raise(&h.ns, h.worker, h.epoch, to).await {
-            Ok(ceiling) => {
-                backoff = Duration::from_millis(10);
+        let answer = ids.store.raise(&h.ns, h.worker, h.epoch, to).await;
+        match rules::settle_raise(answer.as_ref().copied()) {
+            RaiseSettled::Raised(ceiling) => {
+                backoff = rules::RAISE_BACKOFF_MIN;
                 h.gen
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .set_ceiling(ceiling);
                 h.raised.notify_waiters();
             }
-            Err(StoreError::Rejected(
-                r @ (Rejection::Ids {
-                    kind: IdRefusal::NotHolder,
-                    ..
+            RaiseSettled::Lost => {
+                if let Err(r) = &answer {
+                    tracing::warn!(namespace = %h.ns, worker = h.worker, "id worker lost: {r}");
                 }
-                | Rejection::StaleIncarnation { .. }
-                | Rejection::NotRegistered { .. }),
-            )) => {
-                tracing::warn!(namespace = %h.ns, worker = h.worker, "id worker lost: {r}");
                 ids.forget(&h);
                 return;
             }
-            Err(e) => {
-                tracing::debug!(namespace = %h.ns, "raising an id worker's ceiling: {e}");
+            RaiseSettled::Retry => {
+                if let Err(e) = &answer {
+                    tracing::debug!(namespace = %h.ns, "raising an id worker's ceiling: {e}");
+                }
                 h.raised.notify_waiters();
                 tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(every.max(Duration::from_millis(100)));
+                backoff = rules::next_backoff(backoff, every);
             }
         }
     }

@@ -48,6 +48,9 @@ pub struct Violation {
 
 impl std::fmt::Display for Violation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(name) = crate::ids::check::check_name(self.promise) {
+            return write!(f, "at {}: {name}: {}", fmt_time(self.at), self.what);
+        }
         match self.promise {
             0 => write!(f, "at {}: {}", fmt_time(self.at), self.what),
             p => write!(f, "at {}: promise {p}: {}", fmt_time(self.at), self.what),

@@ -130,6 +130,29 @@ impl Store {
                 count: *count,
                 call: *call,
             }),
+            StoreReq::Ids(crate::ids::IdReq::Claim {
+                ns,
+                alloc,
+                incarnation,
+                now_ms,
+            }) => {
+                let view = arbiter.view(&judged, now);
+                let (now, mut reclaim) = decision::worker_claim(st, &view, ns, *now_ms);
+                if env.cfg.knobs.id_reclaim_early {
+                    // Every holding, live or not.
+                    let held = st.ids.spaces.get(ns).into_iter().flat_map(|s| &s.workers);
+                    reclaim = (held.filter(|(_, r)| r.holder.is_some()))
+                        .map(|(&w, r)| (w, r.epoch))
+                        .collect();
+                }
+                Ok(Command::ClaimWorker {
+                    ns: ns.clone(),
+                    alloc: alloc.clone(),
+                    incarnation: *incarnation,
+                    now,
+                    reclaim,
+                })
+            }
             other => unreachable!("{other:?} is not decided under the lock"),
         }
     }

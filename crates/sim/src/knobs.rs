@@ -140,6 +140,11 @@ pub struct Knobs {
     /// holder and epoch): a late copy of an old holder's release frees a
     /// new holder's worker id.
     pub id_release_unfenced: bool,
+    /// Time-ordered ids, the AllocSvr before the simulation's first id
+    /// finding was fixed: a holding keeps issuing after a lease lapse
+    /// (a pause past the lease, then a renewal) without a raise
+    /// confirming it is still ours, while the store gave it to another.
+    pub id_issue_after_lapse: bool,
 }
 
 /// Where the `install_below_final` knob installs a moved section.
@@ -164,7 +169,7 @@ impl InstallAt {
 }
 
 /// The knob names of [`Knobs::parse`], with their flags.
-const FLAGS: [&str; 28] = [
+const FLAGS: [&str; 29] = [
     "unsafe_renewals",
     "skip_lease_check",
     "current_without_lease",
@@ -193,6 +198,7 @@ const FLAGS: [&str; 28] = [
     "id_reclaim_early",
     "id_above_ceiling",
     "id_release_unfenced",
+    "id_issue_after_lapse",
 ];
 
 impl Knobs {
@@ -226,6 +232,7 @@ impl Knobs {
             "id_reclaim_early" => &mut self.id_reclaim_early,
             "id_above_ceiling" => &mut self.id_above_ceiling,
             "id_release_unfenced" => &mut self.id_release_unfenced,
+            "id_issue_after_lapse" => &mut self.id_issue_after_lapse,
             _ => return None,
         })
     }

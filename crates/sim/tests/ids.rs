@@ -141,11 +141,12 @@ fn each_id_knob_is_caught() {
 
 /// The knobs of time-ordered ids, the check each breaks, and seeds where
 /// it does (the first two found among the first 40).
-const KNOBS: [(&str, u8, [u64; 2]); 4] = [
+const KNOBS: [(&str, u8, [u64; 2]); 5] = [
     ("id_floor_at_clock", ID_ORDER, [0, 1]),
     ("id_reclaim_early", ID_EXCLUSIVE, [0, 1]),
     ("id_above_ceiling", ID_CEILING, [0, 1]),
     ("id_release_unfenced", ID_EXCLUSIVE, [0, 1]),
+    ("id_issue_after_lapse", ID_EXCLUSIVE, [0, 1]),
 ];
 
 #[test]

@@ -90,7 +90,15 @@ struct Holding {
     /// Set when the store says this incarnation no longer holds it, or on
     /// a stop: nothing more is issued from it.
     lost: AtomicBool,
+    /// The lease-lapse count under which the store last confirmed it ours
+    /// (its claim, or a raise answered): after a lapse nothing is issued
+    /// until a raise confirms it again ([`rules::confirmed`]).
+    confirmed: std::sync::atomic::AtomicU64,
 }
+
+/// How many times this process's lease has lapsed (the control loop's
+/// count).
+pub type Lapses = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 /// Every worker id this AllocSvr holds, by namespace.
 pub struct IdWorkers {
@@ -110,6 +118,9 @@ pub struct IdWorkers {
     stopped: AtomicBool,
     /// How long a call waits for a raise when the ceiling is reached.
     wait: Duration,
+    /// The lease's lapse count, once the node wires it
+    /// ([`watch_lapses`](Self::watch_lapses); none: never lapses).
+    lapses: std::sync::OnceLock<Lapses>,
     /// What it counts.
     metrics: IdMetrics,
 }
@@ -127,6 +138,8 @@ impl std::fmt::Debug for IdWorkers {
 enum Issue {
     /// The store no longer counts it ours (or a stop ended it).
     Lost,
+    /// Not confirmed ours since the lease last lapsed.
+    Unconfirmed,
     /// The generator refused.
     Refused(IdError),
 }
@@ -156,8 +169,20 @@ impl IdWorkers {
             claiming: tokio::sync::Mutex::new(()),
             stopped: AtomicBool::new(false),
             wait,
+            lapses: std::sync::OnceLock::new(),
             metrics,
         })
+    }
+
+    /// Counts lease lapses with `lapses` from now on (the node's control
+    /// loop): a holding issues only while the store confirmed it since the
+    /// last lapse.
+    pub fn watch_lapses(&self, lapses: Lapses) {
+        let _ = self.lapses.set(lapses);
+    }
+
+    fn lapses_now(&self) -> u64 {
+        self.lapses.get().map_or(0, |f| f())
     }
 
     fn lock_held(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Holding>>> {
@@ -184,6 +209,17 @@ impl IdWorkers {
                     self.forget(&h);
                 }
                 Err(Issue::Lost) => return Err(self.unavailable(ns, "its worker id was lost")),
+                Err(Issue::Unconfirmed) if !waited && !self.wait.is_zero() => {
+                    // Wake the raiser to confirm the holding, bounded.
+                    waited = true;
+                    let raised = h.raised.notified();
+                    h.kick.notify_one();
+                    let _ = tokio::time::timeout(self.wait, raised).await;
+                }
+                Err(Issue::Unconfirmed) => {
+                    h.kick.notify_one();
+                    return Err(self.unavailable(ns, "its worker id is being confirmed after a lease lapse"));
+                }
                 Err(Issue::Refused(IdError::CeilingReached { .. }))
                     if !waited && !self.wait.is_zero() =>
                 {
@@ -205,6 +241,9 @@ impl IdWorkers {
             let mut g = h.gen.lock().unwrap_or_else(|e| e.into_inner());
             if h.lost.load(Ordering::Acquire) {
                 return Err(Issue::Lost);
+            }
+            if !rules::confirmed(h.confirmed.load(Ordering::Acquire), self.lapses_now()) {
+                return Err(Issue::Unconfirmed);
             }
             rules::issue(&mut g, h.window, now, n)
         };
@@ -241,6 +280,7 @@ impl IdWorkers {
         if self.stopped.load(Ordering::Acquire) {
             return Err(self.unavailable(ns, "this AllocSvr is stopping"));
         }
+        let lapses = self.lapses_now();
         let claimed = match self.store.claim(ns, (self.clock)()).await {
             Ok(c) => c,
             Err(e) => {
@@ -267,6 +307,7 @@ impl IdWorkers {
             kick: Notify::new(),
             raised: Notify::new(),
             lost: AtomicBool::new(false),
+            confirmed: lapses.into(),
         });
         tracing::info!(
             namespace = ns,
@@ -413,9 +454,11 @@ async fn raise_loop(ids: Arc<IdWorkers>, h: Arc<Holding>) {
         if h.lost.load(Ordering::Acquire) || ids.stopped.load(Ordering::Acquire) {
             return;
         }
+        let sent = ids.lapses_now();
         let wants = {
             let g = h.gen.lock().unwrap_or_else(|e| e.into_inner());
-            g.wants_raise((ids.clock)(), h.window)
+            let confirmed = rules::confirmed(h.confirmed.load(Ordering::Acquire), sent);
+            rules::raise_target(&g, (ids.clock)(), h.window, confirmed)
         };
         let Some(to) = wants else {
             let _ = tokio::time::timeout(every, h.kick.notified()).await;
@@ -425,10 +468,13 @@ async fn raise_loop(ids: Arc<IdWorkers>, h: Arc<Holding>) {
         match rules::settle_raise(answer.as_ref().copied()) {
             RaiseSettled::Raised(ceiling) => {
                 backoff = rules::RAISE_BACKOFF_MIN;
-                h.gen
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .set_ceiling(ceiling);
+                {
+                    let mut g = h.gen.lock().unwrap_or_else(|e| e.into_inner());
+                    g.set_ceiling(ceiling);
+                    if let Some(at) = rules::confirms(sent, ids.lapses_now()) {
+                        h.confirmed.store(at, Ordering::Release);
+                    }
+                }
                 h.raised.notify_waiters();
             }
             RaiseSettled::Lost => {

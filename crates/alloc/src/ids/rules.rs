@@ -57,6 +57,34 @@ pub fn issue(gen: &mut Generator, window: u64, now_ms: u64, n: usize) -> Issued 
     }
 }
 
+/// Whether a holding may issue: the store last confirmed it ours (its
+/// claim, or a raise it answered) under the lease-lapse count `lapses_now`.
+/// After a lapse the store may have reclaimed the worker id (it does so
+/// only once the lease has certainly expired) while this process, paused
+/// or cut off, did not hear of it; a renewal then makes the lease valid
+/// again, but not the holding: until a raise — fenced by holder and epoch
+/// — is answered, the process would issue from a worker id another holds
+/// (two holders at once, and ids of one worker id out of order in real
+/// time; docs/ids.md, guarantee 2).
+pub fn confirmed(confirmed_at: u64, lapses_now: u64) -> bool {
+    confirmed_at == lapses_now
+}
+
+/// The ceiling the raiser asks for: what the generator wants
+/// (`max(clock, last) + window` when less than half a window is left),
+/// or, for a holding not confirmed since the last lapse, the ceiling it
+/// has — a raise that changes nothing, but that the store answers only to
+/// the holder at its epoch.
+pub fn raise_target(gen: &Generator, now_ms: u64, window: u64, confirmed: bool) -> Option<u64> {
+    (gen.wants_raise(now_ms, window)).or((!confirmed).then(|| gen.ceiling()))
+}
+
+/// The lapse count a raise answered `Ok` confirms the holding at: the
+/// count when it was sent, if no lapse came since.
+pub fn confirms(sent_at: u64, lapses_now: u64) -> Option<u64> {
+    (sent_at == lapses_now).then_some(sent_at)
+}
+
 /// What a raise's answer does to a holding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RaiseSettled {

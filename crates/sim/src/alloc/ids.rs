@@ -59,6 +59,8 @@ pub(crate) struct Holding {
     every: Duration,
     /// The raiser's back-off (local clock).
     backoff: Duration,
+    /// The lease-lapse count the store last confirmed it ours at.
+    confirmed: u64,
 }
 
 /// A planned stop under way: releases still unanswered.
@@ -151,15 +153,25 @@ impl Allocs {
         self.after(env, p, d, ATimer::Ids(IdTimer::Serve(work)));
     }
 
-    /// When `p` admits an id call of `ns` while holding a worker id, no
-    /// other process may hold it with its lease valid (running or paused,
-    /// not fenced): one holder per worker id (docs/ids.md).
+    /// The holding of `ns` process `p` may issue from: held, confirmed
+    /// ours since the last lease lapse (unless `id_issue_after_lapse`).
+    fn issuing(&self, env: &Env, p: Slot, ns: usize) -> Option<&Holding> {
+        let proc_ = &self.procs[p];
+        let h = proc_.ids.held.get(&ns)?;
+        let lapses = proc_.control.lapses();
+        (env.cfg.knobs.id_issue_after_lapse || rules::confirmed(h.confirmed, lapses)).then_some(h)
+    }
+
+    /// When `p` admits an id call of `ns` while it may issue from a worker
+    /// id, no other process may issue from it with its lease valid
+    /// (running or paused, not fenced): one holder per worker id
+    /// (docs/ids.md).
     fn id_check_exclusive(&self, env: &mut Env, p: Slot, ns: usize) {
-        let Some(h) = self.procs[p].ids.held.get(&ns) else {
+        let Some(h) = self.issuing(env, p, ns) else {
             return;
         };
         for (q, o) in self.procs.iter().enumerate() {
-            let same = o.ids.held.get(&ns).is_some_and(|x| x.worker == h.worker);
+            let same = self.issuing(env, q, ns).is_some_and(|x| x.worker == h.worker);
             if q != p && same && o.up && !o.fenced && o.lease_valid(env.now) {
                 let what = format!(
                     "p{p} ({}) admits an id call of namespace #{ns} holding worker {} (epoch {}) while p{q} ({}) holds it too (epoch {}, lease valid)",
@@ -171,7 +183,7 @@ impl Allocs {
     }
 
     /// An admitted call: issue from the holding, or claim one first.
-    fn id_serve(&mut self, env: &mut Env, p: Slot, mut work: IdWork) {
+    fn id_serve(&mut self, env: &mut Env, p: Slot, work: IdWork) {
         let wall = self.wall_ms(p, env.now);
         let proc_ = &mut self.procs[p];
         if proc_.ids.stopping.is_some() {
@@ -186,6 +198,15 @@ impl Allocs {
             }
             return;
         };
+        let lapses = proc_.control.lapses();
+        if !env.cfg.knobs.id_issue_after_lapse && !rules::confirmed(h.confirmed, lapses) {
+            // Not confirmed ours since the lease lapsed: a raise must
+            // confirm it first (the call waits for it once, bounded).
+            if work.waited {
+                return self.id_reply(env, p, &work, Err(IdRefused::WorkerLost));
+            }
+            return self.id_wait_raise(env, p, work);
+        }
         let issued = rules::issue(&mut h.gen, h.window, wall, work.n as usize);
         let (b, a) = (issued.before, issued.after);
         env.ids.stats.borrowed += a.borrowed - b.borrowed;
@@ -203,15 +224,7 @@ impl Allocs {
                 }
                 self.id_reply(env, p, &work, Ok(ids));
             }
-            Err(IdError::CeilingReached { .. }) if !work.waited => {
-                // Wake the raiser and wait for it, bounded.
-                work.waited = true;
-                self.id_kick(env, p, ns);
-                let id = env.fresh_id();
-                self.procs[p].ids.raise_wait.insert(id, work);
-                let d = self.procs[p].real(env.cfg.wait);
-                self.after(env, p, d, ATimer::Ids(IdTimer::WaitDeadline(id)));
-            }
+            Err(IdError::CeilingReached { .. }) if !work.waited => self.id_wait_raise(env, p, work),
             Err(e) => {
                 if matches!(e, IdError::ClockBehind { .. }) && layout.tick_of(wall) >= last {
                     let what = format!("p{p} refused CLOCK_BEHIND with its clock at the last tick");
@@ -222,6 +235,17 @@ impl Allocs {
                 self.id_reply(env, p, &work, Err(why));
             }
         }
+    }
+
+    /// Wakes the raiser and parks `work` until the raise is answered, or
+    /// `wait` has passed.
+    fn id_wait_raise(&mut self, env: &mut Env, p: Slot, mut work: IdWork) {
+        work.waited = true;
+        self.id_kick(env, p, work.ns);
+        let id = env.fresh_id();
+        self.procs[p].ids.raise_wait.insert(id, work);
+        let d = self.procs[p].real(env.cfg.wait);
+        self.after(env, p, d, ATimer::Ids(IdTimer::WaitDeadline(id)));
     }
 
     /// Worker `worker`'s ceiling in namespace `ns` as committed now.
@@ -242,10 +266,11 @@ impl Allocs {
             now_ms: wall,
         });
         let t = reader(env.cfg.renew_every);
-        self.call(env, p, req, Purpose::Ids(IdPurpose::Claim(ns)), t);
+        let lapses = proc_.control.lapses();
+        self.call(env, p, req, Purpose::Ids(IdPurpose::Claim(ns, lapses)), t);
     }
 
-    fn id_claimed(&mut self, env: &mut Env, p: Slot, ns: usize, resp: StoreResp) {
+    fn id_claimed(&mut self, env: &mut Env, p: Slot, ns: usize, lapses: u64, resp: StoreResp) {
         let waiters = self.procs[p].ids.claiming.remove(&ns).unwrap_or_default();
         let g = match resp {
             Ok(StoreOk::Written(Reply::WorkerClaimed(g))) => g,
@@ -283,6 +308,7 @@ impl Allocs {
             timer: 0,
             every,
             backoff: rules::RAISE_BACKOFF_MIN,
+            confirmed: lapses,
         };
         self.procs[p].ids.held.insert(ns, h);
         self.id_kick(env, p, ns);
@@ -315,7 +341,9 @@ impl Allocs {
         if h.timer != gen || h.raising {
             return;
         }
-        let Some(to) = h.gen.wants_raise(wall, h.window) else {
+        let lapses = proc_.control.lapses();
+        let confirmed = env.cfg.knobs.id_issue_after_lapse || rules::confirmed(h.confirmed, lapses);
+        let Some(to) = rules::raise_target(&h.gen, wall, h.window, confirmed) else {
             let every = nanos(h.every);
             let d = proc_.real(every);
             return self.after(env, p, d, ATimer::Ids(IdTimer::Raise(ns, gen)));
@@ -332,12 +360,14 @@ impl Allocs {
             epoch: h.epoch,
             to,
         });
-        let purpose = Purpose::Ids(IdPurpose::Raise(ns, h.epoch));
+        let purpose = Purpose::Ids(IdPurpose::Raise(ns, h.epoch, lapses));
         self.call(env, p, req, purpose, reader(env.cfg.renew_every));
     }
 
-    fn id_raised(&mut self, env: &mut Env, p: Slot, ns: usize, epoch: Epoch, resp: StoreResp) {
+    fn id_raised(&mut self, env: &mut Env, p: Slot, what: (usize, Epoch, u64), resp: StoreResp) {
+        let (ns, epoch, sent) = what;
         let proc_ = &mut self.procs[p];
+        let lapses = proc_.control.lapses();
         let Some(h) = proc_.ids.held.get_mut(&ns).filter(|h| h.epoch == epoch) else {
             return;
         };
@@ -351,6 +381,9 @@ impl Allocs {
         match rules::settle_raise(answer) {
             RaiseSettled::Raised(c) => {
                 h.gen.set_ceiling(c);
+                if let Some(at) = rules::confirms(sent, lapses) {
+                    h.confirmed = at;
+                }
                 h.backoff = rules::RAISE_BACKOFF_MIN;
                 h.timer += 1;
                 let t = IdTimer::Raise(ns, h.timer);
@@ -450,11 +483,11 @@ impl Allocs {
     /// An id store call of process `p` finished.
     pub(super) fn id_call_done(&mut self, env: &mut Env, p: Slot, what: IdPurpose, r: StoreResp) {
         match what {
-            IdPurpose::Claim(ns) => {
-                self.id_claimed(env, p, ns, r);
+            IdPurpose::Claim(ns, lapses) => {
+                self.id_claimed(env, p, ns, lapses, r);
                 self.stop_if_released(env, p);
             }
-            IdPurpose::Raise(ns, epoch) => self.id_raised(env, p, ns, epoch, r),
+            IdPurpose::Raise(ns, epoch, sent) => self.id_raised(env, p, (ns, epoch, sent), r),
             IdPurpose::Release => {
                 if let Some(s) = self.procs[p].ids.stopping.as_mut() {
                     s.pending = s.pending.saturating_sub(1);

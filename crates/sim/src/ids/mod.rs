@@ -273,10 +273,11 @@ pub(crate) enum IdTimer {
 /// What an AllocSvr's id store call is for.
 #[derive(Debug)]
 pub(crate) enum IdPurpose {
-    /// A claim in namespace `ns`.
-    Claim(usize),
-    /// A raise of namespace `ns`'s holding at `epoch`.
-    Raise(usize, Epoch),
+    /// A claim in namespace `ns`, sent at this lease-lapse count.
+    Claim(usize, u64),
+    /// A raise of namespace `ns`'s holding at `epoch`, sent at this
+    /// lease-lapse count.
+    Raise(usize, Epoch, u64),
     /// A planned stop's release.
     Release,
 }

@@ -218,7 +218,8 @@ impl IdWorkers {
                 }
                 Err(Issue::Unconfirmed) => {
                     h.kick.notify_one();
-                    return Err(self.unavailable(ns, "its worker id is being confirmed after a lease lapse"));
+                    return Err(self
+                        .unavailable(ns, "its worker id is being confirmed after a lease lapse"));
                 }
                 Err(Issue::Refused(IdError::CeilingReached { .. }))
                     if !waited && !self.wait.is_zero() =>

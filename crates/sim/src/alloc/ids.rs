@@ -140,7 +140,9 @@ impl Allocs {
         let valid = env.cfg.knobs.skip_lease_check || proc_.lease_valid(env.now);
         match admit(valid, proc_.fenced) {
             Ok(()) => {}
-            Err(NotAdmitted::Fenced) => return self.id_reply(env, p, &work, Err(IdRefused::Fenced)),
+            Err(NotAdmitted::Fenced) => {
+                return self.id_reply(env, p, &work, Err(IdRefused::Fenced))
+            }
             Err(NotAdmitted::LeaseExpired) => {
                 return self.id_reply(env, p, &work, Err(IdRefused::LeaseExpired))
             }
@@ -171,7 +173,9 @@ impl Allocs {
             return;
         };
         for (q, o) in self.procs.iter().enumerate() {
-            let same = self.issuing(env, q, ns).is_some_and(|x| x.worker == h.worker);
+            let same = self
+                .issuing(env, q, ns)
+                .is_some_and(|x| x.worker == h.worker);
             if q != p && same && o.up && !o.fenced && o.lease_valid(env.now) {
                 let what = format!(
                     "p{p} ({}) admits an id call of namespace #{ns} holding worker {} (epoch {}) while p{q} ({}) holds it too (epoch {}, lease valid)",
@@ -219,7 +223,10 @@ impl Allocs {
         match issued.result {
             Ok(ids) => {
                 let ceiling = self.committed_ceiling(env, ns, worker);
-                if let Some(v) = env.ids.on_issue(env.now, p, ns, worker, epoch, &ids, ceiling) {
+                if let Some(v) = env
+                    .ids
+                    .on_issue(env.now, p, ns, worker, epoch, &ids, ceiling)
+                {
                     env.monitor.violations.push(v);
                 }
                 self.id_reply(env, p, &work, Ok(ids));
@@ -276,7 +283,9 @@ impl Allocs {
             Ok(StoreOk::Written(Reply::WorkerClaimed(g))) => g,
             Err(f) => {
                 let why = claim_refused(&f);
-                return waiters.iter().for_each(|w| self.id_reply(env, p, w, Err(why)));
+                return waiters
+                    .iter()
+                    .for_each(|w| self.id_reply(env, p, w, Err(why)));
             }
             Ok(other) => panic!("model bug: a claim answered {other:?}"),
         };
@@ -285,7 +294,8 @@ impl Allocs {
             // Stopping: released at once (`release_all` waits for a claim
             // in flight, then releases what it got).
             self.id_release(env, p, ns, g.worker, g.epoch);
-            return (waiters.iter()).for_each(|w| self.id_reply(env, p, w, Err(IdRefused::Unavailable)));
+            return (waiters.iter())
+                .for_each(|w| self.id_reply(env, p, w, Err(IdRefused::Unavailable)));
         }
         let mut grant = g;
         if env.cfg.knobs.id_floor_at_clock {
@@ -297,7 +307,15 @@ impl Allocs {
             window_ms: space.window_ms,
         };
         let (gen, window) = rules::start(&claimed).expect("a valid claim");
-        trace!(env, "p{p} holds worker {} of {} at epoch {} (floor {}, ceiling {})", g.worker, space.name, g.epoch, g.floor, g.ceiling);
+        trace!(
+            env,
+            "p{p} holds worker {} of {} at epoch {} (floor {}, ceiling {})",
+            g.worker,
+            space.name,
+            g.epoch,
+            g.floor,
+            g.ceiling
+        );
         let every = rules::raise_interval(window, space.layout.unit_ms);
         let h = Holding {
             worker: g.worker,

@@ -306,6 +306,10 @@ mod tests {
         m.on_issue(6, 1, 0, 1, 2, &[id(15, 1, 0)], 30);
         let found: Vec<u8> = m.finish().iter().map(|v| v.promise).collect();
         assert!(found.contains(&ID_UNIQUE), "{found:?}");
-        assert_eq!(found.iter().filter(|p| **p == ID_ORDER).count(), 3, "{found:?}");
+        assert_eq!(
+            found.iter().filter(|p| **p == ID_ORDER).count(),
+            3,
+            "{found:?}"
+        );
     }
 }

@@ -66,7 +66,11 @@ impl std::fmt::Display for IdFault {
                 write!(f, "pause p{a} for {} (past its lease)", fmt_time(*dur))
             }
             IdFault::PlannedStop { a, down, stall } => {
-                write!(f, "planned stop of p{a}, restarted {} later", fmt_time(*down))?;
+                write!(
+                    f,
+                    "planned stop of p{a}, restarted {} later",
+                    fmt_time(*down)
+                )?;
                 match stall {
                     Some(s) => write!(f, " (its requests {} late)", fmt_time(*s)),
                     None => Ok(()),
@@ -123,9 +127,7 @@ pub(crate) fn generate(rng: &mut Rng, shape: &IdShape, window_ms: u64) -> Vec<(T
             _ => IdFault::PlannedStop {
                 a,
                 down: rng.range(300 * MS, 3 * SEC),
-                stall: rng
-                    .chance(0.5)
-                    .then(|| rng.range(1500 * MS, 4 * SEC)),
+                stall: rng.chance(0.5).then(|| rng.range(1500 * MS, 4 * SEC)),
             },
         };
         out.push((t, f));

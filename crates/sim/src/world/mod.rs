@@ -130,7 +130,10 @@ impl World {
         for (i, t) in times.into_iter().enumerate() {
             env.schedule(t, Ev::Fault(i));
         }
-        let (first, n) = (env.cfg.clients, env.cfg.ids.as_ref().map_or(0, |i| i.clients));
+        let (first, n) = (
+            env.cfg.clients,
+            env.cfg.ids.as_ref().map_or(0, |i| i.clients),
+        );
         let id_clients = crate::ids::client::IdClients::new(&mut env, first, n);
         let times: Vec<_> = (env.cfg.ids.iter().flat_map(|i| &i.faults))
             .map(|(t, _)| *t)

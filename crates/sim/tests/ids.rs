@@ -17,7 +17,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use seqsvr_sim::ids::check::{ID_CEILING, ID_EXCLUSIVE, ID_ORDER, ID_UNIQUE};
+use seqsvr_sim::check::{ID_CEILING, ID_EXCLUSIVE, ID_ORDER, ID_UNIQUE};
 use seqsvr_sim::{Knobs, RunReport, SimConfig, World};
 
 /// Seeds the main test runs unless `SEQSVR_SIM_ID_SEEDS` says otherwise.

@@ -32,8 +32,8 @@ use seqsvr_store_api::ids::Claimed;
 use seqsvr_store_api::IdRefusal;
 use seqsvr_store_core::command::{Rejection, Reply};
 
+use crate::check::ID_EXCLUSIVE;
 use crate::env::{trace, Env};
-use crate::ids::check::ID_EXCLUSIVE;
 use crate::ids::{IdEv, IdMsg, IdPurpose, IdRefused, IdReq, IdTimer, IdWork, WALL_START_MS};
 use crate::model::{ATimer, Ev, Msg, Slot, StoreFail, StoreOk, StoreReq, StoreResp};
 use crate::net::{Node, Time, MS, US};

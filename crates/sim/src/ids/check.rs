@@ -2,7 +2,7 @@
 //! guaranteed"), and the id counters.
 //!
 //! While running, at each issue:
-//! - **ceiling** ([`ID_CEILING`]): no id carries a tick above its worker
+//! - **ceiling** ([`ID_CEILING`](crate::check::ID_CEILING)): no id carries a tick above its worker
 //!   id's ceiling as *committed* in the store at that instant (a holder
 //!   issues only under a ceiling the store acknowledged);
 //! - a `CLOCK_BEHIND` refusal is given only with the clock really behind
@@ -10,12 +10,12 @@
 //!   construction, never a wait).
 //!
 //! And when an AllocSvr admits an id call (`alloc/ids.rs`), **exclusive**
-//! ([`ID_EXCLUSIVE`]): no other process holds the same worker id with its
+//! ([`ID_EXCLUSIVE`](crate::check::ID_EXCLUSIVE)): no other process holds the same worker id with its
 //! lease valid, running and not fenced.
 //!
 //! At the end, over every id issued (received by a client or not):
-//! - **unique** ([`ID_UNIQUE`]): no id of a namespace twice;
-//! - **ordered** ([`ID_ORDER`]): within one holding (worker id and epoch)
+//! - **unique** ([`ID_UNIQUE`](crate::check::ID_UNIQUE)): no id of a namespace twice;
+//! - **ordered** ([`ID_ORDER`](crate::check::ID_ORDER)): within one holding (worker id and epoch)
 //!   decoded time and sequence strictly increase in the order issued, and
 //!   every id of a holding lies below every id of the worker id's next
 //!   holding (a successor starts above its predecessor's ceiling).
@@ -26,29 +26,8 @@ use seqsvr_core::ids::Layout;
 use seqsvr_core::Epoch;
 use seqsvr_store_core::command::{Command, Outcome, Reply};
 
-use crate::check::Violation;
+use crate::check::{Violation, ID_CEILING, ID_ORDER, ID_UNIQUE};
 use crate::net::{fmt_time, Time};
-
-/// Promise numbers of the id checks in [`Violation::promise`] (the
-/// guarantees of docs/ids.md; 1–5 are the sequence numbers' promises).
-pub const ID_UNIQUE: u8 = 11;
-/// Ids of a worker id ordered within and across holdings.
-pub const ID_ORDER: u8 = 12;
-/// No id above the committed ceiling.
-pub const ID_CEILING: u8 = 13;
-/// No two live processes hold one worker id.
-pub const ID_EXCLUSIVE: u8 = 14;
-
-/// The name of an id check, for reports.
-pub fn check_name(promise: u8) -> Option<&'static str> {
-    Some(match promise {
-        ID_UNIQUE => "ids unique",
-        ID_ORDER => "ids ordered per worker",
-        ID_CEILING => "ids under the committed ceiling",
-        ID_EXCLUSIVE => "one holder per worker id",
-        _ => return None,
-    })
-}
 
 /// Counters of the id traffic of a run.
 #[derive(Debug, Clone, Default)]

@@ -7,10 +7,10 @@
 //! checker looks at every id issued.
 
 use crate::env::{trace, Env};
-use crate::model::{Ev, Msg, OpRef, Slot};
+use crate::model::{Ev, Msg, Slot};
 use crate::net::{Node, Time, MS};
 
-use super::{IdCTimer, IdEv, IdMsg, IdRefused};
+use super::{IdCTimer, IdEv, IdMsg, IdOp, IdRefused};
 
 /// Attempts per call before giving up.
 const ATTEMPTS: u32 = 6;
@@ -98,7 +98,7 @@ impl IdClients {
     fn attempt(&mut self, env: &mut Env, c: usize) {
         let Some(op) = self.ops[c] else { return };
         let req = IdMsg::Req {
-            op: OpRef {
+            op: IdOp {
                 client: self.first + c,
                 op: op.id,
                 attempt: op.attempt,

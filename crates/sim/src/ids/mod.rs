@@ -31,7 +31,6 @@ use seqsvr_core::ids::{Layout, Order};
 use seqsvr_core::{AllocId, Epoch, Incarnation};
 use seqsvr_store_core::command::Command;
 
-use crate::model::OpRef;
 use crate::net::{Node, Time};
 use crate::rng::Rng;
 
@@ -198,6 +197,17 @@ impl IdReq {
     }
 }
 
+/// Which attempt of which id client call a message belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct IdOp {
+    /// The client's node number.
+    pub client: usize,
+    /// The call.
+    pub op: u64,
+    /// The attempt.
+    pub attempt: u32,
+}
+
 /// Why an AllocSvr issued no id (the retryable and typed errors of
 /// `NextId`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,7 +238,7 @@ pub(crate) enum IdMsg {
     /// `Alloc.NextId { namespace, count }`.
     Req {
         /// The attempt.
-        op: OpRef,
+        op: IdOp,
         /// The namespace (index into [`IdSim::spaces`]).
         ns: usize,
         /// How many ids.
@@ -237,7 +247,7 @@ pub(crate) enum IdMsg {
     /// Its answer.
     Resp {
         /// The attempt.
-        op: OpRef,
+        op: IdOp,
         /// The ids, or why none.
         result: Result<Vec<u64>, IdRefused>,
     },
@@ -247,7 +257,7 @@ pub(crate) enum IdMsg {
 #[derive(Debug, Clone)]
 pub(crate) struct IdWork {
     /// The caller's attempt.
-    pub op: OpRef,
+    pub op: IdOp,
     /// Who asked.
     pub from: Node,
     /// The namespace.

@@ -34,6 +34,27 @@ use seqsvr_core::{Epoch, Grant, SectionId, SetSpec};
 
 use crate::net::{fmt_time, Time};
 
+/// Promise numbers of the id checks in [`Violation::promise`] (the
+/// guarantees of docs/ids.md; 1–5 are the sequence numbers' promises).
+pub const ID_UNIQUE: u8 = 11;
+/// Ids of a worker id ordered within and across holdings.
+pub const ID_ORDER: u8 = 12;
+/// No id above the committed ceiling.
+pub const ID_CEILING: u8 = 13;
+/// No two live processes hold one worker id.
+pub const ID_EXCLUSIVE: u8 = 14;
+
+/// The name of an id check, for reports.
+pub fn check_name(promise: u8) -> Option<&'static str> {
+    Some(match promise {
+        ID_UNIQUE => "ids unique",
+        ID_ORDER => "ids ordered per worker",
+        ID_CEILING => "ids under the committed ceiling",
+        ID_EXCLUSIVE => "one holder per worker id",
+        _ => return None,
+    })
+}
+
 /// A broken invariant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
@@ -48,6 +69,9 @@ pub struct Violation {
 
 impl std::fmt::Display for Violation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(name) = check_name(self.promise) {
+            return write!(f, "at {}: {name}: {}", fmt_time(self.at), self.what);
+        }
         match self.promise {
             0 => write!(f, "at {}: {}", fmt_time(self.at), self.what),
             p => write!(f, "at {}: promise {p}: {}", fmt_time(self.at), self.what),

@@ -69,6 +69,9 @@ pub struct SimConfig {
     pub quiet_tail: Time,
     /// Every section must have served a number within this final window.
     pub liveness_window: Time,
+    /// Time-ordered ids: namespaces, id clients, wall clocks, id faults
+    /// (`None`: no id traffic, the ordinary run).
+    pub ids: Option<crate::ids::IdSim>,
 }
 
 /// The uid every span starts at.
@@ -134,6 +137,7 @@ impl SimConfig {
             stop_at_first: false,
             quiet_tail,
             liveness_window: 6 * SEC,
+            ids: None,
         };
         let shape = Shape {
             layout: cfg.layout(),
@@ -144,6 +148,23 @@ impl SimConfig {
             pause_in_renewal: cfg.knobs.pause_in_renewal,
         };
         cfg.faults = faults::generate(&mut rng, &shape);
+        cfg
+    }
+
+    /// The configuration of `seed` with `knobs` and time-ordered ids: the
+    /// ordinary run of [`for_seed`](Self::for_seed) (its schedule
+    /// unchanged), plus namespaces, id clients and id faults drawn from a
+    /// stream of their own.
+    pub fn for_ids_seed(seed: u64, knobs: Knobs) -> Self {
+        let mut cfg = Self::for_seed(seed, knobs);
+        let mut rng = Rng::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x1D5);
+        let l = cfg.layout();
+        let shape = crate::ids::faults::IdShape {
+            slots: (0..l.allocs).map(|i| l.first_slot(0, i)).collect(),
+            quiet: cfg.duration - cfg.quiet_tail,
+            expiry_ms: cfg.lease.lease_ms + cfg.lease.margin_ms,
+        };
+        cfg.ids = Some(crate::ids::IdSim::draw(&mut rng, l.slots(), &shape));
         cfg
     }
 
@@ -259,6 +280,22 @@ impl SimConfig {
         s += "  fault schedule:\n";
         for (t, f) in &self.faults {
             s += &format!("    {:>12} {f}\n", fmt_time(*t));
+        }
+        if let Some(ids) = &self.ids {
+            for sp in &ids.spaces {
+                s += &format!(
+                    "  id namespace {}: {} worker ids, {} ids per ms, window {} ms\n",
+                    sp.name,
+                    sp.layout.workers(),
+                    sp.layout.max_seq() + 1,
+                    sp.window_ms
+                );
+            }
+            s += &format!("  wall clock skews (ms, by slot): {:?}\n", ids.skew_ms);
+            s += "  id fault schedule:\n";
+            for (t, f) in &ids.faults {
+                s += &format!("    {:>12} {f}\n", fmt_time(*t));
+            }
         }
         s
     }

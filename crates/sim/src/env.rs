@@ -172,6 +172,8 @@ pub(crate) struct Env {
     /// Per set, the committed state: the group's committed log applied in
     /// order (what the checks and clients' route reads see).
     pub truth: Vec<SetState>,
+    /// The id checker and counters (empty unless ids are simulated).
+    pub ids: crate::ids::check::IdMonitor,
 }
 
 /// Prints a trace line when the run is verbose (formats nothing otherwise).
@@ -201,6 +203,11 @@ impl Env {
             monitor: Monitor::new(&cfg.grid()),
             stats: Stats::default(),
             truth: vec![SetState::default(); cfg.sets.len()],
+            ids: crate::ids::check::IdMonitor::new(
+                (cfg.ids.iter().flat_map(|i| &i.spaces))
+                    .map(|s| s.layout)
+                    .collect(),
+            ),
             cfg,
         }
     }

@@ -124,6 +124,27 @@ pub struct Knobs {
     /// the membership): a replica of another set can act in an AllocSvr's
     /// name.
     pub forward_from_anyone: bool,
+    /// Time-ordered ids: an AllocSvr starts a claimed worker id's
+    /// generator at its own clock's tick instead of the claim's floor
+    /// (`max(now, ceiling + 1)`): a restart with the clock set back, or a
+    /// successor whose clock is behind, issues below its predecessor.
+    pub id_floor_at_clock: bool,
+    /// Time-ordered ids: a claim names every held worker id as reclaimable,
+    /// whether or not its holder's lease has certainly expired.
+    pub id_reclaim_early: bool,
+    /// Time-ordered ids: an AllocSvr uses the ceiling it asks for as soon
+    /// as it sends the raise, before the store acknowledged it.
+    pub id_above_ceiling: bool,
+    /// Time-ordered ids: the store releases a worker id whoever holds it
+    /// (every replica rewrites a `ReleaseWorker` to name the current
+    /// holder and epoch): a late copy of an old holder's release frees a
+    /// new holder's worker id.
+    pub id_release_unfenced: bool,
+    /// Time-ordered ids, the AllocSvr before the simulation's first id
+    /// finding was fixed: a holding keeps issuing after a lease lapse
+    /// (a pause past the lease, then a renewal) without a raise
+    /// confirming it is still ours, while the store gave it to another.
+    pub id_issue_after_lapse: bool,
 }
 
 /// Where the `install_below_final` knob installs a moved section.
@@ -148,7 +169,7 @@ impl InstallAt {
 }
 
 /// The knob names of [`Knobs::parse`], with their flags.
-const FLAGS: [&str; 24] = [
+const FLAGS: [&str; 29] = [
     "unsafe_renewals",
     "skip_lease_check",
     "current_without_lease",
@@ -173,6 +194,11 @@ const FLAGS: [&str; 24] = [
     "release_unanswered_confirms",
     "addition_unchecked",
     "forward_from_anyone",
+    "id_floor_at_clock",
+    "id_reclaim_early",
+    "id_above_ceiling",
+    "id_release_unfenced",
+    "id_issue_after_lapse",
 ];
 
 impl Knobs {
@@ -202,6 +228,11 @@ impl Knobs {
             "release_unanswered_confirms" => &mut self.release_unanswered_confirms,
             "addition_unchecked" => &mut self.addition_unchecked,
             "forward_from_anyone" => &mut self.forward_from_anyone,
+            "id_floor_at_clock" => &mut self.id_floor_at_clock,
+            "id_reclaim_early" => &mut self.id_reclaim_early,
+            "id_above_ceiling" => &mut self.id_above_ceiling,
+            "id_release_unfenced" => &mut self.id_release_unfenced,
+            "id_issue_after_lapse" => &mut self.id_issue_after_lapse,
             _ => return None,
         })
     }

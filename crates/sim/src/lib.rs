@@ -68,6 +68,7 @@
 pub mod check;
 pub mod config;
 pub mod faults;
+pub mod ids;
 pub mod knobs;
 pub mod net;
 pub mod rng;
@@ -90,6 +91,14 @@ pub use config::SimConfig;
 pub use env::Stats;
 pub use knobs::{InstallAt, Knobs};
 pub use world::{RunReport, World};
+
+/// Runs the simulation of `seed` with `knobs` and time-ordered ids
+/// ([`SimConfig::for_ids_seed`]); `verbose` prints every event.
+pub fn run_ids_seed(seed: u64, knobs: Knobs, verbose: bool) -> RunReport {
+    let mut cfg = SimConfig::for_ids_seed(seed, knobs);
+    cfg.verbose = verbose;
+    World::new(cfg).run()
+}
 
 /// Runs the simulation of `seed` with `knobs`; `verbose` prints every
 /// event as it happens.

@@ -223,6 +223,8 @@ pub(crate) enum StoreReq {
         /// The incarnation to refuse.
         incarnation: Incarnation,
     },
+    /// Worker-id calls (`ClaimWorker`, `RaiseWorker`, `ReleaseWorker`).
+    Ids(crate::ids::IdReq),
 }
 
 impl StoreReq {
@@ -593,6 +595,8 @@ pub(crate) enum Msg {
     Peer(PeerMsg),
     /// Operator → AllocSvr traffic.
     Admin(AdminMsg),
+    /// Client ↔ AllocSvr id traffic.
+    Id(crate::ids::IdMsg),
 }
 
 /// A store client's timer (hedge, back-off, deadline) for call `call`;
@@ -663,6 +667,8 @@ pub(crate) enum ATimer {
     Effects(Vec<seqsvr_alloc::control::Effect>),
     /// A handoff's adopt got no answer in time.
     AdoptTimeout(u64),
+    /// An id timer.
+    Ids(crate::ids::IdTimer),
 }
 
 /// What reaches an AllocSvr process: a message or one of its own timers.
@@ -774,6 +780,8 @@ pub(crate) enum Ev {
     },
     /// The `i`-th fault of the schedule.
     Fault(usize),
+    /// Id clients, id faults, restarts after them.
+    Ids(crate::ids::IdEv),
 }
 
 /// What happens to the adopt of a planned handoff.

@@ -31,7 +31,9 @@ use crate::knobs::Knobs;
 ///   up (as the shipped check allows), then the ceiling is set to what it
 ///   asked;
 /// - `takeover_from_old_start`: a take-over or handoff that began a new
-///   epoch starts it at the previous epoch's start, not the ceiling.
+///   epoch starts it at the previous epoch's start, not the ceiling;
+/// - `id_release_unfenced`: a `ReleaseWorker` names the worker id's
+///   current holder and epoch (its fencing passes).
 pub(crate) fn apply(state: &mut SetState, cmd: &Command, knobs: &Knobs) -> Outcome {
     let rewritten = rewrite(state, cmd, knobs);
     let cmd = rewritten.as_ref().unwrap_or(cmd);
@@ -69,6 +71,7 @@ fn rewrite(state: &SetState, cmd: &Command, knobs: &Knobs) -> Option<Command> {
         Command::Handoff { .. } => knobs.handoff_unconditional,
         Command::Assign { .. } => knobs.assign_unconditional,
         Command::TakeOver { .. } => knobs.claim_always_fresh,
+        Command::ReleaseWorker { .. } => knobs.id_release_unfenced,
         Command::Install { call, .. }
             if knobs.addition_unchecked && call.kind == seqsvr_core::SetKind::Addition =>
         {
@@ -97,6 +100,24 @@ fn rewrite(state: &SetState, cmd: &Command, knobs: &Knobs) -> Option<Command> {
             first, expected, ..
         } => current_epochs(state, *first, expected),
         Command::TakeOver { first, known, .. } => current_epochs(state, *first, known),
+        Command::ReleaseWorker {
+            ns,
+            worker,
+            alloc,
+            incarnation,
+            epoch,
+        } => {
+            let rec = state.ids.spaces.get(ns.as_str());
+            match rec.and_then(|s| s.workers.get(worker)) {
+                Some(r) if r.holder.is_some() => {
+                    let (a, i) = r.holder.clone().expect("held");
+                    let changed = (&a, i, r.epoch) != (&*alloc, *incarnation, *epoch);
+                    (*alloc, *incarnation, *epoch) = (a, i, r.epoch);
+                    changed
+                }
+                _ => false,
+            }
+        }
         Command::Freeze { first, count, call } => {
             let to = match call.kind {
                 seqsvr_core::SetKind::Move { to, .. } => to,

@@ -593,7 +593,7 @@ pub(crate) fn record(
         (Command::RegisterAlloc { replaces, .. }, Ok(_)) if *replaces != 0 => {
             env.stats.replaced += 1
         }
-        _ => {}
+        _ => crate::ids::check::record(&mut env.ids.stats, cmd, out),
     }
 }
 

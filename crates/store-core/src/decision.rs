@@ -1,6 +1,6 @@
 //! The leader's decisions before it writes: what a registration replaces
-//! (or that it is a twin), whether an operator may route sections, and the
-//! grant of a renewal. Each is made under the arbiter's lock by its driver
+//! (or that it is a twin), whether an operator may route sections, the
+//! grant of a renewal, and which worker ids a claim may reclaim. Each is made under the arbiter's lock by its driver
 //! — the store's `service/peer.rs` and `service/admin.rs`, the seeded
 //! simulation's store — on the replica's applied state and the arbiter's
 //! lease view at that moment, so no renewal slips in between the decision
@@ -133,6 +133,30 @@ pub fn renewal<'a>(
         record,
         unchanged: known_version != 0 && known_version == record.sections_version,
     })
+}
+
+/// What a worker-id claim of namespace `ns` writes, decided by the leader
+/// under the arbiter's lock (no renewal may slip in between) with the
+/// claimant's clock at `now_ms` (Unix ms): that clock's tick in the
+/// namespace's layout, and every holding whose holder's lease `view` sees
+/// certainly expired, with the epoch it is held at, for the state machine
+/// to take only if it is still held so (docs/ids.md, "Reclaim"). An
+/// unknown namespace gives tick 0 and nothing to reclaim: the state
+/// machine refuses it.
+pub fn worker_claim(
+    state: &SetState,
+    view: &LeaseViews,
+    ns: &str,
+    now_ms: u64,
+) -> (u64, Vec<(u64, seqsvr_core::Epoch)>) {
+    let Some(space) = state.ids.spaces.get(ns) else {
+        return (0, Vec::new());
+    };
+    let reclaim = (space.workers.iter())
+        .filter(|(_, r)| r.holder.as_ref().is_some_and(|(a, _)| expired(view, a)))
+        .map(|(&w, r)| (w, r.epoch))
+        .collect();
+    (space.layout.tick_of(now_ms), reclaim)
 }
 
 #[cfg(test)]

@@ -101,3 +101,36 @@ fn a_renewal_is_granted_in_the_confirmed_term_to_the_registered_process_only() {
     let view = arbiter.view(&s, t0 + wait() + Duration::from_millis(1));
     assert!(!view["a0"].expired);
 }
+
+/// A claim may reclaim a holding only once its holder's lease has
+/// certainly expired in the arbiter's view, named with the epoch it is
+/// held at; an unknown namespace names nothing.
+#[test]
+fn a_claim_reclaims_only_holdings_whose_lease_certainly_expired() {
+    let t0 = Instant::now();
+    let (mut s, arbiter) = setup(t0);
+    let layout = seqsvr_core::ids::Layout::twitter();
+    let create = Command::CreateIdSpace {
+        name: "msg".into(),
+        layout,
+        window_ms: 1000,
+    };
+    s.apply(&create, &mut Vec::new()).unwrap();
+    let claim = Command::ClaimWorker {
+        ns: "msg".into(),
+        alloc: "a0".into(),
+        incarnation: 1,
+        now: 5,
+        reclaim: Vec::new(),
+    };
+    s.apply(&claim, &mut Vec::new()).unwrap();
+    let now_ms = layout.epoch_ms + 1234;
+    let view = arbiter.view(&s, t0);
+    assert_eq!(worker_claim(&s, &view, "msg", now_ms), (1234, vec![]));
+    let later = arbiter.view(&s, t0 + wait());
+    assert_eq!(
+        worker_claim(&s, &later, "msg", now_ms),
+        (1234, vec![(0, 1)])
+    );
+    assert_eq!(worker_claim(&s, &later, "nope", now_ms), (0, vec![]));
+}

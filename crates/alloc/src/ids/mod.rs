@@ -26,10 +26,14 @@
 //! # Layout
 //! - [`store`]: what the holder needs from the store ([`WorkerStore`]):
 //!   the peer plane, or the store's state machine in memory.
+//! - [`rules`]: the pure part (the generator a claim starts, an issue, a
+//!   raise's answer, the typed refusals), which the seeded simulation
+//!   drives too.
 //! - this file: [`IdWorkers`], the holdings of one AllocSvr.
 //! - `metrics`: [`IdMetrics`].
 
 mod metrics;
+pub mod rules;
 pub mod store;
 #[cfg(test)]
 mod tests;
@@ -43,6 +47,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use seqsvr_core::ids::{Decoded, Generator, IdError, Layout};
+
+use rules::RaiseSettled;
 use seqsvr_core::Epoch;
 use seqsvr_store_api::{Error as StoreError, IdRefusal, Rejection};
 use tokio::sync::Notify;
@@ -84,7 +90,15 @@ struct Holding {
     /// Set when the store says this incarnation no longer holds it, or on
     /// a stop: nothing more is issued from it.
     lost: AtomicBool,
+    /// The lease-lapse count under which the store last confirmed it ours
+    /// (its claim, or a raise answered): after a lapse nothing is issued
+    /// until a raise confirms it again ([`rules::confirmed`]).
+    confirmed: std::sync::atomic::AtomicU64,
 }
+
+/// How many times this process's lease has lapsed (the control loop's
+/// count).
+pub type Lapses = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 /// Every worker id this AllocSvr holds, by namespace.
 pub struct IdWorkers {
@@ -104,6 +118,9 @@ pub struct IdWorkers {
     stopped: AtomicBool,
     /// How long a call waits for a raise when the ceiling is reached.
     wait: Duration,
+    /// The lease's lapse count, once the node wires it
+    /// ([`watch_lapses`](Self::watch_lapses); none: never lapses).
+    lapses: std::sync::OnceLock<Lapses>,
     /// What it counts.
     metrics: IdMetrics,
 }
@@ -121,6 +138,8 @@ impl std::fmt::Debug for IdWorkers {
 enum Issue {
     /// The store no longer counts it ours (or a stop ended it).
     Lost,
+    /// Not confirmed ours since the lease last lapsed.
+    Unconfirmed,
     /// The generator refused.
     Refused(IdError),
 }
@@ -150,8 +169,20 @@ impl IdWorkers {
             claiming: tokio::sync::Mutex::new(()),
             stopped: AtomicBool::new(false),
             wait,
+            lapses: std::sync::OnceLock::new(),
             metrics,
         })
+    }
+
+    /// Counts lease lapses with `lapses` from now on (the node's control
+    /// loop): a holding issues only while the store confirmed it since the
+    /// last lapse.
+    pub fn watch_lapses(&self, lapses: Lapses) {
+        let _ = self.lapses.set(lapses);
+    }
+
+    fn lapses_now(&self) -> u64 {
+        self.lapses.get().map_or(0, |f| f())
     }
 
     fn lock_held(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Holding>>> {
@@ -178,6 +209,18 @@ impl IdWorkers {
                     self.forget(&h);
                 }
                 Err(Issue::Lost) => return Err(self.unavailable(ns, "its worker id was lost")),
+                Err(Issue::Unconfirmed) if !waited && !self.wait.is_zero() => {
+                    // Wake the raiser to confirm the holding, bounded.
+                    waited = true;
+                    let raised = h.raised.notified();
+                    h.kick.notify_one();
+                    let _ = tokio::time::timeout(self.wait, raised).await;
+                }
+                Err(Issue::Unconfirmed) => {
+                    h.kick.notify_one();
+                    return Err(self
+                        .unavailable(ns, "its worker id is being confirmed after a lease lapse"));
+                }
                 Err(Issue::Refused(IdError::CeilingReached { .. }))
                     if !waited && !self.wait.is_zero() =>
                 {
@@ -195,22 +238,21 @@ impl IdWorkers {
     /// Issues from a holding, unless it was lost.
     fn issue(&self, h: &Holding, n: usize) -> Result<Vec<u64>, Issue> {
         let now = (self.clock)();
-        let mut out = Vec::with_capacity(n);
-        let (r, wants, stats) = {
+        let issued = {
             let mut g = h.gen.lock().unwrap_or_else(|e| e.into_inner());
             if h.lost.load(Ordering::Acquire) {
                 return Err(Issue::Lost);
             }
-            let before = g.stats();
-            let r = g.next_n(now, n, &mut out);
-            let wants = g.wants_raise(now, h.window);
-            (r, wants, (before, g.stats()))
+            if !rules::confirmed(h.confirmed.load(Ordering::Acquire), self.lapses_now()) {
+                return Err(Issue::Unconfirmed);
+            }
+            rules::issue(&mut g, h.window, now, n)
         };
-        self.metrics.counted(&stats.0, &stats.1);
-        if wants.is_some() {
+        self.metrics.counted(&issued.before, &issued.after);
+        if issued.wants_raise {
             h.kick.notify_one();
         }
-        r.map(|()| out).map_err(Issue::Refused)
+        issued.result.map_err(Issue::Refused)
     }
 
     fn unavailable(&self, ns: &str, reason: &str) -> CallError {
@@ -224,18 +266,7 @@ impl IdWorkers {
     /// The typed error of a generator's refusal.
     fn refusal(&self, ns: &str, h: &Holding, e: IdError) -> CallError {
         let unit = h.gen.lock().map_or(1, |g| g.layout().unit_ms);
-        match e {
-            IdError::ClockBehind { behind_ms } => CallError::ClockBehind {
-                namespace: ns.into(),
-                behind_ms,
-            },
-            IdError::CeilingReached { .. } => CallError::IdCeiling {
-                namespace: ns.into(),
-                retry_after_ms: unit.max(10),
-            },
-            IdError::TimeExhausted { .. } => refused(ns, IdRefusal::TimeExhausted, e.to_string()),
-            other => CallError::Internal(other.to_string()),
-        }
+        rules::refusal(ns, unit, e)
     }
 
     /// The holding of `ns`, claimed now if there is none.
@@ -250,6 +281,7 @@ impl IdWorkers {
         if self.stopped.load(Ordering::Acquire) {
             return Err(self.unavailable(ns, "this AllocSvr is stopping"));
         }
+        let lapses = self.lapses_now();
         let claimed = match self.store.claim(ns, (self.clock)()).await {
             Ok(c) => c,
             Err(e) => {
@@ -265,10 +297,7 @@ impl IdWorkers {
         };
         let g = claimed.grant;
         let layout = claimed.layout;
-        let window = layout.ticks_in(claimed.window_ms).max(1);
-        // Borrowing is bounded by the window: ids run at most a window
-        // ahead of the clock before a call is refused as clock-behind.
-        let gen = Generator::new(layout, g.worker, g.floor, g.ceiling, window)
+        let (gen, window) = rules::start(&claimed)
             .map_err(|e| refused(ns, IdRefusal::TimeExhausted, e.to_string()))?;
         let h = Arc::new(Holding {
             ns: ns.into(),
@@ -279,6 +308,7 @@ impl IdWorkers {
             kick: Notify::new(),
             raised: Notify::new(),
             lost: AtomicBool::new(false),
+            confirmed: lapses.into(),
         });
         tracing::info!(
             namespace = ns,
@@ -419,47 +449,49 @@ impl IdWorkers {
 /// is lost or released.
 async fn raise_loop(ids: Arc<IdWorkers>, h: Arc<Holding>) {
     let unit = h.gen.lock().map_or(1, |g| g.layout().unit_ms);
-    let window_ms = h.window.saturating_mul(unit);
-    let every = Duration::from_millis((window_ms / 4).clamp(5, 1000));
-    let mut backoff = Duration::from_millis(10);
+    let every = rules::raise_interval(h.window, unit);
+    let mut backoff = rules::RAISE_BACKOFF_MIN;
     loop {
         if h.lost.load(Ordering::Acquire) || ids.stopped.load(Ordering::Acquire) {
             return;
         }
+        let sent = ids.lapses_now();
         let wants = {
             let g = h.gen.lock().unwrap_or_else(|e| e.into_inner());
-            g.wants_raise((ids.clock)(), h.window)
+            let confirmed = rules::confirmed(h.confirmed.load(Ordering::Acquire), sent);
+            rules::raise_target(&g, (ids.clock)(), h.window, confirmed)
         };
         let Some(to) = wants else {
             let _ = tokio::time::timeout(every, h.kick.notified()).await;
             continue;
         };
-        match ids.store.raise(&h.ns, h.worker, h.epoch, to).await {
-            Ok(ceiling) => {
-                backoff = Duration::from_millis(10);
-                h.gen
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .set_ceiling(ceiling);
+        let answer = ids.store.raise(&h.ns, h.worker, h.epoch, to).await;
+        match rules::settle_raise(answer.as_ref().copied()) {
+            RaiseSettled::Raised(ceiling) => {
+                backoff = rules::RAISE_BACKOFF_MIN;
+                {
+                    let mut g = h.gen.lock().unwrap_or_else(|e| e.into_inner());
+                    g.set_ceiling(ceiling);
+                    if let Some(at) = rules::confirms(sent, ids.lapses_now()) {
+                        h.confirmed.store(at, Ordering::Release);
+                    }
+                }
                 h.raised.notify_waiters();
             }
-            Err(StoreError::Rejected(
-                r @ (Rejection::Ids {
-                    kind: IdRefusal::NotHolder,
-                    ..
+            RaiseSettled::Lost => {
+                if let Err(r) = &answer {
+                    tracing::warn!(namespace = %h.ns, worker = h.worker, "id worker lost: {r}");
                 }
-                | Rejection::StaleIncarnation { .. }
-                | Rejection::NotRegistered { .. }),
-            )) => {
-                tracing::warn!(namespace = %h.ns, worker = h.worker, "id worker lost: {r}");
                 ids.forget(&h);
                 return;
             }
-            Err(e) => {
-                tracing::debug!(namespace = %h.ns, "raising an id worker's ceiling: {e}");
+            RaiseSettled::Retry => {
+                if let Err(e) = &answer {
+                    tracing::debug!(namespace = %h.ns, "raising an id worker's ceiling: {e}");
+                }
                 h.raised.notify_waiters();
                 tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(every.max(Duration::from_millis(100)));
+                backoff = rules::next_backoff(backoff, every);
             }
         }
     }

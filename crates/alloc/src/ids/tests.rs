@@ -246,3 +246,40 @@ async fn a_clean_stop_releases_the_worker_id() {
     assert_eq!(wb.held()[0].1, 0, "the released worker id");
     assert!(next[0] > *ids.last().unwrap());
 }
+
+/// After a lease lapse the store may have given the worker id to another
+/// AllocSvr (here: reclaimed while this one's lease had lapsed); a renewal
+/// makes the lease valid again, not the holding: nothing more is issued
+/// from it until a raise confirms it, which the store refuses, so the call
+/// claims another worker id.
+#[tokio::test]
+async fn after_a_lease_lapse_a_reclaimed_worker_id_issues_nothing() {
+    let mem = store();
+    register(&mem, "a", 1, 0);
+    register(&mem, "b", 1, 0);
+    let (w, now) = workers(&mem, "a", 1);
+    let lapses = Arc::new(AtomicU64::new(0));
+    let l = lapses.clone();
+    w.watch_lapses(Arc::new(move || l.load(Ordering::SeqCst)));
+    let first = w.next(NS, 1).await.unwrap();
+    assert_eq!(w.worker_of(NS, first[0]), 0);
+    // b claims worker 0, its holder's lease seen certainly expired.
+    let tick = Layout::twitter().tick_of(T0);
+    let r = mem.apply(Command::ClaimWorker {
+        ns: NS.into(),
+        alloc: "b".into(),
+        incarnation: 1,
+        now: tick,
+        reclaim: vec![(0, 1)],
+    });
+    assert!(matches!(r, Ok(seqsvr_store_core::Reply::WorkerClaimed(g)) if g.worker == 0));
+    lapses.fetch_add(1, Ordering::SeqCst);
+    now.fetch_add(1, Ordering::SeqCst);
+    for _ in 0..3 {
+        match w.next(NS, 1).await {
+            Ok(ids) => assert_ne!(w.worker_of(NS, ids[0]), 0, "issued from b's worker id"),
+            Err(e) => assert!(matches!(e, CallError::IdUnavailable { .. }), "{e:?}"),
+        }
+    }
+    assert_ne!(w.held()[0].1, 0, "a holds another worker id now");
+}

@@ -466,6 +466,8 @@ impl AllocNode {
             shared.wait,
             IdMetrics::register(&shared.metrics.registry)?,
         );
+        let watched = shared.clone();
+        ids.watch_lapses(Arc::new(move || watched.ownership().lapses()));
         let front = Arc::new(front(&cfg, &shared, client_tls)?.with_ids(ids));
         let http_local_addr = match listeners.http {
             Some(tcp) => {

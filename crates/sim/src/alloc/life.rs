@@ -99,7 +99,8 @@ impl Allocs {
             proc_.base,
         );
         let life = proc_.life + 1;
-        self.procs[p] = AllocProc { life, ..fresh };
+        let ids = proc_.ids.after_crash();
+        self.procs[p] = AllocProc { life, ids, ..fresh };
     }
 
     /// Starts a process that is down, as a new incarnation.

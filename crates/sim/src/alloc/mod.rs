@@ -81,6 +81,7 @@
 //! [`release_moved`]: seqsvr_alloc::ownership::release_moved
 
 mod handoff;
+pub(crate) mod ids;
 mod life;
 mod renewal;
 mod service;
@@ -140,6 +141,8 @@ pub(crate) enum Purpose {
         /// The adopt being checked.
         job: u64,
     },
+    /// A worker-id call (`ids.rs`).
+    Ids(crate::ids::IdPurpose),
 }
 
 /// A raiser round: raises sent together, settled together.
@@ -260,6 +263,8 @@ pub(crate) struct AllocProc {
     jobs: BTreeMap<u64, Job>,
     /// Adopts being checked with the store.
     adopts: BTreeMap<u64, AdoptJob>,
+    /// Time-ordered ids: the wall clock, holdings, claims, raises.
+    pub ids: ids::IdProc,
 }
 
 impl AllocProc {
@@ -301,6 +306,7 @@ impl AllocProc {
             routes: RouteView::default(),
             jobs: BTreeMap::new(),
             adopts: BTreeMap::new(),
+            ids: ids::IdProc::default(),
         }
     }
 
@@ -387,6 +393,11 @@ impl Allocs {
             })
             .collect();
         let mut me = Allocs { procs };
+        if let Some(ids) = &env.cfg.ids {
+            for (p, skew) in ids.skew_ms.iter().enumerate() {
+                me.procs[p].ids.offset_ms = *skew;
+            }
+        }
         for (set, incs) in incarnations.iter().enumerate() {
             for (i, inc) in incs.iter().enumerate() {
                 let p = l.first_slot(set, i);
@@ -457,6 +468,11 @@ impl Allocs {
     pub(crate) fn event(&mut self, env: &mut Env, p: Slot, life: Option<u32>, input: AllocInput) {
         let proc_ = &mut self.procs[p];
         if !proc_.up {
+            if let AllocInput::Msg(from, Msg::Id(crate::ids::IdMsg::Req { op, .. })) = input {
+                let result = Err(crate::ids::IdRefused::Unavailable);
+                let m = crate::ids::IdMsg::Resp { op, result };
+                return env.send(Node::Alloc(p), from, Msg::Id(m));
+            }
             // The host refuses the connection: an operator's call fails at
             // once (a cut link, by contrast, leaves it unanswered).
             if let AllocInput::Msg(from, Msg::Admin(AdminMsg::Release { id, .. }))
@@ -510,6 +526,17 @@ impl Allocs {
                 self.procs[p].jobs.insert(job, j);
                 self.next_move(env, p, job);
             }
+            AllocInput::Msg(from, Msg::Id(crate::ids::IdMsg::Req { op, ns, n })) => {
+                let waited = false;
+                let work = crate::ids::IdWork {
+                    op,
+                    from,
+                    ns,
+                    n,
+                    waited,
+                };
+                self.id_call(env, p, work)
+            }
             AllocInput::Msg(from, m) => panic!("model bug: {m:?} from {from} at an alloc"),
             AllocInput::Timer(t) => self.timer(env, p, t),
         }
@@ -545,6 +572,7 @@ impl Allocs {
             ATimer::AdoptTimeout(id) => {
                 self.adopt_answered(env, p, id, Err("no answer in time".into()))
             }
+            ATimer::Ids(t) => self.id_timer(env, p, t),
         }
     }
 
@@ -559,6 +587,7 @@ impl Allocs {
             Purpose::Handoff { job } => self.handed_off(env, p, job, resp),
             Purpose::Check { job } => self.checked(env, p, job, resp),
             Purpose::AdoptRead { job } => self.adopt_read(env, p, job, resp),
+            Purpose::Ids(what) => self.id_call_done(env, p, what, resp),
         }
     }
 }

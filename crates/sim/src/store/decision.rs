@@ -130,7 +130,42 @@ impl Store {
                 count: *count,
                 call: *call,
             }),
+            StoreReq::Ids(claim) => Ok(self.decide_claim(env, r, claim)),
             other => unreachable!("{other:?} is not decided under the lock"),
+        }
+    }
+
+    /// A worker-id claim under the lock (`service/ids.rs`): which holdings
+    /// it may reclaim (`decision::worker_claim`: those whose holder's lease
+    /// the arbiter sees certainly expired), and the tick of the claimant's
+    /// clock. The `id_reclaim_early` knob names every holding.
+    fn decide_claim(&self, env: &Env, r: usize, claim: &crate::ids::IdReq) -> Command {
+        let crate::ids::IdReq::Claim {
+            ns,
+            alloc,
+            incarnation,
+            now_ms,
+        } = claim
+        else {
+            unreachable!("a raise or release is not decided under the lock");
+        };
+        let st = &self.raft.nodes[r].state;
+        let view = self.reps[r]
+            .arbiter
+            .view(&self.judged(env, r), env.store_instant());
+        let (now, mut reclaim) = decision::worker_claim(st, &view, ns, *now_ms);
+        if env.cfg.knobs.id_reclaim_early {
+            let held = st.ids.spaces.get(ns).into_iter().flat_map(|s| &s.workers);
+            reclaim = (held.filter(|(_, r)| r.holder.is_some()))
+                .map(|(&w, r)| (w, r.epoch))
+                .collect();
+        }
+        Command::ClaimWorker {
+            ns: ns.clone(),
+            alloc: alloc.clone(),
+            incarnation: *incarnation,
+            now,
+            reclaim,
         }
     }
 

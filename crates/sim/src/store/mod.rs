@@ -486,6 +486,12 @@ pub(crate) fn bootstrap_logs(
             Command::ConfigureAddedSet(spec.clone())
         };
         append(env, &mut logs, set, configure);
+        if set == home {
+            let spaces = env.cfg.ids.as_ref().map(|i| i.create());
+            for cmd in spaces.into_iter().flatten() {
+                append(env, &mut logs, set, cmd);
+            }
+        }
         if env.cfg.lease != LeaseTerms::default() {
             append(env, &mut logs, set, Command::SetLease(env.cfg.lease));
         }

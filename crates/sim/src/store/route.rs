@@ -133,6 +133,12 @@ impl Store {
             | StoreReq::Assign { .. }
             | StoreReq::SetLease(_)
             | StoreReq::Freeze { .. } => return self.want(env, r, Want::Write(p)),
+            // A claim is decided under the arbiter's lock (which holdings
+            // it may reclaim); a raise or release is written as it is.
+            StoreReq::Ids(req) => match req.command() {
+                Some(cmd) => cmd,
+                None => return self.want(env, r, Want::Write(p)),
+            },
             StoreReq::Status => unreachable!("answered by any replica"),
             StoreReq::Install {
                 first,

@@ -9,6 +9,7 @@
 //! and at the end runs the final checks.
 
 mod apply;
+mod ids;
 
 use seqsvr_core::checker::{self, check, Observation};
 use seqsvr_core::{Incarnation, SectionId};
@@ -45,6 +46,8 @@ pub struct RunReport {
     pub drift_of_bound: f64,
     /// The configuration and fault schedule, printable.
     pub describe: String,
+    /// Counters of the id traffic (zero unless ids were simulated).
+    pub ids: crate::ids::check::IdStats,
 }
 
 impl std::fmt::Display for RunReport {
@@ -57,6 +60,9 @@ impl std::fmt::Display for RunReport {
             self.violations.len(),
             self.stats
         )?;
+        if self.ids.issued > 0 {
+            writeln!(f, "  ids: {:?}", self.ids)?;
+        }
         for v in self.violations.iter().take(10) {
             writeln!(f, "  {v}")?;
         }
@@ -94,6 +100,7 @@ pub struct World {
     operator: Operator,
     movers: Movers,
     faults: FaultState,
+    id_clients: crate::ids::client::IdClients,
 }
 
 impl World {
@@ -123,6 +130,17 @@ impl World {
         for (i, t) in times.into_iter().enumerate() {
             env.schedule(t, Ev::Fault(i));
         }
+        let (first, n) = (
+            env.cfg.clients,
+            env.cfg.ids.as_ref().map_or(0, |i| i.clients),
+        );
+        let id_clients = crate::ids::client::IdClients::new(&mut env, first, n);
+        let times: Vec<_> = (env.cfg.ids.iter().flat_map(|i| &i.faults))
+            .map(|(t, _)| *t)
+            .collect();
+        for (i, t) in times.into_iter().enumerate() {
+            env.schedule(t, Ev::Ids(crate::ids::IdEv::Fault(i)));
+        }
         World {
             env,
             stores,
@@ -131,6 +149,7 @@ impl World {
             operator: Operator::default(),
             movers: Movers::default(),
             faults: FaultState::default(),
+            id_clients,
         }
     }
 
@@ -171,6 +190,7 @@ impl World {
                         self.allocs.event(env, p, None, AllocInput::Msg(from, msg))
                     }
                     (Node::Client(c), Msg::Client(m)) => self.clients.msg(env, c, m),
+                    (Node::Client(c), Msg::Id(m)) => self.id_clients.msg(env, c, m),
                     (Node::Operator, m) => self.operator.msg(env, from, m),
                     (Node::Mover, m) => self.movers.msg(env, from, m),
                     (to, msg) => panic!("model bug: {msg:?} delivered to {to}"),
@@ -189,11 +209,13 @@ impl World {
             Ev::Operator(set, t) => self.operator.timer(env, set, t),
             Ev::Mover { run, t } => self.movers.timer(env, run, t),
             Ev::Fault(i) => self.apply_fault(i),
+            Ev::Ids(ev) => self.id_event(ev),
         }
     }
 
     fn finish(mut self) -> RunReport {
         self.final_checks();
+        self.id_checks();
         let env = &mut self.env;
         let report = check(&env.monitor.observations);
         let mut violations = std::mem::take(&mut env.monitor.violations);
@@ -209,6 +231,7 @@ impl World {
             observations: report.observations,
             drift_of_bound: env.cfg.drift_of_bound(),
             describe: env.cfg.describe(),
+            ids: env.ids.stats.clone(),
         }
     }
 

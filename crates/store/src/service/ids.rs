@@ -14,10 +14,10 @@
 use std::time::Instant;
 
 use seqsvr_core::ids::Layout;
-use seqsvr_core::{AllocId, Epoch};
+use seqsvr_core::AllocId;
 use seqsvr_proto::{self as pb};
 use seqsvr_store_api::Error;
-use seqsvr_store_core::ids::IdSpace;
+use seqsvr_store_core::decision;
 
 use super::{check_id, check_name, unexpected, StoreApi};
 use crate::types::{Command, Reply};
@@ -50,14 +50,8 @@ impl StoreApi {
         let _moves = self.arbiter.moves.lock().await;
         let (now, reclaim) = {
             let a = self.sm.read();
-            let space = a.state.ids.spaces.get(&ns);
-            let now = space.map_or(0, |s| s.layout.tick_of(r.now_ms));
             let view = self.arbiter.view(&a.state, Instant::now());
-            let expired = |id: &AllocId| view.get(id).is_some_and(|v| v.expired);
-            (
-                now,
-                space.map_or_else(Vec::new, |s| reclaimable(s, expired)),
-            )
+            decision::worker_claim(&a.state, &view, &ns, r.now_ms)
         };
         if !reclaim.is_empty() {
             tracing::info!(%ns, ?reclaim, "claim may reclaim worker ids whose holder's lease expired");
@@ -177,13 +171,4 @@ impl StoreApi {
             .collect();
         Ok(pb::IdSpacesReply { spaces })
     }
-}
-
-/// The holdings of `space` whose holder's lease is certainly expired, with
-/// the epoch they are held at: a claim may take them.
-fn reclaimable(space: &IdSpace, expired: impl Fn(&AllocId) -> bool) -> Vec<(u64, Epoch)> {
-    (space.workers.iter())
-        .filter(|(_, r)| r.holder.as_ref().is_some_and(|(a, _)| expired(a)))
-        .map(|(&w, r)| (w, r.epoch))
-        .collect()
 }

@@ -92,6 +92,11 @@ pub struct Shared {
     /// Set once the store says this incarnation was replaced or fenced:
     /// nothing is served again by this process (promise 3).
     pub fenced: AtomicBool,
+    /// Lease lapses, counted before the lease that follows one is
+    /// granted: a worker id held across a lapse may have been reclaimed,
+    /// so the id workers confirm it with the store before issuing again
+    /// ([`crate::ids::IdWorkers::following`]).
+    pub lease_lapses: Arc<AtomicU64>,
     /// Our id.
     pub id: AllocId,
     /// Our advertised addresses, one per plane.

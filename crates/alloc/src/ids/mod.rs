@@ -38,7 +38,7 @@ pub use metrics::IdMetrics;
 pub use store::{MemHolder, MemWorkers, StoreWorkers, WorkerStore};
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -84,6 +84,11 @@ struct Holding {
     /// Set when the store says this incarnation no longer holds it, or on
     /// a stop: nothing more is issued from it.
     lost: AtomicBool,
+    /// The count of lease lapses when the store last confirmed the
+    /// holding (its claim, a raise): behind the count now, the worker id
+    /// may have been reclaimed while the lease was out, and nothing is
+    /// issued until a raise confirms it.
+    confirmed: AtomicU64,
 }
 
 /// Every worker id this AllocSvr holds, by namespace.
@@ -104,6 +109,8 @@ pub struct IdWorkers {
     stopped: AtomicBool,
     /// How long a call waits for a raise when the ceiling is reached.
     wait: Duration,
+    /// The AllocSvr's lease lapses ([`IdWorkers::following`]).
+    lapses: Arc<AtomicU64>,
     /// What it counts.
     metrics: IdMetrics,
 }
@@ -121,6 +128,8 @@ impl std::fmt::Debug for IdWorkers {
 enum Issue {
     /// The store no longer counts it ours (or a stop ended it).
     Lost,
+    /// The lease lapsed since the store last confirmed it.
+    Unconfirmed,
     /// The generator refused.
     Refused(IdError),
 }
@@ -150,8 +159,21 @@ impl IdWorkers {
             claiming: tokio::sync::Mutex::new(()),
             stopped: AtomicBool::new(false),
             wait,
+            lapses: Default::default(),
             metrics,
         })
+    }
+
+    /// The same workers, following the lease lapses `lapses` counts: a
+    /// worker id held across a lapse issues nothing until the store
+    /// confirms it (the store reclaims a worker id only once its holder's
+    /// lease has certainly expired; a holder that was paused past it and
+    /// renewed must not issue below its successor's ids — docs/ids.md,
+    /// "What is guaranteed" 2). Call before any claim.
+    pub fn following(self: Arc<Self>, lapses: Arc<AtomicU64>) -> Arc<Self> {
+        let mut me = Arc::try_unwrap(self).unwrap_or_else(|_| panic!("following: workers shared"));
+        me.lapses = lapses;
+        Arc::new(me)
     }
 
     fn lock_held(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Holding>>> {
@@ -178,6 +200,20 @@ impl IdWorkers {
                     self.forget(&h);
                 }
                 Err(Issue::Lost) => return Err(self.unavailable(ns, "its worker id was lost")),
+                Err(Issue::Unconfirmed) if !waited && !self.wait.is_zero() => {
+                    // The raiser confirms it (or learns it lost): wait for
+                    // that, bounded.
+                    waited = true;
+                    let raised = h.raised.notified();
+                    h.kick.notify_one();
+                    let _ = tokio::time::timeout(self.wait, raised).await;
+                }
+                Err(Issue::Unconfirmed) => {
+                    h.kick.notify_one();
+                    return Err(
+                        self.unavailable(ns, "the lease lapsed; its worker id is being confirmed")
+                    );
+                }
                 Err(Issue::Refused(IdError::CeilingReached { .. }))
                     if !waited && !self.wait.is_zero() =>
                 {
@@ -200,6 +236,13 @@ impl IdWorkers {
             let mut g = h.gen.lock().unwrap_or_else(|e| e.into_inner());
             if h.lost.load(Ordering::Acquire) {
                 return Err(Issue::Lost);
+            }
+            // Read after the call was admitted: a lease valid then and no
+            // lapse counted since the confirmation means the lease held
+            // all along, so the worker id cannot have been reclaimed.
+            if h.confirmed.load(Ordering::SeqCst) != self.lapses.load(Ordering::SeqCst) {
+                h.kick.notify_one();
+                return Err(Issue::Unconfirmed);
             }
             let before = g.stats();
             let r = g.next_n(now, n, &mut out);
@@ -250,6 +293,7 @@ impl IdWorkers {
         if self.stopped.load(Ordering::Acquire) {
             return Err(self.unavailable(ns, "this AllocSvr is stopping"));
         }
+        let confirmed = self.lapses.load(Ordering::SeqCst);
         let claimed = match self.store.claim(ns, (self.clock)()).await {
             Ok(c) => c,
             Err(e) => {
@@ -279,6 +323,7 @@ impl IdWorkers {
             kick: Notify::new(),
             raised: Notify::new(),
             lost: AtomicBool::new(false),
+            confirmed: AtomicU64::new(confirmed),
         });
         tracing::info!(
             namespace = ns,
@@ -426,9 +471,14 @@ async fn raise_loop(ids: Arc<IdWorkers>, h: Arc<Holding>) {
         if h.lost.load(Ordering::Acquire) || ids.stopped.load(Ordering::Acquire) {
             return;
         }
+        let lapses = ids.lapses.load(Ordering::SeqCst);
+        let unconfirmed = h.confirmed.load(Ordering::SeqCst) != lapses;
         let wants = {
             let g = h.gen.lock().unwrap_or_else(|e| e.into_inner());
+            // Unconfirmed, a raise to the ceiling it has: fenced like any
+            // raise, it changes nothing and proves the holding.
             g.wants_raise((ids.clock)(), h.window)
+                .or(unconfirmed.then(|| g.ceiling()))
         };
         let Some(to) = wants else {
             let _ = tokio::time::timeout(every, h.kick.notified()).await;
@@ -441,6 +491,7 @@ async fn raise_loop(ids: Arc<IdWorkers>, h: Arc<Holding>) {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .set_ceiling(ceiling);
+                h.confirmed.store(lapses, Ordering::SeqCst);
                 h.raised.notify_waiters();
             }
             Err(StoreError::Rejected(

@@ -246,3 +246,88 @@ async fn a_clean_stop_releases_the_worker_id() {
     assert_eq!(wb.held()[0].1, 0, "the released worker id");
     assert!(next[0] > *ids.last().unwrap());
 }
+
+#[tokio::test]
+async fn a_scattered_namespace_spreads_its_ids_and_decode_undoes_it() {
+    let mem = store();
+    let layout = Layout {
+        time_bits: 38, // 8.7 years from 2020-09-13
+        epoch_ms: 1_600_000_000_000,
+        ..Layout::twitter()
+    }
+    .with_shards(3);
+    mem.apply(Command::CreateIdSpace {
+        name: "scattered".into(),
+        layout,
+        window_ms: WINDOW_MS,
+    })
+    .unwrap();
+    register(&mem, "a", 1, 0);
+    let (w, now) = workers(&mem, "a", 1);
+    let mut all = Vec::new();
+    for _ in 0..64 {
+        all.extend(w.next("scattered", 1).await.unwrap());
+        now.fetch_add(1, Ordering::SeqCst);
+    }
+    // The ids themselves jump between shards; with the shard bits taken
+    // off (as decode does) they strictly increase (docs/ids.md,
+    // Scattering).
+    let shards: std::collections::BTreeSet<u64> = all.iter().map(|&id| id >> 60).collect();
+    assert!(shards.len() >= 6, "64 ids over {shards:?}");
+    let base: Vec<u64> = all
+        .iter()
+        .map(|&id| layout.unscatter(id).unwrap())
+        .collect();
+    increasing(&base);
+    for (k, &id) in all.iter().enumerate() {
+        let (d, l) = w.decode("scattered", id).await.unwrap();
+        assert_eq!(l, layout);
+        assert_eq!((d.worker, d.unix_ms, d.seq), (0, T0 + k as u64, 0));
+    }
+}
+
+/// An AllocSvr paused past its lease: meanwhile the store reclaims its
+/// worker id for another holder (who starts above the ceiling); once it
+/// renews (a lapse counted), it issues nothing from the old holding — the
+/// raiser's confirmation is refused, the holding ends, and the next ids
+/// come from another worker id. Issuing on would hand out ids of the
+/// successor's worker id below the successor's (docs/ids.md, "What is
+/// guaranteed" 2).
+#[tokio::test]
+async fn after_a_lease_lapse_nothing_is_issued_until_the_store_confirms_the_worker_id() {
+    let mem = store();
+    register(&mem, "a", 1, 0);
+    register(&mem, "b", 2, 0);
+    let lapses = Arc::new(AtomicU64::new(0));
+    let (w, _now) = workers(&mem, "a", 1);
+    let w = w.following(lapses.clone());
+    let before = w.next(NS, 10).await.unwrap();
+    let layout = Layout::twitter();
+    assert_eq!(layout.decode(before[0]).unwrap().worker, 0);
+    // The leader saw a's lease certainly expire: b takes worker 0.
+    let tick = layout.tick_of(T0);
+    mem.apply(Command::ClaimWorker {
+        ns: NS.into(),
+        alloc: "b".into(),
+        incarnation: 2,
+        now: tick,
+        reclaim: vec![(0, 1)],
+    })
+    .unwrap();
+    lapses.fetch_add(1, Ordering::SeqCst);
+    for _ in 0..5 {
+        match w.next(NS, 5).await {
+            Ok(ids) => {
+                for id in ids {
+                    let d = layout.decode(id).unwrap();
+                    assert_ne!(
+                        d.worker, 0,
+                        "id {id} of the reclaimed worker id 0 after the lapse"
+                    );
+                }
+            }
+            Err(e) => assert!(matches!(e, CallError::IdUnavailable { .. }), "{e:?}"),
+        }
+    }
+    assert_eq!(w.held()[0].1, 1, "a claimed another worker id");
+}

@@ -74,6 +74,10 @@ pub(super) fn step(
             } => {
                 if lapsed {
                     shared.metrics.lapses.inc();
+                    // Before the new lease admits a call: an id worker
+                    // held across the lapse issues nothing until the store
+                    // confirms it is still ours (docs/ids.md, promise 1).
+                    shared.lease_lapses.fetch_add(1, Ordering::SeqCst);
                 }
                 shared.lease.granted(sent, lease);
             }

@@ -396,6 +396,7 @@ impl AllocNode {
             stopping: AtomicBool::new(false),
             stop_asked: Default::default(),
             fenced: AtomicBool::new(false),
+            lease_lapses: Default::default(),
             id: cfg.id.clone(),
             addrs,
             store: store.clone(),
@@ -473,7 +474,8 @@ impl AllocNode {
             system_clock(),
             shared.wait,
             IdMetrics::register(&shared.metrics.registry)?,
-        );
+        )
+        .following(shared.lease_lapses.clone());
         let front = Arc::new(front(&cfg, &shared, client_tls)?.with_ids(ids));
         let http_local_addr = match listeners.http {
             Some(tcp) => {

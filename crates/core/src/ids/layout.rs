@@ -193,15 +193,21 @@ impl Layout {
         UNITS.iter().find(|(n, _)| *n == name).map(|&(_, ms)| ms)
     }
 
-    /// Refuses an epoch later than `now_ms`: its ids would carry tick 0
+    /// Refuses an epoch later than `now_ms` (its ids would carry tick 0
     /// until then, and the run-out date would be a promise about a clock
-    /// nobody has read yet.
+    /// nobody has read yet) and time bits that have run out by then.
     pub fn check_epoch(&self, now_ms: u64) -> Result<(), IdError> {
         if self.epoch_ms > now_ms {
             return Err(IdError::InvalidLayout(format!(
                 "epoch {} is in the future (now {})",
                 format_unix_ms(self.epoch_ms),
                 format_unix_ms(now_ms)
+            )));
+        }
+        if let Some(end) = self.end_ms().filter(|&end| end <= now_ms) {
+            return Err(IdError::InvalidLayout(format!(
+                "its time bits ran out at {}",
+                format_unix_ms(end)
             )));
         }
         Ok(())

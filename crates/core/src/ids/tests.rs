@@ -43,7 +43,7 @@ fn layouts_are_validated() {
         (unit(layout(41, 10, 12), 0), false),
         (unit(layout(41, 10, 12), layout::MAX_UNIT_MS + 1), false),
         (unit(layout(60, 1, 1), layout::MAX_UNIT_MS), false), // past u64 ms
-        (unit(layout(41, 10, 12), 3), false),                  // not a listed unit
+        (unit(layout(41, 10, 12), 3), false),                 // not a listed unit
         (unit(layout(41, 10, 12), 1000), true),
         (layout(41, 10, 12).with_shards(1), false), // 64 bits with the shard
         (layout(38, 10, 12).with_shards(3), true),  // 63
@@ -51,7 +51,10 @@ fn layouts_are_validated() {
         (js(layout(30, 6, 8).with_shards(9)), true), // 53
         (js(layout(30, 6, 8).with_shards(10)), false),
         (layout(20, 4, 4).with_shards(layout::MAX_SHARD_BITS), true),
-        (layout(20, 4, 4).with_shards(layout::MAX_SHARD_BITS + 1), false),
+        (
+            layout(20, 4, 4).with_shards(layout::MAX_SHARD_BITS + 1),
+            false,
+        ),
         (
             Layout {
                 order: Order::Scattered {
@@ -235,12 +238,27 @@ fn next_n_returns_a_short_batch_at_a_limit() {
 
 #[test]
 fn dates_parse_back() {
-    for ms in [0, layout::TWITTER_EPOCH_MS, 1_709_164_800_123, 4_102_444_799_999] {
+    for ms in [
+        0,
+        layout::TWITTER_EPOCH_MS,
+        1_709_164_800_123,
+        4_102_444_799_999,
+    ] {
         assert_eq!(parse_unix_ms(&format_unix_ms(ms)), Some(ms));
     }
     assert_eq!(parse_unix_ms("2024-01-01"), Some(layout::SEQSVR_EPOCH_MS));
-    assert_eq!(parse_unix_ms("1704067200000"), Some(layout::SEQSVR_EPOCH_MS));
-    for bad in ["", "2024-02-30", "2024-13-01", "2024-1-1", "yesterday", "2024-01-01T25:00:00Z"] {
+    assert_eq!(
+        parse_unix_ms("1704067200000"),
+        Some(layout::SEQSVR_EPOCH_MS)
+    );
+    for bad in [
+        "",
+        "2024-02-30",
+        "2024-13-01",
+        "2024-1-1",
+        "yesterday",
+        "2024-01-01T25:00:00Z",
+    ] {
         assert_eq!(parse_unix_ms(bad), None, "{bad}");
     }
 }
@@ -255,6 +273,12 @@ fn units_come_from_a_fixed_list_and_epochs_from_the_past() {
     assert!(matches!(
         l.check_epoch(l.epoch_ms - 1),
         Err(IdError::InvalidLayout(why)) if why.contains("in the future")
+    ));
+    let end = l.end_ms().unwrap();
+    assert!(l.check_epoch(end - 1).is_ok());
+    assert!(matches!(
+        l.check_epoch(end),
+        Err(IdError::InvalidLayout(why)) if why.contains("ran out at 2080-07-10T17:30:30.209Z")
     ));
 }
 
@@ -274,7 +298,10 @@ fn scattering_spreads_one_worker_over_the_shards_and_decode_undoes_it() {
         per_shard[(id >> 60) as usize] += 1;
         ids.push(id);
     }
-    assert!(per_shard.iter().all(|&n| (60..=140).contains(&n)), "{per_shard:?}");
+    assert!(
+        per_shard.iter().all(|&n| (60..=140).contains(&n)),
+        "{per_shard:?}"
+    );
     // The raw ids are not in order; unscattered they are, and decode
     // gives back the worker id and ticks.
     assert!(!ids.windows(2).all(|w| w[0] < w[1]));

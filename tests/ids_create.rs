@@ -102,7 +102,7 @@ async fn create_is_validated_idempotent_and_scattered_ids_decode() {
 
     // Another layout for it: refused, and it keeps its own.
     let mut other = CUSTOM.to_vec();
-    other[5] = "3";
+    other[3] = "38";
     let (ok, _, err) = create(&other);
     assert!(!ok);
     assert!(err.contains("exists with"), "{err}");

@@ -3,7 +3,7 @@
 //! by a successor, and it is resumed (docs/ids.md, "What is guaranteed").
 //!
 //! A store group of three replicas and two AllocSvrs; a `twitter`
-//! namespace with a 1 s window. `alloc-1` runs with its clock 4 s ahead
+//! namespace with a 1 s window. `alloc-1` runs with its clock 10 s ahead
 //! (libfaketime), so the ids it issued before the pause carry ticks the
 //! real clock reaches only later: a successor that started at its own
 //! clock instead of above the ceiling would issue below them. Callers draw
@@ -39,8 +39,10 @@ use support::SetCluster;
 const NS: &str = "pause";
 /// Its window (ms).
 const WINDOW_MS: u64 = 1000;
-/// How far ahead `alloc-1`'s clock runs (s).
-const AHEAD: &str = "+4s";
+/// How far ahead `alloc-1`'s clock runs: more than the pause and the
+/// successor's claim after it, so that its last ids lie above the
+/// successor's clock.
+const AHEAD: &str = "+10s";
 /// Ids per call.
 const BATCH: u32 = 20;
 

@@ -8,7 +8,9 @@
 //!   real clock (read once per batch of 4,096), asked for ids in a closed
 //!   loop, no borrowing: it can issue at most 4,096 ids per ms, so the
 //!   figure is its rate against that limit (1.00 = every tick's sequence
-//!   used up).
+//!   used up). It also prints the share of the time the thread was on a
+//!   CPU: on a loaded machine, ms it did not run are ms whose ids are
+//!   never issued.
 //! - `alone`: the same generator with a clock that moves one tick per
 //!   4,096 ids (what the layout's limit allows), so its own cost per id
 //!   shows, as a multiple of the limit.
@@ -21,6 +23,16 @@ fn wall_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Nanoseconds this thread has run on a CPU (`/proc/thread-self/schedstat`;
+/// 0 where there is none): on a loaded machine the wall-clock rate of
+/// the `clock` phase is also how much of the time it got a CPU.
+fn on_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 fn main() {
@@ -54,6 +66,7 @@ fn main() {
     // On the real clock, no borrowing.
     let mut g = Generator::new(layout, 1, 0, layout.max_tick(), 0).unwrap();
     let (mut ids, mut refused) = (0u64, 0u64);
+    let cpu0 = on_cpu_ns();
     let start = Instant::now();
     while start.elapsed().as_secs() < secs {
         out.clear();
@@ -64,11 +77,14 @@ fn main() {
         }
     }
     let took = start.elapsed().as_secs_f64();
+    let on_cpu = (on_cpu_ns() - cpu0) as f64 / 1e9 / took;
     let rate = ids as f64 / took;
     println!(
-        "clock   {:>12.0} ids/s  {:.3}x the limit  ({refused} calls refused until the next ms)",
+        "clock   {:>12.0} ids/s  {:.3}x the limit  ({refused} calls refused until the next ms; \
+         on a CPU {:.0} % of the time)",
         rate,
-        rate / limit
+        rate / limit,
+        on_cpu * 100.0
     );
 
     // Its own cost: a clock moving one tick per full sequence.

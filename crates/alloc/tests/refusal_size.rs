@@ -74,6 +74,7 @@ fn shared(t: pb::RouteTable, sections: u64) -> Shared {
         stopping: AtomicBool::new(false),
         stop_asked: Default::default(),
         fenced: AtomicBool::new(false),
+        lease_lapses: Default::default(),
         id: "alloc-999".into(),
         addrs,
         store: PeerClient::new(&["127.0.0.1:9".into()], &plaintext()).unwrap(),

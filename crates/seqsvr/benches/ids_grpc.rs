@@ -73,11 +73,14 @@ async fn run(secs: u64, tasks: usize) {
     let stub = AllocClient::new(channel);
     let start = Instant::now();
     loop {
-        let r = stub.clone().next_id(NextIdRequest {
-            namespace: NS.into(),
-            count: 1,
-        });
-        if r.await.is_ok() {
+        let mut s = stub.clone();
+        let r = s
+            .next_id(NextIdRequest {
+                namespace: NS.into(),
+                count: 1,
+            })
+            .await;
+        if r.is_ok() {
             break;
         }
         assert!(start.elapsed() < Duration::from_secs(60), "no id");

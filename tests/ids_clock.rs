@@ -29,11 +29,14 @@ mod support;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use seqsvr_core::ids::Layout;
 use seqsvr_core::SetSpec;
+use support::ids::{
+    draw_client, draw_direct, gone, latest, libfaketime, under, wait_issuing, Calls,
+};
 use support::SetCluster;
 
 /// The namespace drawn from.
@@ -66,165 +69,6 @@ fn wall_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64
-}
-
-/// libfaketime, where Debian's `faketime` package puts it (`None`: not
-/// installed, with the reason printed). Under `CI` a missing library
-/// fails the test.
-///
-/// The AllocSvr is started as `env LD_PRELOAD=… FAKETIME=… seqsvr`, not
-/// under the `faketime` program: that one forks, so a SIGKILL to the
-/// child the test holds would leave the server running.
-fn libfaketime() -> Option<String> {
-    let mut dirs = vec!["/usr/lib/faketime".to_string()];
-    if let Ok(rd) = std::fs::read_dir("/usr/lib") {
-        for e in rd.flatten() {
-            dirs.push(format!("{}/faketime", e.path().display()));
-        }
-    }
-    dirs.push("/usr/local/lib/faketime".into());
-    let found = dirs.iter().find_map(|d| {
-        ["libfaketimeMT.so.1", "libfaketime.so.1"]
-            .iter()
-            .map(|f| format!("{d}/{f}"))
-            .find(|p| std::path::Path::new(p).exists())
-    });
-    if found.is_none() {
-        let why = "libfaketime is not installed (Debian package `faketime`)";
-        assert!(std::env::var_os("CI").is_none(), "{why}");
-        eprintln!("skipped: {why}");
-    }
-    found
-}
-
-/// `env LD_PRELOAD=<lib> FAKETIME=<shift>` (empty `shift`: the real
-/// clock, no wrapper).
-fn under(lib: &str, shift: &str) -> Vec<String> {
-    if shift.is_empty() {
-        Vec::new()
-    } else {
-        vec![
-            "env".into(),
-            format!("LD_PRELOAD={lib}"),
-            format!("FAKETIME={shift}"),
-        ]
-    }
-}
-
-/// Whether process `pid` is gone (or a zombie).
-fn gone(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            s.rsplit_once(')')
-                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(true)
-}
-
-/// One call's ids, with when it was asked for and when it was answered.
-struct Call {
-    asked: Instant,
-    answered: Instant,
-    ids: Vec<u64>,
-}
-
-/// What one caller received, in the order of its calls.
-type Calls = Arc<Mutex<Vec<Call>>>;
-
-/// Draws ids until `stop` through the `SeqClient`.
-fn draw_client(
-    c: seqsvr_client::SeqClient,
-    stop: Arc<AtomicBool>,
-) -> (Calls, tokio::task::JoinHandle<()>) {
-    let calls: Calls = Default::default();
-    let out = calls.clone();
-    let h = tokio::spawn(async move {
-        while !stop.load(Ordering::Relaxed) {
-            let asked = Instant::now();
-            if let Ok(ids) = c.next_ids(NS, BATCH).await {
-                out.lock().unwrap().push(Call {
-                    asked,
-                    answered: Instant::now(),
-                    ids,
-                });
-            } else {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
-    });
-    (calls, h)
-}
-
-/// Draws ids until `stop` from the AllocSvr at `addr` alone (gRPC
-/// `Alloc.NextId`), connecting again after each failure.
-fn draw_direct(addr: String, stop: Arc<AtomicBool>) -> (Calls, tokio::task::JoinHandle<()>) {
-    let calls: Calls = Default::default();
-    let out = calls.clone();
-    let h = tokio::spawn(async move {
-        let mut conn = None;
-        while !stop.load(Ordering::Relaxed) {
-            if conn.is_none() {
-                conn = seqsvr_proto::alloc_client::AllocClient::connect(format!("http://{addr}"))
-                    .await
-                    .ok();
-            }
-            let asked = Instant::now();
-            let r = match conn.as_mut() {
-                Some(c) => tokio::time::timeout(
-                    Duration::from_secs(2),
-                    c.next_id(seqsvr_proto::NextIdRequest {
-                        namespace: NS.into(),
-                        count: BATCH,
-                    }),
-                )
-                .await
-                .ok()
-                .and_then(|r| r.ok()),
-                None => None,
-            };
-            match r {
-                Some(r) => out.lock().unwrap().push(Call {
-                    asked,
-                    answered: Instant::now(),
-                    ids: r.into_inner().ids,
-                }),
-                None => {
-                    conn = None;
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            }
-        }
-    });
-    (calls, h)
-}
-
-/// The worker id of the latest id `calls` hold, and that id's tick in
-/// Unix ms.
-fn latest(calls: &Calls, layout: &Layout) -> Option<(u64, u64)> {
-    let calls = calls.lock().unwrap();
-    let id = *calls.last()?.ids.last()?;
-    let d = layout.decode(id).unwrap();
-    Some((d.worker, d.unix_ms))
-}
-
-/// Waits until `calls` has ids answered after `since`; returns the worker
-/// id that issued them.
-async fn wait_issuing(calls: &Calls, since: Instant, layout: &Layout, cl: &SetCluster) -> u64 {
-    let start = Instant::now();
-    loop {
-        {
-            let c = calls.lock().unwrap();
-            if let Some(call) = c.iter().rev().find(|c| c.asked > since) {
-                return layout.decode(call.ids[0]).unwrap().worker;
-            }
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "the restarted AllocSvr issued no id within 30 s\n{}",
-            cl.store.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Checks every promise over every caller's ids; `faults` are the
@@ -325,13 +169,13 @@ async fn drill(lib: &str, shifts: &[String]) {
     let mut callers = Vec::new();
     let mut tasks = Vec::new();
     for _ in 0..2 {
-        let (c, h) = draw_client(client.clone(), stop.clone());
+        let (c, h) = draw_client(client.clone(), NS, BATCH, stop.clone());
         callers.push(c);
         tasks.push(h);
     }
     let mut direct = Vec::new();
     for addr in cl.alloc_addrs.clone() {
-        let (c, h) = draw_direct(addr, stop.clone());
+        let (c, h) = draw_direct(addr, NS, BATCH, stop.clone());
         direct.push(c.clone());
         callers.push(c);
         tasks.push(h);

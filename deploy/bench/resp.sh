@@ -3,7 +3,7 @@
 # same client (redis-benchmark). See docs/benchmarks.md, "The
 # Redis-protocol door vs Redis".
 #
-#   deploy/bench/resp.sh [-n REQUESTS] [--rounds R] [--forwarded] [--instructions]
+#   deploy/bench/resp.sh [-n REQUESTS] [--rounds R] [--forwarded] [--instructions] [--ids N]
 #
 # Builds the release `seqsvr` binary (or takes $SEQSVR_BIN), starts in a
 # temp dir a seqsvr cluster — 3 store replicas and one AllocSvr owning
@@ -26,6 +26,12 @@
 #                 instructions the AllocSvr spent per command (its idle
 #                 work over the same span subtracted). Blind to kernel
 #                 time and cache misses, but steady on a busy machine.
+# --ids N         time-ordered ids instead (docs/ids.md): creates a
+#                 `twitter` namespace with `seqctl id create`, then runs
+#                 `SEQ.ID bench N` against `INCR` at -c 50 -P 16 and
+#                 -c 1 -P 16, back to back; prints commands/s of each,
+#                 the ids/s of the door (commands x N) and the ratio of
+#                 ids/s to Redis's numbers/s.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -33,13 +39,15 @@ N=200000
 ROUNDS=1
 FWD=0
 INSTR=0
+IDS=0
 while [ $# -gt 0 ]; do
     case "$1" in
         -n) N="$2"; shift 2 ;;
         --rounds) ROUNDS="$2"; shift 2 ;;
         --forwarded) FWD=1; shift ;;
         --instructions) INSTR=1; shift ;;
-        *) echo "usage: $0 [-n REQUESTS] [--rounds R] [--forwarded] [--instructions]" >&2; exit 2 ;;
+        --ids) IDS="$2"; shift 2 ;;
+        *) echo "usage: $0 [-n REQUESTS] [--rounds R] [--forwarded] [--instructions] [--ids N]" >&2; exit 2 ;;
     esac
 done
 
@@ -57,9 +65,10 @@ fi
 
 BIN="${SEQSVR_BIN:-}"
 if [ -z "$BIN" ]; then
-    cargo build --release -p seqsvr --bin seqsvr >&2
+    cargo build --release -p seqsvr --bin seqsvr --bin seqctl >&2
     BIN="$PWD/target/release/seqsvr"
 fi
+CTL="${SEQCTL_BIN:-$(dirname "$BIN")/seqctl}"
 
 DIR="$(mktemp -d)"
 PIDS=()
@@ -102,6 +111,8 @@ start_set() {
         "$BIN" store --config "$d/store-$i.toml" >"$d/store-$i.log" 2>&1 &
         PIDS+=($!)
     done
+    printf -v "ADMIN_$name" '%s' "127.0.0.1:${sa[1]},127.0.0.1:${sa[2]},127.0.0.1:${sa[3]}"
+    printf -v "CLIENT_$name" '%s' "127.0.0.1:${sc[1]},127.0.0.1:${sc[2]},127.0.0.1:${sc[3]}"
     i=0
     for a in $allocs; do
         i=$((i + 1))
@@ -208,6 +219,35 @@ if [ "$INSTR" = 1 ]; then
 fi
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+
+if [ "$IDS" != 0 ]; then
+    for _ in $(seq 1 100); do
+        "$CTL" --store "$CLIENT_one" --store-admin "$ADMIN_one" id create bench --preset twitter >/dev/null 2>&1 && break
+        sleep 0.2
+    done
+    "$CTL" --store "$CLIENT_one" --store-admin "$ADMIN_one" id create bench --preset twitter
+    # One redis-benchmark run of a command: prints "rps p50 p99".
+    cmd() {
+        local p="$1" shape="$2"; shift 2
+        # shellcheck disable=SC2086
+        redis-benchmark -h 127.0.0.1 -p "$p" -r 1000000 -n "$N" $shape --csv "$@" 2>/dev/null |
+            awk -F'","' 'NR==2 { print $2, $5, $7 }'
+    }
+    cmd "$DOOR_one_1" "-c 1" SEQ.ID bench "$IDS" >/dev/null # claims the worker id
+    for round in $(seq 1 "$ROUNDS"); do
+        echo
+        echo "== round $round of $ROUNDS (load average $(cut -d' ' -f1 /proc/loadavg)): SEQ.ID bench $IDS vs INCR"
+        printf "%-12s %10s %13s %11s   %10s %13s   %9s\n" shape "SEQ.ID c/s" "p50/p99 ms" "ids/s" "INCR r/s" "p50/p99 ms" "ids/INCR"
+        for shape in "-c 50 -P 16" "-c 1 -P 16"; do
+            read -r s_rps s_p50 s_p99 <<<"$(cmd "$DOOR_one_1" "$shape" SEQ.ID bench "$IDS")"
+            read -r r_rps r_p50 r_p99 <<<"$(cmd "$REDIS_PORT" "$shape" INCR 'seq:__rand_int__')"
+            ids=$(awk -v a="$s_rps" -v n="$IDS" 'BEGIN { printf "%.0f", a * n }')
+            printf "%-12s %10s %13s %11s   %10s %13s   %8sx\n" "$shape" \
+                "$s_rps" "$s_p50/$s_p99" "$ids" "$r_rps" "$r_p50/$r_p99" "$(ratio "$ids" "$r_rps")"
+        done
+    done
+    exit 0
+fi
 
 for round in $(seq 1 "$ROUNDS"); do
     echo

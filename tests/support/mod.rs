@@ -6,6 +6,7 @@
 
 mod check;
 pub mod door;
+pub mod ids;
 mod partition;
 pub mod sets;
 #[allow(unused_imports)] // not every suite scrapes or checks

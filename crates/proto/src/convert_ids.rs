@@ -15,7 +15,8 @@ impl From<&Layout> for pb::IdLayout {
             epoch_ms: l.epoch_ms,
             unit_ms: l.unit_ms,
             js_safe: l.js_safe,
-            seq_before_worker: l.order == Order::TimeSeqWorker,
+            seq_before_worker: l.seq_before_worker(),
+            shard_bits: l.shard_bits(),
         }
     }
 }
@@ -36,7 +37,8 @@ impl TryFrom<&pb::IdLayout> for Layout {
             } else {
                 Order::TimeWorkerSeq
             },
-        };
+        }
+        .with_shards(l.shard_bits);
         layout.validate().map_err(|e| e.to_string())?;
         Ok(layout)
     }
@@ -70,11 +72,31 @@ mod tests {
 
     #[test]
     fn layouts_round_trip_and_bad_ones_are_refused() {
-        for l in [Layout::twitter(), Layout::sonyflake(), Layout::js53()] {
+        let scattered = Layout {
+            time_bits: 38,
+            ..Layout::twitter()
+        }
+        .with_shards(3);
+        let sony = Layout {
+            time_bits: 37,
+            ..Layout::sonyflake()
+        }
+        .with_shards(2);
+        for l in [
+            Layout::twitter(),
+            Layout::sonyflake(),
+            Layout::js53(),
+            scattered,
+            sony,
+        ] {
             assert_eq!(Layout::try_from(&pb::IdLayout::from(&l)), Ok(l));
         }
         let mut w = pb::IdLayout::from(&Layout::twitter());
         w.time_bits = 60;
+        assert!(Layout::try_from(&w).is_err());
+        // Shard bits count in the 63.
+        let mut w = pb::IdLayout::from(&Layout::twitter());
+        w.shard_bits = 1;
         assert!(Layout::try_from(&w).is_err());
     }
 }

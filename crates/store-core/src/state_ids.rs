@@ -44,6 +44,21 @@ impl SetState {
                 ),
             ));
         }
+        // Every registered AllocSvr may hold one worker id of the
+        // namespace at once (any AllocSvr serves any namespace): fewer
+        // worker ids would leave some of them refused with
+        // `WorkersExhausted` from the first day (promise 5: refused at
+        // creation, not at the first id).
+        let holders = self.allocs.len() as u64;
+        if layout.workers() < holders {
+            return Err(Rejection::Invalid(format!(
+                "invalid id layout: {} worker bits hold {} worker ids; the {holders} \
+                 registered AllocSvrs need {} worker bits",
+                layout.worker_bits,
+                layout.workers(),
+                64 - (holders - 1).leading_zeros().min(63)
+            )));
+        }
         if self.ids.spaces.len() >= MAX_ID_SPACES {
             return Err(Rejection::Invalid(format!(
                 "at most {MAX_ID_SPACES} id namespaces"

@@ -157,8 +157,9 @@ impl Generator {
         Ok(id)
     }
 
-    /// Up to `n` ids at Unix time `now_ms`, appended to `out` in increasing
-    /// order. Fewer than `n` when a limit (clock, ceiling) is reached after
+    /// Up to `n` ids at Unix time `now_ms`, appended to `out` in the order
+    /// issued (increasing, or increasing once unscattered for a scattered
+    /// layout). Fewer than `n` when a limit (clock, ceiling) is reached after
     /// the first; that limit's error if not even one can be issued.
     pub fn next_n(&mut self, now_ms: u64, n: usize, out: &mut Vec<u64>) -> Result<(), IdError> {
         let start = out.len();

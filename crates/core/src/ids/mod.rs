@@ -14,7 +14,7 @@ pub mod generator;
 pub mod layout;
 
 pub use generator::{GenStats, Generator};
-pub use layout::{format_unix_ms, Decoded, Layout, Order};
+pub use layout::{format_unix_ms, parse_unix_ms, Decoded, Layout, Order};
 
 use serde::{Deserialize, Serialize};
 

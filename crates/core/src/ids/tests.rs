@@ -43,6 +43,28 @@ fn layouts_are_validated() {
         (unit(layout(41, 10, 12), 0), false),
         (unit(layout(41, 10, 12), layout::MAX_UNIT_MS + 1), false),
         (unit(layout(60, 1, 1), layout::MAX_UNIT_MS), false), // past u64 ms
+        (unit(layout(41, 10, 12), 3), false),                 // not a listed unit
+        (unit(layout(41, 10, 12), 1000), true),
+        (layout(41, 10, 12).with_shards(1), false), // 64 bits with the shard
+        (layout(38, 10, 12).with_shards(3), true),  // 63
+        (layout(38, 10, 12).with_shards(4), false),
+        (js(layout(30, 6, 8).with_shards(9)), true), // 53
+        (js(layout(30, 6, 8).with_shards(10)), false),
+        (layout(20, 4, 4).with_shards(layout::MAX_SHARD_BITS), true),
+        (
+            layout(20, 4, 4).with_shards(layout::MAX_SHARD_BITS + 1),
+            false,
+        ),
+        (
+            Layout {
+                order: Order::Scattered {
+                    seq_before_worker: false,
+                    shard_bits: 0,
+                },
+                ..layout(41, 10, 12)
+            },
+            false,
+        ),
     ];
     for (l, ok) in table {
         assert_eq!(l.validate().is_ok(), ok, "{l:?}: {:?}", l.validate());
@@ -214,7 +236,132 @@ fn next_n_returns_a_short_batch_at_a_limit() {
     ));
 }
 
+#[test]
+fn dates_parse_back() {
+    for ms in [
+        0,
+        layout::TWITTER_EPOCH_MS,
+        1_709_164_800_123,
+        4_102_444_799_999,
+    ] {
+        assert_eq!(parse_unix_ms(&format_unix_ms(ms)), Some(ms));
+    }
+    assert_eq!(parse_unix_ms("2024-01-01"), Some(layout::SEQSVR_EPOCH_MS));
+    assert_eq!(
+        parse_unix_ms("1704067200000"),
+        Some(layout::SEQSVR_EPOCH_MS)
+    );
+    for bad in [
+        "",
+        "2024-02-30",
+        "2024-13-01",
+        "2024-1-1",
+        "yesterday",
+        "2024-01-01T25:00:00Z",
+    ] {
+        assert_eq!(parse_unix_ms(bad), None, "{bad}");
+    }
+}
+
+#[test]
+fn units_come_from_a_fixed_list_and_epochs_from_the_past() {
+    assert_eq!(Layout::unit_named("10ms"), Some(10));
+    assert_eq!(Layout::unit_named("1s"), Some(1000));
+    assert_eq!(Layout::unit_named("7ms"), None);
+    let l = Layout::twitter();
+    assert!(l.check_epoch(l.epoch_ms).is_ok());
+    assert!(matches!(
+        l.check_epoch(l.epoch_ms - 1),
+        Err(IdError::InvalidLayout(why)) if why.contains("in the future")
+    ));
+    let end = l.end_ms().unwrap();
+    assert!(l.check_epoch(end - 1).is_ok());
+    assert!(matches!(
+        l.check_epoch(end),
+        Err(IdError::InvalidLayout(why)) if why.contains("ran out at 2080-07-10T17:30:30.209Z")
+    ));
+}
+
+#[test]
+fn scattering_spreads_one_worker_over_the_shards_and_decode_undoes_it() {
+    let plain = layout(38, 10, 12);
+    let l = plain.with_shards(3);
+    assert_eq!((l.total_bits(), l.shards()), (63, 8));
+    assert_eq!(l.with_shards(0), plain);
+    let mut g = Generator::new(l, 7, 0, l.tick_of(T0) + 10_000, 0).unwrap();
+    let mut per_shard = [0u32; 8];
+    let mut ids = Vec::new();
+    // One id per tick, as at a low rate: every sequence is 0, yet the ids
+    // land on every shard.
+    for t in 0..800 {
+        let id = g.next(T0 + t).unwrap();
+        per_shard[(id >> 60) as usize] += 1;
+        ids.push(id);
+    }
+    assert!(
+        per_shard.iter().all(|&n| (60..=140).contains(&n)),
+        "{per_shard:?}"
+    );
+    // The raw ids are not in order; unscattered they are, and decode
+    // gives back the worker id and ticks.
+    assert!(!ids.windows(2).all(|w| w[0] < w[1]));
+    let base: Vec<u64> = ids.iter().map(|&i| l.unscatter(i).unwrap()).collect();
+    assert!(base.windows(2).all(|w| w[0] < w[1]));
+    let d = l.decode(ids[5]).unwrap();
+    assert_eq!((d.worker, d.tick, d.seq), (7, l.tick_of(T0 + 5), 0));
+    // An id with the wrong shard bits is not one of this layout.
+    let forged = ids[5] ^ (1 << 60);
+    assert_eq!(
+        l.decode(forged),
+        Err(IdError::NotInLayout {
+            id: forged,
+            bits: 63
+        })
+    );
+}
+
 proptest! {
+    /// Scattering is a bijection on the layout's ids: encode → decode
+    /// round-trips every field, distinct fields give distinct ids, and
+    /// every id stays within the layout's bits (below the sign bit).
+    #[test]
+    fn scattered_ids_round_trip_and_stay_unique(
+        fields in prop::collection::vec((0u64..(1 << 30), 0u64..64, 0u64..256), 1..200),
+        shard_bits in 1u32..=9,
+        sony in any::<bool>(),
+        js in any::<bool>(),
+    ) {
+        let mut l = layout(30, 6, 8).with_shards(shard_bits);
+        l.js_safe = js;
+        if sony {
+            l = Layout { order: Order::Scattered { seq_before_worker: true, shard_bits }, ..l };
+        }
+        prop_assert!(l.validate().is_ok());
+        let mut seen = std::collections::HashMap::new();
+        for (tick, worker, seq) in fields {
+            let id = l.encode(tick, worker, seq).unwrap();
+            prop_assert!(id >> l.total_bits() == 0);
+            let d = l.decode(id).unwrap();
+            prop_assert_eq!((d.tick, d.worker, d.seq), (tick, worker, seq));
+            if let Some(other) = seen.insert(id, (tick, worker, seq)) {
+                prop_assert_eq!(other, (tick, worker, seq), "{} built twice", id);
+            }
+        }
+    }
+
+    /// The bits budget: a scattered layout is valid exactly when all its
+    /// bits, shard bits included, fit in 63 (53 JavaScript-safe).
+    #[test]
+    fn the_bits_budget_counts_the_shard_bits(
+        time in 1u32..50, worker in 1u32..20, seq in 1u32..20, shard in 1u32..=15, js in any::<bool>(),
+    ) {
+        let mut l = layout(time, worker, seq).with_shards(shard);
+        l.js_safe = js;
+        let max = if js { 53 } else { 63 };
+        let fits = time + worker + seq + shard <= max;
+        prop_assert_eq!(l.validate().is_ok(), fits, "{:?}", l.validate());
+    }
+
     /// Whatever the clock does (forward, back, jumps) and whenever the
     /// ceiling is raised, one worker's ids strictly increase, decode to
     /// its worker id, and never carry a tick above the ceiling in force.

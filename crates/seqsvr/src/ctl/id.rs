@@ -4,9 +4,9 @@
 //! AllocSvrs), decoding by a namespace's own layout, and namespaces
 //! created and shown on the store's admin plane.
 
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 use seqsvr_client::SeqClient;
-use seqsvr_core::ids::{format_unix_ms, Layout};
+use seqsvr_core::ids::{format_unix_ms, parse_unix_ms, Layout};
 use seqsvr_store_api::ids::IdSpaceShown;
 
 use super::Ctl;
@@ -45,15 +45,17 @@ pub enum IdOp {
         #[arg(long)]
         json: bool,
     },
-    /// Creates a namespace (operator): a layout preset and the window
-    /// holders raise their time ceilings ahead by. Running it again with
-    /// the same layout and window changes nothing.
+    /// Creates a namespace (operator): a layout (a preset, each field
+    /// of which a flag may change) and the window holders raise their
+    /// time ceilings ahead by. Prints the date the time bits run out.
+    /// Running it again with the same layout and window changes nothing;
+    /// another layout for an existing namespace is refused.
     Create {
         /// The namespace.
         namespace: String,
-        /// The layout preset (twitter, sonyflake, js53).
-        #[arg(long, default_value = "twitter")]
-        layout: String,
+        /// The layout.
+        #[command(flatten)]
+        layout: LayoutArgs,
         /// The ceiling window, in ms.
         #[arg(long, default_value_t = DEFAULT_WINDOW_MS)]
         window_ms: u64,
@@ -66,6 +68,106 @@ pub enum IdOp {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// A layout on the command line: a preset, then any field changed.
+#[derive(Debug, Clone, Args)]
+pub struct LayoutArgs {
+    /// The preset the other flags start from (twitter, sonyflake, js53).
+    #[arg(long, alias = "layout", default_value = "twitter")]
+    pub preset: String,
+    /// Bits of time.
+    #[arg(long)]
+    pub time_bits: Option<u32>,
+    /// Bits of worker id (2^bits AllocSvrs may hold the namespace at once).
+    #[arg(long)]
+    pub worker_bits: Option<u32>,
+    /// Bits of sequence (2^bits ids per tick per worker id).
+    #[arg(long)]
+    pub seq_bits: Option<u32>,
+    /// One tick: 1ms, 10ms, 100ms, 1s, 1m, 1h or 1d.
+    #[arg(long)]
+    pub unit: Option<String>,
+    /// Where time 0 is: a UTC date (2024-01-01, 2024-01-01T00:00:00Z) or
+    /// Unix ms; not in the future.
+    #[arg(long)]
+    pub epoch: Option<String>,
+    /// At most 53 bits in all, so that JavaScript holds every id exactly.
+    #[arg(long)]
+    pub js_safe: bool,
+    /// Scatter the ids over 2^N shards (N bits on top of the id, counted
+    /// in the 63 or 53); decoding takes them off. 0: not scattered.
+    #[arg(long)]
+    pub shard_bits: Option<u32>,
+    /// Worker ids the namespace must have at least (AllocSvrs to come);
+    /// the store also refuses fewer than its registered AllocSvrs.
+    #[arg(long)]
+    pub holders: Option<u64>,
+}
+
+impl LayoutArgs {
+    /// The layout the flags say, validated at Unix time `now_ms`: every
+    /// refusal names the flag, before anything is sent.
+    pub fn layout(&self, now_ms: u64) -> Result<Layout> {
+        let bad = |why: String| Error::Usage(why);
+        let mut l = preset(&self.preset)?;
+        l.time_bits = self.time_bits.unwrap_or(l.time_bits);
+        l.worker_bits = self.worker_bits.unwrap_or(l.worker_bits);
+        l.seq_bits = self.seq_bits.unwrap_or(l.seq_bits);
+        if let Some(u) = &self.unit {
+            l.unit_ms = Layout::unit_named(u).ok_or_else(|| {
+                bad(format!(
+                    "--unit {u:?}: one of 1ms, 10ms, 100ms, 1s, 1m, 1h, 1d"
+                ))
+            })?;
+        }
+        if let Some(e) = &self.epoch {
+            l.epoch_ms = parse_unix_ms(e).ok_or_else(|| {
+                bad(format!(
+                    "--epoch {e:?}: a UTC date (2024-01-01T00:00:00Z) or Unix ms"
+                ))
+            })?;
+        }
+        l.js_safe |= self.js_safe;
+        if let Some(s) = self.shard_bits {
+            l = l.with_shards(s);
+        }
+        let usage = |e: seqsvr_core::ids::IdError| bad(e.to_string());
+        l.validate().map_err(usage)?;
+        l.check_epoch(now_ms).map_err(usage)?;
+        if let Some(h) = self.holders {
+            if l.workers() < h {
+                return Err(bad(format!(
+                    "--holders {h}: {} worker bits hold only {} worker ids",
+                    l.worker_bits,
+                    l.workers()
+                )));
+            }
+        }
+        Ok(l)
+    }
+}
+
+/// One line about a layout: its fields, workers, ids per tick, and the
+/// date its time bits run out.
+pub fn describe(l: &Layout) -> String {
+    let end = l.end_ms().map_or("never".into(), format_unix_ms);
+    let unit = seqsvr_core::ids::layout::UNITS
+        .iter()
+        .find(|(_, ms)| *ms == l.unit_ms)
+        .map_or(format!("{}ms", l.unit_ms), |(n, _)| n.to_string());
+    format!(
+        "time={} worker={} seq={} shard={} unit={unit} epoch={} js_safe={} \
+         workers={} ids/tick={} runs_out={end}",
+        l.time_bits,
+        l.worker_bits,
+        l.seq_bits,
+        l.shard_bits(),
+        format_unix_ms(l.epoch_ms),
+        l.js_safe,
+        l.workers(),
+        l.max_seq() + 1
+    )
 }
 
 /// What a `seqctl id` command talks to.
@@ -106,17 +208,7 @@ pub fn run(op: IdOp) -> Result<()> {
     match op {
         IdOp::Layouts => {
             for name in ["twitter", "sonyflake", "js53"] {
-                let l = preset(name)?;
-                let end = l.end_ms().map_or("never".into(), format_unix_ms);
-                outln!(
-                    "{name}\ttime={} worker={} seq={} unit={}ms workers={} ids/tick={} runs_out={end}",
-                    l.time_bits,
-                    l.worker_bits,
-                    l.seq_bits,
-                    l.unit_ms,
-                    l.workers(),
-                    l.max_seq() + 1
-                )?;
+                outln!("{name}\t{}", describe(&preset(name)?))?;
             }
             Ok(())
         }
@@ -181,13 +273,15 @@ pub async fn run_store(ctl: &Ctl, op: IdOp) -> Result<()> {
             layout,
             window_ms,
         } => {
-            let l = preset(&layout)?;
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            let l = layout.layout(now_ms)?;
             let created = ctl.admin.create_id_space(&namespace, &l, window_ms).await?;
-            let end = l.end_ms().map_or("never".into(), format_unix_ms);
             outln!(
-                "{namespace}: {} ({layout}, window {window_ms} ms, {} worker ids, runs out {end})",
+                "{namespace}: {} (window {window_ms} ms) {}",
                 if created { "created" } else { "exists already" },
-                l.workers()
+                describe(&l)
             )
         }
         IdOp::Show { namespace, json } => {
@@ -209,16 +303,7 @@ pub async fn run_store(ctl: &Ctl, op: IdOp) -> Result<()> {
 
 fn show(s: &IdSpaceShown) -> Result<()> {
     let l = &s.layout;
-    let end = l.end_ms().map_or("never".into(), format_unix_ms);
-    outln!(
-        "{}\ttime={} worker={} seq={} unit={}ms window={}ms runs_out={end}",
-        s.name,
-        l.time_bits,
-        l.worker_bits,
-        l.seq_bits,
-        l.unit_ms,
-        s.window_ms
-    )?;
+    outln!("{}\twindow={}ms {}", s.name, s.window_ms, describe(l))?;
     for w in &s.workers {
         let holder = match &w.holder {
             Some((a, i)) => format!("{a} ({i:x}){}", if w.live { "" } else { " lapsed" }),
@@ -245,6 +330,8 @@ fn to_json(s: &IdSpaceShown) -> serde_json::Value {
             "epoch_ms": l.epoch_ms,
             "unit_ms": l.unit_ms,
             "js_safe": l.js_safe,
+            "seq_before_worker": l.seq_before_worker(),
+            "shard_bits": l.shard_bits(),
             "runs_out_ms": l.end_ms(),
         },
         "window_ms": s.window_ms,

@@ -124,6 +124,14 @@ impl StoreApi {
             .as_ref()
             .ok_or_else(|| Error::Invalid("a namespace needs a layout".into()))?;
         let layout = Layout::try_from(layout).map_err(Error::Invalid)?;
+        // Checked here, not in the state machine: replicas applying the
+        // command must agree whatever their clocks say.
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        layout
+            .check_epoch(now_ms)
+            .map_err(|e| Error::Invalid(e.to_string()))?;
         let cmd = Command::CreateIdSpace {
             name,
             layout,

@@ -1,0 +1,179 @@
+//! Time-ordered ids drawn from the real binaries (docs/ids.md): callers
+//! recording every call, libfaketime to shift an AllocSvr's clock, and
+//! the wait for an AllocSvr to issue.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use seqsvr_core::ids::Layout;
+
+use super::SetCluster;
+
+/// libfaketime, where Debian's `faketime` package puts it (`None`: not
+/// installed, with the reason printed). Under `CI` a missing library
+/// fails the test.
+///
+/// The AllocSvr is started as `env LD_PRELOAD=… FAKETIME=… seqsvr`, not
+/// under the `faketime` program: that one forks, so a SIGKILL to the
+/// child the test holds would leave the server running.
+pub fn libfaketime() -> Option<String> {
+    let mut dirs = vec!["/usr/lib/faketime".to_string()];
+    if let Ok(rd) = std::fs::read_dir("/usr/lib") {
+        for e in rd.flatten() {
+            dirs.push(format!("{}/faketime", e.path().display()));
+        }
+    }
+    dirs.push("/usr/local/lib/faketime".into());
+    let found = dirs.iter().find_map(|d| {
+        ["libfaketimeMT.so.1", "libfaketime.so.1"]
+            .iter()
+            .map(|f| format!("{d}/{f}"))
+            .find(|p| std::path::Path::new(p).exists())
+    });
+    if found.is_none() {
+        let why = "libfaketime is not installed (Debian package `faketime`)";
+        assert!(std::env::var_os("CI").is_none(), "{why}");
+        eprintln!("skipped: {why}");
+    }
+    found
+}
+
+/// `env LD_PRELOAD=<lib> FAKETIME=<shift>` (empty `shift`: the real
+/// clock, no wrapper).
+pub fn under(lib: &str, shift: &str) -> Vec<String> {
+    if shift.is_empty() {
+        Vec::new()
+    } else {
+        vec![
+            "env".into(),
+            format!("LD_PRELOAD={lib}"),
+            format!("FAKETIME={shift}"),
+        ]
+    }
+}
+
+/// Whether process `pid` is gone (or a zombie).
+pub fn gone(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(true)
+}
+
+/// One call's ids, with when it was asked for and when it was answered.
+pub struct Call {
+    pub asked: Instant,
+    pub answered: Instant,
+    pub ids: Vec<u64>,
+}
+
+/// What one caller received, in the order of its calls.
+pub type Calls = Arc<Mutex<Vec<Call>>>;
+
+/// Draws ids of `ns`, `batch` a call, until `stop` through the
+/// `SeqClient`.
+pub fn draw_client(
+    c: seqsvr_client::SeqClient,
+    ns: &'static str,
+    batch: u32,
+    stop: Arc<AtomicBool>,
+) -> (Calls, tokio::task::JoinHandle<()>) {
+    let calls: Calls = Default::default();
+    let out = calls.clone();
+    let h = tokio::spawn(async move {
+        while !stop.load(Ordering::Relaxed) {
+            let asked = Instant::now();
+            if let Ok(ids) = c.next_ids(ns, batch).await {
+                out.lock().unwrap().push(Call {
+                    asked,
+                    answered: Instant::now(),
+                    ids,
+                });
+            } else {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    });
+    (calls, h)
+}
+
+/// Draws ids of `ns`, `batch` a call, until `stop` from the AllocSvr at
+/// `addr` alone (gRPC `Alloc.NextId`), connecting again after each
+/// failure.
+pub fn draw_direct(
+    addr: String,
+    ns: &'static str,
+    batch: u32,
+    stop: Arc<AtomicBool>,
+) -> (Calls, tokio::task::JoinHandle<()>) {
+    let calls: Calls = Default::default();
+    let out = calls.clone();
+    let h = tokio::spawn(async move {
+        let mut conn = None;
+        while !stop.load(Ordering::Relaxed) {
+            if conn.is_none() {
+                conn = seqsvr_proto::alloc_client::AllocClient::connect(format!("http://{addr}"))
+                    .await
+                    .ok();
+            }
+            let asked = Instant::now();
+            let r = match conn.as_mut() {
+                Some(c) => tokio::time::timeout(
+                    Duration::from_secs(2),
+                    c.next_id(seqsvr_proto::NextIdRequest {
+                        namespace: ns.into(),
+                        count: batch,
+                    }),
+                )
+                .await
+                .ok()
+                .and_then(|r| r.ok()),
+                None => None,
+            };
+            match r {
+                Some(r) => out.lock().unwrap().push(Call {
+                    asked,
+                    answered: Instant::now(),
+                    ids: r.into_inner().ids,
+                }),
+                None => {
+                    conn = None;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    });
+    (calls, h)
+}
+
+/// The worker id of the latest id `calls` hold, and that id's tick in
+/// Unix ms.
+pub fn latest(calls: &Calls, layout: &Layout) -> Option<(u64, u64)> {
+    let calls = calls.lock().unwrap();
+    let id = *calls.last()?.ids.last()?;
+    let d = layout.decode(id).unwrap();
+    Some((d.worker, d.unix_ms))
+}
+
+/// Waits until `calls` has ids answered after `since`; returns the worker
+/// id that issued them.
+pub async fn wait_issuing(calls: &Calls, since: Instant, layout: &Layout, cl: &SetCluster) -> u64 {
+    let start = Instant::now();
+    loop {
+        {
+            let c = calls.lock().unwrap();
+            if let Some(call) = c.iter().rev().find(|c| c.asked > since) {
+                return layout.decode(call.ids[0]).unwrap().worker;
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the restarted AllocSvr issued no id within 30 s\n{}",
+            cl.store.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -110,10 +110,10 @@ start_set() {
             echo "data_dir = \"$d/store-$i\""
             echo "client_addr = \"127.0.0.1:${sc[$i]}\""
             echo "admin_addr = \"127.0.0.1:${sa[$i]}\""
+            echo "added_set = $ADDED"
             for m in 1 2 3; do
                 printf '[[members]]\nid = %s\naddr = "127.0.0.1:%s"\n' "$m" "${sp[$m]}"
             done
-            echo "added_set = $ADDED"
             printf '[set]\nset_id = %s\nuid_begin = "%s"\nuid_end = "%s"\nsection_size = 100000\nstep = 10000\n' \
                 "$SET_ID" "$SET_BEGIN" "$SET_END"
             for a in $allocs; do

@@ -364,7 +364,7 @@ mod tests {
         for h in calls {
             h.await.unwrap().unwrap();
         }
-        let seen = seen.lock().unwrap();
+        let seen = seen.lock().unwrap().clone();
         assert!(seen.iter().all(|b| b.len() <= MAX_BATCH));
         for k in (0..7u64).step_by(2) {
             let holding: Vec<_> = seen.iter().filter(|b| b.contains(&k)).collect();

@@ -3,7 +3,7 @@
 # same client (redis-benchmark). See docs/benchmarks.md, "The
 # Redis-protocol door vs Redis".
 #
-#   deploy/bench/resp.sh [-n REQUESTS] [--rounds R] [--forwarded] [--instructions] [--ids N]
+#   deploy/bench/resp.sh [-n REQUESTS] [--rounds R] [--forwarded] [--names] [--instructions] [--ids N]
 #
 # Builds the release `seqsvr` binary (or takes $SEQSVR_BIN), starts in a
 # temp dir a seqsvr cluster — 3 store replicas and one AllocSvr owning
@@ -21,6 +21,14 @@
 #                 alloc-1's door with keys over all 1 M uids: half the
 #                 INCRs are forwarded to alloc-2. Prints its rate beside
 #                 the single owner's and Redis's, same round.
+# --names         named counters instead of uids: a set for the range
+#                 reserved for names (docs/counters.md), added to the
+#                 cluster with `seqctl set add`, one AllocSvr owning all
+#                 of it, its door driven with keys the uid mapping does not
+#                 claim: one hot name pipelined (-c 50 -P 16 INCR name:hot)
+#                 against Redis INCR on one key, and 10^6 distinct names
+#                 (-c 50 -r 1000000 INCR name:__rand_int__) against Redis
+#                 on the same keys.
 # --instructions  no timing: the single owner's AllocSvr runs under
 #                 valgrind's callgrind, and each shape prints the
 #                 instructions the AllocSvr spent per command (its idle
@@ -38,6 +46,7 @@ cd "$(dirname "$0")/../.."
 N=200000
 ROUNDS=1
 FWD=0
+NAMES=0
 INSTR=0
 IDS=0
 while [ $# -gt 0 ]; do
@@ -45,9 +54,10 @@ while [ $# -gt 0 ]; do
         -n) N="$2"; shift 2 ;;
         --rounds) ROUNDS="$2"; shift 2 ;;
         --forwarded) FWD=1; shift ;;
+        --names) NAMES=1; shift ;;
         --instructions) INSTR=1; shift ;;
         --ids) IDS="$2"; shift 2 ;;
-        *) echo "usage: $0 [-n REQUESTS] [--rounds R] [--forwarded] [--instructions] [--ids N]" >&2; exit 2 ;;
+        *) echo "usage: $0 [-n REQUESTS] [--rounds R] [--forwarded] [--names] [--instructions] [--ids N]" >&2; exit 2 ;;
     esac
 done
 
@@ -70,6 +80,11 @@ if [ -z "$BIN" ]; then
 fi
 CTL="${SEQCTL_BIN:-$(dirname "$BIN")/seqctl}"
 
+# The span of the names set: set 0's section grid (100 000 uids) over
+# [2^63, 2^63 + 2^20), 12 sections. Above i64::MAX, so written as TOML
+# strings.
+NAMES_SPAN=("9223372036854700000" "9223372036855900000")
+
 DIR="$(mktemp -d)"
 PIDS=()
 cleanup() {
@@ -81,6 +96,10 @@ trap cleanup EXIT
 
 # A free loopback port.
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# The set start_set starts: its id, span and whether it is added to a
+# running cluster (set 0's) rather than the cluster's first.
+SET_ID=0 SET_BEGIN=0 SET_END=1000000 ADDED=false
 
 # start_set NAME "ALLOC:FIRST:COUNT …" [UNDER…]: 3 store replicas and the
 # AllocSvrs named (each owning COUNT sections from FIRST, its door on);
@@ -99,15 +118,18 @@ start_set() {
             echo "data_dir = \"$d/store-$i\""
             echo "client_addr = \"127.0.0.1:${sc[$i]}\""
             echo "admin_addr = \"127.0.0.1:${sa[$i]}\""
+            echo "added_set = $ADDED"
             for m in 1 2 3; do
                 printf '[[members]]\nid = %s\naddr = "127.0.0.1:%s"\n' "$m" "${sp[$m]}"
             done
-            printf '[set]\nset_id = 0\nuid_begin = 0\nuid_end = 1000000\nsection_size = 100000\nstep = 10000\n'
+            printf '[set]\nset_id = %s\nuid_begin = "%s"\nuid_end = "%s"\nsection_size = 100000\nstep = 10000\n' \
+                "$SET_ID" "$SET_BEGIN" "$SET_END"
             for a in $allocs; do
                 IFS=: read -r id first count <<<"$a"
                 printf '[[allocs]]\nid = "%s"\nfirst = %s\ncount = %s\n' "$id" "$first" "$count"
             done
         } >"$d/store-$i.toml"
+        printf -v "STORE_${name}_$i" '%s' "${sc[$i]}"
         "$BIN" store --config "$d/store-$i.toml" >"$d/store-$i.log" 2>&1 &
         PIDS+=($!)
     done
@@ -139,13 +161,15 @@ TOML
     done
 }
 
-# Waits until every section answers an INCR through the door on port $1.
+# Waits until every section answers an INCR through the door on port $1
+# (sections of 100 000 uids from uid PREFIX×100 000, COUNT of them; set 0's
+# ten by default).
 wait_door() {
-    local ok=0
+    local ok=0 prefix="${2:-0}" count="${3:-10}"
     for _ in $(seq 1 600); do
         ok=1
-        for s in 0 1 2 3 4 5 6 7 8 9; do
-            r=$(redis-cli -p "$1" INCR "seq:${s}00000" 2>/dev/null || true)
+        for s in $(seq 0 $((count - 1))); do
+            r=$(redis-cli -p "$1" INCR "seq:$((prefix + s))00000" 2>/dev/null || true)
             [[ "$r" =~ ^[0-9]+$ ]] || { ok=0; break; }
         done
         [ "$ok" = 1 ] && return 0
@@ -162,6 +186,11 @@ if [ "$INSTR" = 1 ]; then
 fi
 start_set one "alloc-1:0:10" "${UNDER[@]}"
 [ "$FWD" = 1 ] && start_set two "alloc-1:0:5 alloc-2:5:5"
+if [ "$NAMES" = 1 ]; then
+    SET_ID=2 SET_BEGIN="${NAMES_SPAN[0]}" SET_END="${NAMES_SPAN[1]}" ADDED=true
+    start_set names "alloc-n:0:12"
+    SET_ID=0 SET_BEGIN=0 SET_END=1000000 ADDED=false
+fi
 
 REDIS_PORT=$(port)
 mkdir -p "$DIR/redis"
@@ -171,6 +200,17 @@ PIDS+=($!)
 
 wait_door "$DOOR_one_1"
 [ "$FWD" = 1 ] && wait_door "$DOOR_two_1"
+if [ "$NAMES" = 1 ]; then
+    # The names set joins set 0's cluster (docs/operations.md, Sets).
+    for _ in $(seq 1 60); do
+        "$CTL" --store "127.0.0.1:$STORE_one_1,127.0.0.1:$STORE_one_2,127.0.0.1:$STORE_one_3" \
+            set add --id 2 --range "${NAMES_SPAN[0]}..${NAMES_SPAN[1]}" \
+            --set-store "127.0.0.1:$STORE_names_1,127.0.0.1:$STORE_names_2,127.0.0.1:$STORE_names_3" \
+            >"$DIR/set-add.log" 2>&1 && break
+        sleep 1
+    done
+    wait_door "$DOOR_names_1" "${NAMES_SPAN[0]%00000}" 12
+fi
 for _ in $(seq 1 100); do
     redis-cli -p "$REDIS_PORT" PING >/dev/null 2>&1 && break
     sleep 0.1
@@ -183,10 +223,11 @@ echo "redis: AOF everysec ($(redis-cli -p "$REDIS_PORT" CONFIG GET appendfsync |
 SHAPES=("-c 1" "-c 50" "-c 50 -P 16")
 
 # One redis-benchmark run against port $1 (then its options): prints
-# "rps p50 p99".
+# "rps p50 p99". KEY is the INCR's key.
+KEY='seq:__rand_int__'
 bench() {
     local p="$1"; shift
-    redis-benchmark -h 127.0.0.1 -p "$p" -r 1000000 -n "$N" "$@" --csv INCR 'seq:__rand_int__' 2>/dev/null |
+    redis-benchmark -h 127.0.0.1 -p "$p" -r 1000000 -n "$N" "$@" --csv INCR "$KEY" 2>/dev/null |
         awk -F'","' 'NR==2 { print $2, $5, $7 }'
 }
 
@@ -276,6 +317,27 @@ for round in $(seq 1 "$ROUNDS"); do
         fi
     done
 done
+# Named counters: one hot name pipelined, and 10^6 distinct names, each
+# against Redis on the same keys, back to back.
+if [ "$NAMES" = 1 ]; then
+    echo
+    echo "names: 3 stores + alloc-n (the names set, all 12 sections), keys the uid mapping does not claim"
+    for round in $(seq 1 "$ROUNDS"); do
+        echo
+        echo "== names, round $round of $ROUNDS (load average $(cut -d' ' -f1 /proc/loadavg))"
+        printf "%-34s %10s %13s   %10s %13s   %7s\n" shape "seqsvr r/s" "p50/p99 ms" "redis r/s" "p50/p99 ms" ratio
+        for spec in "name:hot|-c 50 -P 16" "name:__rand_int__|-c 50"; do
+            KEY="${spec%%|*}" shape="${spec#*|}"
+            # shellcheck disable=SC2086
+            read -r s_rps s_p50 s_p99 <<<"$(bench "$DOOR_names_1" $shape)"
+            # shellcheck disable=SC2086
+            read -r r_rps r_p50 r_p99 <<<"$(bench "$REDIS_PORT" $shape)"
+            printf "%-34s %10s %13s   %10s %13s   %6sx\n" "$shape INCR $KEY" \
+                "$s_rps" "$s_p50/$s_p99" "$r_rps" "$r_p50/$r_p99" "$(ratio "$s_rps" "$r_rps")"
+        done
+    done
+    KEY='seq:__rand_int__'
+fi
 echo
 echo "door: $(redis-cli -p "$DOOR_one_1" INFO stats | tr -d '\r' | grep total_commands_processed)"
 if [ "$FWD" = 1 ]; then

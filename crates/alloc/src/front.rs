@@ -16,9 +16,10 @@
 //!   a door that sees it answers from memory or with its typed error
 //!   (`local_*`), never forwards again, so two AllocSvrs that each think
 //!   the other owns a section end in a typed error, not a loop.
-//! - **Coalescing.** Concurrent single `Next` calls for one owner are sent
-//!   as one `NextBatch` ([`coalesce`]); a forwarded batch is split by
-//!   owner and put back in order.
+//! - **Coalescing.** Concurrent calls for one owner — single `Next`s and
+//!   the parts of forwarded batches, from every caller — are sent as one
+//!   `NextBatch` ([`coalesce`]); a forwarded batch is split by owner and
+//!   put back in order.
 //! - **Bounds.** At most `max_in_flight` calls wait on one owner (more get
 //!   `OVERLOADED` with a retry delay); each forwarded call has a deadline.
 //! - **Never wrong-node.** A caller of the front never gets `NOT_OWNER`,
@@ -108,7 +109,7 @@ struct Lane {
     addr: String,
     /// Calls in flight to it, at most `max_in_flight`.
     permits: Arc<Semaphore>,
-    /// Its single `Next` calls, coalesced.
+    /// Its calls (single `Next`s, parts of batches), combined.
     coalescer: Arc<Coalescer>,
 }
 
@@ -504,16 +505,11 @@ impl Front {
             let _permit = f.admit(&lane)?;
             let _gauge = InFlight::new(&self.shared);
             let part: Vec<Uid> = idx.iter().map(|&i| rest[i]).collect();
-            self.shared
-                .metrics
-                .front
-                .batch_uids
-                .observe(part.len() as f64);
-            let seqs = f
-                .client
-                .next_batch(&part)
-                .await
-                .map_err(|e| from_client(e, part[0], f.cfg.retry_after_ms))?;
+            let first = part[0];
+            // Combined with the other callers' calls to this owner: one
+            // `NextBatch` in flight per owner (`coalesce`).
+            let seqs = (lane.coalescer.batch(part).await)
+                .map_err(|e| from_client(e, first, f.cfg.retry_after_ms))?;
             Ok::<_, CallError>((idx, seqs))
         });
         for r in join_all(sends).await {
@@ -602,11 +598,11 @@ impl Forwarder {
             let c = client.clone();
             Box::pin(async move { c.next_batch(&uids).await })
         });
-        let sizes = shared.metrics.front.batch_uids.clone();
+        let m = shared.metrics.front.clone();
         let lane = Arc::new(Lane {
             addr: addr.to_string(),
             permits: Arc::new(Semaphore::new(self.cfg.max_in_flight)),
-            coalescer: Coalescer::new(send, Arc::new(move |n| sizes.observe(n as f64))),
+            coalescer: Coalescer::new(send, Arc::new(move |n, k| m.batch_sent(n, k))),
         });
         lanes.insert(addr.to_string(), lane.clone());
         lane

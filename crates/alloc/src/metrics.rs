@@ -55,9 +55,11 @@ pub struct FrontMetrics {
     forwarded: IntCounterVec,
     /// Forwarded calls' latency, by operation.
     forward_seconds: HistogramVec,
-    /// Uids in each batch sent to an owner (coalesced `Next`s, parts of
-    /// forwarded batches).
+    /// Uids in each batch sent to an owner (coalesced `Next`s and parts
+    /// of forwarded batches).
     pub batch_uids: Histogram,
+    /// Callers' calls combined in each batch sent to an owner.
+    pub batch_calls: Histogram,
     /// Forwarded calls waiting for their owner's answer.
     pub in_flight: IntGauge,
 }
@@ -95,8 +97,15 @@ impl FrontMetrics {
                 "uids in one batch sent to an owner (coalesced Next calls or a batch's part)",
             )
             .buckets(vec![
-                1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1024.0,
+                1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1024.0, 4096.0,
             ]),
+        )?;
+        let batch_calls = Histogram::with_opts(
+            HistogramOpts::new(
+                "seqsvr_alloc_forward_batch_calls",
+                "callers' calls (single Nexts, parts of batches) combined in one batch sent to an owner",
+            )
+            .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1024.0]),
         )?;
         let in_flight = IntGauge::new(
             "seqsvr_alloc_forward_in_flight",
@@ -107,6 +116,7 @@ impl FrontMetrics {
             Box::new(forwarded.clone()),
             Box::new(forward_seconds.clone()),
             Box::new(batch_uids.clone()),
+            Box::new(batch_calls.clone()),
             Box::new(in_flight.clone()),
         ] {
             registry.register(c)?;
@@ -116,8 +126,16 @@ impl FrontMetrics {
             forwarded,
             forward_seconds,
             batch_uids,
+            batch_calls,
             in_flight,
         })
+    }
+
+    /// A batch of `uids` uids combining `calls` callers' calls was sent
+    /// to an owner.
+    pub fn batch_sent(&self, uids: usize, calls: usize) {
+        self.batch_uids.observe(uids as f64);
+        self.batch_calls.observe(calls as f64);
     }
 
     /// An error answered to a caller.

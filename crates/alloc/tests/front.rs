@@ -254,6 +254,53 @@ async fn concurrent_forwarded_calls_are_coalesced_into_batches() {
     a2.shutdown();
 }
 
+/// Concurrent forwarded `NextBatch`es from many callers (each with a uid
+/// of its own AllocSvr's and three of the other's) reach the owner as
+/// combined batches, and each caller gets the owner's numbers for its
+/// own uids, in its own order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_forwarded_batches_are_combined_across_callers() {
+    let (_store, a1, a2) = split_pair(|_| {}).await;
+    let mut before = Vec::new();
+    for uid in 20..40 {
+        let mut c = client(&a2).await;
+        before.push(current(&mut c, uid).await.unwrap());
+    }
+    let mut calls = Vec::new();
+    for i in 0..200u64 {
+        let mut c = client(&a1).await;
+        let uids = vec![i % 20, 20 + i % 20, 20 + (i + 7) % 20, 20 + i % 20];
+        calls.push(tokio::spawn(async move {
+            let r = c.next_batch(pb::NextBatchRequest { uids: uids.clone() });
+            (uids, r.await.unwrap().into_inner().seqs)
+        }));
+    }
+    let mut per_uid = vec![0u64; 40];
+    for h in calls {
+        let (uids, seqs) = h.await.unwrap();
+        assert_eq!(seqs.len(), uids.len());
+        // A uid listed twice gets two increasing numbers, in order.
+        assert!(seqs[1] < seqs[3], "{uids:?} got {seqs:?}");
+        for u in uids {
+            per_uid[u as usize] += 1;
+        }
+    }
+    let text = a1.shared.render_metrics();
+    let batches = metric(&text, "seqsvr_alloc_forward_batch_calls_count");
+    let combined = metric(&text, "seqsvr_alloc_forward_batch_calls_sum");
+    println!("200 forwarded batches went to the owner as {batches} batches");
+    assert_eq!(combined, 200.0);
+    assert!(batches < 200.0, "no batch was combined: {batches} sent");
+    // What a2 handed out is exactly what the callers got.
+    for (uid, before) in (20..40).zip(before) {
+        let mut c = client(&a2).await;
+        let now = current(&mut c, uid).await.unwrap();
+        assert_eq!(now, before + per_uid[uid as usize], "uid {uid}");
+    }
+    a1.shutdown();
+    a2.shutdown();
+}
+
 fn metric(text: &str, name: &str) -> f64 {
     text.lines()
         .find(|l| l.starts_with(name) && !l.starts_with('#'))

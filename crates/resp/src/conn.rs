@@ -1,6 +1,7 @@
 //! One connection's state and the running of its requests, in order:
-//! the auth gate, `MULTI` queues, consecutive `INCR`s coalesced into one
-//! backend batch, and every reply in request order.
+//! the auth gate, `MULTI` queues, consecutive `INCR`s coalesced (uids
+//! into one backend batch, one name's into one reservation), and every
+//! reply in request order.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -8,7 +9,8 @@ use std::sync::Arc;
 use bytes::BytesMut;
 
 use crate::backend::Backend;
-use crate::cmd::{self, counter, Fail, Kind, Op};
+use crate::cmd::counter::Incrs;
+use crate::cmd::{self, Fail, Kind, Op};
 use crate::parse::Request;
 use crate::reply::{Proto, Reply};
 
@@ -49,8 +51,8 @@ pub struct Conn<B> {
     /// Results not yet encoded (kept between rounds: no allocation per
     /// round).
     results: Vec<Result<Reply, Fail>>,
-    /// `INCR`s waiting to go to the backend as one batch (kept likewise).
-    incrs: Vec<u64>,
+    /// `INCR`s waiting to go to the backend as one run (kept likewise).
+    incrs: Incrs,
     /// Commands run and not yet counted in the door's shared counters,
     /// by position in the command table (the last: unknown names).
     counts: Vec<u64>,
@@ -73,7 +75,7 @@ impl<B: Backend> Conn<B> {
             },
             multi: None,
             results: Vec::new(),
-            incrs: Vec::new(),
+            incrs: Incrs::default(),
             counts: vec![0; cmd::COMMANDS.len() + 1],
         }
     }
@@ -90,7 +92,7 @@ impl<B: Backend> Conn<B> {
                 break;
             }
             let step = self.step(req);
-            if !matches!(step, Planned::Op(Op::Incr(_))) {
+            if !matches!(&step, Planned::Op(op) if incrs.fits(op)) {
                 // The INCRs before it are answered in the protocol they
                 // were asked in.
                 self.flush(&mut incrs, &mut results).await;
@@ -132,14 +134,14 @@ impl<B: Backend> Conn<B> {
 
     /// Runs `p` now, or (an `INCR`) queues it behind the `INCR`s before
     /// it; anything else first runs those, keeping replies in order.
-    async fn place(
-        &mut self,
-        p: Planned,
-        incrs: &mut Vec<u64>,
-        out: &mut Vec<Result<Reply, Fail>>,
-    ) {
+    async fn place(&mut self, p: Planned, incrs: &mut Incrs, out: &mut Vec<Result<Reply, Fail>>) {
         match p {
-            Planned::Op(Op::Incr(u)) => incrs.push(u),
+            Planned::Op(op) if Incrs::joinable(&op) => {
+                if !incrs.fits(&op) {
+                    self.flush(incrs, out).await;
+                }
+                incrs.push(op);
+            }
             Planned::Exec(queued) => {
                 self.flush(incrs, out).await;
                 let r = self.exec(queued).await;
@@ -153,16 +155,13 @@ impl<B: Backend> Conn<B> {
         }
     }
 
-    async fn flush(&mut self, incrs: &mut Vec<u64>, out: &mut Vec<Result<Reply, Fail>>) {
-        if !incrs.is_empty() {
-            counter::incr_all(&*self.backend, incrs, out).await;
-            incrs.clear();
-        }
+    async fn flush(&mut self, incrs: &mut Incrs, out: &mut Vec<Result<Reply, Fail>>) {
+        incrs.flush(&*self.backend, out).await;
     }
 
     async fn run(&mut self, p: Planned) -> Result<Reply, Fail> {
         match p {
-            Planned::Op(op) => counter::run(&*self.backend, op).await,
+            Planned::Op(op) => cmd::counter::run(&*self.backend, op).await,
             Planned::Local(f, req) => {
                 // What it reports (`INFO`) counts every command so far.
                 self.count();
@@ -277,10 +276,15 @@ impl<B: Backend> Conn<B> {
     /// too); the reply is the array of their replies.
     async fn exec(&mut self, queued: Vec<Planned>) -> Reply {
         let mut out = Vec::with_capacity(queued.len());
-        let mut incrs = Vec::new();
+        let mut incrs = Incrs::default();
         for p in queued {
             match p {
-                Planned::Op(Op::Incr(u)) => incrs.push(u),
+                Planned::Op(op) if Incrs::joinable(&op) => {
+                    if !incrs.fits(&op) {
+                        self.flush(&mut incrs, &mut out).await;
+                    }
+                    incrs.push(op);
+                }
                 other => {
                     self.flush(&mut incrs, &mut out).await;
                     let r = self.run(other).await;

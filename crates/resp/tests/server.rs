@@ -151,6 +151,47 @@ async fn a_pipeline_is_answered_in_order_and_its_incrs_are_one_batch() {
     );
 }
 
+/// A pipeline's consecutive `INCR`s of one name are one reservation of
+/// as many numbers, answered in request order; a run ends at any other
+/// command (another name, a uid); a refused reservation is asked again one
+/// `INCR` at a time, each answered on its own.
+#[tokio::test]
+async fn a_pipelines_incrs_of_one_name_are_one_reservation() {
+    let (addr, backend, _) = door(DoorConfig::default()).await;
+    let mut c = client(addr, false).await;
+    let mut p = redis::pipe();
+    for _ in 0..20 {
+        p.cmd("INCR").arg("name:hot");
+    }
+    p.cmd("INCR").arg("name:other");
+    p.cmd("INCR").arg(7);
+    for _ in 0..3 {
+        p.cmd("INCR").arg("name:hot");
+    }
+    for _ in 0..4 {
+        p.cmd("INCR").arg(NAME_ONE_AT_A_TIME);
+    }
+    let got: Vec<i64> = p.query_async(&mut c).await.unwrap();
+    let want: Vec<i64> = (1..=20).chain([1, 1]).chain(21..=23).chain(1..=4).collect();
+    assert_eq!(got, want);
+    let calls = backend.name_calls.lock().unwrap().clone();
+    let hot = |n| (b"name:hot".to_vec(), n);
+    let slow = |n| (NAME_ONE_AT_A_TIME.to_vec(), n);
+    assert_eq!(
+        calls,
+        vec![
+            hot(20),
+            (b"name:other".to_vec(), 1),
+            hot(3),
+            slow(4),
+            slow(1),
+            slow(1),
+            slow(1),
+            slow(1)
+        ]
+    );
+}
+
 #[tokio::test]
 async fn multi_exec_runs_in_order_and_execabort_after_a_bad_command() {
     let (addr, _, _) = door(DoorConfig::default()).await;

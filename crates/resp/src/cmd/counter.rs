@@ -265,6 +265,84 @@ pub async fn incr_all<B: Backend>(b: &B, uids: &[u64], out: &mut Vec<Result<Repl
     }
 }
 
+/// `INCR`s waiting to run together, in request order: a run of uids (one
+/// batch call) or a run of one name (one reservation). At most one of the
+/// two is non-empty: a command that joins neither first runs the run.
+#[derive(Debug, Default)]
+pub struct Incrs {
+    /// A run of uids' `INCR`s.
+    uids: Vec<u64>,
+    /// A run of `INCR`s of this one name, and how many.
+    name: Option<(Bytes, u64)>,
+}
+
+impl Incrs {
+    /// Whether `op` is an `INCR` that waits in a run.
+    pub fn joinable(op: &Op) -> bool {
+        matches!(op, Op::Incr(_) | Op::IncrBy(Key::Name(_), 1))
+    }
+
+    /// Whether `op` joins the run as it is now (else the run goes first).
+    pub fn fits(&self, op: &Op) -> bool {
+        match op {
+            Op::Incr(_) => self.name.is_none(),
+            Op::IncrBy(Key::Name(n), 1) => {
+                self.uids.is_empty() && self.name.as_ref().is_none_or(|(m, _)| m == n)
+            }
+            _ => false,
+        }
+    }
+
+    /// Adds a joinable `op` that [`fits`](Self::fits).
+    pub fn push(&mut self, op: Op) {
+        match op {
+            Op::Incr(u) => self.uids.push(u),
+            Op::IncrBy(Key::Name(n), 1) => match &mut self.name {
+                Some((_, k)) => *k += 1,
+                None => self.name = Some((n, 1)),
+            },
+            _ => debug_assert!(false, "not an INCR that waits in a run"),
+        }
+    }
+
+    /// Runs the run: one result per `INCR`, in order, into `out`.
+    pub async fn flush<B: Backend>(&mut self, b: &B, out: &mut Vec<Result<Reply, Fail>>) {
+        if !self.uids.is_empty() {
+            incr_all(b, &self.uids, out).await;
+            self.uids.clear();
+        }
+        if let Some((name, k)) = self.name.take() {
+            incr_name(b, &name, k, out).await;
+        }
+    }
+}
+
+/// `k` consecutive `INCR`s of one name (a pipeline's, or a transaction's):
+/// `k` numbers reserved in one step (at most `max_count` a step), the
+/// i-th `INCR` answered the i-th of them — in request order, each the
+/// owner's, none shared (promise 1, `docs/architecture/resp.md`). A
+/// reservation refused is asked again one `INCR` at a time, so that each
+/// error is exactly what that `INCR` alone would get.
+async fn incr_name<B: Backend>(b: &B, name: &[u8], k: u64, out: &mut Vec<Result<Reply, Fail>>) {
+    let one = |r: Result<u64, BackendError>| r.map_err(|e| backend_fail(&e)).and_then(int);
+    let max = b.max_count().max(1);
+    let mut left = k;
+    while left > 0 {
+        let n = left.min(max);
+        left -= n;
+        match b.next_name_n(name, n).await {
+            // The caller owns (v − n, v]: v − n + 1 first.
+            Ok(v) if v >= n => out.extend((0..n).rev().map(|i| int(v - i))),
+            r if n == 1 => out.push(one(r)),
+            _ => {
+                for _ in 0..n {
+                    out.push(one(b.next_name_n(name, 1).await));
+                }
+            }
+        }
+    }
+}
+
 /// Runs `SEQ.ID`: one id as an integer, several as an array.
 pub async fn run_ids<B: Backend>(b: &B, ns: &str, n: u64) -> Result<Reply, Fail> {
     let ids = b.next_ids(ns, n).await.map_err(|e| backend_fail(&e))?;

@@ -25,7 +25,13 @@ pub struct MemBackend {
     pub batches: Mutex<Vec<usize>>,
     /// Numbers per named counter.
     pub names: Mutex<HashMap<Vec<u8>, u64>>,
+    /// Every `next_name_n` call: the name and the count.
+    pub name_calls: Mutex<Vec<(Vec<u8>, u64)>>,
 }
+
+/// A name whose reservations of more than one number are refused (a
+/// retryable error), as a section short of headroom refuses them.
+pub const NAME_ONE_AT_A_TIME: &[u8] = b"one-at-a-time";
 
 fn refuse(uid: u64) -> Option<BackendError> {
     if uid >= LIMIT {
@@ -75,6 +81,15 @@ impl Backend for MemBackend {
     }
 
     async fn next_name_n<'a>(&'a self, name: &'a [u8], n: u64) -> Result<u64, BackendError> {
+        self.name_calls.lock().unwrap().push((name.to_vec(), n));
+        if name == NAME_ONE_AT_A_TIME && n > 1 {
+            return Err(BackendError {
+                kind: ErrorKind::CeilingExhausted,
+                message: format!("no room for {n} numbers now"),
+                retryable: true,
+                retry_after: None,
+            });
+        }
         let mut m = self.names.lock().unwrap();
         let v = m.entry(name.to_vec()).or_insert(0);
         *v += n;

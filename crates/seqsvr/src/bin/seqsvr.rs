@@ -189,8 +189,18 @@ fn run(cli: Cli) -> Result<()> {
         }
         _ => 2,
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
+    // One thread: the current-thread scheduler, whose queue is a plain
+    // one, not the work-stealing one a second worker would need (the
+    // Redis door's -c 50, docs/benchmarks.md).
+    let mut builder = match threads {
+        1 => tokio::runtime::Builder::new_current_thread(),
+        n => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(n);
+            b
+        }
+    };
+    let rt = builder
         .enable_all()
         .build()
         .map_err(|e| Error::io("starting the runtime", e))?;

@@ -11,8 +11,16 @@ use seqsvr_core::section::Runs;
 use seqsvr_core::SectionId;
 use seqsvr_proto::{self as pb};
 
-use crate::control::{Effect, Event};
+use crate::control::{Effect, Event, Stepper};
 use crate::shared::Shared;
+
+/// The raiser's access to the control loop: each event stepped under the
+/// ownership lock, the effects on memory performed there ([`step`]).
+impl Stepper for Shared {
+    fn step(&self, _now: Instant, event: Event) -> Vec<Effect> {
+        step(self, |_| event, None)
+    }
+}
 
 /// Feeds the event `event` builds to the control loop and performs the
 /// effects on this process's memory, in order, under the ownership lock

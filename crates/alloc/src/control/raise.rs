@@ -3,7 +3,8 @@
 //! [`settle_raise`] decides (apply a durable ceiling, drop a section
 //! refused for good, retry the rest); after a round, the failed raises
 //! wait out the [`Backoff`] before they are queued again; a round that
-//! sent something is followed by another, for what was queued meanwhile.
+//! sent something, or during which raises were queued, is followed by
+//! another.
 
 use std::time::{Duration, Instant};
 
@@ -20,6 +21,9 @@ use super::{Control, Effect, Timer};
 pub struct RaiseState {
     /// A round is running.
     round: bool,
+    /// Raises were queued (or queued again) while it ran: another round
+    /// follows it.
+    queued: bool,
     /// Sections whose raise failed in the running round.
     failed: Vec<SectionId>,
     /// Sections waiting out the back-off, queued again when it ends.
@@ -33,6 +37,7 @@ impl RaiseState {
     pub fn new(backoff: Backoff) -> Self {
         Self {
             round: false,
+            queued: false,
             failed: Vec::new(),
             waiting: Vec::new(),
             backoff,
@@ -55,10 +60,15 @@ impl Control {
     /// Raises were queued: a round, unless one runs (the round after it
     /// takes them) or the process was fenced.
     pub(super) fn raises_queued(&mut self) -> Vec<Effect> {
-        if self.raise.round || self.fenced {
+        if self.fenced {
+            return Vec::new();
+        }
+        if self.raise.round {
+            self.raise.queued = true;
             return Vec::new();
         }
         self.raise.round = true;
+        self.raise.queued = false;
         vec![Effect::RaiseRound]
     }
 
@@ -88,11 +98,16 @@ impl Control {
 
     /// The round ended: its failed raises wait out the back-off (which
     /// doubles while rounds keep failing and starts over once nothing
-    /// waits); a round that sent something is followed by another.
+    /// waits); a round that sent something, or during which raises were
+    /// queued, is followed by another.
     pub(super) fn raise_round_done(&mut self, now: Instant, sent: usize) -> Vec<Effect> {
         self.raise.round = false;
         if sent == 0 {
-            return Vec::new();
+            return if std::mem::take(&mut self.raise.queued) {
+                self.raises_queued()
+            } else {
+                Vec::new()
+            };
         }
         let failed = std::mem::take(&mut self.raise.failed);
         let waiting = !self.raise.waiting.is_empty();

@@ -253,28 +253,7 @@ pub async fn move_section(shared: &Shared, m: &pb::Move, target: &Target) -> pb:
                 _ => Err("the move ended meanwhile".to_string()),
             };
             result.unavailable_us = start.elapsed().as_micros() as u64;
-            // `ok`: the section moved. An adopt that did not get through is
-            // reported beside it: the new owner serves the section after its
-            // next renewal instead of at once.
-            result.ok = true;
-            match told {
-                // The callers log one line a batch.
-                Ok(_) => tracing::debug!(
-                    section,
-                    to = %m.to_alloc,
-                    epoch = grant.epoch,
-                    unavailable_us = result.unavailable_us,
-                    "section handed off"
-                ),
-                Err(why) => {
-                    result.error = format!(
-                        "handed off, but telling {} at {to_peer:?} failed ({why}); it serves \
-                         the section after its next renewal",
-                        m.to_alloc
-                    );
-                    tracing::warn!(section, to = %m.to_alloc, "{}", result.error);
-                }
-            }
+            handed_off(&mut result, grant.epoch, &to_peer, told);
         }
         Err(error) => {
             let after = settle(mark, section, released).await;
@@ -285,11 +264,37 @@ pub async fn move_section(shared: &Shared, m: &pb::Move, target: &Target) -> pb:
                 error,
                 after,
             };
-            tracing::warn!(section, to = %m.to_alloc, "handoff failed: {e}");
+            tracing::warn!(section, to = %result.to_alloc, "handoff failed: {e}");
             result.error = e.to_string();
         }
     }
     result
+}
+
+/// Reports a move the store made (`ok`), and how telling the new owner at
+/// `to_peer` went: an adopt that did not get through is reported beside
+/// it — the new owner serves the section after its next renewal instead
+/// of at once.
+fn handed_off(result: &mut pb::MoveResult, epoch: Epoch, to_peer: &str, told: Result<u32, String>) {
+    result.ok = true;
+    let (section, to) = (result.section, result.to_alloc.clone());
+    match told {
+        // The callers log one line a batch.
+        Ok(_) => tracing::debug!(
+            section,
+            to,
+            epoch,
+            unavailable_us = result.unavailable_us,
+            "section handed off"
+        ),
+        Err(why) => {
+            result.error = format!(
+                "handed off, but telling {to} at {to_peer:?} failed ({why}); it serves \
+                 the section after its next renewal"
+            );
+            tracing::warn!(section, to, "{}", result.error);
+        }
+    }
 }
 
 /// Step 5: the handoff failed or its outcome is unknown. Reads the section

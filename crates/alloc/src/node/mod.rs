@@ -311,15 +311,37 @@ impl AllocNode {
             &start_state,
         )
         .await?;
-        let shared = start::shared(&cfg, &links, &tls, routes, incarnation, addrs, control, metrics)?;
+        let shared = start::shared(
+            &cfg,
+            &links,
+            &tls,
+            routes,
+            incarnation,
+            addrs,
+            control,
+            metrics,
+        )?;
         let ctx = start::context(&cfg, &shared, &links);
         // A first lease and our sections before serving anything.
         let next_renewal = run_effects(&ctx, first).await;
-        let (peer_local_addr, admin_local_addr) = (planes.peer.local_addr(), planes.admin.local_addr());
+        let (peer_local_addr, admin_local_addr) =
+            (planes.peer.local_addr(), planes.admin.local_addr());
         let mut tasks = vec![guard.defuse()];
-        tasks.extend(start::serve_planes(planes.peer, planes.admin, &shared, &stop)?);
+        tasks.extend(start::serve_planes(
+            planes.peer,
+            planes.admin,
+            &shared,
+            &stop,
+        )?);
         let control = start::spawn_control(&cfg, &ctx, &links, next_renewal, &stop);
-        let front = Arc::new(front(&cfg, &shared, tls.client.clone())?.with_ids(start::ids(&cfg, &shared, incarnation, &links)?));
+        let front = Arc::new(
+            front(&cfg, &shared, tls.client.clone())?.with_ids(start::ids(
+                &cfg,
+                &shared,
+                incarnation,
+                &links,
+            )?),
+        );
         let opened = start::open_doors(&cfg, doors, &tls, &shared, &front, &stop, &mut tasks)?;
         // The client plane serves one service, the hot path: no router.
         gated.open(Warmed::new(

@@ -65,7 +65,10 @@ pub(super) async fn start_up(
         let event = match effect {
             Effect::Register => {
                 let answer = store.register_alloc(id, incarnation, addrs).await;
-                Event::Registered(log.answer(store, id, incarnation, addrs, answer, state).await)
+                Event::Registered(
+                    log.answer(store, id, incarnation, addrs, answer, state)
+                        .await,
+                )
             }
             Effect::ReadStartRoutes => {
                 state.set(Phase::Registering);

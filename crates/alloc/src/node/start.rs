@@ -28,17 +28,17 @@ use crate::lease::Lease;
 use crate::metrics::AllocMetrics;
 use crate::raiser::{Raiser, RaiserConfig};
 use crate::service::{AdminService, ClientService, PeerService};
-use crate::warm::Warmed;
-use seqsvr_proto::alloc_server::AllocServer;
 use crate::shared::Shared;
 use crate::store_link::StoreCeilings;
+use crate::warm::Warmed;
+use seqsvr_proto::alloc_server::AllocServer;
 
 use super::gate::Gated;
 use super::renewal::renew_loop;
 use super::routes::route_loop;
 use super::{
-    check_own_certificate, connector, control_thread, resp, serve, AllocListeners,
-    AllocNodeConfig, Ctx, ADMIN_PATHS, CLIENT_PATHS, PEER_PATHS,
+    check_own_certificate, connector, control_thread, resp, serve, AllocListeners, AllocNodeConfig,
+    Ctx, ADMIN_PATHS, CLIENT_PATHS, PEER_PATHS,
 };
 
 /// A future that resolves once the node is told to stop.
@@ -291,7 +291,10 @@ pub(super) fn serve_planes(
         }));
     Ok(vec![
         tokio::spawn(serve(Plane::Peer, peer.serve(peer_router, stopped(stop)))),
-        tokio::spawn(serve(Plane::Admin, admin.serve(admin_router, stopped(stop)))),
+        tokio::spawn(serve(
+            Plane::Admin,
+            admin.serve(admin_router, stopped(stop)),
+        )),
     ])
 }
 
@@ -307,8 +310,8 @@ pub(super) fn spawn_control(
     let shared = &ctx.shared;
     let ceilings = ceilings(cfg, shared, links);
     let control: Arc<dyn Stepper> = shared.clone();
-    let raiser = Raiser::new(shared.alloc.clone(), ceilings, RaiserConfig::default())
-        .with_control(control);
+    let raiser =
+        Raiser::new(shared.alloc.clone(), ceilings, RaiserConfig::default()).with_control(control);
     let poll = Duration::from_millis(cfg.route_poll_ms);
     vec![
         links.control.spawn(renew_loop(ctx.clone(), next_renewal)),
@@ -400,8 +403,14 @@ pub(super) fn open_resp(
 ) -> Result<Option<std::net::SocketAddr>, NodeError> {
     match (&cfg.resp, tcp) {
         (Some(section), Some(tcp)) => {
-            let (addr, task) =
-                resp::start(section, tcp, tls.server(0), cfg.insecure, front, stopped(stop))?;
+            let (addr, task) = resp::start(
+                section,
+                tcp,
+                tls.server(0),
+                cfg.insecure,
+                front,
+                stopped(stop),
+            )?;
             tasks.push(task);
             Ok(Some(addr))
         }

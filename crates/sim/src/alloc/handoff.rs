@@ -93,8 +93,14 @@ impl Allocs {
             other => Err(format!("{other:?}")),
         };
         let section = m.section;
-        trace!(env, "p{p} handoff of section {section} to {}: {resp:?}", m.to);
-        let next = proc_.control.on(now, Event::HandoffAnswered { section, answer });
+        trace!(
+            env,
+            "p{p} handoff of section {section} to {}: {resp:?}",
+            m.to
+        );
+        let next = proc_
+            .control
+            .on(now, Event::HandoffAnswered { section, answer });
         for effect in next {
             match effect {
                 Effect::Adopt { epoch, addr, .. } => {
@@ -169,7 +175,9 @@ impl Allocs {
         };
         let now = proc_.clock(env.now);
         let section = m.section;
-        let effects = proc_.control.on(now, Event::HandoffChecked { section, read });
+        let effects = proc_
+            .control
+            .on(now, Event::HandoffChecked { section, read });
         for e in &effects {
             if let Effect::LeftDropped { after, .. } = e {
                 let what = match after {

@@ -745,4 +745,3 @@ fn a_late_handoff_does_not_move_a_section_served_again() {
         "a late copy of a handoff moved a section its owner served again (stalls {failed:?})"
     );
 }
-

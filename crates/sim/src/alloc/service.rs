@@ -423,19 +423,15 @@ impl Allocs {
                 section,
                 epoch,
                 landed,
-            } => {
-                if alloc.apply_raise(section, epoch, landed) {
-                    self.wake(env, p, section);
-                }
-            }
-            Effect::DropRaised { section, epoch } => {
-                if alloc.drop_section_if_epoch(section, epoch) {
-                    trace!(
-                        env,
-                        "p{p} raise of {section} at epoch {epoch} refused for good: section dropped"
-                    );
-                    self.wake(env, p, section);
-                }
+            } if alloc.apply_raise(section, epoch, landed) => self.wake(env, p, section),
+            Effect::DropRaised { section, epoch }
+                if alloc.drop_section_if_epoch(section, epoch) =>
+            {
+                trace!(
+                    env,
+                    "p{p} raise of {section} at epoch {epoch} refused for good: section dropped"
+                );
+                self.wake(env, p, section);
             }
             _ => {}
         }

@@ -46,15 +46,12 @@ use seqsvr_proto::{self as pb};
 use seqsvr_store_api::SectionInfo;
 use tonic::transport::Channel;
 
-use crate::control::{Effect, Event};
+use crate::control::{AdoptCheck, Effect, Event};
 use crate::error::{CallError, MoveError};
-use crate::ownership::{
-    adopt_pending, decide_adopt, decide_after_handoff, release_section, runs, Adoption,
-    AfterHandoff,
-};
+use crate::ownership::{adopt_pending, runs, AfterHandoff};
 pub use crate::ownership::{Released, Target, MAX_ADOPT};
 pub use crate::shared::PeerChannels;
-use crate::shared::{Ownership, Shared};
+use crate::shared::Shared;
 
 /// How long the store's handoff write may take, retries included.
 pub const HANDOFF_DEADLINE: Duration = Duration::from_secs(2);
@@ -72,34 +69,33 @@ pub const ADOPT_READ_DEADLINE: Duration = Duration::from_millis(800);
 /// Peer channels kept for adopts (one per other AllocSvr; a handful).
 const MAX_PEER_CHANNELS: usize = 64;
 
-/// The releasing mark of one move. Removed by [`finish`](Self::finish)
-/// under the ownership lock, or, if the move panics, when dropped: a
-/// section must never stay marked (renewals would never claim it again).
+/// The releasing mark of one move: if the move panics, dropping it
+/// removes the mark — a section must never stay marked (renewals would
+/// never claim it again). A move that ends normally ends it through the
+/// control loop ([`Event::HandoffAnswered`], [`Event::HandoffChecked`]).
 struct Mark<'a> {
     shared: &'a Shared,
     section: SectionId,
+    /// The control loop took the mark off.
     done: bool,
 }
 
 impl Mark<'_> {
-    /// Ends the move under the ownership lock `own`: the control loop
-    /// takes the mark off and, if the store did not move the section, asks
-    /// for an early renewal ([`Event::HandoffSettled`]).
-    fn finish(mut self, own: &mut Ownership, handed_off: bool) {
-        let section = self.section;
-        let effects = own.on(
-            Instant::now(),
-            Event::HandoffSettled {
-                section,
-                handed_off,
-            },
-        );
-        self.done = true;
+    /// Steps the control loop on `event` under the ownership lock; the
+    /// move is then over as far as the mark is concerned if the loop
+    /// removed it. Performs an early renewal request; returns the rest.
+    fn step(&mut self, event: Event) -> Vec<Effect> {
+        let mut own = self.shared.ownership();
+        let effects = own.on(Instant::now(), event);
+        self.done = !own.releasing().contains_key(&self.section);
+        let mut rest = Vec::new();
         for e in effects {
-            if e == Effect::WakeRenewal {
-                self.shared.renew_now.notify_one();
+            match e {
+                Effect::WakeRenewal => self.shared.renew_now.notify_one(),
+                e => rest.push(e),
             }
         }
+        rest
     }
 }
 
@@ -113,22 +109,15 @@ impl Drop for Mark<'_> {
 
 /// Step 1 and 2: checks the move (`target`: what the store's leader said
 /// of its target), then marks the section releasing and stops serving it
-/// ([`release_section`]), under the ownership lock so that a renewal sees
-/// it either served or marked.
+/// ([`Control::release`](crate::control::Control::release)), under the
+/// ownership lock so that a renewal sees it either served or marked.
 fn release<'a>(
     shared: &'a Shared,
     m: &pb::Move,
     target: &Target,
 ) -> Result<(Mark<'a>, Released), MoveError> {
     let mut own = shared.ownership();
-    let released = release_section(
-        &shared.alloc,
-        own.releasing_mut(),
-        &shared.id,
-        m.section,
-        &m.to_alloc,
-        target,
-    )?;
+    let (released, _handoff) = own.release(&shared.alloc, m.section, &m.to_alloc, target)?;
     let mark = Mark {
         shared,
         section: m.section,
@@ -224,7 +213,7 @@ pub async fn move_section(shared: &Shared, m: &pb::Move, target: &Target) -> pb:
         to_alloc: m.to_alloc.clone(),
         ..Default::default()
     };
-    let (mark, released) = match release(shared, m, target) {
+    let (mut mark, released) = match release(shared, m, target) {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(section, to = %m.to_alloc, "handoff refused: {e}");
@@ -246,36 +235,28 @@ pub async fn move_section(shared: &Shared, m: &pb::Move, target: &Target) -> pb:
             released.epoch,
         )
         .await;
+    let answered = Event::HandoffAnswered {
+        section,
+        answer: (answer.as_ref())
+            .map(|(grant, to_peer)| (grant.epoch, to_peer.clone()))
+            .map_err(ToString::to_string),
+    };
+    let next = mark.step(answered);
     match answer {
         Ok((grant, to_peer)) => {
-            mark.finish(&mut shared.ownership(), true);
-            let told = tell_new_owner(shared, &to_peer, section, grant.epoch).await;
-            result.unavailable_us = start.elapsed().as_micros() as u64;
-            // `ok`: the section moved. An adopt that did not get through is
-            // reported beside it: the new owner serves the section after its
-            // next renewal instead of at once.
-            result.ok = true;
-            match told {
-                // The callers log one line a batch.
-                Ok(_) => tracing::debug!(
+            let told = match next.first() {
+                Some(Effect::Adopt {
                     section,
-                    to = %m.to_alloc,
-                    epoch = grant.epoch,
-                    unavailable_us = result.unavailable_us,
-                    "section handed off"
-                ),
-                Err(why) => {
-                    result.error = format!(
-                        "handed off, but telling {} at {to_peer:?} failed ({why}); it serves \
-                         the section after its next renewal",
-                        m.to_alloc
-                    );
-                    tracing::warn!(section, to = %m.to_alloc, "{}", result.error);
-                }
-            }
+                    epoch,
+                    addr,
+                }) => tell_new_owner(shared, addr, *section, *epoch).await,
+                _ => Err("the move ended meanwhile".to_string()),
+            };
+            result.unavailable_us = start.elapsed().as_micros() as u64;
+            handed_off(&mut result, grant.epoch, &to_peer, told);
         }
         Err(error) => {
-            let after = settle(shared, mark, section, released).await;
+            let after = settle(mark, section, released).await;
             result.unavailable_us = start.elapsed().as_micros() as u64;
             let e = MoveError::Store {
                 section,
@@ -283,51 +264,77 @@ pub async fn move_section(shared: &Shared, m: &pb::Move, target: &Target) -> pb:
                 error,
                 after,
             };
-            tracing::warn!(section, to = %m.to_alloc, "handoff failed: {e}");
+            tracing::warn!(section, to = %result.to_alloc, "handoff failed: {e}");
             result.error = e.to_string();
         }
     }
     result
 }
 
-/// Step 5: the handoff failed or its outcome is unknown. Reads the section
-/// back (linearizable) to say what happened; never serves it again at the
-/// released epoch (see the module docs: a late copy of the handoff could
-/// still move it). Leaves it dropped and unmarks it; if it is still ours,
-/// wakes the renewal loop so its take-over claims it at a new epoch soon.
-/// Says what was done.
-async fn settle(shared: &Shared, mark: Mark<'_>, section: SectionId, released: Released) -> String {
-    let store = shared
-        .store
-        .clone()
-        .with_deadline(CHECK_DEADLINE, STORE_ATTEMPT);
-    let read = store.read_sections(section, 1).await;
-    let mut own = shared.ownership();
-    let after = match read.map(|v| v.into_iter().find(|i| i.section == section)) {
-        Ok(Some(info)) => {
-            match decide_after_handoff(&info, &shared.id, shared.incarnation(), released.epoch) {
-                AfterHandoff::Reclaim => format!(
-                    "still ours at the released epoch {}: left dropped; the next renewal \
-                     takes it over at a new epoch, fencing any late copy of the handoff",
-                    released.epoch
-                ),
-                AfterHandoff::LeaveDropped { owner, epoch } => {
-                    format!("the store has it at epoch {epoch} for {owner:?}: left dropped")
-                }
-            }
+/// Reports a move the store made (`ok`), and how telling the new owner at
+/// `to_peer` went: an adopt that did not get through is reported beside
+/// it — the new owner serves the section after its next renewal instead
+/// of at once.
+fn handed_off(result: &mut pb::MoveResult, epoch: Epoch, to_peer: &str, told: Result<u32, String>) {
+    result.ok = true;
+    let (section, to) = (result.section, result.to_alloc.clone());
+    match told {
+        // The callers log one line a batch.
+        Ok(_) => tracing::debug!(
+            section,
+            to,
+            epoch,
+            unavailable_us = result.unavailable_us,
+            "section handed off"
+        ),
+        Err(why) => {
+            result.error = format!(
+                "handed off, but telling {to} at {to_peer:?} failed ({why}); it serves \
+                 the section after its next renewal"
+            );
+            tracing::warn!(section, to, "{}", result.error);
         }
-        Ok(None) => "the store's read did not return it: left dropped (a renewal claims it \
-                     again if it is still ours)"
-            .to_string(),
-        Err(e) => format!(
+    }
+}
+
+/// Step 5: the handoff failed or its outcome is unknown. Reads the section
+/// back (linearizable) to say what happened; the control loop never serves
+/// it again at the released epoch (see the module docs: a late copy of the
+/// handoff could still move it): it stays dropped, the mark goes, and if
+/// it is still ours an early renewal's take-over claims it at a new epoch.
+/// Says what was done.
+async fn settle(mut mark: Mark<'_>, section: SectionId, released: Released) -> String {
+    let store = (mark.shared.store.clone()).with_deadline(CHECK_DEADLINE, STORE_ATTEMPT);
+    let read = store.read_sections(section, 1).await;
+    let (info, failed) = match read {
+        Ok(v) => (v.into_iter().find(|i| i.section == section), None),
+        Err(e) => (None, Some(e)),
+    };
+    let effects = mark.step(Event::HandoffChecked {
+        section,
+        read: info,
+    });
+    let after = effects.into_iter().find_map(|e| match e {
+        Effect::LeftDropped { after, .. } => Some(after),
+        _ => None,
+    });
+    match (after.flatten(), failed) {
+        (Some(AfterHandoff::Reclaim), _) => format!(
+            "still ours at the released epoch {}: left dropped; the next renewal \
+             takes it over at a new epoch, fencing any late copy of the handoff",
+            released.epoch
+        ),
+        (Some(AfterHandoff::LeaveDropped { owner, epoch }), _) => {
+            format!("the store has it at epoch {epoch} for {owner:?}: left dropped")
+        }
+        (None, Some(e)) => format!(
             "could not check it in the store ({e}): left dropped (a renewal claims it again \
              if it is still ours)"
         ),
-    };
-    // Unmarked: the next renewal claims it if it is listed; the control
-    // loop asks for that renewal now rather than at the next interval.
-    mark.finish(&mut own, false);
-    after
+        (None, None) => "the store's read did not return it: left dropped (a renewal claims it \
+                         again if it is still ours)"
+            .to_string(),
+    }
 }
 
 /// Step 4: tells the new owner at its peer address `addr` to adopt.
@@ -385,26 +392,33 @@ pub async fn adopt(shared: &Shared, sections: &[pb::Adopted]) -> Result<u32, Cal
     }
     let lapses_before = shared.ownership().lapses();
     let infos = read_sections(shared, pending.iter().map(|&(s, _)| s)).await?;
-    let me = &shared.id;
-    let incarnation = shared.incarnation();
-    let mut grants = Vec::with_capacity(pending.len());
-    for &(section, epoch) in &pending {
+    let mut checks = Vec::with_capacity(pending.len());
+    for &(section, named) in &pending {
         let info = infos.get(&section).ok_or_else(|| {
             CallError::Internal(format!("the store's read did not return section {section}"))
         })?;
         let installed = alloc.known_epoch(section);
-        match decide_adopt(info, me, incarnation, epoch, installed)? {
-            Adoption::Install(g) => grants.push(g),
-            Adoption::AlreadyInstalled { .. } => {}
-        }
+        checks.push(AdoptCheck {
+            info: info.clone(),
+            named,
+            installed,
+        });
     }
-    let own = shared.ownership();
-    if !shared.may_serve(&own, lapses_before) {
+    // Decided and installed under the ownership lock: no renewal can drop
+    // the sections between the check and the install (promise 3).
+    let mut own = shared.ownership();
+    let read = Event::AdoptRead {
+        checks,
+        lapses_before,
+    };
+    let grants = match own.on(Instant::now(), read).pop() {
+        Some(Effect::Install { grants }) => grants,
+        Some(Effect::AdoptRefused(e)) => return Err(e.into()),
         // The store's answer may be stale by now: the section may have
         // moved while the lease was gone (promise 3). The sender's adopt
         // fails; our next renewal claims whatever is still ours.
-        return Err(shared.not_admitted());
-    }
+        _ => return Err(shared.not_admitted()),
+    };
     let installed = alloc.install(&grants)?;
     drop(own);
     shared.metrics.sections_started("adopted", installed);

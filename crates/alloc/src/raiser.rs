@@ -3,14 +3,15 @@
 //!
 //! The hot path only flips a per-section flag and queues the section id, on
 //! the edge of "wants a raise"; this task does the slow part (a Raft write)
-//! off the request path and wakes callers waiting on the section. What an
-//! answer does ([`settle_raise`]) and how long failed raises wait
-//! ([`Backoff`]) are decided in [`ownership`](crate::ownership), which the
-//! seeded simulation calls too.
+//! off the request path and wakes callers waiting on the section. When a
+//! round runs, what each answer does and how long failed raises wait are
+//! the control loop's ([`Control`], `control/raise.rs`), which the seeded
+//! simulation runs too: this task performs its effects.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -19,8 +20,9 @@ use tokio::time::Instant;
 
 use crate::allocator::{Allocator, RaiseRequest};
 use crate::ceiling::{CeilingStore, Grant};
+use crate::control::{Control, Effect, Event, Stepper, Timer};
 use crate::error::{Result, StoreErr};
-use crate::ownership::{settle_raise, take_over_known, Backoff, RaiseOutcome};
+use crate::ownership::{take_over_known, Backoff};
 
 /// Tuning of the raiser.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,7 +60,6 @@ pub struct RoundReport {
 }
 
 /// Drives take-overs and ceiling raises for one allocator against one store.
-#[derive(Debug)]
 pub struct Raiser<S> {
     /// The allocator whose sections we raise.
     alloc: Arc<Allocator>,
@@ -66,16 +67,42 @@ pub struct Raiser<S> {
     store: Arc<S>,
     /// Tuning.
     config: RaiserConfig,
+    /// The control loop deciding the rounds (the node's own, or one of
+    /// this raiser's when it runs alone).
+    control: Arc<dyn Stepper>,
+}
+
+impl<S> std::fmt::Debug for Raiser<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Raiser")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<S: CeilingStore> Raiser<S> {
     /// A raiser for `alloc` backed by `store`.
     pub fn new(alloc: Arc<Allocator>, store: Arc<S>, config: RaiserConfig) -> Self {
+        let backoff = Backoff::new(config.backoff_min, config.backoff_max);
+        let control = Control::default().with_backoff(backoff);
         Self {
             alloc,
             store,
             config,
+            control: Arc::new(Mutex::new(control)),
         }
+    }
+
+    /// The same raiser, its rounds decided by `control` (the node's
+    /// control loop).
+    pub fn with_control(mut self, control: Arc<dyn Stepper>) -> Self {
+        self.control = control;
+        self
+    }
+
+    /// Steps the control loop on `event` now.
+    fn step(&self, event: Event) -> Vec<Effect> {
+        self.control.step(Instant::now().into_std(), event)
     }
 
     /// The allocator driven.
@@ -105,7 +132,13 @@ impl<S: CeilingStore> Raiser<S> {
     /// Sends every queued raise to the store (up to `max_in_flight` at once)
     /// and applies the answers.
     pub async fn run_once(&self) -> RoundReport {
+        self.round().await.1
+    }
+
+    /// One round: how many raises it sent, and what they did.
+    async fn round(&self) -> (usize, RoundReport) {
         let requests = self.alloc.take_raise_requests();
+        let sent = requests.len();
         let incarnation = self.alloc.incarnation();
         let answers: Vec<_> = futures::stream::iter(requests)
             .map(|r| async move {
@@ -122,71 +155,95 @@ impl<S: CeilingStore> Raiser<S> {
         for (r, answer) in answers {
             self.settle(r, answer, &mut report);
         }
-        report
+        (sent, report)
     }
 
-    /// Applies one store answer to the allocator, as [`settle_raise`]
-    /// decides.
+    /// Applies one store answer to the allocator, as the control loop
+    /// decides ([`Event::RaiseAnswered`]).
     fn settle(&self, r: RaiseRequest, answer: Result<u64, StoreErr>, report: &mut RoundReport) {
-        let outcome = settle_raise(r.to, &answer);
-        // Every outcome but `Apply` comes from a refusal.
-        let error = || answer.as_ref().err().map(ToString::to_string);
-        match outcome {
-            RaiseOutcome::Apply(landed) => {
-                if self.alloc.apply_raise(r.section, r.epoch, landed) {
-                    report.raised += 1;
-                } else {
-                    report.ignored += 1;
+        // Every outcome but `ApplyRaise` comes from a refusal.
+        let error = answer.as_ref().err().map(ToString::to_string);
+        let error = error.unwrap_or_default();
+        let answered = Event::RaiseAnswered {
+            section: r.section,
+            epoch: r.epoch,
+            to: r.to,
+            answer,
+        };
+        for effect in self.step(answered) {
+            match effect {
+                Effect::ApplyRaise {
+                    section,
+                    epoch,
+                    landed,
+                } => {
+                    if self.alloc.apply_raise(section, epoch, landed) {
+                        report.raised += 1;
+                    } else {
+                        report.ignored += 1;
+                    }
                 }
-            }
-            RaiseOutcome::Drop => {
-                // Guarded by epoch so a newer take-over stays.
-                if self.alloc.drop_section_if_epoch(r.section, r.epoch) {
-                    tracing::warn!(
-                        section = r.section,
-                        epoch = r.epoch,
-                        error = %error().unwrap_or_default(),
-                        "raise refused for good; section dropped"
-                    );
-                    report.dropped += 1;
-                } else {
-                    report.ignored += 1;
+                Effect::DropRaised { section, epoch } => {
+                    // Guarded by epoch so a newer take-over stays.
+                    if self.alloc.drop_section_if_epoch(section, epoch) {
+                        tracing::warn!(section, epoch, %error, "raise refused for good; section dropped");
+                        report.dropped += 1;
+                    } else {
+                        report.ignored += 1;
+                    }
                 }
-            }
-            RaiseOutcome::Retry { transient: true } => {
-                tracing::debug!(section = r.section, error = %error().unwrap_or_default(), "raise failed; will retry");
-                report.retry.push(r.section);
-            }
-            RaiseOutcome::Retry { transient: false } => {
-                // The store and we disagree on the set: keep retrying
-                // slowly (the section serves what it has) and make noise.
-                tracing::error!(section = r.section, to = r.to, error = %error().unwrap_or_default(), "raise refused");
-                report.retry.push(r.section);
+                Effect::RaiseFailed {
+                    section,
+                    transient: true,
+                } => {
+                    tracing::debug!(section, %error, "raise failed; will retry");
+                    report.retry.push(section);
+                }
+                Effect::RaiseFailed {
+                    section,
+                    transient: false,
+                } => {
+                    // The store and we disagree on the set: keep retrying
+                    // slowly (the section serves what it has) and make noise.
+                    tracing::error!(section, to = r.to, %error, "raise refused");
+                    report.retry.push(section);
+                }
+                other => tracing::debug!(?other, "raiser: effect not its own"),
             }
         }
     }
 
-    /// Runs until `shutdown` resolves: waits for raise requests, performs
-    /// them, retries transient failures with exponential back-off.
+    /// Runs until `shutdown` resolves: waits for raise requests and
+    /// performs the rounds, the back-off and the retries the control loop
+    /// orders.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let mut shutdown = pin!(shutdown);
-        let mut retry: Vec<SectionId> = Vec::new();
-        let mut backoff = Backoff::new(self.config.backoff_min, self.config.backoff_max);
-        let mut retry_at = Instant::now();
+        let mut retry_at: Option<std::time::Instant> = None;
+        let mut todo: VecDeque<Effect> = VecDeque::new();
         loop {
-            let wanted = self.alloc.raise_wanted();
-            tokio::select! {
-                _ = &mut shutdown => return,
-                _ = wanted => {}
-                _ = tokio::time::sleep_until(retry_at), if !retry.is_empty() => {
-                    self.alloc.requeue_raises(&retry);
-                    retry.clear();
+            while let Some(effect) = todo.pop_front() {
+                match effect {
+                    Effect::RaiseRound => {
+                        let (sent, _) = self.round().await;
+                        todo.extend(self.step(Event::RaiseRoundDone { sent }));
+                    }
+                    Effect::SetTimer {
+                        timer: Timer::Raises,
+                        at,
+                    } => retry_at = Some(at),
+                    Effect::Requeue { sections } => self.alloc.requeue_raises(&sections),
+                    other => tracing::debug!(?other, "raiser: effect not its own"),
                 }
             }
-            let report = self.run_once().await;
-            if let Some(wait) = backoff.after_round(!report.retry.is_empty(), !retry.is_empty()) {
-                retry.extend(report.retry);
-                retry_at = Instant::now() + wait;
+            let wanted = self.alloc.raise_wanted();
+            let at = retry_at.map(Instant::from_std);
+            tokio::select! {
+                _ = &mut shutdown => return,
+                _ = wanted => todo.extend(self.step(Event::RaisesQueued)),
+                _ = tokio::time::sleep_until(at.unwrap_or_else(Instant::now)), if at.is_some() => {
+                    let at = retry_at.take().expect("a retry set");
+                    todo.extend(self.step(Event::Due { timer: Timer::Raises, at }));
+                }
             }
         }
     }

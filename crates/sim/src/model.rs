@@ -647,8 +647,11 @@ pub(crate) enum ATimer {
     Renew(u64),
     /// A store call's timer.
     Link(LinkTimer),
-    /// Failed raises go back in the queue.
-    RaiseRetry,
+    /// A timer of the control loop ([`Effect::SetTimer`]), set for the
+    /// process's clock reading given.
+    ///
+    /// [`Effect::SetTimer`]: seqsvr_alloc::control::Effect::SetTimer
+    Due(seqsvr_alloc::control::Timer, std::time::Instant),
     /// The compare-and-swap (or read) of an admitted request.
     Serve(Work),
     /// A request waiting on an exhausted section gives up.
@@ -656,10 +659,6 @@ pub(crate) enum ATimer {
     /// Time to re-read the route table (the generation guards against
     /// stale timers).
     RoutePoll(u64),
-    /// Start-up retries registration.
-    RegisterRetry,
-    /// Start-up retries its route read.
-    RoutesRetry,
     /// The pause (SIGSTOP) ends.
     Resume,
     /// The control loop's effects after a lease extension, a moment

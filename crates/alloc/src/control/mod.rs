@@ -36,17 +36,47 @@
 //! - `handoff`: the releasing marks of planned moves and their end.
 
 mod handoff;
+mod raise;
 mod renewal;
 mod routes;
+mod start;
 #[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use seqsvr_core::{Epoch, SectionId};
+use seqsvr_core::{AllocId, Epoch, Grant, Incarnation, SectionId};
+use seqsvr_store_api::SectionInfo;
 
-use crate::ownership::Released;
+use crate::error::{AdoptRefusal, StoreErr};
+use crate::ownership::{AfterHandoff, Backoff, Released};
+
+pub use raise::RaiseState;
+pub use start::{RegisterAnswer, RETRY_START, TWIN_RETRY_MAX, TWIN_RETRY_MIN};
+
+/// A timer the control loop sets ([`Effect::SetTimer`]); the executor
+/// delivers [`Event::Due`] with it when its time comes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Timer {
+    /// Registration is tried again.
+    Register,
+    /// Start-up's route read is tried again.
+    StartRoutes,
+    /// Raises that failed are sent again (the raiser's back-off).
+    Raises,
+}
+
+/// One section of an adopt, as the store's read found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdoptCheck {
+    /// The store's linearizable record of the section.
+    pub info: SectionInfo,
+    /// The epoch the adopt names.
+    pub named: Epoch,
+    /// The newest epoch installed here (0: never).
+    pub installed: Epoch,
+}
 
 /// What a granted renewal says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,6 +111,74 @@ pub struct RouteFacts {
 /// What happens to the control loop.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
+    /// The process starts as `incarnation` of AllocSvr `alloc`: register.
+    Start {
+        /// The AllocSvr id.
+        alloc: AllocId,
+        /// This process start's incarnation.
+        incarnation: Incarnation,
+    },
+    /// The store answered the registration.
+    Registered(RegisterAnswer),
+    /// Start-up's route read came back (`ok`: with a usable table, and
+    /// the allocator is built from it).
+    StartRoutesRead {
+        /// It succeeded.
+        ok: bool,
+    },
+    /// A timer set by [`Effect::SetTimer`] for `at` is due (one replaced
+    /// by a later setting is ignored).
+    Due {
+        /// The timer.
+        timer: Timer,
+        /// When it was set for.
+        at: Instant,
+    },
+    /// The allocator queued raises (the hot path flagged sections short
+    /// of headroom).
+    RaisesQueued,
+    /// The store answered one raise of the round.
+    RaiseAnswered {
+        /// The section.
+        section: SectionId,
+        /// The epoch the raise named.
+        epoch: Epoch,
+        /// The ceiling asked for.
+        to: u64,
+        /// The store's answer.
+        answer: Result<u64, StoreErr>,
+    },
+    /// Every raise of the round was answered and settled; `sent`: how many
+    /// it sent (0: there was nothing queued).
+    RaiseRoundDone {
+        /// Raises sent in the round.
+        sent: usize,
+    },
+    /// The store answered a move's `Handoff`: `Ok` with the new epoch and
+    /// the new owner's peer address, `Err` when it failed or its outcome
+    /// is unknown.
+    HandoffAnswered {
+        /// The section.
+        section: SectionId,
+        /// The new epoch and the new owner's peer address, or why not.
+        answer: Result<(Epoch, String), String>,
+    },
+    /// The read-back of a section whose handoff failed (`None`: the read
+    /// failed or did not return it).
+    HandoffChecked {
+        /// The section.
+        section: SectionId,
+        /// The store's record.
+        read: Option<SectionInfo>,
+    },
+    /// An adopt's store read came back; `lapses_before`: [`Control::lapses`]
+    /// before the read was sent.
+    AdoptRead {
+        /// Per section named and not installed yet.
+        checks: Vec<AdoptCheck>,
+        /// The lapse count before the read.
+        lapses_before: u64,
+    },
     /// The renewal interval named by the last [`Effect::CycleEnded`]
     /// passed.
     Tick,
@@ -122,19 +220,107 @@ pub enum Event {
         /// The renewal's read.
         renewal: bool,
     },
-    /// A handoff of `section` ended: handed off (`handed_off`), or it
-    /// failed or its outcome is unknown (read back, left dropped).
-    HandoffSettled {
-        /// The section.
-        section: SectionId,
-        /// The store moved it.
-        handed_off: bool,
-    },
 }
 
 /// What the executor does, in the order given.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
+    /// Register the incarnation; answer with [`Event::Registered`].
+    Register,
+    /// Read the route table to build the allocator from; answer with
+    /// [`Event::StartRoutesRead`].
+    ReadStartRoutes,
+    /// Deliver [`Event::Due`] with `timer` at `at` (a later setting of the
+    /// same timer replaces it).
+    SetTimer {
+        /// The timer.
+        timer: Timer,
+        /// When.
+        at: Instant,
+    },
+    /// The store refused the registration for good: start-up fails.
+    GiveUp,
+    /// Take the allocator's queued raises and send them to the store;
+    /// answer with [`Event::RaiseAnswered`] per raise, then
+    /// [`Event::RaiseRoundDone`].
+    RaiseRound,
+    /// Apply a durable ceiling (ignored if the section changed epoch).
+    ApplyRaise {
+        /// The section.
+        section: SectionId,
+        /// The raise's epoch.
+        epoch: Epoch,
+        /// The ceiling, durable in the store.
+        landed: u64,
+    },
+    /// A raise was refused for good: stop serving the section if it is
+    /// still at `epoch` (someone else owns it, promise 3).
+    DropRaised {
+        /// The section.
+        section: SectionId,
+        /// The raise's epoch.
+        epoch: Epoch,
+    },
+    /// A raise failed; it is sent again after the back-off. `transient`:
+    /// the store may not have answered (else it disagrees on the set:
+    /// retried slowly, loudly).
+    RaiseFailed {
+        /// The section.
+        section: SectionId,
+        /// The failure may pass.
+        transient: bool,
+    },
+    /// Queue these sections' raises again (their back-off ended).
+    Requeue {
+        /// The sections.
+        sections: Vec<SectionId>,
+    },
+    /// Send the store's conditional `Handoff` of `section`, released at
+    /// `epoch`, to `to`; answer with [`Event::HandoffAnswered`].
+    Handoff {
+        /// The section.
+        section: SectionId,
+        /// The new owner.
+        to: AllocId,
+        /// The epoch released.
+        epoch: Epoch,
+    },
+    /// Tell the new owner at its peer address to adopt `section` at
+    /// `epoch` (best effort: its next renewal claims it otherwise).
+    Adopt {
+        /// The section.
+        section: SectionId,
+        /// The new epoch.
+        epoch: Epoch,
+        /// The new owner's peer address.
+        addr: String,
+    },
+    /// Read `section` back from the store (linearizable); answer with
+    /// [`Event::HandoffChecked`].
+    ReadBack {
+        /// The section.
+        section: SectionId,
+    },
+    /// A failed handoff's section stays dropped; `after`: what the store's
+    /// record says (`None`: not read).
+    LeftDropped {
+        /// The section.
+        section: SectionId,
+        /// The store's verdict.
+        after: Option<AfterHandoff>,
+    },
+    /// Install an adopt's grants (the store confirmed them and the lease
+    /// held since before the read).
+    Install {
+        /// The grants.
+        grants: Vec<Grant>,
+    },
+    /// The adopt is refused, nothing installed.
+    AdoptRefused(AdoptRefusal),
+    /// The adopt is refused: the lease lapsed (or the process was fenced)
+    /// since before the read, so the store's answer may be stale
+    /// (promise 3).
+    AdoptNotAdmitted,
     /// Send a renewal naming the list version held; its answer is
     /// [`Event::Renewed`] or [`Event::RenewFailed`].
     Renew {
@@ -249,6 +435,13 @@ pub struct Control {
     early: bool,
     /// The first cycle (start-up's) has ended.
     started: bool,
+    /// This process: its AllocSvr id and incarnation (set by
+    /// [`Event::Start`]).
+    me: Option<(AllocId, Incarnation)>,
+    /// The raiser's rounds and back-off.
+    raise: RaiseState,
+    /// The timers set, and when each is due.
+    timers: BTreeMap<Timer, Instant>,
 }
 
 impl Control {
@@ -266,13 +459,40 @@ impl Control {
             due: None,
             early: false,
             started: false,
+            me: None,
+            raise: RaiseState::default(),
+            timers: BTreeMap::new(),
         }
+    }
+
+    /// The raiser's back-off bounds (default: the raiser's defaults).
+    pub fn with_backoff(mut self, backoff: Backoff) -> Self {
+        self.raise = RaiseState::new(backoff);
+        self
     }
 
     /// Steps on `event` at `now` (this process's monotonic clock); returns
     /// the effects to perform, in order.
     pub fn on(&mut self, now: Instant, event: Event) -> Vec<Effect> {
         match event {
+            Event::Start { alloc, incarnation } => self.start(alloc, incarnation),
+            Event::Registered(answer) => self.registered(now, answer),
+            Event::StartRoutesRead { ok } => self.start_routes_read(now, ok),
+            Event::Due { timer, at } => self.due(now, timer, at),
+            Event::RaisesQueued => self.raises_queued(),
+            Event::RaiseAnswered {
+                section,
+                epoch,
+                to,
+                answer,
+            } => self.raise_answered(section, epoch, to, &answer),
+            Event::RaiseRoundDone { sent } => self.raise_round_done(now, sent),
+            Event::HandoffAnswered { section, answer } => self.handoff_answered(section, answer),
+            Event::HandoffChecked { section, read } => self.handoff_checked(section, read),
+            Event::AdoptRead {
+                checks,
+                lapses_before,
+            } => self.adopt_read(now, &checks, lapses_before),
             Event::Tick => self.start_renewal(now, false),
             Event::RenewNow => self.start_renewal(now, true),
             Event::Renewed { grant, served } => self.renewed(now, grant, &served),
@@ -280,11 +500,12 @@ impl Control {
             Event::TakenOver { fenced } => self.taken_over(fenced),
             Event::ClaimsDone { held_routes } => self.claims_done(now, held_routes),
             Event::RoutesRead { read, renewal } => self.routes_read(now, read, renewal),
-            Event::HandoffSettled {
-                section,
-                handed_off,
-            } => self.handoff_settled(section, handed_off),
         }
+    }
+
+    /// The renewal interval.
+    pub fn renew_every(&self) -> Duration {
+        self.renew_every
     }
 
     /// Whether the lease holds at `now`, as granted so far.
@@ -313,6 +534,28 @@ impl Control {
         &self.listed
     }
 
+    /// Sets `timer` to fire at `at` (replacing an earlier setting).
+    fn set_timer(&mut self, timer: Timer, at: Instant) -> Effect {
+        self.timers.insert(timer, at);
+        Effect::SetTimer { timer, at }
+    }
+
+    /// Whether `timer`, set for `at`, is the one set now (and clears it):
+    /// a delivery of a timer replaced by a later setting is ignored.
+    fn take_due(&mut self, timer: Timer, at: Instant) -> bool {
+        if self.timers.get(&timer) == Some(&at) {
+            self.timers.remove(&timer);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// When `timer` is set for, if it is.
+    pub fn timer(&self, timer: Timer) -> Option<Instant> {
+        self.timers.get(&timer).copied()
+    }
+
     /// Marks the store's verdict that this incarnation was replaced or
     /// fenced; returns [`Effect::Fence`] the first time.
     fn fence(&mut self) -> Vec<Effect> {
@@ -321,6 +564,21 @@ impl Control {
         } else {
             vec![Effect::Fence]
         }
+    }
+}
+
+/// Where an executor's control loop lives: steps it on an event and
+/// returns the effects left for the caller to perform (an executor may
+/// perform some itself, under the lock it keeps the loop in).
+pub trait Stepper: Send + Sync {
+    /// Steps the control loop on `event` at `now`.
+    fn step(&self, now: Instant, event: Event) -> Vec<Effect>;
+}
+
+impl Stepper for std::sync::Mutex<Control> {
+    fn step(&self, now: Instant, event: Event) -> Vec<Effect> {
+        let mut c = self.lock().unwrap_or_else(|e| e.into_inner());
+        c.on(now, event)
     }
 }
 

@@ -12,14 +12,64 @@
 //! `routes @t before=<s:e,…> here=<sections> served=<sections>
 //! version=<v> held=<v> [renewal]`; `routes-failed @t [renewal]`;
 //! `release <section> <epoch> <ceiling>` (a releasing mark, as
-//! `release_section` leaves it); `settled <section> [handed-off]`;
+//! `release_section` leaves it);
+//! `handoff-ok <section> epoch=<e> addr=<a>`; `handoff-failed <section>`;
+//! `checked <section> owner=<id> inc=<n> epoch=<e>` or
+//! `checked <section> unread`;
+//! `adopt-read @t lapses-before=<n> section=<s> named=<e> installed=<e>
+//! owner=<id> inc=<n> epoch=<e> start=<n> max=<n>`;
+//! `start <alloc> <incarnation>`;
+//! `registered @t ok|twin|unavailable|refused`; `start-routes @t [failed]`;
+//! `due <register|start-routes|raises> @t [stale]` (the timer as set, or,
+//! `stale`, a delivery for another time);
+//! `raises-queued`; `raised <section> <epoch> to=<n> ok=<n>|err=<e>`
+//! (`e`: `stale`, `fenced`, `unavailable`, `too-large`,
+//! `not-above:<current>`); `round-done @t sent=<n>`;
 //! `state @t` (lease, lapses, list, releasing, fence, cycle).
 
 use std::time::{Duration, Instant};
 
 use seqsvr_core::{Epoch, SectionId};
+use seqsvr_store_api::SectionInfo;
+
+use crate::error::StoreErr;
 
 use super::*;
+
+fn timer(w: &str) -> Timer {
+    match w {
+        "register" => Timer::Register,
+        "start-routes" => Timer::StartRoutes,
+        "raises" => Timer::Raises,
+        other => panic!("unknown timer {other:?}"),
+    }
+}
+
+fn store_err(w: &str) -> StoreErr {
+    match w.split_once(':') {
+        Some(("not-above", c)) => StoreErr::NotAbove {
+            current: c.parse().expect("a ceiling"),
+        },
+        _ => match w {
+            "stale" => StoreErr::StaleEpoch,
+            "fenced" => StoreErr::Fenced,
+            "unavailable" => StoreErr::Unavailable("no answer".into()),
+            "too-large" => StoreErr::TooLarge,
+            other => panic!("unknown store error {other:?}"),
+        },
+    }
+}
+
+fn info(w: &Words<'_>, section: SectionId) -> SectionInfo {
+    SectionInfo {
+        section,
+        max_seq: w.num("max"),
+        epoch: w.num("epoch"),
+        owner: Some(w.key("owner").to_string()).filter(|o| o != "-"),
+        incarnation: w.num("inc"),
+        start: w.num("start"),
+    }
+}
 
 fn sections(w: &str) -> Vec<SectionId> {
     if w == "-" || w.is_empty() {
@@ -84,8 +134,70 @@ impl<'a> Words<'a> {
     }
 }
 
-fn event(w: &Words<'_>) -> Event {
+fn event(w: &Words<'_>, c: &Control, now: Instant) -> Event {
+    let n = |i: usize| -> u64 { w.pos[i].parse().expect("a number") };
     match w.pos[0] {
+        "start" => Event::Start {
+            alloc: w.pos[1].to_string(),
+            incarnation: n(2),
+        },
+        "registered" => Event::Registered(match w.pos[1] {
+            "ok" => RegisterAnswer::Ok,
+            "twin" => RegisterAnswer::Twin,
+            "unavailable" => RegisterAnswer::Unavailable,
+            "refused" => RegisterAnswer::Refused,
+            other => panic!("unknown answer {other:?}"),
+        }),
+        "start-routes" => Event::StartRoutesRead {
+            ok: !w.flag("failed"),
+        },
+        "due" => {
+            let t = timer(w.pos[1]);
+            let at = match c.timer(t) {
+                Some(at) if !w.flag("stale") => at,
+                _ => now,
+            };
+            Event::Due { timer: t, at }
+        }
+        "raises-queued" => Event::RaisesQueued,
+        "raised" => Event::RaiseAnswered {
+            section: n(1) as SectionId,
+            epoch: n(2),
+            to: w.num("to"),
+            answer: match w.keys.iter().find(|(k, _)| *k == "ok") {
+                Some((_, v)) => Ok(v.parse().expect("a ceiling")),
+                None => Err(store_err(w.key("err"))),
+            },
+        },
+        "round-done" => Event::RaiseRoundDone {
+            sent: w.num("sent") as usize,
+        },
+        "handoff-ok" => Event::HandoffAnswered {
+            section: n(1) as SectionId,
+            answer: Ok((w.num("epoch"), w.key("addr").to_string())),
+        },
+        "handoff-failed" => Event::HandoffAnswered {
+            section: n(1) as SectionId,
+            answer: Err("no answer".into()),
+        },
+        "checked" => {
+            let section = n(1) as SectionId;
+            Event::HandoffChecked {
+                section,
+                read: (!w.flag("unread")).then(|| info(w, section)),
+            }
+        }
+        "adopt-read" => {
+            let section = w.num("section") as SectionId;
+            Event::AdoptRead {
+                checks: vec![AdoptCheck {
+                    info: info(w, section),
+                    named: w.num("named"),
+                    installed: w.num("installed"),
+                }],
+                lapses_before: w.num("lapses-before"),
+            }
+        }
         "tick" => Event::Tick,
         "renew-now" => Event::RenewNow,
         "renewed" => {
@@ -127,10 +239,6 @@ fn event(w: &Words<'_>) -> Event {
             read: None,
             renewal: w.flag("renewal"),
         },
-        "settled" => Event::HandoffSettled {
-            section: w.pos[1].parse().expect("a section"),
-            handed_off: w.flag("handed-off"),
-        },
         other => panic!("unknown command {other:?}"),
     }
 }
@@ -150,6 +258,9 @@ fn effect(t0: Instant, e: &Effect) -> String {
             ms(t0, *sent),
             lease.as_millis()
         ),
+        Effect::SetTimer { timer, at } => {
+            format!("SetTimer {{ timer: {timer:?}, at: @{} }}", ms(t0, *at))
+        }
         Effect::CycleEnded { next, first } => format!(
             "CycleEnded {{ next: {}, first: {first} }}",
             next.map_or("never".to_string(), |n| format!("@{}", ms(t0, n)))
@@ -212,7 +323,8 @@ fn run_script(input: &str) -> String {
                 String::new()
             }
             _ => {
-                let effects = control.on(now, event(&w));
+                let event = event(&w, &control, now);
+                let effects = control.on(now, event);
                 let mut s: String = effects.iter().map(|e| effect(t0, e) + "\n").collect();
                 if s.is_empty() {
                     s = "(nothing)\n".into();

@@ -10,8 +10,16 @@ use std::time::Instant;
 use seqsvr_core::section::Runs;
 use seqsvr_core::{RouteTable, SectionId};
 
-use crate::control::{Effect, Event};
+use crate::control::{Effect, Event, Stepper};
 use crate::shared::Shared;
+
+/// The raiser's access to the control loop: each event stepped under the
+/// ownership lock, the effects on memory performed there ([`step`]).
+impl Stepper for Shared {
+    fn step(&self, _now: Instant, event: Event) -> Vec<Effect> {
+        step(self, |_| event, None)
+    }
+}
 
 /// Feeds the event `event` builds to the control loop and performs the
 /// effects on this process's memory, in order, under the ownership lock

@@ -44,6 +44,7 @@ mod registration;
 mod renewal;
 mod resp;
 mod routes;
+mod start;
 mod stop;
 
 pub use config::*;
@@ -52,39 +53,31 @@ pub use resp::RespSection;
 pub use stop::{StopReport, STOP_HANDOFF_BOUND, STOP_RECORD_BOUND};
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use seqsvr_client::{ClientOptions, SeqClient};
 use seqsvr_core::Incarnation;
-use seqsvr_net::calls::{CallMetrics, CallMetricsLayer};
 use seqsvr_net::Plane;
-use seqsvr_proto::alloc_admin_server::AllocAdminServer;
-use seqsvr_proto::alloc_peer_server::AllocPeerServer;
 use seqsvr_proto::alloc_server::AllocServer;
 use seqsvr_store_api::client::connector;
 use seqsvr_store_api::{AllocAddrs, PeerClient};
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::allocator::{AllocConfig, Allocator};
-use crate::control::Event;
+use crate::control::Control;
 use crate::error::NodeError;
 use crate::front::{Forwarder, Front};
-use crate::ids::{system_clock, IdMetrics, IdWorkers, StoreWorkers};
-use crate::lease::Lease;
-use crate::raiser::{Raiser, RaiserConfig};
-use crate::service::{AdminService, ClientService, PeerService};
-use crate::shared::{Ownership, Routes, Shared};
+use crate::raiser::Raiser;
+use crate::service::ClientService;
+use crate::shared::Shared;
 use crate::store_link::StoreCeilings;
 use crate::warm::Warmed;
 
-use gate::{Gated, Phase, StartState};
-use registration::{read_routes, register};
-use renewal::{renew_loop, run_cycle};
-use routes::route_loop;
+use gate::{Gated, StartState};
+use registration::start_up;
+use renewal::run_effects;
 
 /// The three listeners of an AllocSvr, bound by the caller (so tests can
 /// bind port 0 and learn the ports first).
@@ -279,236 +272,78 @@ impl AllocNode {
         listeners: AllocListeners,
     ) -> Result<AllocNode, NodeError> {
         cfg.validate()?;
-        let limits = cfg.limits.clone().unwrap_or_default();
-        let (server_tls, client_tls) = match &cfg.tls {
-            Some(t) => {
-                check_own_certificate(t, &cfg.id)?;
-                let per_plane = [
-                    t.server(Plane::Client)?,
-                    t.server(Plane::Peer)?,
-                    t.server(Plane::Admin)?,
-                ];
-                (Some(per_plane), Some(t.client()?))
-            }
-            None => (None, None),
-        };
-        let tls_for = |i: usize| server_tls.as_ref().map(|t| &t[i]);
-        let listen = |tcp, plane, i| {
-            seqsvr_net::server::listener(tcp, plane, limits.get(plane), tls_for(i), cfg.insecure)
-        };
-        let client_l = listen(listeners.client, Plane::Client, 0)?;
-        let peer_l = listen(listeners.peer, Plane::Peer, 1)?;
-        let admin_l = listen(listeners.admin, Plane::Admin, 2)?;
-
+        let tls = start::Tls::of(&cfg)?;
+        let (planes, doors) = start::Planes::listen(&cfg, &tls, listeners)?;
+        let metrics = crate::metrics::AllocMetrics::new(&cfg.id)?;
+        let (stop, _) = watch::channel(false);
         // The client plane answers from now on: `NOT_SERVING_YET` with the
         // reason until the node serves (gate.rs), never a hang.
-        let metrics = crate::metrics::AllocMetrics::new(&cfg.id)?;
-        let kinds = seqsvr_proto::kind_labels();
-        let calls = |plane: Plane, paths: &[&str]| {
-            CallMetrics::register(&metrics.registry, plane.name(), paths, &kinds)
-                .map(CallMetricsLayer)
-        };
-        let (stop, _) = watch::channel(false);
-        let stopped = |stop: &watch::Sender<bool>| {
-            let mut rx = stop.subscribe();
-            async move {
-                let _ = rx.wait_for(|s| *s).await;
-            }
-        };
-        let local_addr = client_l.local_addr();
         let start_state = StartState::new(cfg.id.clone());
         let gated = Gated::new(start_state.clone());
-        let client_server = client_l.server().layer(calls(Plane::Client, CLIENT_PATHS)?);
-        let client_task = tokio::spawn(serve(
-            Plane::Client,
-            client_l.serve_one(client_server, gated.clone(), stopped(&stop)),
-        ));
+        let local_addr = planes.client.local_addr();
+        let client_task = start::serve_gate(planes.client, gated.clone(), &metrics, &stop)?;
         // Whatever fails from here on stops the client plane again.
         let guard = StopOnDrop {
             stop: &stop,
             task: Some(client_task),
         };
-
-        // The store's replicas must present store certificates: with an
-        // AllocSvr's, a process could take this AllocSvr's renewals and
-        // raises (docs/architecture/security.md, "Whom a client dials").
-        // The config names no set, so any set's replica passes.
-        let to_store = client_tls
-            .clone()
-            .map(|t| t.expecting(seqsvr_net::ServerRole::AnyStore));
-        let store = PeerClient::new(&cfg.store, &connector(to_store.clone()))?;
-        let renew_every = Duration::from_millis(cfg.renew_ms);
-        // Renewals run on a thread of their own, with their own
-        // connections to the store: the client plane's calls (a flood of
-        // them, from anyone who can connect) cannot queue a renewal, or
-        // the handling of its reply, until the lease lapses.
-        let control = control_thread(&cfg.id, &stop)?;
-        let renewer = {
-            let _in = control.enter();
-            PeerClient::new(&cfg.store, &connector(to_store))?
-                .with_deadline(renew_every, renew_every / 4)
-        };
-        let slow = renew_every.max(Duration::from_millis(1000));
-        let reader = store.clone().with_deadline(slow, slow / 4);
+        let links = start::StoreLinks::dial(&cfg, &tls, &stop)?;
         let incarnation = fresh_incarnation();
         let addrs = AllocAddrs {
             client: cfg.addr.clone(),
             peer: cfg.peer_addr.clone(),
             admin: cfg.admin_addr.clone(),
         };
-        register(
-            &reader,
+        let mut control = Control::new(links.renew_every);
+        let (routes, first) = start_up(
+            &links.reader,
+            &mut control,
             &cfg.id,
             incarnation,
             &addrs,
-            renew_every,
             &start_state,
         )
         .await?;
-        start_state.set(Phase::Registering);
-        let routes = read_routes(&reader).await;
-        start_state.set(Phase::Claiming);
-        let alloc_cfg = AllocConfig {
-            raise_ahead_fraction: cfg.raise_ahead_fraction,
-            adaptive: cfg.adaptive_steps.as_ref().map(|a| a.config()),
-            max_names: cfg.max_names,
-        };
-        let alloc = Arc::new(Allocator::with_incarnation(
-            routes.set.clone(),
-            &alloc_cfg,
+        let shared = start::shared(
+            &cfg,
+            &links,
+            &tls,
+            routes,
             incarnation,
-        )?);
-        let shared = Arc::new(Shared {
-            alloc: alloc.clone(),
-            route_version: AtomicU64::new(routes.version),
-            routes: RwLock::new(Arc::new(Routes::new(routes))),
-            wait: Duration::from_millis(cfg.wait_ms),
-            lease: Lease::new(Instant::now()),
-            draining: AtomicBool::new(false),
-            stopping: AtomicBool::new(false),
-            stop_asked: Default::default(),
-            fenced: AtomicBool::new(false),
-            id: cfg.id.clone(),
             addrs,
-            store: store.clone(),
-            client_tls: client_tls.clone(),
-            ownership: Mutex::new(Ownership::new(renew_every)),
-            peers: Default::default(),
-            metrics: metrics.clone(),
-            renew_now: Notify::new(),
-        });
-        let ceilings = Arc::new(StoreCeilings {
-            store: reader.clone(),
-            alloc: cfg.id.clone(),
-            metrics: shared.metrics.clone(),
-        });
-        let ctx = Arc::new(Ctx {
-            shared: shared.clone(),
-            raiser: Raiser::new(alloc.clone(), ceilings.clone(), RaiserConfig::default()),
-            renewer,
-            reader,
-            renew_every,
-        });
+            control,
+            metrics,
+        )?;
+        let ctx = start::context(&cfg, &shared, &links);
         // A first lease and our sections before serving anything.
-        let next_renewal = run_cycle(&ctx, Event::RenewNow).await;
-
-        let peer_local_addr = peer_l.local_addr();
-        let admin_local_addr = admin_l.local_addr();
-        let peer_router = peer_l
-            .server()
-            .layer(calls(Plane::Peer, PEER_PATHS)?)
-            .add_service(AllocPeerServer::new(PeerService {
-                shared: shared.clone(),
-                auth: peer_l.auth(),
-            }));
-        let admin_router = admin_l
-            .server()
-            .layer(calls(Plane::Admin, ADMIN_PATHS)?)
-            .add_service(AllocAdminServer::new(AdminService {
-                shared: shared.clone(),
-                auth: admin_l.auth(),
-            }));
-        let raiser = Raiser::new(alloc.clone(), ceilings, RaiserConfig::default());
-        let poll = Duration::from_millis(cfg.route_poll_ms);
-        let mut tasks = vec![
-            guard.defuse(),
-            tokio::spawn(serve(
-                Plane::Peer,
-                peer_l.serve(peer_router, stopped(&stop)),
-            )),
-            tokio::spawn(serve(
-                Plane::Admin,
-                admin_l.serve(admin_router, stopped(&stop)),
-            )),
-        ];
-        let control = vec![
-            control.spawn(renew_loop(ctx.clone(), next_renewal)),
-            tokio::spawn(route_loop(ctx, poll)),
-            tokio::spawn(raiser.run(stopped(&stop))),
-        ];
-        if let Some(tcp) = listeners.metrics {
-            let s = shared.clone();
-            let render: seqsvr_net::metrics::Render = Arc::new(move || s.render_metrics());
-            let insecure = cfg.insecure;
-            tasks.push(tokio::spawn(async move {
-                if let Err(e) = seqsvr_net::metrics::serve(tcp, render, insecure).await {
-                    tracing::error!("metrics listener: {e}");
-                }
-            }));
-        }
-        let ids = IdWorkers::new(
-            Arc::new(StoreWorkers {
-                store: shared.store.clone().with_deadline(slow, slow / 4),
-                alloc: cfg.id.clone(),
+        let next_renewal = run_effects(&ctx, first).await;
+        let (peer_local_addr, admin_local_addr) =
+            (planes.peer.local_addr(), planes.admin.local_addr());
+        let mut tasks = vec![guard.defuse()];
+        tasks.extend(start::serve_planes(
+            planes.peer,
+            planes.admin,
+            &shared,
+            &stop,
+        )?);
+        let control = start::spawn_control(&cfg, &ctx, &links, next_renewal, &stop);
+        let front = Arc::new(
+            front(&cfg, &shared, tls.client.clone())?.with_ids(start::ids(
+                &cfg,
+                &shared,
                 incarnation,
-            }),
-            system_clock(),
-            shared.wait,
-            IdMetrics::register(&shared.metrics.registry)?,
+                &links,
+            )?),
         );
-        let watched = shared.clone();
-        ids.watch_lapses(Arc::new(move || watched.ownership().lapses()));
-        let front = Arc::new(front(&cfg, &shared, client_tls)?.with_ids(ids));
-        let http_local_addr = match listeners.http {
-            Some(tcp) => {
-                let at = tcp.local_addr()?;
-                let tls = tls_for(0).cloned();
-                // Plaintext where other hosts can reach it only if the
-                // operator says so, as for every plane.
-                if tls.is_none() && !at.ip().is_loopback() && !cfg.insecure {
-                    return Err(NodeError::Net(seqsvr_net::Error::PlaintextExposed {
-                        plane: Plane::Client,
-                        addr: at,
-                    }));
-                }
-                let serving = crate::http::serve(tcp, front.clone(), tls, stopped(&stop));
-                tasks.push(tokio::spawn(serving));
-                Some(at)
-            }
-            None => None,
-        };
+        let opened = start::open_doors(&cfg, doors, &tls, &shared, &front, &stop, &mut tasks)?;
         // The client plane serves one service, the hot path: no router.
         gated.open(Warmed::new(
             AllocServer::new(ClientService {
                 front: front.clone(),
             }),
-            alloc.clone(),
+            shared.alloc.clone(),
         ));
-        let resp_local_addr = match (&cfg.resp, listeners.resp) {
-            (Some(section), Some(tcp)) => {
-                let (addr, task) = resp::start(
-                    section,
-                    tcp,
-                    tls_for(0),
-                    cfg.insecure,
-                    &front,
-                    stopped(&stop),
-                )?;
-                tasks.push(task);
-                Some(addr)
-            }
-            _ => None,
-        };
+        let resp_local_addr = start::open_resp(&cfg, opened.resp, &tls, &front, &stop, &mut tasks)?;
         tracing::info!(
             id = %cfg.id,
             incarnation = %format_args!("{incarnation:x}"),
@@ -516,8 +351,8 @@ impl AllocNode {
             %peer_local_addr,
             %admin_local_addr,
             resp = ?resp_local_addr,
-            http = ?http_local_addr,
-            sections = alloc.served_sections().len(),
+            http = ?opened.http,
+            sections = shared.alloc.served_sections().len(),
             "alloc started"
         );
         Ok(AllocNode {
@@ -526,7 +361,7 @@ impl AllocNode {
             peer_local_addr,
             admin_local_addr,
             resp_local_addr,
-            http_local_addr,
+            http_local_addr: opened.http,
             front,
             stop,
             tasks,

@@ -1,13 +1,16 @@
 //! Start-up's dealings with the store: the incarnation each process start
-//! draws, its registration (retried while a twin holds the id), and the
-//! first route read.
+//! draws, its registration (tried again while a twin holds the id), and
+//! the first route read, in the order the control loop gives
+//! ([`Control`], `control/start.rs`).
 
+use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, Instant};
 
-use seqsvr_core::Incarnation;
+use seqsvr_core::{Incarnation, RouteTable};
 use seqsvr_store_api::{AllocAddrs, Error as StoreError, PeerClient, Rejection};
 
+use crate::control::{Control, Effect, Event, RegisterAnswer};
 use crate::error::NodeError;
 
 use super::gate::{Phase, StartState};
@@ -30,46 +33,119 @@ pub fn fresh_incarnation() -> Incarnation {
     }
 }
 
-/// Registers this incarnation, retrying while another incarnation holds
-/// the id or the store cannot answer; `state` tells callers of the client
-/// plane why nothing is served yet.
+/// Performs start-up as the control loop orders it ([`Event::Start`] to
+/// [`Event::StartRoutesRead`]): registers this incarnation — tried again
+/// while another incarnation holds the id or the store cannot answer —
+/// then reads the route table; `state` tells callers of the client plane
+/// why nothing is served yet. Returns the table the allocator is built
+/// from and the first renewal's effects, left for the node to perform
+/// once it is built.
 ///
-/// Another incarnation holding the id at this process's own address is
-/// its previous process (a restart, a replaced pod) whose lease has not
-/// run out: logged once, as a warning that says so and about how long is
-/// left (from the store leader's lease view). One at another address may
-/// be a second process started with the same id (a copied config): an
-/// ERROR naming it, on every attempt. Either way this one serves nothing until
-/// the store admits it (promise 3).
-pub(super) async fn register(
+/// Fails on a registration the store refuses for good (other than a
+/// twin): promise 3 holds either way, nothing is served.
+pub(super) async fn start_up(
     store: &PeerClient,
+    control: &mut Control,
     id: &str,
     incarnation: Incarnation,
     addrs: &AllocAddrs,
-    every: Duration,
     state: &StartState,
-) -> Result<(), NodeError> {
-    let mut attempt = 0u64;
-    let mut told = false;
-    loop {
-        attempt += 1;
-        match store.register_alloc(id, incarnation, addrs).await {
+) -> Result<(RouteTable, Vec<Effect>), NodeError> {
+    let start = Event::Start {
+        alloc: id.to_string(),
+        incarnation,
+    };
+    let mut todo: VecDeque<Effect> = control.on(Instant::now(), start).into();
+    let mut log = Registration {
+        every: control.renew_every(),
+        ..Registration::default()
+    };
+    let mut routes = None;
+    while let Some(effect) = todo.pop_front() {
+        let event = match effect {
+            Effect::Register => {
+                let answer = store.register_alloc(id, incarnation, addrs).await;
+                Event::Registered(
+                    log.answer(store, id, incarnation, addrs, answer, state)
+                        .await,
+                )
+            }
+            Effect::ReadStartRoutes => {
+                state.set(Phase::Registering);
+                routes = read_routes(store).await;
+                Event::StartRoutesRead {
+                    ok: routes.is_some(),
+                }
+            }
+            Effect::SetTimer { timer, at } => {
+                tokio::time::sleep_until(at.into()).await;
+                Event::Due { timer, at }
+            }
+            Effect::GiveUp => {
+                let e = log.refused.take().expect("the refusal given up on");
+                return Err(NodeError::Store(e));
+            }
+            first => {
+                // The first renewal: performed once the node is built.
+                let routes = routes.take().expect("the routes, read before any renewal");
+                state.set(Phase::Claiming);
+                let mut effects = vec![first];
+                effects.extend(todo);
+                return Ok((routes, effects));
+            }
+        };
+        todo.extend(control.on(Instant::now(), event));
+    }
+    unreachable!("start-up ends with the first renewal or a refusal")
+}
+
+/// What start-up's registration attempts said, for the logs.
+#[derive(Default)]
+struct Registration {
+    /// Attempts so far.
+    attempt: u64,
+    /// The warning about this AllocSvr's previous process was logged.
+    told: bool,
+    /// The refusal for good, if any.
+    refused: Option<StoreError>,
+    /// The renewal interval (what a twin's wait is guessed from when no
+    /// store leader says).
+    every: Duration,
+}
+
+impl Registration {
+    /// Maps the store's answer for the control loop and says what it
+    /// means: a twin at this process's own address is its previous process
+    /// (a restart, a replaced pod) whose lease has not run out, logged once
+    /// as a warning with about how long is left (from the store leader's
+    /// lease view); one at another address may be a second process started
+    /// with the same id (a copied config), an ERROR on every attempt.
+    async fn answer(
+        &mut self,
+        store: &PeerClient,
+        id: &str,
+        incarnation: Incarnation,
+        addrs: &AllocAddrs,
+        answer: Result<impl Sized, StoreError>,
+        state: &StartState,
+    ) -> RegisterAnswer {
+        self.attempt += 1;
+        let attempt = self.attempt;
+        match answer {
             Ok(_) => {
                 tracing::info!(id, incarnation = %format_args!("{incarnation:x}"), "registered");
-                return Ok(());
+                RegisterAnswer::Ok
             }
             Err(StoreError::Rejected(Rejection::Twin { alloc, live, addr })) => {
                 let left = lease_left(store, &alloc, live).await;
                 state.set(Phase::WaitingOutLease {
-                    until: Instant::now() + left.unwrap_or(every * 5),
+                    until: Instant::now() + left.unwrap_or(self.every * 5),
                 });
                 let about = match left {
                     Some(l) => format!("about {:.1} s", l.as_secs_f64()),
                     None => "an unknown time: no store leader answered".into(),
                 };
                 if addr != addrs.client {
-                    // Another address: perhaps a second process started
-                    // with this id (a copied config). Said on every try.
                     tracing::error!(
                         id = %alloc,
                         live_incarnation = %format_args!("{live:x}"),
@@ -80,10 +156,7 @@ pub(super) async fn register(
                          this AllocSvr's previous process at another address, otherwise \
                          stop one of the two"
                     );
-                } else if !told {
-                    // Same advertised address: this AllocSvr's own previous
-                    // process (a restart, a replaced pod). Said once.
-                    told = true;
+                } else if !std::mem::replace(&mut self.told, true) {
                     tracing::warn!(
                         id = %alloc,
                         previous_incarnation = %format_args!("{live:x}"),
@@ -96,16 +169,16 @@ pub(super) async fn register(
                 } else {
                     tracing::debug!(id = %alloc, attempt, ?left, "still waiting out the previous incarnation's lease");
                 }
-                tokio::time::sleep(
-                    every.clamp(Duration::from_millis(100), Duration::from_millis(500)),
-                )
-                .await;
+                RegisterAnswer::Twin
             }
             Err(e) if e.is_retryable() || matches!(e, StoreError::Internal(_)) => {
                 tracing::warn!(id, attempt, "store not ready, retrying registration: {e}");
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                RegisterAnswer::Unavailable
             }
-            Err(e) => return Err(NodeError::Store(e)),
+            Err(e) => {
+                self.refused = Some(e);
+                RegisterAnswer::Refused
+            }
         }
     }
 }
@@ -127,16 +200,14 @@ async fn lease_left(store: &PeerClient, alloc: &str, live: Incarnation) -> Optio
     Some(Duration::from_millis(ends.saturating_sub(since)))
 }
 
-/// Reads the route table, retrying until the store answers with one that
-/// can be used (the store may not be configured with its set yet).
-pub(super) async fn read_routes(store: &PeerClient) -> seqsvr_core::RouteTable {
-    loop {
-        match store.routes().await {
-            Ok(t) => return t,
-            Err(e) => {
-                tracing::warn!("route table not available yet, retrying: {e}");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
+/// Reads the route table (the store may not be configured with its set
+/// yet: the control loop tries again).
+async fn read_routes(store: &PeerClient) -> Option<RouteTable> {
+    match store.routes().await {
+        Ok(t) => Some(t),
+        Err(e) => {
+            tracing::warn!("route table not available yet, retrying: {e}");
+            None
         }
     }
 }

@@ -38,11 +38,16 @@ pub(super) async fn renew_loop(ctx: Arc<Ctx>, mut next: Option<Instant>) {
     }
 }
 
-/// Runs the renewal cycle `event` starts: performs each effect in turn,
-/// feeding the answers back, until the cycle ends. Returns when the next
-/// one is due (`None`: fenced, never).
+/// Runs the renewal cycle `event` starts until it ends ([`run_effects`]).
 pub(super) async fn run_cycle(ctx: &Ctx, event: Event) -> Option<Instant> {
-    let mut todo: VecDeque<Effect> = step(&ctx.shared, |_| event, None).into();
+    run_effects(ctx, step(&ctx.shared, |_| event, None)).await
+}
+
+/// Performs a renewal cycle's effects in turn, feeding the answers back,
+/// until the cycle ends. Returns when the next one is due (`None`:
+/// fenced, never).
+pub(super) async fn run_effects(ctx: &Ctx, effects: Vec<Effect>) -> Option<Instant> {
+    let mut todo: VecDeque<Effect> = effects.into();
     while let Some(effect) = todo.pop_front() {
         let more = match effect {
             Effect::Renew { known_version } => renew(ctx, known_version).await,

@@ -2,14 +2,13 @@
 //! the store's conditional `Handoff`, the adopt, the read-back after a
 //! failure) and the receiving side's adopts (read, decide, install).
 
-use seqsvr_alloc::control::Event;
+use seqsvr_alloc::control::{AdoptCheck, Effect, Event};
 use seqsvr_alloc::handoff::{
     ADOPT_CONNECT, ADOPT_READ_DEADLINE, ADOPT_TIMEOUT, CHECK_DEADLINE, HANDOFF_DEADLINE,
     STORE_ATTEMPT,
 };
 use seqsvr_alloc::ownership::{
-    admit, adopt_pending, decide_adopt, decide_after_handoff, release_section, AdoptRefusal,
-    Adoption, AfterHandoff, NotAdmitted, Target,
+    admit, adopt_pending, AdoptRefusal, AfterHandoff, NotAdmitted, Target,
 };
 use seqsvr_alloc::CallError;
 
@@ -41,15 +40,8 @@ impl Allocs {
             // The target check (the node's read of the store leader's
             // list) is not modelled: the moves name AllocSvrs of the set,
             // and a handoff the store refuses anyway is step 5's case.
-            let released = match release_section(
-                alloc,
-                proc_.control.releasing_mut(),
-                &proc_.id,
-                section,
-                &to,
-                &Target::Ready,
-            ) {
-                Ok(released) => released,
+            let released = match proc_.control.release(alloc, section, &to, &Target::Ready) {
+                Ok((released, _handoff)) => released,
                 Err(e) => {
                     trace!(
                         env,
@@ -62,7 +54,6 @@ impl Allocs {
             j.moving = Some(Move {
                 section,
                 to: to.clone(),
-                released,
                 adopt: None,
             });
             trace!(
@@ -87,7 +78,8 @@ impl Allocs {
         }
     }
 
-    /// The store answered a move's handoff.
+    /// The store answered a move's handoff: [`Event::HandoffAnswered`];
+    /// the control loop says to tell the new owner or to read it back.
     pub(super) fn handed_off(&mut self, env: &mut Env, p: Slot, job: u64, resp: StoreResp) {
         let proc_ = &mut self.procs[p];
         let now = proc_.clock(env.now);
@@ -96,86 +88,111 @@ impl Allocs {
         };
         let fate = j.fate;
         let m = j.moving.as_mut().expect("a move");
-        match resp {
-            Ok(StoreOk::HandedOff { grant, to_addr }) => {
-                let settled = Event::HandoffSettled {
-                    section: m.section,
-                    handed_off: true,
-                };
-                let asks = proc_.control.on(now, settled);
-                debug_assert!(asks.is_empty(), "a handoff that moved asks for nothing");
-                trace!(
-                    env,
-                    "p{p} handed section {} to {} ({grant:?})",
-                    m.section,
-                    m.to
-                );
-                let id = env.fresh_id();
-                m.adopt = Some(id);
-                let msg = || Msg::Peer(PeerMsg::Adopt { id, grant });
-                if let Some(to) = slot_of_addr(&to_addr) {
-                    let (me, them) = (Node::Alloc(p), Node::Alloc(to));
-                    match fate {
-                        AdoptFate::Normal => env.send(me, them, msg()),
-                        AdoptFate::Lost => {}
-                        AdoptFate::Delayed(d) => env.send_later(d, me, them, msg()),
-                        AdoptFate::Duplicated(d) => {
-                            env.send(me, them, msg());
-                            env.send_later(d, me, them, msg());
-                        }
-                    }
+        let answer = match &resp {
+            Ok(StoreOk::HandedOff { grant, to_addr }) => Ok((grant.epoch, to_addr.clone())),
+            other => Err(format!("{other:?}")),
+        };
+        let section = m.section;
+        trace!(
+            env,
+            "p{p} handoff of section {section} to {}: {resp:?}",
+            m.to
+        );
+        let next = proc_
+            .control
+            .on(now, Event::HandoffAnswered { section, answer });
+        for effect in next {
+            match effect {
+                Effect::Adopt { epoch, addr, .. } => {
+                    let Ok(StoreOk::HandedOff { grant, .. }) = &resp else {
+                        unreachable!("an adopt follows a handoff that moved the section");
+                    };
+                    debug_assert_eq!(grant.epoch, epoch);
+                    self.send_adopt(env, p, job, fate, *grant, &addr);
                 }
-                let d = proc_.real(nanos(ADOPT_CONNECT + ADOPT_TIMEOUT));
-                self.after(env, p, d, ATimer::AdoptTimeout(id));
-            }
-            other => {
-                // Failed or unknown: read it back (`settle`).
-                trace!(
-                    env,
-                    "p{p} handoff of section {} failed: {other:?}",
-                    m.section
-                );
-                let req = StoreReq::Read { section: m.section };
-                let purpose = Purpose::Check { job };
-                let t = Timing {
-                    deadline: nanos(CHECK_DEADLINE),
-                    attempt: nanos(STORE_ATTEMPT),
-                    hedge: true,
-                };
-                self.call(env, p, req, purpose, t);
+                Effect::ReadBack { section } => {
+                    // Failed or unknown: read it back (`settle`).
+                    let req = StoreReq::Read { section };
+                    let purpose = Purpose::Check { job };
+                    let t = Timing {
+                        deadline: nanos(CHECK_DEADLINE),
+                        attempt: nanos(STORE_ATTEMPT),
+                        hedge: true,
+                    };
+                    self.call(env, p, req, purpose, t);
+                }
+                other => trace!(env, "p{p} after a handoff: {other:?}"),
             }
         }
     }
 
-    /// The read-back after a failed handoff: [`decide_after_handoff`]
-    /// (`settle`). Never serves the section again at the released epoch:
-    /// leaves it dropped, unmarks it, and asks for an early renewal
-    /// (`renew_now.notify_one()`), whose take-over claims it at a new epoch
-    /// if it is still ours, fencing any late copy of the handoff.
+    /// [`Effect::Adopt`]: tells the new owner at `addr` (`tell_new_owner`),
+    /// as the network's `fate` for this job has it.
+    fn send_adopt(
+        &mut self,
+        env: &mut Env,
+        p: Slot,
+        job: u64,
+        fate: AdoptFate,
+        grant: seqsvr_core::Grant,
+        addr: &str,
+    ) {
+        let id = env.fresh_id();
+        let proc_ = &mut self.procs[p];
+        if let Some(m) = (proc_.jobs.get_mut(&job)).and_then(|j| j.moving.as_mut()) {
+            m.adopt = Some(id);
+        }
+        let msg = || Msg::Peer(PeerMsg::Adopt { id, grant });
+        if let Some(to) = slot_of_addr(addr) {
+            let (me, them) = (Node::Alloc(p), Node::Alloc(to));
+            match fate {
+                AdoptFate::Normal => env.send(me, them, msg()),
+                AdoptFate::Lost => {}
+                AdoptFate::Delayed(d) => env.send_later(d, me, them, msg()),
+                AdoptFate::Duplicated(d) => {
+                    env.send(me, them, msg());
+                    env.send_later(d, me, them, msg());
+                }
+            }
+        }
+        let d = self.procs[p].real(nanos(ADOPT_CONNECT + ADOPT_TIMEOUT));
+        self.after(env, p, d, ATimer::AdoptTimeout(id));
+    }
+
+    /// The read-back after a failed handoff: [`Event::HandoffChecked`]
+    /// (`settle`). The control loop never serves the section again at the
+    /// released epoch: it stays dropped, the mark goes, and an early
+    /// renewal's take-over claims it at a new epoch if it is still ours,
+    /// fencing any late copy of the handoff.
     pub(super) fn checked(&mut self, env: &mut Env, p: Slot, job: u64, resp: StoreResp) {
         let proc_ = &mut self.procs[p];
         let Some(m) = proc_.jobs.get_mut(&job).and_then(|j| j.moving.take()) else {
             return;
         };
-        let what = match resp {
-            Ok(StoreOk::Section(info)) => {
-                match decide_after_handoff(&info, &proc_.id, proc_.incarnation, m.released.epoch) {
-                    AfterHandoff::Reclaim => {
+        let read = match resp {
+            Ok(StoreOk::Section(info)) => Some(info),
+            _ => None,
+        };
+        let now = proc_.clock(env.now);
+        let section = m.section;
+        let effects = proc_
+            .control
+            .on(now, Event::HandoffChecked { section, read });
+        for e in &effects {
+            if let Effect::LeftDropped { after, .. } = e {
+                let what = match after {
+                    Some(AfterHandoff::Reclaim) => {
                         env.stats.reclaimed += 1;
                         "still ours at the released epoch: left dropped for a take-over"
                     }
-                    AfterHandoff::LeaveDropped { .. } => "moved on: left dropped",
-                }
+                    Some(AfterHandoff::LeaveDropped { .. }) => "moved on: left dropped",
+                    None => "not checked: left dropped",
+                };
+                trace!(env, "p{p} section {section}: {what}");
             }
-            _ => "not checked: left dropped",
-        };
-        trace!(env, "p{p} section {}: {what}", m.section);
-        let settled = Event::HandoffSettled {
-            section: m.section,
-            handed_off: false,
-        };
-        self.control(env, p, settled);
-        self.wake(env, p, m.section);
+        }
+        self.perform(env, p, effects.into(), None);
+        self.wake(env, p, section);
         self.raiser_kick(env, p);
         self.next_move(env, p, job);
     }
@@ -288,25 +305,29 @@ impl Allocs {
         };
         let result = match resp {
             Ok(StoreOk::Section(info)) => {
-                let alloc = proc_.allocator();
-                let installed = alloc.known_epoch(j.section);
-                match decide_adopt(&info, &proc_.id, proc_.incarnation, j.epoch, installed) {
-                    Err(e @ AdoptRefusal::NoRoom { .. }) => {
+                let check = AdoptCheck {
+                    installed: proc_.allocator().known_epoch(j.section),
+                    info,
+                    named: j.epoch,
+                };
+                let read = Event::AdoptRead {
+                    checks: vec![check],
+                    lapses_before: j.lapses_before,
+                };
+                let clock = proc_.clock(now);
+                match proc_.control.on(clock, read).pop() {
+                    Some(Effect::Install { grants }) => (proc_.allocator().install(&grants))
+                        .map(|n| n as u32)
+                        .map_err(|e| e.to_string()),
+                    Some(Effect::AdoptRefused(e @ AdoptRefusal::NoRoom { .. })) => {
                         let what = format!("p{p}: the store has no room for an adopt: {e}");
                         env.monitor.violate(now, 0, what);
                         Err(e.to_string())
                     }
-                    Err(e) => Err(e.to_string()),
+                    Some(Effect::AdoptRefused(e)) => Err(e.to_string()),
                     // The store's answer may be stale if the lease lapsed
                     // since before the read (promise 3).
-                    Ok(_) if !proc_.may_serve(now, j.lapses_before) => {
-                        Err("not admitted: the lease lapsed meanwhile".into())
-                    }
-                    Ok(Adoption::Install(g)) => alloc
-                        .install(&[g])
-                        .map(|n| n as u32)
-                        .map_err(|e| e.to_string()),
-                    Ok(Adoption::AlreadyInstalled { .. }) => Ok(0),
+                    _ => Err("not admitted: the lease lapsed meanwhile".into()),
                 }
             }
             other => Err(format!("store read failed: {other:?}")),

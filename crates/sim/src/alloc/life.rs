@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use seqsvr_alloc::control::{Control, Event};
+use seqsvr_alloc::control::{Control, Event, RegisterAnswer};
 use seqsvr_alloc::{AllocConfig, Allocator};
 use seqsvr_store_core::command::Rejection;
 
@@ -15,8 +15,20 @@ use crate::net::{Time, MS, US};
 use super::{reader, AllocProc, Allocs, Purpose};
 
 impl Allocs {
-    /// Starts (or restarts) the process: registration first.
+    /// Starts (or restarts) the process: its control loop orders
+    /// start-up (`control/start.rs`), registration first.
     pub(super) fn start(&mut self, env: &mut Env, p: Slot) {
+        let proc_ = &mut self.procs[p];
+        proc_.control = Control::new(Duration::from_nanos(env.cfg.renew_every));
+        let start = Event::Start {
+            alloc: proc_.id.clone(),
+            incarnation: proc_.incarnation,
+        };
+        self.control(env, p, start);
+    }
+
+    /// [`Effect::Register`](seqsvr_alloc::control::Effect::Register).
+    pub(super) fn register(&mut self, env: &mut Env, p: Slot) {
         let proc_ = &self.procs[p];
         let req = StoreReq::Register {
             alloc: proc_.id.clone(),
@@ -27,42 +39,43 @@ impl Allocs {
         self.call(env, p, req, Purpose::Register, t);
     }
 
+    /// [`Effect::ReadStartRoutes`](seqsvr_alloc::control::Effect::ReadStartRoutes).
     pub(super) fn read_start_routes(&mut self, env: &mut Env, p: Slot) {
         let t = reader(env.cfg.renew_every);
         self.call(env, p, StoreReq::Routes, Purpose::StartRoutes, t);
     }
 
+    /// The registration came back: [`Event::Registered`].
     pub(super) fn registered(&mut self, env: &mut Env, p: Slot, resp: StoreResp) {
-        let retry = match resp {
-            Ok(_) => return self.read_start_routes(env, p),
+        let answer = match resp {
+            Ok(_) => RegisterAnswer::Ok,
             Err(StoreFail::Rejected(Rejection::Twin { live, .. })) => {
                 trace!(
                     env,
                     "p{p} ({}) is a twin of live incarnation {live:x}: not serving, retrying",
                     self.procs[p].id
                 );
-                env.cfg.renew_every.max(500 * MS)
+                RegisterAnswer::Twin
             }
             Err(e) if e.retryable() => {
                 trace!(env, "p{p} store not ready ({e:?}), retrying registration");
-                500 * MS
+                RegisterAnswer::Unavailable
             }
             Err(e) => {
-                // `node.rs` gives up (the process exits): never expected.
+                // `node/` gives up (the process exits): never expected.
                 let what = format!("p{p}: registration refused for good: {e:?}");
                 env.monitor.violate(env.now, 0, what);
-                500 * MS
+                RegisterAnswer::Refused
             }
         };
-        let d = self.procs[p].real(retry);
-        self.after(env, p, d, ATimer::RegisterRetry);
+        self.control(env, p, Event::Registered(answer));
     }
 
-    /// Start-up read the routes: build the allocator and renew once.
+    /// Start-up's route read came back: the allocator is built from it,
+    /// then [`Event::StartRoutesRead`] (the first renewal).
     pub(super) fn started_routes(&mut self, env: &mut Env, p: Slot, resp: StoreResp) {
         let Ok(StoreOk::Routes(view)) = resp else {
-            let d = self.procs[p].real(500 * MS);
-            return self.after(env, p, d, ATimer::RoutesRetry);
+            return self.control(env, p, Event::StartRoutesRead { ok: false });
         };
         let cfg = AllocConfig {
             raise_ahead_fraction: env.cfg.raise_ahead_fraction,
@@ -74,7 +87,6 @@ impl Allocs {
         let alloc =
             Allocator::with_incarnation(spec, &cfg, proc_.incarnation).expect("a valid spec");
         proc_.alloc = Some(alloc);
-        proc_.control = Control::new(Duration::from_nanos(env.cfg.renew_every));
         proc_.routes = view;
         trace!(
             env,
@@ -82,7 +94,7 @@ impl Allocs {
             proc_.id,
             proc_.incarnation
         );
-        self.control(env, p, Event::RenewNow);
+        self.control(env, p, Event::StartRoutesRead { ok: true });
     }
 
     /// kill -9: memory is gone.

@@ -91,8 +91,7 @@ use std::time::{Duration, Instant};
 
 use seqsvr_alloc::control::{Control, Event};
 use seqsvr_alloc::lease::Lease;
-use seqsvr_alloc::ownership::{may_act_on_read, Backoff, Released};
-use seqsvr_alloc::{Allocator, RaiseRequest, RaiserConfig};
+use seqsvr_alloc::{Allocator, RaiseRequest};
 use seqsvr_core::{AllocId, Epoch, Incarnation, SectionId};
 
 use crate::env::Env;
@@ -148,6 +147,8 @@ pub(crate) enum Purpose {
 /// A raiser round: raises sent together, settled together.
 #[derive(Debug)]
 struct Round {
+    /// Raises sent.
+    sent: usize,
     /// Answers still to come.
     outstanding: usize,
     /// Answers so far.
@@ -161,8 +162,6 @@ struct Move {
     section: SectionId,
     /// The new owner.
     to: AllocId,
-    /// What it was released at.
-    released: Released,
     /// The adopt whose answer it waits for, once handed off.
     adopt: Option<u64>,
 }
@@ -251,10 +250,6 @@ pub(crate) struct AllocProc {
     poll_next: Time,
     /// The raiser's round in progress.
     round: Option<Round>,
-    /// Sections whose raise failed, to requeue after the back-off.
-    retry: Vec<SectionId>,
-    /// The raiser's back-off (local clock).
-    backoff: Backoff,
     /// Requests waiting on exhausted sections, by id, with the section.
     waiting: BTreeMap<u64, (SectionId, Work)>,
     /// The route table as last read, sent with errors.
@@ -297,11 +292,6 @@ impl AllocProc {
             poll_gen: 0,
             poll_next: 0,
             round: None,
-            retry: Vec::new(),
-            backoff: {
-                let c = RaiserConfig::default();
-                Backoff::new(c.backoff_min, c.backoff_max)
-            },
             waiting: BTreeMap::new(),
             routes: RouteView::default(),
             jobs: BTreeMap::new(),
@@ -332,17 +322,6 @@ impl AllocProc {
             && !self.fenced
             && self.lease_valid(now)
             && self.alloc.as_ref().is_some_and(|a| a.is_serving(s))
-    }
-
-    /// `Shared::may_serve`: a decision taken from a store read made when
-    /// the lapse count was `lapses_before` may be acted on now.
-    fn may_serve(&self, now: Time, lapses_before: u64) -> bool {
-        may_act_on_read(
-            self.lease_valid(now),
-            self.fenced,
-            self.control.lapses(),
-            lapses_before,
-        )
     }
 
     fn allocator(&self) -> &Allocator {
@@ -549,14 +528,7 @@ impl Allocs {
             }
             ATimer::Renew(_) => {}
             ATimer::Link(lt) => self.link(env, p, |l, env, who| l.on_timer(env, who, lt)),
-            ATimer::RaiseRetry => {
-                let proc_ = &mut self.procs[p];
-                if let Some(alloc) = &proc_.alloc {
-                    alloc.requeue_raises(&proc_.retry);
-                }
-                proc_.retry.clear();
-                self.raiser_kick(env, p);
-            }
+            ATimer::Due(timer, at) => self.control(env, p, Event::Due { timer, at }),
             ATimer::Serve(work) => self.serve(env, p, work),
             ATimer::WaitDeadline(id) => {
                 if let Some((s, work)) = self.procs[p].waiting.remove(&id) {
@@ -565,8 +537,6 @@ impl Allocs {
             }
             ATimer::RoutePoll(gen) if gen == self.procs[p].poll_gen => self.route_poll(env, p),
             ATimer::RoutePoll(_) => {}
-            ATimer::RegisterRetry => self.start(env, p),
-            ATimer::RoutesRetry => self.read_start_routes(env, p),
             ATimer::Resume => unreachable!("handled before"),
             ATimer::Effects(effects) => self.perform(env, p, effects.into(), None),
             ATimer::AdoptTimeout(id) => {

@@ -19,7 +19,7 @@ use crate::env::{trace, Env};
 use crate::model::{ATimer, RouteView, Slot, StoreOk, StoreReq, StoreResp};
 use crate::net::US;
 
-use super::{reader, renewer, Allocs, Purpose};
+use super::{nanos, reader, renewer, Allocs, Purpose};
 
 impl Allocs {
     /// Feeds `event` to process `p`'s control loop at its clock's reading
@@ -85,6 +85,32 @@ impl Allocs {
                     "p{p} renewal says the list is unchanged, but none is held"
                 ),
                 Effect::CycleEnded { next, first } => self.cycle_ended(env, p, next, first),
+                Effect::Register => self.register(env, p),
+                Effect::ReadStartRoutes => self.read_start_routes(env, p),
+                Effect::SetTimer { timer, at } => {
+                    let proc_ = &self.procs[p];
+                    let left = at.saturating_duration_since(proc_.clock(env.now));
+                    let d = proc_.real(nanos(left));
+                    self.after(env, p, d, ATimer::Due(timer, at));
+                }
+                Effect::GiveUp => trace!(env, "p{p} start-up gives up"),
+                Effect::RaiseRound => self.raise_round(env, p),
+                Effect::Requeue { sections } => {
+                    if let Some(alloc) = &self.procs[p].alloc {
+                        alloc.requeue_raises(&sections);
+                    }
+                }
+                e @ (Effect::ApplyRaise { .. }
+                | Effect::DropRaised { .. }
+                | Effect::RaiseFailed { .. }) => self.settled_raise(env, p, e),
+                // Performed by the move or adopt that asked (`handoff.rs`).
+                e @ (Effect::Handoff { .. }
+                | Effect::Adopt { .. }
+                | Effect::ReadBack { .. }
+                | Effect::LeftDropped { .. }
+                | Effect::Install { .. }
+                | Effect::AdoptRefused(_)
+                | Effect::AdoptNotAdmitted) => trace!(env, "p{p} {e:?} left to its caller"),
             }
         }
     }

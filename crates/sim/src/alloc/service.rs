@@ -4,7 +4,7 @@
 //! plane's `Release` and `Refresh` of a range move; and the raiser's rounds
 //! (`raiser.rs`), settled together.
 
-use seqsvr_alloc::control::Event;
+use seqsvr_alloc::control::{Effect, Event};
 use seqsvr_alloc::ownership::{admit, release_moved, settle_raise, NotAdmitted, RaiseOutcome};
 use seqsvr_alloc::{AllocError, RaiseRequest, StoreErr};
 use seqsvr_core::{Place, SectionId};
@@ -17,7 +17,7 @@ use crate::model::{
 };
 use crate::net::{Node, US};
 
-use super::{nanos, reader, Allocs, Purpose, Round};
+use super::{reader, Allocs, Purpose, Round};
 
 impl Allocs {
     /// A client request arrives: admitted now ([`admit`], as
@@ -306,20 +306,27 @@ impl Allocs {
         env.send(crate::net::Node::Alloc(p), from, m);
     }
 
-    /// Starts a round if none is running and raises are queued.
+    /// Raises may have been queued: the control loop decides whether a
+    /// round starts (`raiser.rs`).
     pub(super) fn raiser_kick(&mut self, env: &mut Env, p: Slot) {
-        let proc_ = &mut self.procs[p];
-        if proc_.round.is_some() {
-            return;
+        if self.procs[p].alloc.is_some() {
+            self.control(env, p, Event::RaisesQueued);
         }
-        let Some(alloc) = proc_.alloc.as_ref() else {
-            return;
+    }
+
+    /// [`Effect::RaiseRound`]: sends the queued raises together; with none,
+    /// the round is over at once.
+    pub(super) fn raise_round(&mut self, env: &mut Env, p: Slot) {
+        let proc_ = &mut self.procs[p];
+        let reqs = match proc_.alloc.as_ref() {
+            Some(alloc) => alloc.take_raise_requests(),
+            None => Vec::new(),
         };
-        let reqs = alloc.take_raise_requests();
         if reqs.is_empty() {
-            return;
+            return self.control(env, p, Event::RaiseRoundDone { sent: 0 });
         }
         proc_.round = Some(Round {
+            sent: reqs.len(),
             outstanding: reqs.len(),
             answers: Vec::new(),
         });
@@ -358,68 +365,75 @@ impl Allocs {
         // Settle the whole round before another may start (the raiser's
         // loop only takes new requests after `run_once` returns).
         let answers = std::mem::take(&mut round.answers);
-        let mut retry = Vec::new();
+        let sent = round.sent;
         for (r, resp) in answers {
-            self.settle(env, p, r, resp, &mut retry);
+            let answer = self.store_answer(env, p, &r, &resp);
+            let answered = Event::RaiseAnswered {
+                section: r.section,
+                epoch: r.epoch,
+                to: r.to,
+                answer,
+            };
+            self.control(env, p, answered);
         }
-        let proc_ = &mut self.procs[p];
-        proc_.round = None;
-        let waiting = !proc_.retry.is_empty();
-        if let Some(wait) = proc_.backoff.after_round(!retry.is_empty(), waiting) {
-            proc_.retry.extend(retry);
-            let d = proc_.real(nanos(wait));
-            self.after(env, p, d, ATimer::RaiseRetry);
-        }
-        self.raiser_kick(env, p);
+        self.procs[p].round = None;
+        self.control(env, p, Event::RaiseRoundDone { sent });
     }
 
-    /// `Raiser::settle`: the store's answer mapped as the store client
-    /// maps it (`StoreErr::from`), then [`settle_raise`] decides.
-    pub(super) fn settle(
+    /// The store's answer to a raise, mapped as the store client maps it
+    /// (`StoreErr::from`), with the model's own checks of it.
+    fn store_answer(
         &mut self,
         env: &mut Env,
         p: Slot,
-        r: RaiseRequest,
-        resp: StoreResp,
-        retry: &mut Vec<SectionId>,
-    ) {
-        let answer = match &resp {
+        r: &RaiseRequest,
+        resp: &StoreResp,
+    ) -> Result<u64, StoreErr> {
+        let answer = match resp {
             Ok(StoreOk::Written(Reply::Raised { max_seq })) => Ok(*max_seq),
             Ok(other) => {
                 let what = format!("p{p}: raise {r:?} answered {other:?}");
                 env.monitor.violate(env.now, 0, what);
-                return retry.push(r.section);
+                return Err(StoreErr::Unavailable("not an answer to a raise".into()));
             }
             Err(e) => Err(StoreErr::from(e.to_api())),
         };
-        match settle_raise(r.to, &answer) {
-            RaiseOutcome::Apply(landed) => {
-                let alloc = self.procs[p].allocator();
-                if alloc.apply_raise(r.section, r.epoch, landed) {
-                    self.wake(env, p, r.section);
-                }
+        if let RaiseOutcome::Retry { .. } = settle_raise(r.to, &answer) {
+            // A section frozen for a move is retried until a route read
+            // or renewal drops it.
+            let frozen = matches!(resp, Err(StoreFail::Rejected(Rejection::NotServing { .. })));
+            env.stats.raises_not_served += frozen as u64;
+            // Sanity of the model: only a lost reply or no leader (or a
+            // frozen section) is expected here, never a refusal.
+            if !frozen && resp.as_ref().is_err_and(|e| !e.retryable()) {
+                let what = format!("p{p}: raise {r:?} refused: {resp:?}");
+                env.monitor.violate(env.now, 0, what);
             }
-            RaiseOutcome::Drop => {
-                let alloc = self.procs[p].allocator();
-                if alloc.drop_section_if_epoch(r.section, r.epoch) {
-                    trace!(env, "p{p} raise {r:?} refused for good: section dropped");
-                    self.wake(env, p, r.section);
-                }
+        }
+        answer
+    }
+
+    /// A raise's answer as the control loop settled it
+    /// ([`Effect::ApplyRaise`], [`Effect::DropRaised`],
+    /// [`Effect::RaiseFailed`]), on the real allocator.
+    pub(super) fn settled_raise(&mut self, env: &mut Env, p: Slot, effect: Effect) {
+        let alloc = self.procs[p].allocator();
+        match effect {
+            Effect::ApplyRaise {
+                section,
+                epoch,
+                landed,
+            } if alloc.apply_raise(section, epoch, landed) => self.wake(env, p, section),
+            Effect::DropRaised { section, epoch }
+                if alloc.drop_section_if_epoch(section, epoch) =>
+            {
+                trace!(
+                    env,
+                    "p{p} raise of {section} at epoch {epoch} refused for good: section dropped"
+                );
+                self.wake(env, p, section);
             }
-            RaiseOutcome::Retry { .. } => {
-                // A section frozen for a move: `StoreErr::from` maps the
-                // store's NOT_SERVED/MOVED to a transient error, so it is
-                // retried until a route read or renewal drops the section.
-                let frozen = matches!(resp, Err(StoreFail::Rejected(Rejection::NotServing { .. })));
-                env.stats.raises_not_served += frozen as u64;
-                // Sanity of the model: only a lost reply or no leader (or
-                // a frozen section) is expected here, never a refusal.
-                if !frozen && resp.as_ref().is_err_and(|e| !e.retryable()) {
-                    let what = format!("p{p}: raise {r:?} refused: {resp:?}");
-                    env.monitor.violate(env.now, 0, what);
-                }
-                retry.push(r.section);
-            }
+            _ => {}
         }
     }
 }

@@ -434,7 +434,7 @@ mod tests {
     #[test]
     fn pages_list_every_name_once_and_stop() {
         // Sharded (64 shards) and single-shard tables alike.
-        for bound in [8, 10_000] {
+        for bound in [9, 10_000] {
             let t = NameTable::new(&spec(), bound);
             for i in 0..8u32 {
                 t.take(format!("n:{i}").as_bytes(), 0, 0, at_base(0))

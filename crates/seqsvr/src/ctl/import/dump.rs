@@ -158,23 +158,35 @@ fn tokenize(text: &[u8]) -> Result<Vec<Token>, String> {
             line += rest[..end].iter().filter(|&&b| b == b'\n').count();
             i += end + 2;
         } else if c == b'\'' || c == b'"' {
-            let (s, used) = string(rest, c).ok_or(format!("line {start}: a string is not closed"))?;
+            let (s, used) =
+                string(rest, c).ok_or(format!("line {start}: a string is not closed"))?;
             line += rest[..used].iter().filter(|&&b| b == b'\n').count();
-            out.push(Token { tok: Tok::Str(s), line: start });
+            out.push(Token {
+                tok: Tok::Str(s),
+                line: start,
+            });
             i += used;
         } else if c == b'`' {
             let end = rest[1..].iter().position(|&b| b == b'`');
             let end = end.ok_or(format!("line {start}: a `name` is not closed"))?;
             let name = String::from_utf8_lossy(&rest[1..1 + end]).into_owned();
-            out.push(Token { tok: Tok::Ident(name), line: start });
+            out.push(Token {
+                tok: Tok::Ident(name),
+                line: start,
+            });
             i += end + 2;
-        } else if c.is_ascii_digit() || (c == b'-' || c == b'+') && rest.get(1).is_some_and(u8::is_ascii_digit) {
+        } else if c.is_ascii_digit()
+            || (c == b'-' || c == b'+') && rest.get(1).is_some_and(u8::is_ascii_digit)
+        {
             let len = 1 + rest[1..]
                 .iter()
                 .position(|&b| !(b.is_ascii_alphanumeric() || b == b'.' || b == b'+' || b == b'-'))
                 .unwrap_or(rest.len() - 1);
             let n = String::from_utf8_lossy(&rest[..len]).into_owned();
-            out.push(Token { tok: Tok::Num(n.trim_start_matches('+').to_string()), line: start });
+            out.push(Token {
+                tok: Tok::Num(n.trim_start_matches('+').to_string()),
+                line: start,
+            });
             i += len;
         } else if c.is_ascii_alphabetic() || c == b'_' || c >= 0x80 {
             let len = rest
@@ -182,10 +194,16 @@ fn tokenize(text: &[u8]) -> Result<Vec<Token>, String> {
                 .position(|&b| !(b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80))
                 .unwrap_or(rest.len());
             let w = String::from_utf8_lossy(&rest[..len]).into_owned();
-            out.push(Token { tok: Tok::Word(w), line: start });
+            out.push(Token {
+                tok: Tok::Word(w),
+                line: start,
+            });
             i += len;
         } else {
-            out.push(Token { tok: Tok::Punct(c), line: start });
+            out.push(Token {
+                tok: Tok::Punct(c),
+                line: start,
+            });
             i += 1;
         }
     }
@@ -237,7 +255,8 @@ fn sql_rows(text: &[u8], table: &str, default_columns: &[&str]) -> Result<Vec<Ro
     let mut rows = Vec::new();
     let mut i = 0;
     while i < toks.len() {
-        if toks[i].tok.is_word("create") && toks.get(i + 1).is_some_and(|t| t.tok.is_word("table")) {
+        if toks[i].tok.is_word("create") && toks.get(i + 1).is_some_and(|t| t.tok.is_word("table"))
+        {
             let (name, cols, next) = create_table(&toks, i + 2)?;
             if name == table {
                 created = Some(cols);
@@ -259,7 +278,10 @@ fn sql_rows(text: &[u8], table: &str, default_columns: &[&str]) -> Result<Vec<Ro
 /// Skips `IF NOT EXISTS` and reads `name ( defs )` from `at`: the table's
 /// name, its columns, and the index after the closing parenthesis.
 fn create_table(toks: &[Token], mut at: usize) -> Result<(String, Vec<String>, usize), String> {
-    while toks.get(at).is_some_and(|t| ["if", "not", "exists"].iter().any(|w| t.tok.is_word(w))) {
+    while toks
+        .get(at)
+        .is_some_and(|t| ["if", "not", "exists"].iter().any(|w| t.tok.is_word(w)))
+    {
         at += 1;
     }
     let name = table_name(toks, &mut at).unwrap_or_default();
@@ -285,8 +307,15 @@ fn create_table(toks: &[Token], mut at: usize) -> Result<(String, Vec<String>, u
         }
         if item_start && depth == 1 && !matches!(t.tok, Tok::Punct(_)) {
             const NOT_COLUMNS: [&str; 9] = [
-                "primary", "unique", "key", "index", "constraint", "fulltext", "foreign",
-                "check", "spatial",
+                "primary",
+                "unique",
+                "key",
+                "index",
+                "constraint",
+                "fulltext",
+                "foreign",
+                "check",
+                "spatial",
             ];
             if !NOT_COLUMNS.iter().any(|w| t.tok.is_word(w)) {
                 cols.extend(t.tok.name());
@@ -294,7 +323,10 @@ fn create_table(toks: &[Token], mut at: usize) -> Result<(String, Vec<String>, u
             item_start = false;
         }
     }
-    Err(format!("line {}: CREATE TABLE {name} is not closed", toks[at].line))
+    Err(format!(
+        "line {}: CREATE TABLE {name} is not closed",
+        toks[at].line
+    ))
 }
 
 /// A table name at `at` (`db.t`, `` `db`.`t` ``: the last part), lower
@@ -321,7 +353,9 @@ fn insert(
     let line = toks[start].line;
     let mut at = start + 1;
     while toks.get(at).is_some_and(|t| {
-        ["ignore", "into", "low_priority", "delayed", "high_priority"].iter().any(|w| t.tok.is_word(w))
+        ["ignore", "into", "low_priority", "delayed", "high_priority"]
+            .iter()
+            .any(|w| t.tok.is_word(w))
     }) {
         at += 1;
     }
@@ -330,10 +364,15 @@ fn insert(
     if toks.get(at).map(|t| &t.tok) == Some(&Tok::Punct(b'(')) {
         let (names, next) = tuple(toks, at)?;
         let names: Option<Vec<String>> = names.iter().map(|t| t.name()).collect();
-        cols = Some(names.ok_or(format!("line {line}: the column list is not a list of names"))?);
+        cols = Some(names.ok_or(format!(
+            "line {line}: the column list is not a list of names"
+        ))?);
         at = next;
     }
-    if !toks.get(at).is_some_and(|t| t.tok.is_word("values") || t.tok.is_word("value")) {
+    if !toks
+        .get(at)
+        .is_some_and(|t| t.tok.is_word("values") || t.tok.is_word("value"))
+    {
         // INSERT … SELECT or SET: not a dump's; skip to the statement's end.
         return Ok(end_of_statement(toks, at));
     }
@@ -363,7 +402,10 @@ fn insert(
                 .map(|(c, t)| Ok((c, cell(t)?)))
                 .collect::<Result<HashMap<_, _>, String>>()
                 .map_err(|t| format!("line {row_line}: {t} is not a value"))?;
-            rows.push(Row { cells, at: format!("line {row_line}") });
+            rows.push(Row {
+                cells,
+                at: format!("line {row_line}"),
+            });
         }
         at = next;
         match toks.get(at).map(|t| &t.tok) {
@@ -382,12 +424,19 @@ fn tuple(toks: &[Token], at: usize) -> Result<(Vec<Tok>, usize), String> {
     }
     let (mut out, mut i) = (Vec::new(), at + 1);
     loop {
-        let t = toks.get(i).ok_or(format!("line {line}: a row is not closed"))?;
+        let t = toks
+            .get(i)
+            .ok_or(format!("line {line}: a row is not closed"))?;
         out.push(t.tok.clone());
         match toks.get(i + 1).map(|t| &t.tok) {
             Some(Tok::Punct(b',')) => i += 2,
             Some(Tok::Punct(b')')) => return Ok((out, i + 2)),
-            _ => return Err(format!("line {line}: a row holds something other than values")),
+            None => return Err(format!("line {line}: a row is not closed")),
+            _ => {
+                return Err(format!(
+                    "line {line}: a row holds something other than values"
+                ))
+            }
         }
     }
 }
@@ -413,14 +462,22 @@ fn end_of_statement(toks: &[Token], mut at: usize) -> usize {
 
 /// Rows of a delimited text with a header line; `\r\n` taken as `\n`.
 fn delimited(text: &[u8], sep: u8) -> Result<Vec<Row>, String> {
-    let records = if sep == b'\t' { tsv_records(text) } else { csv_records(text)? };
+    let records = if sep == b'\t' {
+        tsv_records(text)
+    } else {
+        csv_records(text)?
+    };
     let mut it = records.into_iter();
     let Some((_, header)) = it.next() else {
         return Ok(Vec::new());
     };
     let cols: Vec<String> = header
         .iter()
-        .map(|c| String::from_utf8_lossy(c.bytes().unwrap_or_default()).trim().to_ascii_lowercase())
+        .map(|c| {
+            String::from_utf8_lossy(c.bytes().unwrap_or_default())
+                .trim()
+                .to_ascii_lowercase()
+        })
         .collect();
     let mut rows = Vec::new();
     for (line, cells) in it {

@@ -298,7 +298,11 @@ pub fn print_plan(plan: &Plan, json: bool) -> Result<()> {
             "refused": plan.refused,
         }));
     }
-    outln!("would set {} floors; {} refused", plan.floors.len(), plan.refused.len())?;
+    outln!(
+        "would set {} floors; {} refused",
+        plan.floors.len(),
+        plan.refused.len()
+    )?;
     for f in &plan.floors {
         outln!("  {:<40} floor {:>20}   ({})", text(&f.name), f.floor, f.at)?;
     }

@@ -18,7 +18,8 @@ const BATCH: usize = 1000;
 
 /// The plan of every key of the Redis at `url` matching `pattern`.
 pub async fn plan(url: &str, pattern: &str, keys: &KeyMap) -> Result<Plan> {
-    let failed = |what: &str, e: redis::RedisError| Error::Failed(format!("redis {url}: {what}: {e}"));
+    let failed =
+        |what: &str, e: redis::RedisError| Error::Failed(format!("redis {url}: {what}: {e}"));
     let client = redis::Client::open(url).map_err(|e| failed("not a Redis URL", e))?;
     let mut con = client
         .get_multiplexed_async_connection()
@@ -37,7 +38,9 @@ pub async fn plan(url: &str, pattern: &str, keys: &KeyMap) -> Result<Plan> {
             .await
             .map_err(|e| failed("SCAN", e))?;
         for chunk in batch.chunks(BATCH) {
-            let values = values(&mut con, chunk).await.map_err(|e| failed("MGET", e))?;
+            let values = values(&mut con, chunk)
+                .await
+                .map_err(|e| failed("MGET", e))?;
             for (key, value) in chunk.iter().zip(&values) {
                 sources::plan_redis(&mut plan, keys, key, value.as_deref());
             }

@@ -48,8 +48,16 @@ impl Source {
         match self {
             Source::Leaf => &["biz_tag", "max_id", "step", "description", "update_time"],
             Source::Tinyid => &[
-                "id", "biz_type", "begin_id", "max_id", "step", "delta", "remainder",
-                "create_time", "update_time", "version",
+                "id",
+                "biz_type",
+                "begin_id",
+                "max_id",
+                "step",
+                "delta",
+                "remainder",
+                "create_time",
+                "update_time",
+                "version",
             ],
         }
     }
@@ -83,7 +91,11 @@ pub fn plan_rows(source: Source, rows: &[Row]) -> Result<Plan, String> {
         }
     }
     for r in rows {
-        let name = r.cells.get(name_col).and_then(Cell::bytes).map(<[u8]>::to_vec);
+        let name = r
+            .cells
+            .get(name_col)
+            .and_then(Cell::bytes)
+            .map(<[u8]>::to_vec);
         let at = format!("{} {}", source.table(), r.at);
         let Some(name) = name else {
             plan.refuse(b"", at, format!("{name_col} is NULL"));
@@ -102,7 +114,9 @@ fn floor_of(c: &Cell) -> Result<u64, String> {
     if *c == Cell::Null {
         return Err("is NULL".into());
     }
-    let text = String::from_utf8_lossy(c.bytes().unwrap_or_default()).trim().to_string();
+    let text = String::from_utf8_lossy(c.bytes().unwrap_or_default())
+        .trim()
+        .to_string();
     integer(&text).map_err(|why| format!("{} {why}", c.shown()))
 }
 
@@ -132,9 +146,16 @@ pub fn plan_redis(plan: &mut Plan, keys: &KeyMap, key: &[u8], value: Option<&[u8
         return plan.refuse(key, at, why);
     }
     let Some(value) = value else {
-        return plan.refuse(key, at, "holds no string value (a hash, list, set, or expired)".into());
+        return plan.refuse(
+            key,
+            at,
+            "holds no string value (a hash, list, set, or expired)".into(),
+        );
     };
-    match std::str::from_utf8(value).map_err(|_| "is not an integer").and_then(integer) {
+    match std::str::from_utf8(value)
+        .map_err(|_| "is not an integer")
+        .and_then(integer)
+    {
         Ok(floor) => plan.add(key.to_vec(), floor, at),
         Err(why) => {
             let shown: String = String::from_utf8_lossy(value).chars().take(40).collect();

@@ -27,10 +27,16 @@ fn floors_only_move_forward_and_a_second_run_changes_nothing() {
     let p = plan();
     assert_eq!(p.floors.len(), 3);
     let first = block_on(apply(&p, &sink)).unwrap();
-    assert_eq!((first.imported, first.already_above, first.refused.len()), (2, 1, 1));
+    assert_eq!(
+        (first.imported, first.already_above, first.refused.len()),
+        (2, 1, 1)
+    );
     assert_eq!(first.refused[0].reason, "max_id is NULL");
     let c = sink.counters.lock().unwrap().clone();
-    assert_eq!((c[&b"a".to_vec()], c[&b"b".to_vec()], c[&b"c".to_vec()]), (100, 9, 70));
+    assert_eq!(
+        (c[&b"a".to_vec()], c[&b"b".to_vec()], c[&b"c".to_vec()]),
+        (100, 9, 70)
+    );
     let again = block_on(apply(&p, &sink)).unwrap();
     assert_eq!((again.imported, again.already_above), (0, 3));
     assert_eq!(*sink.counters.lock().unwrap(), c);
@@ -56,7 +62,10 @@ fn a_refused_floor_is_reported_and_a_failed_sink_stops() {
     let s = block_on(apply(&p, &Picky)).unwrap();
     assert_eq!(s.imported, 1);
     assert_eq!(
-        s.refused.iter().map(|r| r.reason.as_str()).collect::<Vec<_>>(),
+        s.refused
+            .iter()
+            .map(|r| r.reason.as_str())
+            .collect::<Vec<_>>(),
         ["max_id is NULL", "b's declared maximum is 3"]
     );
     let e = block_on(apply(&plan(), &Picky)).unwrap_err().to_string();

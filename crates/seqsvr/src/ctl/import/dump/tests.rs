@@ -63,7 +63,7 @@ fn a_mysqldump_of_leaf_alloc() {
         assert_eq!(get(r, "biz_tag"), &text(tag));
         assert_eq!(get(r, "max_id"), &num(max));
         assert_eq!(get(r, "step"), &num(step));
-        assert_eq!(r.at, "line 28");
+        assert_eq!(r.at, "line 26");
     }
     assert_eq!(
         get(&rows[1], "description"),
@@ -103,7 +103,8 @@ fn statements_in_every_shape() {
         ),
     ];
     for (sql, want) in table {
-        let rows = rows(sql.as_bytes(), Format::Sql, "leaf_alloc", &cols).unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let rows = rows(sql.as_bytes(), Format::Sql, "leaf_alloc", &cols)
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
         let got: Vec<(Cell, Cell)> = rows
             .iter()
             .map(|r| (get(r, "biz_tag").clone(), get(r, "max_id").clone()))
@@ -117,10 +118,22 @@ fn statements_in_every_shape() {
 fn broken_dumps_name_the_line() {
     let cols = ["biz_tag", "max_id"];
     let table = [
-        ("INSERT INTO leaf_alloc VALUES ('a',1", "line 1: a row is not closed"),
-        ("\n\nINSERT INTO leaf_alloc VALUES ('a)", "line 3: a string is not closed"),
-        ("INSERT INTO leaf_alloc VALUES ('a',1,2);", "line 1: a row of leaf_alloc has 3 values for 2 columns (biz_tag, max_id)"),
-        ("INSERT INTO leaf_alloc VALUES ('a',now());", "line 1: a row holds something other than values"),
+        (
+            "INSERT INTO leaf_alloc VALUES ('a',1",
+            "line 1: a row is not closed",
+        ),
+        (
+            "\n\nINSERT INTO leaf_alloc VALUES ('a)",
+            "line 3: a string is not closed",
+        ),
+        (
+            "INSERT INTO leaf_alloc VALUES ('a',1,2);",
+            "line 1: a row of leaf_alloc has 3 values for 2 columns (biz_tag, max_id)",
+        ),
+        (
+            "INSERT INTO leaf_alloc VALUES ('a',now());",
+            "line 1: a row holds something other than values",
+        ),
         ("/* open", "line 1: a comment is not closed"),
     ];
     for (sql, want) in table {
@@ -147,7 +160,8 @@ fn tinyid_db_sql() {
 
 #[test]
 fn tsv_as_mysql_batch_prints_it() {
-    let tsv = "biz_tag\tmax_id\tstep\nleaf-segment-test\t1\t2000\r\ntab\\there\t5\t1\nnull\tNULL\t1\n\n";
+    let tsv =
+        "biz_tag\tmax_id\tstep\nleaf-segment-test\t1\t2000\r\ntab\\there\t5\t1\nnull\tNULL\t1\n\n";
     let rows = rows(tsv.as_bytes(), Format::Auto, "leaf_alloc", &[]).unwrap();
     assert_eq!(rows.len(), 3);
     assert_eq!(get(&rows[0], "max_id"), &text("1"));
@@ -173,7 +187,12 @@ fn csv_with_quotes() {
     let tags: Vec<&Cell> = rows.iter().map(|r| get(r, "biz_tag")).collect();
     assert_eq!(
         tags,
-        [&text("a,b"), &text("say \"hi\""), &text("multi\nline"), &text("plain")]
+        [
+            &text("a,b"),
+            &text("say \"hi\""),
+            &text("multi\nline"),
+            &text("plain")
+        ]
     );
     assert_eq!(rows[3].at, "line 6");
     assert_eq!(

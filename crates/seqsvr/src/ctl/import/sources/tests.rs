@@ -13,12 +13,22 @@ fn floors(p: &Plan) -> Vec<(String, u64)> {
 fn refusals(p: &Plan) -> Vec<(String, String)> {
     p.refused
         .iter()
-        .map(|r| (String::from_utf8_lossy(&r.name).into_owned(), r.reason.clone()))
+        .map(|r| {
+            (
+                String::from_utf8_lossy(&r.name).into_owned(),
+                r.reason.clone(),
+            )
+        })
         .collect()
 }
 
 fn plan_of(source: Source, text: &str) -> Result<Plan, String> {
-    let rows = rows(text.as_bytes(), Format::Auto, source.table(), source.columns())?;
+    let rows = rows(
+        text.as_bytes(),
+        Format::Auto,
+        source.table(),
+        source.columns(),
+    )?;
     plan_rows(source, &rows)
 }
 
@@ -45,7 +55,10 @@ fn leaf_rows_floor_at_max_id() {
             ("".into(), "a name is 1..=256 bytes, not empty".into()),
             (long.clone(), "a name is 1..=256 bytes, not 257".into()),
             ("frac".into(), "max_id 1.5 is not an integer".into()),
-            ("huge".into(), "max_id 18446744073709551616 is above 2^64 - 1".into()),
+            (
+                "huge".into(),
+                "max_id 18446744073709551616 is above 2^64 - 1".into()
+            ),
         ]
     );
     assert_eq!(p.refused[0].at, "leaf_alloc line 1");
@@ -58,7 +71,10 @@ fn leaf_tsv_and_missing_columns() {
     assert_eq!(floors(&p), [("im:group:7".into(), 98000000)]);
     assert_eq!(
         refusals(&p),
-        [("bad".to_string(), "max_id \"abc\" is not an integer".to_string())]
+        [(
+            "bad".to_string(),
+            "max_id \"abc\" is not an integer".to_string()
+        )]
     );
     assert_eq!(
         plan_of(Source::Leaf, "tag,max\na,1\n").map(|_| ()),
@@ -79,7 +95,10 @@ fn tinyid_rows_floor_at_max_id() {
     );
     // Without a column list: Tinyid's own column order.
     let bare = "INSERT INTO tiny_id_info VALUES (1,'t',1,500,100,1,0,NULL,NULL,0);";
-    assert_eq!(floors(&plan_of(Source::Tinyid, bare).unwrap()), [("t".into(), 500)]);
+    assert_eq!(
+        floors(&plan_of(Source::Tinyid, bare).unwrap()),
+        [("t".into(), 500)]
+    );
 }
 
 #[test]
@@ -108,9 +127,18 @@ fn redis_keys_and_values() {
     let want = [
         ("page:views", "value \"12.5\" is not an integer"),
         ("neg", "value \"-3\" is negative"),
-        ("session:abc", "value \"{\\\"user\\\":1}\" is not an integer"),
-        ("myhash", "holds no string value (a hash, list, set, or expired)"),
-        ("seq:42", "the Redis door reads this key as uid 42, not a name"),
+        (
+            "session:abc",
+            "value \"{\\\"user\\\":1}\" is not an integer",
+        ),
+        (
+            "myhash",
+            "holds no string value (a hash, list, set, or expired)",
+        ),
+        (
+            "seq:42",
+            "the Redis door reads this key as uid 42, not a name",
+        ),
         ("42", "the Redis door reads this key as uid 42, not a name"),
         ("\u{fffd}\u{fffd}", ""),
         ("big", "value \"99999999999999999999\" is above 2^64 - 1"),
@@ -124,6 +152,9 @@ fn redis_keys_and_values() {
         assert_eq!((name.as_str(), why.as_str()), (wname, wwhy));
     }
     assert_eq!(p.refused[6].name, b"bin");
-    assert_eq!(p.refused[6].reason, "value \"\u{fffd}\u{fffd}\" is not an integer");
+    assert_eq!(
+        p.refused[6].reason,
+        "value \"\u{fffd}\u{fffd}\" is not an integer"
+    );
     assert_eq!(p.refused[0].at, "redis key \"page:views\"");
 }

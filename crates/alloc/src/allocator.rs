@@ -32,6 +32,7 @@ use crate::steps::{AdaptiveSteps, StepPolicy};
 static STAND_IN: AtomicU64 = AtomicU64::new(1);
 
 mod named;
+pub use named::NameView;
 mod reserve;
 pub use reserve::MAX_COUNT;
 

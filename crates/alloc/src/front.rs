@@ -215,6 +215,12 @@ impl Front {
         &self.shared
     }
 
+    /// Where the forwarding client's routes send `uid` now, without
+    /// calling anyone (`None`: forwarding is off).
+    pub fn owner_of(&self, uid: Uid) -> Option<Owner> {
+        self.fwd.as_ref().map(|f| f.client.owner_of(uid))
+    }
+
     /// The route version replies carry.
     pub fn route_version(&self) -> u64 {
         self.shared.version()

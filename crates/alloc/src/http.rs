@@ -12,6 +12,9 @@
 //!   percent-decoded, 1..=256 bytes), `uid` in JSON being its position;
 //! - `GET /api/segment/get/{name}` → the name's next number as bare text
 //!   (no newline), as Leaf's segment API answers, for teams migrating.
+//! - the monitor of named counters (`crate::http_monitor`): `GET
+//!   /v1/name/info/{name}`, `GET /v1/names?limit=&cursor=&prefix=` and
+//!   Leaf's `GET /cache`, JSON, read only;
 //! - time-ordered ids (docs/ids.md): `GET /v1/id/{ns}` → one id as
 //!   `text/plain` (or `{"namespace":…,"id":…}`); `GET /v1/ids/{ns}/{n}` →
 //!   `{"namespace":…,"ids":[…]}`; `GET /v1/decode-id/{ns}/{id}` →
@@ -51,6 +54,7 @@ use tonic::Code;
 use crate::error::CallError;
 use crate::front::Front;
 use crate::http_ids::{percent_decode, IdRoute};
+use crate::http_monitor::MonitorRoute;
 
 /// Connections served at once; more wait to be accepted.
 pub const MAX_CONNECTIONS: usize = 1024;
@@ -142,6 +146,8 @@ enum Route {
     Leaf(Vec<u8>),
     /// Time-ordered ids (`crate::http_ids`).
     Id(IdRoute),
+    /// The monitor of named counters (`crate::http_monitor`).
+    Monitor(MonitorRoute),
 }
 
 /// Why a request is refused before the front is called.
@@ -178,6 +184,8 @@ fn route_q(method: &Method, path: &str, query: Option<&str>) -> Result<Route, Re
         (Method::GET, name(n).map(|(n, _)| Route::Leaf(n)))
     } else if path == "/v1/next-batch" {
         (Method::POST, Ok(Route::Batch))
+    } else if let Some(r) = crate::http_monitor::route(path, query) {
+        (Method::GET, r.map(Route::Monitor).map_err(Refusal::Invalid))
     } else if let Some(r) = crate::http_ids::route(path, query) {
         (Method::GET, r.map(Route::Id).map_err(Refusal::Invalid))
     } else {
@@ -231,6 +239,10 @@ async fn handle(front: &Front, req: Request<Incoming>) -> Response<Body> {
         Route::NameCurrent(name, key) => one(front, key, front.current_name(&name).await, json),
         Route::Leaf(name) => match front.next_name(&name, 1).await {
             Ok(seq) => reply(StatusCode::OK, "text/plain; charset=utf-8", seq.to_string()),
+            Err(e) => error(front, &e),
+        },
+        Route::Monitor(r) => match crate::http_monitor::answer(front, r) {
+            Ok((status, body)) => reply(status, "application/json", body),
             Err(e) => error(front, &e),
         },
         Route::Id(r) => match crate::http_ids::answer(front, r, json).await {
@@ -316,7 +328,9 @@ fn refused(front: &Front, refusal: Refusal) -> Response<Body> {
         Refusal::NotFound => (
             StatusCode::NOT_FOUND,
             "NOT_FOUND",
-            "paths: GET /v1/next/{uid}, GET /v1/current/{uid}, POST /v1/next-batch".to_string(),
+            "paths: GET /v1/next/{uid}, GET /v1/current/{uid}, POST /v1/next-batch, \
+             GET /v1/name/info/{name}, GET /v1/names"
+                .to_string(),
         ),
         Refusal::Method(allow) => {
             let mut r = json_error(

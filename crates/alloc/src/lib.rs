@@ -47,7 +47,8 @@
 //!   a section served here from memory, any other forwarded to its owner
 //!   (one hop, coalesced, bounded; `docs/architecture/forwarding.md`).
 //! - [`http`]: the HTTP API, a door on its own port answering through the
-//!   front (`docs/clients.md`).
+//!   front (`docs/clients.md`); [`http_monitor`] its read-only view of the
+//!   named counters held here (`docs/counters.md`).
 //! - [`shared`]: what the services share with the node's background tasks:
 //!   [`Shared`](shared::Shared) (allocator, lease, route table, fence,
 //!   metrics), the [`Ownership`](shared::Ownership) lock (which holds the
@@ -113,6 +114,7 @@ pub mod front;
 pub mod handoff;
 pub mod http;
 pub mod http_ids;
+pub mod http_monitor;
 pub mod ids;
 pub mod lease;
 pub mod malloc;
@@ -130,7 +132,7 @@ pub mod steps;
 pub mod store_link;
 pub mod warm;
 
-pub use allocator::{AllocConfig, AllocStats, Allocator, RaiseRequest};
+pub use allocator::{AllocConfig, AllocStats, Allocator, NameView, RaiseRequest};
 pub use ceiling::{CeilingStore, Grant};
 pub use error::{
     AllocError, CallError, ConfigError, ForwardError, MoveError, NodeError, Result, StoreErr,

@@ -101,6 +101,27 @@ pub struct NameStats {
     pub skipped: u64,
 }
 
+/// One name held, as a listing shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldName {
+    /// The name's bytes.
+    pub name: Vec<u8>,
+    /// The last number handed out for it here (before the section's base
+    /// is applied).
+    pub value: u64,
+    /// Its position's section.
+    pub section: SectionId,
+}
+
+/// A page of the names held ([`NameTable::page`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamePage {
+    /// The names, in table order (no order a caller may rely on).
+    pub names: Vec<HeldName>,
+    /// Where the next page starts (`None`: this was the last).
+    pub next: Option<u64>,
+}
+
 /// The names held by one allocator (module docs).
 #[derive(Debug)]
 pub(crate) struct NameTable {
@@ -196,15 +217,66 @@ impl NameTable {
     /// The name's last number here, or (not held) its section's floor or
     /// `at_least` if higher; the caller maxes it with the section's base.
     pub(crate) fn held(&self, name: &[u8], section: SectionId, at_least: u64) -> u64 {
+        self.lookup(name, section, at_least).0
+    }
+
+    /// [`held`](Self::held), and whether the name is held. Reads only: a
+    /// name not held is not created.
+    pub(crate) fn lookup(&self, name: &[u8], section: SectionId, at_least: u64) -> (u64, bool) {
         let hash = self.hasher.hash_one(name);
         let shard = self.shard(hash);
         match shard
             .index
             .find(hash, |&i| *shard.entries[i as usize].name == *name)
         {
-            Some(&i) => shard.entries[i as usize].value,
-            None => self.floor(section).load(Relaxed).max(at_least),
+            Some(&i) => (shard.entries[i as usize].value, true),
+            None => (self.floor(section).load(Relaxed).max(at_least), false),
         }
+    }
+
+    /// Up to `limit` names held whose bytes start with `prefix`, from
+    /// `cursor` on (0: the start), looking at no more than `budget`
+    /// entries; and the cursor of the next page (`None`: the end).
+    /// `None` for a cursor no page gave. Reads only.
+    ///
+    /// A cursor is a shard and a slot in it. Names created or forgotten
+    /// between pages may be missed or listed twice (as Redis `SCAN`); a
+    /// name held throughout is listed at least once.
+    pub(crate) fn page(
+        &self,
+        cursor: u64,
+        limit: usize,
+        prefix: &[u8],
+        budget: usize,
+    ) -> Option<NamePage> {
+        let (mut shard, mut slot) = ((cursor >> 32) as usize, (cursor & 0xffff_ffff) as usize);
+        if shard >= self.shards.len() {
+            return None;
+        }
+        let mut page = NamePage::default();
+        let mut looked = 0;
+        while shard < self.shards.len() {
+            let s = self.shards[shard].lock().unwrap_or_else(|e| e.into_inner());
+            while slot < s.entries.len() {
+                if page.names.len() >= limit || looked >= budget {
+                    page.next = Some(((shard as u64) << 32) | slot as u64);
+                    return Some(page);
+                }
+                let e = &s.entries[slot];
+                if e.name.starts_with(prefix) {
+                    page.names.push(HeldName {
+                        name: e.name.to_vec(),
+                        value: e.value,
+                        section: e.section,
+                    });
+                }
+                looked += 1;
+                slot += 1;
+            }
+            shard += 1;
+            slot = 0;
+        }
+        Some(page)
     }
 
     /// Adds `entry` (not held), forgetting one first if the shard is full.
@@ -357,6 +429,62 @@ mod tests {
         t.take(b"b", 3, 0, at_base(0)).unwrap(); // forgets "a" into section 2
         assert_eq!(t.held(b"x", 2, 0), 7);
         assert_eq!(t.held(b"x", 3, 0), 0);
+    }
+
+    #[test]
+    fn pages_list_every_name_once_and_stop() {
+        // Sharded (64 shards) and single-shard tables alike.
+        for bound in [9, 10_000] {
+            let t = NameTable::new(&spec(), bound);
+            for i in 0..8u32 {
+                t.take(format!("n:{i}").as_bytes(), 0, 0, at_base(0))
+                    .unwrap();
+            }
+            t.take(b"other", 1, 0, at_base(0)).unwrap();
+            let (mut seen, mut cursor, mut pages) = (Vec::new(), 0, 0);
+            loop {
+                let p = t.page(cursor, 3, b"n:", 1_000).unwrap();
+                assert!(p.names.len() <= 3);
+                seen.extend(p.names.into_iter().map(|h| h.name));
+                pages += 1;
+                match p.next {
+                    Some(c) => cursor = c,
+                    None => break,
+                }
+            }
+            seen.sort();
+            let want: Vec<Vec<u8>> = (0..8).map(|i| format!("n:{i}").into_bytes()).collect();
+            assert_eq!(seen, want, "bound {bound}");
+            assert!(pages >= 3, "bound {bound}: {pages} pages");
+        }
+        let t = NameTable::new(&spec(), 8);
+        t.take(b"a", 2, 0, at_base(0)).unwrap();
+        t.take(b"a", 2, 0, at_base(0)).unwrap();
+        let all = t.page(0, 10, b"", 10).unwrap();
+        assert_eq!(
+            all.names,
+            vec![HeldName {
+                name: b"a".to_vec(),
+                value: 2,
+                section: 2
+            }]
+        );
+        assert_eq!(all.next, None);
+        // The budget bounds the work of a page, matches or not.
+        let t = NameTable::new(&spec(), 100);
+        for i in 0..50u32 {
+            t.take(format!("x{i}").as_bytes(), 0, 0, at_base(0))
+                .unwrap();
+        }
+        let p = t.page(0, 10, b"nomatch", 20).unwrap();
+        assert!(p.names.is_empty());
+        assert_eq!(p.next, Some(20));
+        // A cursor no page gave is refused; listing changes nothing.
+        assert_eq!(t.page(1 << 32, 10, b"", 10), None);
+        assert_eq!(t.stats().created, 50);
+        assert_eq!(t.lookup(b"x1", 0, 0), (1, true));
+        assert_eq!(t.lookup(b"zz", 0, 0), (0, false));
+        assert_eq!(t.stats().held, 50);
     }
 
     #[test]

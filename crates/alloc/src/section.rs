@@ -89,6 +89,9 @@ pub struct SectionState {
     pub step: u64,
     /// The headroom at which a raise is asked for.
     pub raise_margin: u64,
+    /// When the ceiling last moved here: the last raise landed, or the
+    /// take-over installed the section (monitor views).
+    pub last_raise: Option<Instant>,
 }
 
 /// A `u64` on its own cache line, so that hot-path writes to it do not
@@ -730,13 +733,15 @@ impl SectionSlot {
         let epoch = ctl.lock();
         let guard = pin();
         let b = self.block(&guard)?;
+        let pace = ctl.pace();
         Some(SectionState {
             epoch: *epoch,
             ceiling: b.ceiling.load(Acquire),
             high_water: b.high_water.0.load(Relaxed),
             raise_pending: b.raise_pending.load(Relaxed),
-            step: ctl.pace().step(),
+            step: pace.step(),
             raise_margin: b.raise_margin.load(Relaxed),
+            last_raise: pace.moved_at(),
         })
     }
 

@@ -266,6 +266,12 @@ impl Pace {
     pub fn rate(&self) -> f64 {
         self.rate
     }
+
+    /// When the section's ceiling last moved here: the last raise landed,
+    /// or the take-over installed it (`None`: never installed).
+    pub fn moved_at(&self) -> Option<Instant> {
+        self.mark.map(|(at, _)| at)
+    }
 }
 
 #[cfg(test)]

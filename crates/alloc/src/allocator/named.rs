@@ -8,12 +8,33 @@
 //! above that cell as well, so callers moving from the position to the
 //! name never see the name go back (`docs/counters.md`, Upgrading).
 
-use seqsvr_core::name_key;
+use seqsvr_core::{name_key, SectionId, Uid};
 use tokio::time::Instant;
 
 use super::Allocator;
 use crate::error::{AllocError, Result};
-use crate::section::Refused;
+use crate::names::NamePage;
+use crate::section::{Refused, SectionState};
+
+/// What a monitor shows of one name: read from memory, changing nothing
+/// (`docs/counters.md`, Watching names).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NameView {
+    /// The name's bytes.
+    pub name: Vec<u8>,
+    /// Its position (`seqsvr_core::name_key`).
+    pub position: Uid,
+    /// The position's section.
+    pub section: SectionId,
+    /// Whether the name table holds it (false: first seen or forgotten; a
+    /// call would create it at `value`'s start).
+    pub held: bool,
+    /// Its `cur_seq` (what `current` answers; `None`: its section is not
+    /// served here now).
+    pub value: Option<u64>,
+    /// Its section as served here (`None`: not served here now).
+    pub section_state: Option<SectionState>,
+}
 
 impl Allocator {
     /// The next number of `name`: strictly above every number handed out
@@ -59,6 +80,58 @@ impl Allocator {
         let at_least = slot.current(idx).unwrap_or(0);
         slot.current_held(self.names.held(name, section, at_least))
             .ok_or(AllocError::NotOwner { section })
+    }
+
+    /// What a monitor shows of `name`, or `NotOwner` when its section is
+    /// not served here. Reads only: a name not held is not created.
+    pub fn name_view(&self, name: &[u8]) -> Result<NameView> {
+        let position = name_key(name)?;
+        let (slot, section, idx) = self.locate(position)?;
+        let at_least = slot.current(idx).unwrap_or(0);
+        let (last, held) = self.names.lookup(name, section, at_least);
+        let value = slot.current_held(last);
+        let section_state = slot.state();
+        if value.is_none() || section_state.is_none() {
+            return Err(AllocError::NotOwner { section });
+        }
+        Ok(NameView {
+            name: name.to_vec(),
+            position,
+            section,
+            held,
+            value,
+            section_state,
+        })
+    }
+
+    /// A page of the names held here (`NameTable::page`): up to `limit`
+    /// names starting with `prefix`, from `cursor`, looking at no more
+    /// than `budget` entries; the next page's cursor (`None`: the end).
+    /// `None` for a cursor no page gave. A name whose section is no longer
+    /// served here is listed without a value or section state.
+    pub fn names_page(
+        &self,
+        cursor: u64,
+        limit: usize,
+        prefix: &[u8],
+        budget: usize,
+    ) -> Option<(Vec<NameView>, Option<u64>)> {
+        let NamePage { names, next } = self.names.page(cursor, limit, prefix, budget)?;
+        let views = names
+            .into_iter()
+            .map(|h| {
+                let slot = self.slot(h.section);
+                NameView {
+                    position: name_key(&h.name).unwrap_or_default(),
+                    section: h.section,
+                    held: true,
+                    value: slot.and_then(|s| s.current_held(h.value)),
+                    section_state: slot.and_then(|s| s.state()),
+                    name: h.name,
+                }
+            })
+            .collect();
+        Some((views, next))
     }
 
     /// Like [`next_name_n`](Self::next_name_n), but when the section is

@@ -173,6 +173,12 @@ enum Cmd {
         #[command(subcommand)]
         op: ctl::id::IdOp,
     },
+    /// Named counters: importing floors from Leaf, Tinyid or Redis
+    /// (docs/counters.md, Moving over).
+    Counter {
+        #[command(subcommand)]
+        op: ctl::import::CounterOp,
+    },
 }
 
 fn main() -> ExitCode {
@@ -281,7 +287,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         | Cmd::Alloc { .. }
         | Cmd::Store { .. }
         | Cmd::Set { .. } => rt.block_on(need_listener(&store, reach::STORE, &store_from))?,
-        Cmd::Health(_) | Cmd::Drill(_) | Cmd::Id { .. } => {}
+        Cmd::Health(_) | Cmd::Drill(_) | Cmd::Id { .. } | Cmd::Counter { .. } => {}
     }
     let done = rt.block_on(async move {
         let seq = || {
@@ -355,6 +361,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     ctl::id::run_store(&ctl()?, op).await
                 }
             },
+            Cmd::Counter {
+                op: ctl::import::CounterOp::Import(args),
+            } => {
+                if !args.dry_run {
+                    return Err(Error::Usage(ctl::import::NO_SINK.into()));
+                }
+                ctl::import::dry_run(&args).await
+            }
             Cmd::Sections { first, count, json } => {
                 ctl::sections(&ctl()?, first, count, json).await
             }

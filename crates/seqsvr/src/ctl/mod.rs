@@ -7,6 +7,8 @@
 //! - `store`: `seqctl store …`: store group settings (lease terms);
 //! - `id`: `seqctl id layouts | decode | next | create | show`: time-ordered
 //!   ids (layouts offline; ids, namespaces against the cluster);
+//! - `import`: `seqctl counter import leaf | tinyid | redis`: named
+//!   counters' floors from the system a team moves away from;
 //! - `health`: `seqctl health <addr>`: one process's own status, as a
 //!   probe (exit 0 healthy, 1 not ready, 2 unreachable);
 //! - `settings`: where the addresses and credentials come from (flags,
@@ -33,6 +35,7 @@
 pub mod alloc;
 pub mod health;
 pub mod id;
+pub mod import;
 pub mod members;
 pub mod print;
 pub mod reach;

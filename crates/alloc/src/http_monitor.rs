@@ -219,12 +219,8 @@ fn owner_json(front: &Front, position: Uid) -> Value {
     let spec = shared.alloc.spec();
     if let Some(s) = spec.section_of(position) {
         let routes = shared.routes();
-        let e = routes
-            .entries
-            .iter()
-            .find(|e| (e.first_section..e.first_section.saturating_add(e.count)).contains(&s));
-        return match e {
-            Some(e) => json!({ "set": spec.set_id, "alloc": e.alloc_id, "addr": e.addr }),
+        return match routes.table.entry_for_section(s) {
+            Some(e) => json!({ "set": spec.set_id, "alloc": e.alloc, "addr": e.addr }),
             None => Value::Null,
         };
     }

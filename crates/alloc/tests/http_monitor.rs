@@ -37,7 +37,7 @@ async fn pair() -> (AllocNode, AllocNode, String) {
     eventually("a2 serves 2", || a2.shared.alloc.is_serving(2)).await;
     let version = store.st().route_version;
     eventually("a1 holds the new routes", || {
-        a1.shared.routes().version >= version
+        a1.shared.routes().table.version >= version
     })
     .await;
     let http = a1.http_local_addr.expect("the HTTP API is served");

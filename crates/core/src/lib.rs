@@ -23,10 +23,13 @@
 //! - [`mover`]: the range mover (`seqctl set move`) as a state machine:
 //!   answers in, the next call (or wait, or end) out; `seqctl` and the
 //!   simulation execute its effects.
+//! - [`counter`]: declared counters: a floor, a maximum, an
+//!   increment/offset, and the numbers a call hands out under them.
 //! - [`error`]: the crate's error type.
 
 pub mod checker;
 pub mod codec;
+pub mod counter;
 pub mod directory;
 pub mod error;
 pub mod golden;
@@ -40,6 +43,7 @@ pub mod section;
 pub use directory::{
     DirChange, DirError, DirSet, Directory, PendingMove, Place, Placement, SetCall, SetId, SetKind,
 };
+pub use counter::{CounterDecl, CounterError, CounterRules};
 pub use error::{Error, Result};
 pub use grant::{Grant, Incarnation, LeaseTerms};
 pub use names::{check_name, is_name_key, name_key, NameError, MAX_NAME_LEN, NAME_KEYS};

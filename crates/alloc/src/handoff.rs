@@ -355,7 +355,7 @@ async fn tell_new_owner(
 
 /// A lazily connecting channel to another AllocSvr's peer plane, kept for
 /// the next move (a drain hands many sections to a few AllocSvrs).
-fn peer_channel(shared: &Shared, addr: &str) -> Result<Channel, String> {
+pub(crate) fn peer_channel(shared: &Shared, addr: &str) -> Result<Channel, String> {
     let mut peers = shared.peers.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(ch) = peers.get(addr) {
         return Ok(ch.clone());
@@ -398,6 +398,16 @@ pub async fn adopt(shared: &Shared, sections: &[pb::Adopted]) -> Result<u32, Cal
             Adoption::AlreadyInstalled { .. } => {}
         }
     }
+    // The declarations of its names first (`raiser::load_counters`); if
+    // the read fails nothing is installed and the sender's adopt fails.
+    let store = crate::store_link::StoreCeilings {
+        store: shared.store.clone(),
+        alloc: shared.id.clone(),
+        metrics: shared.metrics.clone(),
+    };
+    crate::raiser::load_counters(alloc, &store, &grants)
+        .await
+        .map_err(CallError::Alloc)?;
     let own = shared.ownership();
     if !shared.may_serve(&own, lapses_before) {
         // The store's answer may be stale by now: the section may have

@@ -167,6 +167,12 @@ enum Cmd {
     /// --min-calls, a fault that did not happen, a section jump over one
     /// step or an outage over --max-outage.
     Drill(drill::DrillArgs),
+    /// Declared counters (docs/counters.md): a floor moved only forward,
+    /// a maximum, an increment/offset; delete leaves a tombstone.
+    Counter {
+        #[command(subcommand)]
+        op: ctl::counter::CounterCmd,
+    },
     /// Time-ordered ids: layout presets (with the date each runs out),
     /// decoding, ids of a namespace, namespaces created and shown.
     Id {
@@ -280,7 +286,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         | Cmd::Sections { .. }
         | Cmd::Alloc { .. }
         | Cmd::Store { .. }
-        | Cmd::Set { .. } => rt.block_on(need_listener(&store, reach::STORE, &store_from))?,
+        | Cmd::Set { .. }
+        | Cmd::Counter { .. } => rt.block_on(need_listener(&store, reach::STORE, &store_from))?,
         Cmd::Health(_) | Cmd::Drill(_) | Cmd::Id { .. } => {}
     }
     let done = rt.block_on(async move {
@@ -355,6 +362,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     ctl::id::run_store(&ctl()?, op).await
                 }
             },
+            Cmd::Counter { op } => {
+                dial.need_operator()?;
+                let admin = ctl::counter::CounterAdmin::new(&store, dial.tls.clone());
+                ctl::counter::run(&admin, op).await
+            }
             Cmd::Sections { first, count, json } => {
                 ctl::sections(&ctl()?, first, count, json).await
             }

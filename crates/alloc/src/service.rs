@@ -205,7 +205,7 @@ impl Shared {
                 d.current = *max;
                 d.reason = a.to_string();
                 let kind = ErrorKind::CounterMaxReached;
-                (Code::ResourceExhausted, kind, false, false)
+                (Code::FailedPrecondition, kind, false, false)
             }
             _ => (Code::Internal, ErrorKind::Internal, false, false),
         }

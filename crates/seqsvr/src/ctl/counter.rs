@@ -12,7 +12,8 @@
 //! same arguments change nothing and answer the declaration in force.
 
 use clap::Subcommand;
-use seqsvr_core::{name_key, NAME_KEY_BEGIN};
+use seqsvr_core::name_key;
+use seqsvr_core::names::NAME_KEY_BEGIN;
 use seqsvr_net::ClientTls;
 use seqsvr_proto::{self as pb, CounterOp};
 

@@ -132,7 +132,11 @@ impl CounterAdmin {
         let owner = (routes.entry_for_uid(key))
             .map(|e| e.alloc.clone())
             .unwrap_or_default();
-        let status = self.sets.leader_status(&set.admin).await.ok_or_else(|| {
+        let status = match self.sets.leader_status(&set.admin).await {
+            Some(s) => Some(s),
+            None => self.sets.leader_status_read(&set.stores).await?,
+        };
+        let status = status.ok_or_else(|| {
             Error::Failed(format!("no store leader of set {set_id} answered"))
         })?;
         let live = |a: &&pb::AllocLease| !a.expired && !a.admin_addr.is_empty();

@@ -120,7 +120,10 @@ async fn next(c: &seqsvr_client::SeqClient, name: &str) -> u64 {
 
 /// A counter call through the admin planes, retried while the section
 /// moves (a typed refusal is returned at once).
-async fn admin_call(admin: &CounterAdmin, req: pb::CounterRequest) -> Result<pb::CounterReply, seqsvr::Error> {
+async fn admin_call(
+    admin: &CounterAdmin,
+    req: pb::CounterRequest,
+) -> Result<pb::CounterReply, seqsvr::Error> {
     let start = Instant::now();
     loop {
         match admin.call(req.clone()).await {
@@ -146,9 +149,18 @@ async fn declared_counters_hold_across_a_kill_and_at_every_door() {
     // Bad input from seqctl changes nothing.
     for (bad, says) in [
         (vec!["create", ""], "a name is 1..=256 bytes"),
-        (vec!["create", &ticket, "--increment", "0"], "increment must be within"),
-        (vec!["create", &ticket, "--increment", "2", "--offset", "2"], "offset must be below"),
-        (vec!["create", &ticket, "--floor", "5", "--max", "5"], "must be above the floor"),
+        (
+            vec!["create", &ticket, "--increment", "0"],
+            "increment must be within",
+        ),
+        (
+            vec!["create", &ticket, "--increment", "2", "--offset", "2"],
+            "offset must be below",
+        ),
+        (
+            vec!["create", &ticket, "--floor", "5", "--max", "5"],
+            "must be above the floor",
+        ),
     ] {
         let (code, _, err) = seqctl(&cluster, &bad);
         assert_ne!(code, 0, "{bad:?} accepted");
@@ -180,10 +192,16 @@ async fn declared_counters_hold_across_a_kill_and_at_every_door() {
     assert!(listed.trim().is_empty(), "bad input left {listed}");
 
     // Declare: odd numbers. Re-running is a no-op; other rules conflict.
-    let (code, out, _) = seqctl(&cluster, &["create", &ticket, "--increment", "2", "--offset", "1"]);
+    let (code, out, _) = seqctl(
+        &cluster,
+        &["create", &ticket, "--increment", "2", "--offset", "1"],
+    );
     assert_eq!(code, 0);
     assert!(out.contains("changed"), "{out}");
-    let (code, out, _) = seqctl(&cluster, &["create", &ticket, "--increment", "2", "--offset", "1"]);
+    let (code, out, _) = seqctl(
+        &cluster,
+        &["create", &ticket, "--increment", "2", "--offset", "1"],
+    );
     assert_eq!(code, 0);
     assert!(out.contains("unchanged"), "{out}");
     let (code, _, err) = seqctl(&cluster, &["create", &ticket, "--increment", "3"]);
@@ -199,9 +217,24 @@ async fn declared_counters_hold_across_a_kill_and_at_every_door() {
 
     // A floor, set as an importer does: in force for the very next call.
     let floor = last + 100_000;
-    assert_eq!(admin.set_counter_floor(ticket.as_bytes(), floor).await.unwrap(), floor);
-    assert_eq!(admin.set_counter_floor(ticket.as_bytes(), floor).await.unwrap(), floor);
-    let back = admin.set_counter_floor(ticket.as_bytes(), floor - 1).await.unwrap_err();
+    assert_eq!(
+        admin
+            .set_counter_floor(ticket.as_bytes(), floor)
+            .await
+            .unwrap(),
+        floor
+    );
+    assert_eq!(
+        admin
+            .set_counter_floor(ticket.as_bytes(), floor)
+            .await
+            .unwrap(),
+        floor
+    );
+    let back = admin
+        .set_counter_floor(ticket.as_bytes(), floor - 1)
+        .await
+        .unwrap_err();
     assert_eq!(kind_of_err(&back), ErrorKind::CounterFloorBackwards);
     let v = next(&c, &ticket).await;
     assert!(v > floor && v % 2 == 1, "{v} after floor {floor}");
@@ -220,14 +253,27 @@ async fn declared_counters_hold_across_a_kill_and_at_every_door() {
     // Through the door of an AllocSvr that may not own it (forwarded).
     let resp = redis::Client::open(format!("redis://{}/", cluster.resp_addrs[1])).unwrap();
     let mut conn = resp.get_multiplexed_async_connection().await.unwrap();
-    assert_eq!(redis::cmd("INCR").arg(&capped).query_async::<u64>(&mut conn).await.unwrap(), 3);
-    let e = redis::cmd("INCR").arg(&capped).query_async::<u64>(&mut conn).await.unwrap_err();
+    assert_eq!(
+        redis::cmd("INCR")
+            .arg(&capped)
+            .query_async::<u64>(&mut conn)
+            .await
+            .unwrap(),
+        3
+    );
+    let e = redis::cmd("INCR")
+        .arg(&capped)
+        .query_async::<u64>(&mut conn)
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("COUNTER_MAX_REACHED"), "{e}");
 
     // The owner of the names' sections killed: the other AllocSvr takes
     // them over, loads the declarations, and serves above the floor, odd.
     let routes = cluster.store.read().routes().await.unwrap();
-    let owner = routes.entry_for_uid(name_key(ticket.as_bytes()).unwrap()).unwrap();
+    let owner = routes
+        .entry_for_uid(name_key(ticket.as_bytes()).unwrap())
+        .unwrap();
     let i: usize = owner.alloc.trim_start_matches("alloc-").parse().unwrap();
     cluster.allocs[i - 1].kill9();
     tokio::time::sleep(EXPIRY).await;
@@ -244,11 +290,14 @@ async fn declared_counters_hold_across_a_kill_and_at_every_door() {
         }
     };
     assert_eq!(e, 3);
-    let shown = admin_call(&admin, pb::CounterRequest {
-        op: CounterOp::CounterShow as i32,
-        name: ticket.as_bytes().to_vec(),
-        ..Default::default()
-    })
+    let shown = admin_call(
+        &admin,
+        pb::CounterRequest {
+            op: CounterOp::CounterShow as i32,
+            name: ticket.as_bytes().to_vec(),
+            ..Default::default()
+        },
+    )
     .await
     .unwrap();
     let d = shown.counters[0].decl.clone().unwrap();
@@ -263,11 +312,17 @@ async fn declared_counters_hold_across_a_kill_and_at_every_door() {
     let v = next(&c, &ticket).await;
     assert!(v > last, "after delete: {v} after {last}");
     last = v;
-    let (code, _, _) = seqctl(&cluster, &["create", &ticket, "--increment", "2", "--offset", "1"]);
+    let (code, _, _) = seqctl(
+        &cluster,
+        &["create", &ticket, "--increment", "2", "--offset", "1"],
+    );
     assert_eq!(code, 0);
     let v = next(&c, &ticket).await;
     assert!(v > last && v % 2 == 1, "re-created: {v} after {last}");
 
     let (_, listed, _) = seqctl(&cluster, &["list"]);
-    assert!(listed.contains(&ticket) && listed.contains(&capped), "{listed}");
+    assert!(
+        listed.contains(&ticket) && listed.contains(&capped),
+        "{listed}"
+    );
 }

@@ -232,7 +232,8 @@ impl NameTable {
     }
 
     fn decls_of(&self, section: SectionId) -> Option<&SectionDecls> {
-        self.decls.get(section.checked_sub(self.first_section)? as usize)
+        self.decls
+            .get(section.checked_sub(self.first_section)? as usize)
     }
 
     /// Whether `section` holds name positions.
@@ -261,7 +262,8 @@ impl NameTable {
         };
         let mut map = d.by_name.write().unwrap_or_else(|e| e.into_inner());
         *map = decls.into_iter().map(|(n, x)| (n.into(), x)).collect();
-        d.any.store(!map.is_empty(), std::sync::atomic::Ordering::Release);
+        d.any
+            .store(!map.is_empty(), std::sync::atomic::Ordering::Release);
     }
 
     /// Puts `name`'s declaration in force here (after the store applied

@@ -81,7 +81,13 @@ impl Two {
     }
 
     /// `n` numbers of `name` from `at`, raising as a waiting caller would.
-    fn next(&self, rt: &tokio::runtime::Runtime, at: usize, name: &str, n: u64) -> Result<u64, AllocError> {
+    fn next(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        at: usize,
+        name: &str,
+        n: u64,
+    ) -> Result<u64, AllocError> {
         let a = &self.allocs[at];
         loop {
             match a.next_name_n(name.as_bytes(), n) {
@@ -101,7 +107,8 @@ fn a_new_owner_serves_by_the_declaration_it_loads() {
     let two = Two::new();
     let (name, section) = a_name(0);
     // Written to the store before the take-over, as an owner's write is.
-    two.store.declare(name.as_bytes(), section, declared(1000, None, 2, 1));
+    two.store
+        .declare(name.as_bytes(), section, declared(1000, None, 2, 1));
     two.take_over(&rt, 0);
     let mut last = 0;
     for owner in [0, 1, 0, 1] {
@@ -152,7 +159,8 @@ fn a_batch_that_would_pass_the_maximum_is_refused_whole() {
     let rt = rt();
     let two = Two::new();
     let (name, section) = a_name(0);
-    two.store.declare(name.as_bytes(), section, declared(0, Some(10), 1, 0));
+    two.store
+        .declare(name.as_bytes(), section, declared(0, Some(10), 1, 0));
     two.take_over(&rt, 0);
     assert_eq!(two.next(&rt, 0, &name, 8).unwrap(), 8);
     let refused = two.next(&rt, 0, &name, 3).unwrap_err();

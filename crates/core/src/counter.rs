@@ -161,7 +161,11 @@ mod tests {
         let cases = [
             (rules(None, 1, 0), 0, Ok(())),
             (rules(None, 0, 0), 0, Err(CounterError::Increment(0))),
-            (rules(None, 65_537, 0), 0, Err(CounterError::Increment(65_537))),
+            (
+                rules(None, 65_537, 0),
+                0,
+                Err(CounterError::Increment(65_537)),
+            ),
             (
                 rules(None, 2, 2),
                 0,

@@ -40,10 +40,10 @@ pub mod names;
 pub mod route;
 pub mod section;
 
+pub use counter::{CounterDecl, CounterError, CounterRules};
 pub use directory::{
     DirChange, DirError, DirSet, Directory, PendingMove, Place, Placement, SetCall, SetId, SetKind,
 };
-pub use counter::{CounterDecl, CounterError, CounterRules};
 pub use error::{Error, Result};
 pub use grant::{Grant, Incarnation, LeaseTerms};
 pub use names::{check_name, is_name_key, name_key, NameError, MAX_NAME_LEN, NAME_KEYS};

@@ -8,8 +8,8 @@
 
 use seqsvr_core::ids::Layout;
 use seqsvr_core::{
-    AllocId, CounterDecl, CounterRules, DirChange, Directory, Epoch, Grant, Incarnation, LeaseTerms, Place, SectionId,
-    SetCall, SetId, SetSpec,
+    AllocId, CounterDecl, CounterRules, DirChange, Directory, Epoch, Grant, Incarnation,
+    LeaseTerms, Place, SectionId, SetCall, SetId, SetSpec,
 };
 pub use seqsvr_store_api::Rejection;
 use serde::{Deserialize, Serialize};

@@ -46,7 +46,8 @@ impl Counters {
         count: u32,
     ) -> impl Iterator<Item = (&Vec<u8>, &CounterRecord)> {
         let end = first as u64 + count as u64;
-        (self.by_name.iter()).filter(move |(_, r)| (first as u64..end).contains(&(r.section as u64)))
+        (self.by_name.iter())
+            .filter(move |(_, r)| (first as u64..end).contains(&(r.section as u64)))
     }
 
     /// Up to `limit` records by name after `after`, and whether more follow.

@@ -679,10 +679,10 @@ mod allocs;
 #[path = "state_sets.rs"]
 mod sets;
 
-#[path = "state_ids.rs"]
-mod ids;
 #[path = "state_counters.rs"]
 mod counters;
+#[path = "state_ids.rs"]
+mod ids;
 #[path = "state_restore.rs"]
 mod restore;
 

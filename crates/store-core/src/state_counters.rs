@@ -154,7 +154,9 @@ pub(crate) fn next_decl(
 
 /// A declaration in words, for refusals.
 fn describe(r: &seqsvr_core::CounterRules, floor: u64) -> String {
-    let max = r.max.map_or("no maximum".into(), |m| format!("maximum {m}"));
+    let max = r
+        .max
+        .map_or("no maximum".into(), |m| format!("maximum {m}"));
     format!(
         "floor {floor}, {max}, increment {} offset {}",
         r.increment, r.offset

@@ -268,8 +268,7 @@ impl StateMachine {
         // The id namespaces and counters follow the state (which does not
         // encode them): a snapshot written before they existed holds the
         // state alone, or the state and the id namespaces.
-        let data =
-            codec::encode(&(&a.state, &a.state.ids, &a.state.counters)).map_err(snap_err)?;
+        let data = codec::encode(&(&a.state, &a.state.ids, &a.state.counters)).map_err(snap_err)?;
         let meta = SnapshotMeta {
             last_log_id: a.last_applied,
             last_membership: a.membership.clone(),

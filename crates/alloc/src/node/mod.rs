@@ -590,10 +590,7 @@ const CLIENT_PATHS: &[&str] = &[
     "/seqsvr.v1.Alloc/DecodeId",
 ];
 
-const PEER_PATHS: &[&str] = &[
-    "/seqsvr.v1.AllocPeer/Adopt",
-    "/seqsvr.v1.AllocPeer/Counter",
-];
+const PEER_PATHS: &[&str] = &["/seqsvr.v1.AllocPeer/Adopt", "/seqsvr.v1.AllocPeer/Counter"];
 
 const ADMIN_PATHS: &[&str] = &[
     "/seqsvr.v1.AllocAdmin/Handoff",

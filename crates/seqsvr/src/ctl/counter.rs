@@ -82,6 +82,8 @@ pub enum CounterCmd {
 #[derive(Debug, Clone)]
 pub struct CounterAdmin {
     sets: Sets,
+    /// Store client planes of any set.
+    seeds: Vec<String>,
 }
 
 impl CounterAdmin {
@@ -90,6 +92,7 @@ impl CounterAdmin {
     pub fn new(seeds: &[String], tls: Option<ClientTls>) -> Self {
         Self {
             sets: Sets::new(seeds, tls),
+            seeds: seeds.to_vec(),
         }
     }
 
@@ -123,29 +126,35 @@ impl CounterAdmin {
     /// The admin address of the owner of `key`'s section, or of a live
     /// AllocSvr of its set (which passes the call on).
     async fn admin_of(&self, key: u64) -> Result<String> {
-        let dir = self.sets.directory().await?;
-        let set_id = dir
-            .set_of(key)
-            .ok_or_else(|| Error::Usage("no set serves the names' positions".into()))?;
-        let set = self.sets.set(&dir, set_id)?;
-        let routes = self.sets.routes(&set.stores).await?;
+        // The set serving the key, by the directory; a cluster whose
+        // directory names no store addresses yet (one set, just started)
+        // is asked at the seeds.
+        let (stores, admin, set_id) = match self.sets.directory().await {
+            Ok(dir) => {
+                let id = dir
+                    .set_of(key)
+                    .ok_or_else(|| Error::Usage("no set serves the names' positions".into()))?;
+                let set = self.sets.set(&dir, id)?;
+                (set.stores.clone(), set.admin.clone(), id)
+            }
+            Err(_) => (self.seeds.clone(), Vec::new(), 0),
+        };
+        let routes = self.sets.routes(&stores).await?;
         let owner = (routes.entry_for_uid(key))
             .map(|e| e.alloc.clone())
             .unwrap_or_default();
-        let status = match self.sets.leader_status(&set.admin).await {
+        let status = match self.sets.leader_status(&admin).await {
             Some(s) => Some(s),
-            None => self.sets.leader_status_read(&set.stores).await?,
+            None => self.sets.leader_status_read(&stores).await?,
         };
-        let status = status.ok_or_else(|| {
-            Error::Failed(format!("no store leader of set {set_id} answered"))
-        })?;
+        let status = status
+            .ok_or_else(|| Error::Failed(format!("no store leader of set {set_id} answered")))?;
         let live = |a: &&pb::AllocLease| !a.expired && !a.admin_addr.is_empty();
         let pick = (status.allocs.iter().filter(live))
             .find(|a| a.alloc_id == owner)
             .or_else(|| status.allocs.iter().find(live));
-        pick.map(|a| a.admin_addr.clone()).ok_or_else(|| {
-            Error::Failed(format!("no live AllocSvr of set {set_id} to ask"))
-        })
+        pick.map(|a| a.admin_addr.clone())
+            .ok_or_else(|| Error::Failed(format!("no live AllocSvr of set {set_id} to ask")))
     }
 }
 
@@ -222,7 +231,14 @@ fn print_write(r: &pb::CounterReply) -> Result<()> {
     for c in &r.counters {
         print_state(c, false)?;
     }
-    outln!("{}", if r.changed { "changed" } else { "unchanged (already so)" })
+    outln!(
+        "{}",
+        if r.changed {
+            "changed"
+        } else {
+            "unchanged (already so)"
+        }
+    )
 }
 
 fn print_state(c: &pb::CounterState, json: bool) -> Result<()> {

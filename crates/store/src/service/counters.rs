@@ -107,7 +107,11 @@ impl StoreApi {
                 more: false,
             });
         }
-        let limit = if r.limit == 0 { MAX_LIST } else { r.limit.min(MAX_LIST) };
+        let limit = if r.limit == 0 {
+            MAX_LIST
+        } else {
+            r.limit.min(MAX_LIST)
+        };
         let (page, more) = counters.after(&r.after, limit as usize);
         Ok(pb::CountersReply {
             counters: page.into_iter().map(|(n, rec)| shown(n, rec)).collect(),

@@ -125,9 +125,14 @@ impl MemCeilingStore {
     }
 
     /// Records `name`'s declaration (its position in `section`), as the
-    /// owner's write would: a take-over of the section reads it.
+    /// owner's write would: a take-over of the section reads it, and the
+    /// section's ceiling is lifted to at least the floor in the same write
+    /// (`docs/architecture/promises.md`, promise 4: an operator's floor).
     pub fn declare(&self, name: &[u8], section: SectionId, decl: CounterDecl) {
-        self.lock().counters.insert(name.to_vec(), (section, decl));
+        let mut st = self.lock();
+        st.counters.insert(name.to_vec(), (section, decl));
+        let sec = &mut st.sections[section as usize];
+        sec.max_seq = sec.max_seq.max(decl.floor);
     }
 
     /// Hands `section` to some other AllocSvr (a take-over we do not see):

@@ -53,6 +53,10 @@ fn declared(floor: u64, max: Option<u64>, increment: u64, offset: u64) -> Counte
     }
 }
 
+/// Raise rounds a call may wait for: one step each, and any call here
+/// needs at most a few.
+const MAX_ROUNDS: usize = 100;
+
 /// Two AllocSvrs over one store; `to` takes every section over.
 struct Two {
     store: Arc<MemCeilingStore>,
@@ -81,6 +85,8 @@ impl Two {
     }
 
     /// `n` numbers of `name` from `at`, raising as a waiting caller would.
+    /// A section still exhausted after [`MAX_ROUNDS`] raise rounds is a
+    /// defect: the error is returned rather than waited on for ever.
     fn next(
         &self,
         rt: &tokio::runtime::Runtime,
@@ -89,7 +95,7 @@ impl Two {
         n: u64,
     ) -> Result<u64, AllocError> {
         let a = &self.allocs[at];
-        loop {
+        for _ in 0..MAX_ROUNDS {
             match a.next_name_n(name.as_bytes(), n) {
                 Err(AllocError::Exhausted { .. }) => {
                     let r = Raiser::new(a.clone(), self.store.clone(), RaiserConfig::default());
@@ -98,6 +104,7 @@ impl Two {
                 other => return other,
             }
         }
+        a.next_name_n(name.as_bytes(), n)
     }
 }
 
@@ -173,3 +180,4 @@ fn a_batch_that_would_pass_the_maximum_is_refused_whole() {
     assert!(two.next(&rt, 0, &name, 1).is_err());
     assert_eq!(two.allocs[0].stats().names.limit_errors, 2);
 }
+

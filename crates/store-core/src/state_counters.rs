@@ -39,10 +39,26 @@ impl SetState {
             self.counters.by_name.insert(name.to_vec(), rec);
             dirty.push(Dirty::Counter(name.to_vec()));
         }
+        self.lift_to_floor(section, next.floor, dirty);
         Ok(Reply::Counter {
             decl: next,
             changed,
         })
+    }
+
+    /// Lifts `section`'s ceiling to at least `floor`, in the command that
+    /// put the floor in force. An operator's floor is an explicit jump, like
+    /// `SetMaxSeq`: the owner's raises move a ceiling by at most a step
+    /// (promise 4), so without it a floor more than a step above the
+    /// ceiling could never be served; with it the owner's next raise, from
+    /// the floor, is a single step again. A ceiling never goes down
+    /// (promise 1), so a floor below it changes nothing.
+    fn lift_to_floor(&mut self, section: SectionId, floor: u64, dirty: &mut Vec<Dirty>) {
+        let r = &mut self.sections[section as usize];
+        if floor > r.max_seq {
+            r.max_seq = floor;
+            dirty.push(Dirty::Section(section));
+        }
     }
 
     /// Checks that `name` is a name whose position lies in `section`, and

@@ -208,7 +208,7 @@ async fn pass_on(
     let not_owner = || shared.status(&CallError::Alloc(AllocError::NotOwner { section }));
     let owner = {
         let t = shared.routes();
-        crate::service::entry_of(&t, section).map(|e| e.alloc_id.clone())
+        crate::shared::entry_of(&t, section).map(|e| e.alloc_id.clone())
     };
     let Some(owner) = owner.filter(|o| !o.is_empty() && *o != shared.id) else {
         return Err(not_owner());

@@ -195,6 +195,46 @@ impl<S: CeilingStore> Raiser<S> {
     }
 }
 
+/// Loads the counter declarations of the sections of `grants` that hold
+/// name positions, before the grants are installed (`docs/counters.md`,
+/// Declared counters): a name is never served under a grant without the
+/// declarations written before it began (a write under an older epoch
+/// is refused once a newer one began, so the read sees every one that
+/// landed). Nothing is read for a set that serves no names.
+pub async fn load_counters<S: CeilingStore>(
+    alloc: &Allocator,
+    store: &S,
+    grants: &[Grant],
+) -> Result<()> {
+    let mut sections: Vec<SectionId> = (grants.iter())
+        .map(|g| g.section)
+        .filter(|&s| alloc.has_name_positions(s))
+        .collect();
+    sections.sort_unstable();
+    sections.dedup();
+    let mut i = 0;
+    while i < sections.len() {
+        let first = sections[i];
+        let mut count = 1;
+        while i + (count as usize) < sections.len() && sections[i + count as usize] == first + count
+        {
+            count += 1;
+        }
+        let mut by_section: std::collections::BTreeMap<SectionId, Vec<_>> =
+            (first..first + count).map(|s| (s, Vec::new())).collect();
+        for (name, section, decl) in store.counters(first, count).await? {
+            if let Some(v) = by_section.get_mut(&section) {
+                v.push((name, decl));
+            }
+        }
+        for (section, decls) in by_section {
+            alloc.load_counter_decls(section, decls);
+        }
+        i += count as usize;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -337,44 +377,4 @@ mod tests {
         stop.send(()).unwrap();
         task.await.unwrap();
     }
-}
-
-/// Loads the counter declarations of the sections of `grants` that hold
-/// name positions, before the grants are installed (`docs/counters.md`,
-/// Declared counters): a name is never served under a grant without the
-/// declarations written before it began (a write under an older epoch
-/// is refused once a newer one began, so the read sees every one that
-/// landed). Nothing is read for a set that serves no names.
-pub async fn load_counters<S: CeilingStore>(
-    alloc: &Allocator,
-    store: &S,
-    grants: &[Grant],
-) -> Result<()> {
-    let mut sections: Vec<SectionId> = (grants.iter())
-        .map(|g| g.section)
-        .filter(|&s| alloc.has_name_positions(s))
-        .collect();
-    sections.sort_unstable();
-    sections.dedup();
-    let mut i = 0;
-    while i < sections.len() {
-        let first = sections[i];
-        let mut count = 1;
-        while i + (count as usize) < sections.len() && sections[i + count as usize] == first + count
-        {
-            count += 1;
-        }
-        let mut by_section: std::collections::BTreeMap<SectionId, Vec<_>> =
-            (first..first + count).map(|s| (s, Vec::new())).collect();
-        for (name, section, decl) in store.counters(first, count).await? {
-            if let Some(v) = by_section.get_mut(&section) {
-                v.push((name, decl));
-            }
-        }
-        for (section, decls) in by_section {
-            alloc.load_counter_decls(section, decls);
-        }
-        i += count as usize;
-    }
-    Ok(())
 }

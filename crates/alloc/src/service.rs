@@ -31,7 +31,7 @@ use crate::error::{AllocError, CallError, ForwardError};
 use crate::front::Front;
 use crate::handoff;
 use crate::ownership::AdoptRefusal;
-use crate::shared::Shared;
+use crate::shared::{entry_of, Shared};
 
 /// The one mapping of this crate's errors to statuses, beside the services
 /// that answer with it.
@@ -318,14 +318,6 @@ fn placement_of(t: &pb::RouteTable, section: SectionId) -> Option<(pb::PlaceKind
     let i = t.placement.partition_point(|r| r.end_section <= section);
     let r = t.placement.get(i).filter(|r| r.first_section <= section)?;
     Some((pb::PlaceKind::try_from(r.kind).ok()?, r.to_set))
-}
-
-/// The run of the route table that names `section`'s owner, if any.
-pub(crate) fn entry_of(t: &pb::RouteTable, section: SectionId) -> Option<&pb::RouteEntry> {
-    let i = t
-        .entries
-        .partition_point(|e| e.first_section as u64 + e.count as u64 <= section as u64);
-    t.entries.get(i).filter(|e| e.first_section <= section)
 }
 
 /// Whether a call was forwarded by another AllocSvr: it is answered

@@ -285,3 +285,11 @@ impl Shared {
         }
     }
 }
+
+/// The run of the route table that names `section`'s owner, if any.
+pub(crate) fn entry_of(t: &pb::RouteTable, section: SectionId) -> Option<&pb::RouteEntry> {
+    let i = t
+        .entries
+        .partition_point(|e| e.first_section as u64 + e.count as u64 <= section as u64);
+    t.entries.get(i).filter(|e| e.first_section <= section)
+}

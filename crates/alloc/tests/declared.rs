@@ -180,4 +180,3 @@ fn a_batch_that_would_pass_the_maximum_is_refused_whole() {
     assert!(two.next(&rt, 0, &name, 1).is_err());
     assert_eq!(two.allocs[0].stats().names.limit_errors, 2);
 }
-

@@ -59,6 +59,14 @@ impl CeilingStore for Slow {
         tokio::time::sleep(self.latency).await;
         self.inner.raise(incarnation, section, epoch, to).await
     }
+
+    async fn counters(
+        &self,
+        first: SectionId,
+        count: u32,
+    ) -> Result<Vec<seqsvr_alloc::Declared>, StoreErr> {
+        self.inner.counters(first, count).await
+    }
 }
 
 #[derive(Clone, Copy)]

@@ -4,13 +4,17 @@
 
 use std::future::Future;
 
-use seqsvr_core::{Epoch, Incarnation, SectionId};
+use seqsvr_core::{CounterDecl, Epoch, Incarnation, SectionId};
 
 use crate::error::StoreErr;
 
 /// One section handed to this AllocSvr by a take-over or a handoff: the
 /// project's one grant type.
 pub use seqsvr_core::Grant;
+
+/// A counter declaration as the store holds it: the name, the section of
+/// its position, the declaration (`docs/counters.md`).
+pub type Declared = (Vec<u8>, SectionId, CounterDecl);
 
 /// The store operations the allocator relies on, for one set.
 ///
@@ -43,4 +47,13 @@ pub trait CeilingStore: Send + Sync + 'static {
         epoch: Epoch,
         to: u64,
     ) -> impl Future<Output = Result<u64, StoreErr>> + Send;
+
+    /// The counter declarations of sections `first .. first + count`
+    /// (linearizable), read before a grant of them is installed: the
+    /// owner serves its names by them (`docs/counters.md`).
+    fn counters(
+        &self,
+        first: SectionId,
+        count: u32,
+    ) -> impl Future<Output = Result<Vec<Declared>, StoreErr>> + Send;
 }

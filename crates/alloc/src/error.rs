@@ -85,6 +85,15 @@ pub enum AllocError {
     /// handed out).
     #[error(transparent)]
     InvalidName(#[from] seqsvr_core::NameError),
+    /// A declared counter would pass its maximum: the call is refused
+    /// whole and nothing is handed out (`docs/counters.md`).
+    #[error("counter {name} would pass its maximum {max}")]
+    CounterMaxReached {
+        /// The name (lossy UTF-8).
+        name: String,
+        /// Its maximum.
+        max: u64,
+    },
 }
 
 impl AllocError {

@@ -183,6 +183,10 @@ pub fn from_client(e: seqsvr_client::Error, uid: Uid, retry_ms: u64) -> CallErro
         E::OutOfRange { uid } => CallError::Alloc(AllocError::OutOfRange { uid }),
         E::InvalidArgument(m) => CallError::Invalid(m),
         E::Internal(m) => CallError::Internal(m),
+        // The owner's typed refusal, passed on as it said it.
+        E::CounterMaxReached { name, max } => {
+            CallError::Alloc(AllocError::CounterMaxReached { name, max })
+        }
         E::Unavailable { kind, message } => match kind {
             ErrorKind::NotOwner | ErrorKind::Moved | ErrorKind::NotServed => {
                 unavailable(format!("the section is moving ({message})"))

@@ -362,7 +362,7 @@ async fn tell_new_owner(
 
 /// A lazily connecting channel to another AllocSvr's peer plane, kept for
 /// the next move (a drain hands many sections to a few AllocSvrs).
-fn peer_channel(shared: &Shared, addr: &str) -> Result<Channel, String> {
+pub(crate) fn peer_channel(shared: &Shared, addr: &str) -> Result<Channel, String> {
     let mut peers = shared.peers.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(ch) = peers.get(addr) {
         return Ok(ch.clone());
@@ -404,6 +404,19 @@ pub async fn adopt(shared: &Shared, sections: &[pb::Adopted]) -> Result<u32, Cal
             installed,
         });
     }
+    // The declarations of its names first (`raiser::load_counters`): read
+    // before the grants are decided, as they are installed under the
+    // ownership lock. If the read fails nothing is installed and the
+    // sender's adopt fails; a section then refused keeps what was read
+    // until its next install reads them again (it is not served here).
+    let store = crate::store_link::StoreCeilings {
+        store: shared.store.clone(),
+        alloc: shared.id.clone(),
+        metrics: shared.metrics.clone(),
+    };
+    crate::raiser::load_section_counters(alloc, &store, pending.iter().map(|&(s, _)| s))
+        .await
+        .map_err(CallError::Alloc)?;
     // Decided and installed under the ownership lock: no renewal can drop
     // the sections between the check and the install (promise 3).
     let mut own = shared.ownership();

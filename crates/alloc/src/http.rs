@@ -376,10 +376,14 @@ impl std::str::FromStr for KindName {
 /// The answer to an error of the front, through the one mapping.
 fn error(front: &Front, e: &CallError) -> Response<Body> {
     let (code, d) = front.shared().error_detail(e);
-    let kind = seqsvr_proto::ErrorKind::try_from(d.kind)
-        .unwrap_or(seqsvr_proto::ErrorKind::Internal)
-        .as_str_name();
+    use seqsvr_proto::ErrorKind as K;
+    let kind = K::try_from(d.kind).unwrap_or(K::Internal);
+    // A declared counter's maximum: the counter's state refuses the call
+    // (docs/counters.md), not the request's form nor the load.
+    let at_limit = kind == K::CounterMaxReached;
+    let kind = kind.as_str_name();
     let status = match code {
+        _ if at_limit => StatusCode::CONFLICT,
         Code::InvalidArgument | Code::OutOfRange => StatusCode::BAD_REQUEST,
         Code::NotFound => StatusCode::NOT_FOUND,
         Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,

@@ -41,8 +41,12 @@
 //!   reconciliation, adopt, after a failed handoff), the control loop's
 //!   helpers, shared with the seeded simulation.
 //! - [`service`]: the gRPC services, one per plane (client: `Next`,
-//!   `NextBatch`, `Current`, `Routes`, `Status`; peer: `Adopt`; admin:
-//!   `Handoff`, `Status`), and their one mapping of errors to statuses.
+//!   `NextBatch`, `Current`, `Routes`, `Status`; peer: `Adopt`, `Counter`;
+//!   admin: `Handoff`, `Status`, `Counter`), and their one mapping of
+//!   errors to statuses.
+//! - [`counters`]: declared counters on the admin plane: a write applied
+//!   by the owner of the name's section, fenced in its store, in force in
+//!   memory before the answer (`docs/counters.md`).
 //! - [`front`]: [`Front`](front::Front), what every door calls: a uid of
 //!   a section served here from memory, any other forwarded to its owner
 //!   (one hop, coalesced, bounded; `docs/architecture/forwarding.md`).
@@ -109,6 +113,7 @@
 pub mod allocator;
 pub mod ceiling;
 pub mod control;
+pub mod counters;
 pub mod error;
 pub mod front;
 pub mod handoff;
@@ -133,7 +138,7 @@ pub mod store_link;
 pub mod warm;
 
 pub use allocator::{AllocConfig, AllocStats, Allocator, NameView, RaiseRequest};
-pub use ceiling::{CeilingStore, Grant};
+pub use ceiling::{CeilingStore, Declared, Grant};
 pub use error::{
     AllocError, CallError, ConfigError, ForwardError, MoveError, NodeError, Result, StoreErr,
 };

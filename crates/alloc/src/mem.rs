@@ -14,11 +14,11 @@
 use std::future::{ready, Future};
 use std::sync::{Mutex, MutexGuard};
 
-use seqsvr_core::{AllocId, Epoch, Incarnation, SectionId, SetSpec};
+use seqsvr_core::{AllocId, CounterDecl, Epoch, Incarnation, SectionId, SetSpec};
 use seqsvr_store_api::{Error, Rejection};
 use seqsvr_store_core::{RaiseRule, SectionRecord};
 
-use crate::ceiling::{CeilingStore, Grant};
+use crate::ceiling::{CeilingStore, Declared, Grant};
 use crate::error::StoreErr;
 
 /// The AllocSvr id every section of a [`MemCeilingStore`] is owned under.
@@ -76,6 +76,9 @@ struct State {
     fault: Fault,
     /// Raises that landed, for tests that count store writes.
     raises: u64,
+    /// Counter declarations by name, with the section of the name's
+    /// position (`docs/counters.md`).
+    counters: std::collections::BTreeMap<Vec<u8>, (SectionId, CounterDecl)>,
 }
 
 /// An in-memory ceiling store for one set.
@@ -97,6 +100,7 @@ impl MemCeilingStore {
                 sections,
                 fault: Fault::None,
                 raises: 0,
+                counters: Default::default(),
             }),
         }
     }
@@ -118,6 +122,17 @@ impl MemCeilingStore {
     /// How many raises have landed.
     pub fn raises(&self) -> u64 {
         self.lock().raises
+    }
+
+    /// Records `name`'s declaration (its position in `section`), as the
+    /// owner's write would: a take-over of the section reads it, and the
+    /// section's ceiling is lifted to at least the floor in the same write
+    /// (`docs/architecture/promises.md`, promise 4: an operator's floor).
+    pub fn declare(&self, name: &[u8], section: SectionId, decl: CounterDecl) {
+        let mut st = self.lock();
+        st.counters.insert(name.to_vec(), (section, decl));
+        let sec = &mut st.sections[section as usize];
+        sec.max_seq = sec.max_seq.max(decl.floor);
     }
 
     /// Hands `section` to some other AllocSvr (a take-over we do not see):
@@ -216,6 +231,20 @@ impl CeilingStore for MemCeilingStore {
         to: u64,
     ) -> impl Future<Output = Result<u64, StoreErr>> + Send {
         ready(self.do_raise(incarnation, section, epoch, to))
+    }
+
+    fn counters(
+        &self,
+        first: SectionId,
+        count: u32,
+    ) -> impl Future<Output = Result<Vec<Declared>, StoreErr>> + Send {
+        let st = self.lock();
+        let end = first as u64 + count as u64;
+        let found = (st.counters.iter())
+            .filter(|(_, (s, _))| (first as u64..end).contains(&(*s as u64)))
+            .map(|(n, &(s, d))| (n.clone(), s, d))
+            .collect();
+        ready(Ok(found))
     }
 }
 

@@ -288,6 +288,7 @@ impl AllocMetrics {
             (&c.names_created, st.names.created),
             (&c.names_forgotten, st.names.forgotten),
             (&c.name_numbers_skipped, st.names.skipped),
+            (&c.counter_limit_errors, st.names.limit_errors),
         ] {
             counter.inc_by(v.saturating_sub(counter.get()));
         }
@@ -323,6 +324,7 @@ struct AllocatorCounters {
     names_created: IntCounter,
     names_forgotten: IntCounter,
     name_numbers_skipped: IntCounter,
+    counter_limit_errors: IntCounter,
 }
 
 impl AllocatorCounters {
@@ -373,6 +375,10 @@ impl AllocatorCounters {
             name_numbers_skipped: c(
                 "seqsvr_alloc_name_numbers_skipped_total",
                 "numbers named counters skipped when created above their section's base because names of it were forgotten",
+            )?,
+            counter_limit_errors: c(
+                "seqsvr_alloc_counter_limit_errors_total",
+                "calls a declared counter refused whole because they would pass its maximum (COUNTER_MAX_REACHED)",
             )?,
         })
     }

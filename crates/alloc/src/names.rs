@@ -35,12 +35,13 @@
 //! creation, an upper bound of what it skipped) are counted, as are names
 //! created and forgotten.
 
+use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard, RwLock};
 
 use hashbrown::HashTable;
-use seqsvr_core::{SectionId, SetSpec, NAME_KEYS};
+use seqsvr_core::{CounterDecl, SectionId, SetSpec, NAME_KEYS};
 
 /// Names held by one AllocSvr unless configured otherwise: about 75 MB of
 /// short names (`docs/benchmarks.md`, Named counters).
@@ -85,6 +86,7 @@ struct Counters {
     created: AtomicU64,
     forgotten: AtomicU64,
     skipped: AtomicU64,
+    limit_errors: AtomicU64,
 }
 
 /// A snapshot of a name table's counters.
@@ -99,6 +101,8 @@ pub struct NameStats {
     /// Numbers skipped by names created above their section's base
     /// because names of the section were forgotten (an upper bound).
     pub skipped: u64,
+    /// Calls refused by a declared counter's limits (its maximum).
+    pub limit_errors: u64,
 }
 
 /// One name held, as a listing shows it.
@@ -137,7 +141,25 @@ pub(crate) struct NameTable {
     floors: Box<[AtomicU64]>,
     /// The set's first section with name positions.
     first_section: SectionId,
+    /// Per section with name positions: the declared counters (and
+    /// tombstones) of its names, as its store held them when this
+    /// process installed the section, and as written here since
+    /// (`docs/counters.md`, Declared counters).
+    decls: Box<[SectionDecls]>,
+    /// Serialises this process's counter writes, so that the order they
+    /// reach memory is the order the store applied them.
+    pub(crate) writes: tokio::sync::Mutex<()>,
     counters: Counters,
+}
+
+/// The declarations of one section's names.
+#[derive(Debug, Default)]
+struct SectionDecls {
+    /// Whether `by_name` holds any: a call for a name of a section
+    /// without declarations reads this one flag, no lock.
+    any: AtomicBool,
+    /// By name.
+    by_name: RwLock<HashMap<Box<[u8]>, CounterDecl>>,
 }
 
 impl NameTable {
@@ -153,6 +175,8 @@ impl NameTable {
             hasher: Default::default(),
             floors: (0..sections).map(|_| AtomicU64::new(0)).collect(),
             first_section,
+            decls: (0..sections).map(|_| SectionDecls::default()).collect(),
+            writes: tokio::sync::Mutex::new(()),
             counters: Counters::default(),
         }
     }
@@ -279,6 +303,62 @@ impl NameTable {
         Some(page)
     }
 
+    fn decls_of(&self, section: SectionId) -> Option<&SectionDecls> {
+        self.decls
+            .get(section.checked_sub(self.first_section)? as usize)
+    }
+
+    /// Whether `section` holds name positions.
+    pub(crate) fn has_names(&self, section: SectionId) -> bool {
+        self.decls_of(section).is_some()
+    }
+
+    /// `name`'s declaration, if it has one (declared, deleted or only a
+    /// floor). One atomic load for a name of a section without any.
+    #[inline]
+    pub(crate) fn decl(&self, name: &[u8], section: SectionId) -> Option<CounterDecl> {
+        let d = self.decls_of(section)?;
+        // Acquire/Release: a call that sees the flag sees the map's entry.
+        if !d.any.load(std::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
+        let map = d.by_name.read().unwrap_or_else(|e| e.into_inner());
+        map.get(name).copied()
+    }
+
+    /// Replaces `section`'s declarations with `decls` (the store's, read
+    /// before the section is served under a new grant).
+    pub(crate) fn load_decls(&self, section: SectionId, decls: Vec<(Vec<u8>, CounterDecl)>) {
+        let Some(d) = self.decls_of(section) else {
+            return;
+        };
+        let mut map = d.by_name.write().unwrap_or_else(|e| e.into_inner());
+        *map = decls.into_iter().map(|(n, x)| (n.into(), x)).collect();
+        d.any
+            .store(!map.is_empty(), std::sync::atomic::Ordering::Release);
+    }
+
+    /// Puts `name`'s declaration in force here (after the store applied
+    /// it): every call that starts after this returns serves by it.
+    pub(crate) fn set_decl(&self, name: &[u8], section: SectionId, decl: CounterDecl) {
+        let Some(d) = self.decls_of(section) else {
+            return;
+        };
+        let mut map = d.by_name.write().unwrap_or_else(|e| e.into_inner());
+        map.insert(name.into(), decl);
+        d.any.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The name's last number handed out here, if it is held.
+    pub(crate) fn held_exact(&self, name: &[u8]) -> Option<u64> {
+        let hash = self.hasher.hash_one(name);
+        let shard = self.shard(hash);
+        let i = *shard
+            .index
+            .find(hash, |&i| *shard.entries[i as usize].name == *name)?;
+        Some(shard.entries[i as usize].value)
+    }
+
     /// Adds `entry` (not held), forgetting one first if the shard is full.
     fn insert(&self, shard: &mut Shard, hash: u64, entry: Entry) {
         let hasher = &self.hasher;
@@ -304,6 +384,11 @@ impl NameTable {
         });
     }
 
+    /// Counts a call refused by a declared counter's limits.
+    pub(crate) fn limit_refused(&self) {
+        self.counters.limit_errors.fetch_add(1, Relaxed);
+    }
+
     /// The counters and the names held now.
     pub(crate) fn stats(&self) -> NameStats {
         let held = (self.shards.iter())
@@ -314,6 +399,7 @@ impl NameTable {
             created: self.counters.created.load(Relaxed),
             forgotten: self.counters.forgotten.load(Relaxed),
             skipped: self.counters.skipped.load(Relaxed),
+            limit_errors: self.counters.limit_errors.load(Relaxed),
         }
     }
 }

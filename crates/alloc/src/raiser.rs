@@ -125,6 +125,9 @@ impl<S: CeilingStore> Raiser<S> {
             .store
             .take_over(self.alloc.incarnation(), first, known)
             .await?;
+        // Not installed if this fails: the next take-over gets the same
+        // grant back (promise 4) and reads them again.
+        load_counters(&self.alloc, &*self.store, &grants).await?;
         self.alloc.install(&grants)?;
         Ok(grants)
     }
@@ -247,6 +250,55 @@ impl<S: CeilingStore> Raiser<S> {
             }
         }
     }
+}
+
+/// Loads the counter declarations of the sections of `grants` that hold
+/// name positions, before the grants are installed (`docs/counters.md`,
+/// Declared counters): a name is never served under a grant without the
+/// declarations written before it began (a write under an older epoch
+/// is refused once a newer one began, so the read sees every one that
+/// landed). Nothing is read for a set that serves no names.
+pub async fn load_counters<S: CeilingStore>(
+    alloc: &Allocator,
+    store: &S,
+    grants: &[Grant],
+) -> Result<()> {
+    load_section_counters(alloc, store, grants.iter().map(|g| g.section)).await
+}
+
+/// [`load_counters`] for `sections` (an adopt reads them before its
+/// grants are decided under the ownership lock).
+pub async fn load_section_counters<S: CeilingStore>(
+    alloc: &Allocator,
+    store: &S,
+    sections: impl Iterator<Item = SectionId>,
+) -> Result<()> {
+    let mut sections: Vec<SectionId> = sections
+        .filter(|&s| alloc.has_name_positions(s))
+        .collect();
+    sections.sort_unstable();
+    sections.dedup();
+    let mut i = 0;
+    while i < sections.len() {
+        let first = sections[i];
+        let mut count = 1;
+        while i + (count as usize) < sections.len() && sections[i + count as usize] == first + count
+        {
+            count += 1;
+        }
+        let mut by_section: std::collections::BTreeMap<SectionId, Vec<_>> =
+            (first..first + count).map(|s| (s, Vec::new())).collect();
+        for (name, section, decl) in store.counters(first, count).await? {
+            if let Some(v) = by_section.get_mut(&section) {
+                v.push((name, decl));
+            }
+        }
+        for (section, decls) in by_section {
+            alloc.load_counter_decls(section, decls);
+        }
+        i += count as usize;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

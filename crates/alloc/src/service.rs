@@ -92,7 +92,8 @@ impl Shared {
                 (Code::Internal, ErrorKind::Internal, false, false)
             }
             CallError::Store(seqsvr_store_api::Error::Rejected(
-                r @ seqsvr_store_api::Rejection::Ids { .. },
+                r @ (seqsvr_store_api::Rejection::Ids { .. }
+                | seqsvr_store_api::Rejection::Counter { .. }),
             )) => {
                 // An id namespace refused by the store (unknown, worker
                 // ids exhausted, time ran out): passed on as it said it.
@@ -199,6 +200,13 @@ impl Shared {
             }
             AllocError::Store(s) if s.is_transient() => {
                 (Code::Unavailable, ErrorKind::NoLeader, true, false)
+            }
+            AllocError::CounterMaxReached { name, max } => {
+                d.counter_name = name.as_bytes().to_vec();
+                d.current = *max;
+                d.reason = a.to_string();
+                let kind = ErrorKind::CounterMaxReached;
+                (Code::FailedPrecondition, kind, false, false)
             }
             _ => (Code::Internal, ErrorKind::Internal, false, false),
         }
@@ -483,6 +491,19 @@ impl pb::alloc_peer_server::AllocPeer for PeerService {
             .map_err(|e| s.status(&e))?;
         Ok(Response::new(pb::AdoptReply { installed }))
     }
+
+    /// An operator's counter call passed on by another AllocSvr, which
+    /// checked the operator's certificate; applied here as the owner, or
+    /// refused (never passed on again).
+    async fn counter(
+        &self,
+        req: Request<pb::CounterRequest>,
+    ) -> Result<Response<pb::CounterReply>, Status> {
+        let s = &self.shared;
+        require_any_alloc(self.auth, &req).map_err(|e| s.status(&e))?;
+        let reply = crate::counters::counter_call(s, req.into_inner(), true).await?;
+        Ok(Response::new(reply))
+    }
 }
 
 /// Passes a caller with any AllocSvr's certificate (the one handing a
@@ -635,5 +656,14 @@ impl pb::alloc_admin_server::AllocAdmin for AdminService {
         self.operator(&req)?;
         self.shared.renew_now.notify_one();
         Ok(Response::new(pb::RefreshReply {}))
+    }
+
+    async fn counter(
+        &self,
+        req: Request<pb::CounterRequest>,
+    ) -> Result<Response<pb::CounterReply>, Status> {
+        self.operator(&req)?;
+        let reply = crate::counters::counter_call(&self.shared, req.into_inner(), false).await?;
+        Ok(Response::new(reply))
     }
 }

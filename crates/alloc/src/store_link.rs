@@ -5,7 +5,7 @@
 use seqsvr_core::{AllocId, Epoch, Incarnation, SectionId};
 use seqsvr_store_api::PeerClient;
 
-use crate::ceiling::{CeilingStore, Grant};
+use crate::ceiling::{CeilingStore, Declared, Grant};
 use crate::error::StoreErr;
 
 /// The store, as seen by one AllocSvr.
@@ -47,5 +47,13 @@ impl CeilingStore for StoreCeilings {
             .await;
         self.metrics.raised(start.elapsed());
         Ok(r?)
+    }
+
+    async fn counters(&self, first: SectionId, count: u32) -> Result<Vec<Declared>, StoreErr> {
+        let found = self.store.counters_of(first, count).await?;
+        Ok(found
+            .into_iter()
+            .map(|c| (c.name, c.section, c.decl))
+            .collect())
     }
 }

@@ -50,6 +50,14 @@ impl CeilingStore for Slow {
         tokio::time::sleep(LATENCY).await;
         self.0.raise(incarnation, section, epoch, to).await
     }
+
+    async fn counters(
+        &self,
+        first: SectionId,
+        count: u32,
+    ) -> Result<Vec<seqsvr_alloc::Declared>, StoreErr> {
+        self.0.counters(first, count).await
+    }
 }
 
 /// Four sections of 16 keys starting at `begin`, with steps of `step`.

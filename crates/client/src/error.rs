@@ -62,6 +62,16 @@ pub enum Error {
     /// the client has no better name for.
     #[error("internal: {0}")]
     Internal(String),
+    /// A declared counter would pass its maximum: the call was refused
+    /// whole, nothing handed out (`COUNTER_MAX_REACHED`, docs/counters.md).
+    /// Never retried.
+    #[error("counter {name} would pass its maximum {max}")]
+    CounterMaxReached {
+        /// The name (lossy UTF-8).
+        name: String,
+        /// Its maximum.
+        max: u64,
+    },
 }
 
 impl Error {

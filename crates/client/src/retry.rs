@@ -226,6 +226,10 @@ pub(crate) fn classify(
             })
         }
         ErrorKind::InvalidRequest => Failure::Fatal(Error::InvalidArgument(message)),
+        ErrorKind::CounterMaxReached => Failure::Fatal(Error::CounterMaxReached {
+            name: String::from_utf8_lossy(&d.counter_name).into_owned(),
+            max: d.current,
+        }),
         kind if d.retryable => Failure::Busy {
             kind,
             message,

@@ -24,12 +24,15 @@
 //! - [`mover`]: the range mover (`seqctl set move`) as a state machine:
 //!   answers in, the next call (or wait, or end) out; `seqctl` and the
 //!   simulation execute its effects.
+//! - [`counter`]: declared counters: a floor, a maximum, an
+//!   increment/offset, and the numbers a call hands out under them.
 //! - [`rng`]: the one seeded pseudo-random generator (SplitMix64), for
 //!   the simulation, workloads, benchmarks and retry jitter.
 //! - [`error`]: the crate's error type.
 
 pub mod checker;
 pub mod codec;
+pub mod counter;
 pub mod directory;
 pub mod error;
 pub mod golden;
@@ -41,6 +44,7 @@ pub mod rng;
 pub mod route;
 pub mod section;
 
+pub use counter::{CounterDecl, CounterError, CounterRules};
 pub use directory::{
     DirChange, DirError, DirSet, Directory, PendingMove, Place, Placement, SetCall, SetId, SetKind,
 };

@@ -7,7 +7,7 @@ use seqsvr_proto::{detail_of, status_with, ErrorDetail, ErrorKind};
 use tonic::Code;
 
 use crate::membership::{MemberRefusal, MemberRefusalKind};
-use crate::rejection::{IdRefusal, Rejection};
+use crate::rejection::{CounterRefusal, IdRefusal, Rejection};
 use crate::NodeId;
 
 /// Result alias for this crate.
@@ -212,6 +212,19 @@ impl Error {
                 reason: d.reason,
             }
             .into(),
+            ErrorKind::CounterConflict
+            | ErrorKind::CounterFloorBackwards
+            | ErrorKind::CounterUnknown => Rejection::Counter {
+                name: d.counter_name,
+                kind: match kind {
+                    ErrorKind::CounterConflict => CounterRefusal::Conflict,
+                    ErrorKind::CounterFloorBackwards => CounterRefusal::FloorBackwards,
+                    _ => CounterRefusal::Unknown,
+                },
+                floor: d.current,
+                reason: d.reason,
+            }
+            .into(),
             ErrorKind::AllocInUse => Rejection::AllocInUse {
                 alloc: d.alloc,
                 reason: d.reason,
@@ -344,6 +357,23 @@ pub fn rejection_detail(r: &Rejection, d: &mut ErrorDetail) -> (Code, ErrorKind)
                 IdRefusal::Mismatch | IdRefusal::NotHolder => Code::FailedPrecondition,
             };
             (code, ErrorKind::IdRefused)
+        }
+        Rejection::Counter {
+            name,
+            kind,
+            floor,
+            reason,
+        } => {
+            d.counter_name = name.clone();
+            d.current = *floor;
+            d.reason = reason.clone();
+            match kind {
+                CounterRefusal::Conflict => (Code::AlreadyExists, ErrorKind::CounterConflict),
+                CounterRefusal::FloorBackwards => {
+                    (Code::FailedPrecondition, ErrorKind::CounterFloorBackwards)
+                }
+                CounterRefusal::Unknown => (Code::NotFound, ErrorKind::CounterUnknown),
+            }
         }
     }
 }

@@ -12,12 +12,15 @@
 //!   another replica when one is slow, not only when it is dead. The reads
 //!   both the peer and the client plane serve (routes, sections, status)
 //!   are written once, in [`PlaneClient`], generic over the plane.
+//! - [`counters`]: the counter calls (declarations written by the
+//!   owner of a name's section, read by a new owner), docs/counters.md.
 //! - [`ids`]: the id-namespace calls (worker-id claims, raises, releases;
 //!   namespace creation and listing), docs/ids.md.
 //! - [`membership`]: why a store membership change was refused
 //!   ([`MemberRefusal`]) and what a change did ([`MembershipChange`]).
 
 pub mod client;
+pub mod counters;
 pub mod error;
 pub mod ids;
 pub mod membership;
@@ -29,7 +32,7 @@ pub use client::{
 };
 pub use error::{Error, Result};
 pub use membership::{MemberRefusal, MemberRefusalKind, MembershipChange};
-pub use rejection::{IdRefusal, Rejection};
+pub use rejection::{CounterRefusal, IdRefusal, Rejection};
 pub use sets::{Frozen, SetsClient};
 
 /// A store replica's id within its Raft group.

@@ -139,6 +139,32 @@ pub enum Rejection {
         /// The facts.
         reason: String,
     },
+    /// A counter declaration was refused (docs/counters.md). Appended
+    /// last: rejections travel encoded by position.
+    #[error("counter {}: {reason}", String::from_utf8_lossy(name))]
+    Counter {
+        /// The name.
+        name: Vec<u8>,
+        /// Why, for a caller to act on.
+        kind: CounterRefusal,
+        /// The floor in force (for `FloorBackwards`: at or above which a
+        /// floor may be set).
+        floor: u64,
+        /// The facts.
+        reason: String,
+    },
+}
+
+/// Why a counter command was refused (inside [`Rejection::Counter`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CounterRefusal {
+    /// Another declaration is in force.
+    Conflict,
+    /// The floor asked is below the floor in force or below a number
+    /// handed out: a floor only moves forward.
+    FloorBackwards,
+    /// No counter by that name was ever declared.
+    Unknown,
 }
 
 /// Why an id command was refused (inside [`Rejection::Ids`]).

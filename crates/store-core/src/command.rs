@@ -8,8 +8,8 @@
 
 use seqsvr_core::ids::Layout;
 use seqsvr_core::{
-    AllocId, DirChange, Directory, Epoch, Grant, Incarnation, LeaseTerms, Place, SectionId,
-    SetCall, SetId, SetSpec,
+    AllocId, CounterDecl, CounterRules, DirChange, Directory, Epoch, Grant, Incarnation,
+    LeaseTerms, Place, SectionId, SetCall, SetId, SetSpec,
 };
 pub use seqsvr_store_api::Rejection;
 use serde::{Deserialize, Serialize};
@@ -301,6 +301,51 @@ pub enum Command {
         /// The holding's epoch.
         epoch: Epoch,
     },
+    /// Writes the declaration of counter `name` (docs/counters.md), if
+    /// `alloc`'s `incarnation` owns `section` — the section of the name's
+    /// position — at `epoch`: the owner serves the name from memory, so
+    /// only it may change what it serves by, and the write is fenced like
+    /// a raise (promise 3). `handed_out` is the owner's current value of
+    /// the name: a floor below it is refused, a delete keeps at least it.
+    /// Appended last.
+    Counter {
+        /// The owner.
+        alloc: AllocId,
+        /// Its incarnation.
+        incarnation: Incarnation,
+        /// The section of the name's position.
+        section: SectionId,
+        /// The owner's epoch for it.
+        epoch: Epoch,
+        /// The name.
+        name: Vec<u8>,
+        /// What to write.
+        op: CounterOp,
+        /// The owner's current value of the name.
+        handed_out: u64,
+    },
+}
+
+/// A counter write (inside [`Command::Counter`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CounterOp {
+    /// Declare with `rules`, the floor at least `floor`. The same again is
+    /// a no-op; other rules while declared are a conflict; over a
+    /// tombstone, the floor stays at least the tombstone's.
+    Create {
+        /// The start floor.
+        floor: u64,
+        /// The rules.
+        rules: CounterRules,
+    },
+    /// Moves the floor forward to `floor` (equal: a no-op).
+    SetFloor {
+        /// The new floor.
+        floor: u64,
+    },
+    /// Deletes the declaration, leaving a tombstone whose floor is at
+    /// least `handed_out`.
+    Delete,
 }
 
 /// A log entry's application payload: commands proposed together.
@@ -409,4 +454,11 @@ pub enum Reply {
     },
     /// A worker id released.
     WorkerReleased,
+    /// A counter's declaration in force after the command (appended last).
+    Counter {
+        /// The declaration.
+        decl: CounterDecl,
+        /// Whether this command changed it (false: a re-run).
+        changed: bool,
+    },
 }

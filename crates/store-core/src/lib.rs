@@ -13,6 +13,8 @@
 //!   a section's raise rule ([`RaiseRule`]) on its [`SectionRecord`].
 //! - [`ids`]: id namespaces, their worker ids' holders and time
 //!   ceilings, and how the id commands change them.
+//! - [`counters`]: declared counters (floor, maximum, increment/offset,
+//!   tombstones), written by the owner of a name's section.
 //! - [`owned`]: the per-AllocSvr section counts derived from the state.
 //! - [`arbiter`]: leases as the leader granted them, and the section moves
 //!   and retirements they allow.
@@ -24,6 +26,7 @@
 pub mod arbiter;
 pub mod backup;
 pub mod command;
+pub mod counters;
 pub mod decision;
 pub mod ids;
 pub mod owned;

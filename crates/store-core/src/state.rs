@@ -18,6 +18,7 @@ use seqsvr_core::{
 use serde::{Deserialize, Serialize};
 
 use crate::command::{Command, Outcome, Rejection, Reply};
+use crate::counters::Counters;
 use crate::ids::IdSpaces;
 use crate::owned::OwnerCounts;
 
@@ -125,6 +126,8 @@ pub enum Dirty {
     Directory,
     /// One id namespace (its layout and worker records).
     IdSpace(String),
+    /// One counter's declaration.
+    Counter(Vec<u8>),
 }
 
 /// The lease terms in force and the longest expiry any lease still
@@ -177,6 +180,11 @@ pub struct SetState {
     /// their own and snapshots carry them beside the state.
     #[serde(skip)]
     pub ids: IdSpaces,
+    /// The declared counters (and tombstones), kept out of this struct's
+    /// encoding like `ids`: persisted as records of their own, carried
+    /// beside the state in snapshots.
+    #[serde(skip)]
+    pub counters: Counters,
 }
 
 impl SetState {
@@ -317,6 +325,18 @@ impl SetState {
                 incarnation,
                 epoch,
             } => self.release_worker(ns, *worker, alloc, *incarnation, *epoch, dirty),
+            Command::Counter {
+                alloc,
+                incarnation,
+                section,
+                epoch,
+                name,
+                op,
+                handed_out,
+            } => {
+                let owner = (alloc, *incarnation, *section, *epoch);
+                self.counter(owner, name, op, *handed_out, dirty)
+            }
         }
     }
 
@@ -617,6 +637,8 @@ mod allocs;
 #[path = "state_sets.rs"]
 mod sets;
 
+#[path = "state_counters.rs"]
+mod counters;
 #[path = "state_ids.rs"]
 mod ids;
 #[path = "state_restore.rs"]

@@ -255,6 +255,27 @@ fn parse(line: &str) -> Option<Command> {
             incarnation: n(4),
             epoch: n(5),
         },
+        "counter" => Command::Counter {
+            alloc: w[1].into(),
+            incarnation: n(2),
+            section: n(3) as u32,
+            epoch: n(4),
+            name: w[5].as_bytes().to_vec(),
+            handed_out: n(6),
+            op: match w[7] {
+                "create" => crate::command::CounterOp::Create {
+                    floor: n(8),
+                    rules: seqsvr_core::CounterRules {
+                        max: w[9].parse().ok(),
+                        increment: n(10),
+                        offset: n(11),
+                    },
+                },
+                "set-floor" => crate::command::CounterOp::SetFloor { floor: n(8) },
+                "delete" => crate::command::CounterOp::Delete,
+                other => panic!("unknown counter op {other}"),
+            },
+        },
         _ => return None,
     })
 }
@@ -336,6 +357,21 @@ fn dump(s: &SetState) -> String {
                 r.epoch, r.floor, r.ceiling
             );
         }
+    }
+    for (name, r) in &s.counters.by_name {
+        let rules = match r.decl.rules {
+            Some(r) => {
+                let max = r.max.map_or("-".into(), |m| m.to_string());
+                format!("max={max} increment={} offset={}", r.increment, r.offset)
+            }
+            None => "tombstone".into(),
+        };
+        out += &format!(
+            "counter {} section={} floor={} {rules}\n",
+            String::from_utf8_lossy(name),
+            r.section,
+            r.decl.floor
+        );
     }
     out
 }

@@ -135,6 +135,7 @@ fn kind(cmd: &Command) -> &'static str {
         Command::ClaimWorker { .. } => "claim_worker",
         Command::RaiseWorker { .. } => "raise_worker",
         Command::ReleaseWorker { .. } => "release_worker",
+        Command::Counter { .. } => "counter",
     }
 }
 

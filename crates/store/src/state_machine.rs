@@ -27,6 +27,7 @@ use crate::state::{Dirty, SetState};
 use crate::types::{
     Entry, LogId, Response, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
+use seqsvr_store_core::counters::Counters;
 use seqsvr_store_core::ids::IdSpaces;
 
 const APPLIED: &[u8] = b"applied";
@@ -40,6 +41,8 @@ const SECTION: u8 = b's';
 const ALLOC: u8 = b'a';
 /// One id namespace per record: `i` + its name.
 const ID_SPACE: u8 = b'i';
+/// One counter declaration per record: `n` + its name.
+const COUNTER: u8 = b'n';
 
 const SNAP_META: &[u8] = b"meta";
 const SNAP_CHUNK: u8 = b'c';
@@ -122,6 +125,12 @@ fn id_space_key(name: &str) -> Vec<u8> {
     k
 }
 
+fn counter_key(name: &[u8]) -> Vec<u8> {
+    let mut k = vec![COUNTER];
+    k.extend_from_slice(name);
+    k
+}
+
 fn enc<T: Serialize>(v: &T) -> Result<Vec<u8>, StorageError> {
     codec::encode(v).map_err(sm_write_err)
 }
@@ -191,6 +200,9 @@ impl StateMachine {
         for (name, space) in &a.state.ids.spaces {
             batch.insert(id_space_key(name), enc(space)?);
         }
+        for (name, rec) in &a.state.counters.by_name {
+            batch.insert(counter_key(name), enc(rec)?);
+        }
         Ok(())
     }
 
@@ -225,6 +237,10 @@ impl StateMachine {
                     Some(space) => batch.insert(id_space_key(name), enc(space)?),
                     None => batch.remove(id_space_key(name)),
                 },
+                Dirty::Counter(name) => match a.state.counters.by_name.get(name) {
+                    Some(rec) => batch.insert(counter_key(name), enc(rec)?),
+                    None => batch.remove(counter_key(name)),
+                },
             }
         }
         Ok(())
@@ -249,9 +265,10 @@ impl StateMachine {
     }
 
     fn snapshot_of(a: &Applied, id: String) -> Result<(SnapshotMeta, Vec<u8>), StorageError> {
-        // The id namespaces follow the state (which does not encode them):
-        // a snapshot written before they existed holds the state alone.
-        let data = codec::encode(&(&a.state, &a.state.ids)).map_err(snap_err)?;
+        // The id namespaces and counters follow the state (which does not
+        // encode them): a snapshot written before they existed holds the
+        // state alone, or the state and the id namespaces.
+        let data = codec::encode(&(&a.state, &a.state.ids, &a.state.counters)).map_err(snap_err)?;
         let meta = SnapshotMeta {
             last_log_id: a.last_applied,
             last_membership: a.membership.clone(),
@@ -265,9 +282,17 @@ fn dec<T: serde::de::DeserializeOwned>(what: &str, v: &[u8]) -> Result<T, Storag
     codec::decode(what, v).map_err(sm_read_err)
 }
 
-/// A snapshot's state: the state and its id namespaces, or (written
-/// before id namespaces existed) the state alone.
+/// A snapshot's state: the state, its id namespaces and counters, or
+/// (written before counters existed) the state and its id namespaces, or
+/// (before id namespaces) the state alone.
 pub fn decode_snapshot(data: &[u8]) -> Result<SetState, StorageError> {
+    if let Ok((mut state, ids, counters)) =
+        codec::decode::<(SetState, IdSpaces, Counters)>("snapshot", data)
+    {
+        state.ids = ids;
+        state.counters = counters;
+        return Ok(state);
+    }
     match codec::decode::<(SetState, IdSpaces)>("snapshot", data) {
         Ok((mut state, ids)) => {
             state.ids = ids;
@@ -299,6 +324,10 @@ fn load(sm: &sled::Tree) -> Result<Applied, StorageError> {
             [ID_SPACE, name @ ..] => {
                 let name = String::from_utf8_lossy(name).into_owned();
                 a.state.ids.spaces.insert(name, dec("id namespace", &v)?);
+            }
+            [COUNTER, name @ ..] => {
+                let rec = dec("counter", &v)?;
+                a.state.counters.by_name.insert(name.to_vec(), rec);
             }
             _ => {}
         }

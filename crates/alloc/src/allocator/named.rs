@@ -7,14 +7,22 @@
 //! own) is served from the position's cell. A name not held starts at or
 //! above that cell as well, so callers moving from the position to the
 //! name never see the name go back (`docs/counters.md`, Upgrading).
+//!
+//! A declared counter (`docs/counters.md`, Declared counters) is served
+//! by its declaration as this process holds it: above its floor, every
+//! number ≡ offset (mod increment), never past its maximum. The owner
+//! holds the declarations of its sections from the store before it
+//! serves them, and puts a write in force here before answering it, so a
+//! call that starts after a floor was set returns above it (promise 1).
 
-use seqsvr_core::{name_key, SectionId, Uid};
+use seqsvr_core::counter::Limit;
+use seqsvr_core::{name_key, CounterDecl, SectionId, Uid};
 use tokio::time::Instant;
 
 use super::Allocator;
 use crate::error::{AllocError, Result};
 use crate::names::NamePage;
-use crate::section::{Refused, SectionState};
+use crate::section::{Refused, SectionSlot, SectionState};
 
 /// What a monitor shows of one name: read from memory, changing nothing
 /// (`docs/counters.md`, Watching names).
@@ -46,9 +54,10 @@ impl Allocator {
     }
 
     /// Reserves `n` numbers of `name` in one step and returns the last:
-    /// the caller owns `(v − n, v]`. `n` as for
-    /// [`next_n`](Self::next_n); a bad name or count is refused and changes
-    /// nothing.
+    /// the caller owns `(v − n, v]` (of a declared counter with increment
+    /// `k`: `v − i·k`, `i < n`). `n` as for [`next_n`](Self::next_n); a
+    /// bad name or count, or a batch that would pass a declared maximum,
+    /// is refused and changes nothing.
     pub fn next_name_n(&self, name: &[u8], n: u64) -> Result<u64> {
         let key = name_key(name)?;
         if n == 0 || n > self.max_count() {
@@ -61,24 +70,76 @@ impl Allocator {
         // A name first held here starts above its position's own counter
         // too (module docs).
         let at_least = slot.current(idx).unwrap_or(0);
+        if let Some(decl) = self.names.decl(name, section) {
+            return self.next_declared(name, n, slot, section, at_least, decl);
+        }
         let guard = crossbeam_epoch::pin();
         self.names.take(name, section, at_least, |held| {
             slot.take_held_pinned(held, n, &guard, |early| self.queue_raise(section, early))
-                .map_err(|r| match r {
-                    Refused::Exhausted => self.exhausted(section),
-                    Refused::NotServing => AllocError::NotOwner { section },
-                })
+                .map_err(|r| self.refused(r, section))
         })
+    }
+
+    fn refused(&self, r: Refused, section: SectionId) -> AllocError {
+        match r {
+            Refused::Exhausted => self.exhausted(section),
+            Refused::NotServing => AllocError::NotOwner { section },
+        }
+    }
+
+    /// [`next_name_n`](Self::next_name_n) of a name with a declaration:
+    /// above its floor, in its class, never past its maximum.
+    fn next_declared(
+        &self,
+        name: &[u8],
+        n: u64,
+        slot: &SectionSlot,
+        section: SectionId,
+        at_least: u64,
+        decl: CounterDecl,
+    ) -> Result<u64> {
+        let rules = decl.rules_or_default();
+        let guard = crossbeam_epoch::pin();
+        let out = self.names.take(name, section, at_least, |held| {
+            let mut held = held.max(decl.floor);
+            loop {
+                let cur = slot
+                    .current_held(held)
+                    .ok_or(AllocError::NotOwner { section })?;
+                let last = rules
+                    .last_of(cur, n, self.spec.step)
+                    .map_err(|l| limit_error(name, n, rules.increment, self.spec.step, l))?;
+                let (v, base) = slot
+                    .take_held_pinned(cur, last - cur, &guard, |early| {
+                        self.queue_raise(section, early)
+                    })
+                    .map_err(|r| self.refused(r, section))?;
+                if v == last {
+                    return Ok((v, base));
+                }
+                // A new grant moved the base up between the two reads: `v`
+                // is above everything before and handed to no one; start
+                // again above it, so every number is in the class.
+                held = v;
+            }
+        });
+        if let Err(AllocError::CounterMaxReached { .. }) = &out {
+            self.names.limit_refused();
+        }
+        out
     }
 
     /// The name's `cur_seq`: ≥ every number ever handed out for it, and
     /// below the next one (for a name not held: its section's skip-ahead
-    /// value or forgotten floor, which no one handed out to it).
+    /// value or forgotten floor, which no one handed out to it; for a
+    /// declared counter, at least its floor).
     pub fn current_name(&self, name: &[u8]) -> Result<u64> {
         let key = name_key(name)?;
         let (slot, section, idx) = self.locate(key)?;
         let at_least = slot.current(idx).unwrap_or(0);
-        slot.current_held(self.names.held(name, section, at_least))
+        let floor = self.names.decl(name, section).map_or(0, |d| d.floor);
+        let held = self.names.held(name, section, at_least).max(floor);
+        slot.current_held(held)
             .ok_or(AllocError::NotOwner { section })
     }
 
@@ -139,5 +200,59 @@ impl Allocator {
     pub async fn next_name_n_waiting(&self, name: &[u8], n: u64, deadline: Instant) -> Result<u64> {
         self.retry_exhausted(deadline, || self.next_name_n(name, n))
             .await
+    }
+
+    /// The section of `name`'s position, if this set serves names there.
+    pub fn name_section(&self, name: &[u8]) -> Result<SectionId> {
+        let key = name_key(name)?;
+        let (_, section, _) = self.locate(key)?;
+        Ok(section)
+    }
+
+    /// The declaration of `name` in force here, if any.
+    pub fn counter_decl(&self, name: &[u8], section: SectionId) -> Option<CounterDecl> {
+        self.names.decl(name, section)
+    }
+
+    /// The last number handed out here for `name`, if it is held.
+    pub fn name_held(&self, name: &[u8]) -> Option<u64> {
+        self.names.held_exact(name)
+    }
+
+    /// Puts `name`'s declaration in force (the store applied it).
+    pub fn set_counter_decl(&self, name: &[u8], section: SectionId, decl: CounterDecl) {
+        self.names.set_decl(name, section, decl);
+    }
+
+    /// Replaces the declarations of `section` with the store's, before a
+    /// grant of it is installed.
+    pub fn load_counter_decls(&self, section: SectionId, decls: Vec<(Vec<u8>, CounterDecl)>) {
+        self.names.load_decls(section, decls);
+    }
+
+    /// Whether `section` holds name positions (its declarations are
+    /// loaded before it is served).
+    pub fn has_name_positions(&self, section: SectionId) -> bool {
+        self.names.has_names(section)
+    }
+
+    /// Serialises this process's counter writes (held across the store
+    /// write and the update in memory).
+    pub async fn counter_write_lock(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.names.writes.lock().await
+    }
+}
+
+/// The error of a call a declaration refuses.
+fn limit_error(name: &[u8], n: u64, increment: u64, step: u64, l: Limit) -> AllocError {
+    match l {
+        Limit::MaxReached { max } => AllocError::CounterMaxReached {
+            name: String::from_utf8_lossy(name).into_owned(),
+            max,
+        },
+        Limit::SpanTooLarge => AllocError::InvalidCount {
+            count: n,
+            max: (step / increment.max(1)).max(1),
+        },
     }
 }

@@ -419,7 +419,7 @@ const CLIENT_PATHS: &[&str] = &[
     "/seqsvr.v1.Alloc/DecodeId",
 ];
 
-const PEER_PATHS: &[&str] = &["/seqsvr.v1.AllocPeer/Adopt"];
+const PEER_PATHS: &[&str] = &["/seqsvr.v1.AllocPeer/Adopt", "/seqsvr.v1.AllocPeer/Counter"];
 
 const ADMIN_PATHS: &[&str] = &[
     "/seqsvr.v1.AllocAdmin/Handoff",
@@ -427,6 +427,7 @@ const ADMIN_PATHS: &[&str] = &[
     "/seqsvr.v1.AllocAdmin/Release",
     "/seqsvr.v1.AllocAdmin/Refresh",
     "/seqsvr.v1.AllocAdmin/Drain",
+    "/seqsvr.v1.AllocAdmin/Counter",
 ];
 
 /// Serves one plane until stopped; logs why it stopped otherwise.

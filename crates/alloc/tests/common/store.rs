@@ -533,4 +533,20 @@ impl StorePeer for FakeStore {
             .collect();
         Ok(Response::new(pb::IdSpacesReply { spaces }))
     }
+
+    /// The fake keeps no counter declarations: a write is refused, so a
+    /// test that needs one uses the real store.
+    async fn counter_write(
+        &self,
+        _req: Request<pb::CounterWriteRequest>,
+    ) -> Answer<pb::CounterWriteReply> {
+        Err(Status::unimplemented(
+            "the fake store keeps no counter declarations",
+        ))
+    }
+
+    /// No declarations: every section reads as having none.
+    async fn counters(&self, _req: Request<pb::CountersRequest>) -> Answer<pb::CountersReply> {
+        Ok(Response::new(pb::CountersReply::default()))
+    }
 }

@@ -167,17 +167,17 @@ enum Cmd {
     /// --min-calls, a fault that did not happen, a section jump over one
     /// step or an outage over --max-outage.
     Drill(drill::DrillArgs),
+    /// Declared counters (docs/counters.md): a floor moved only forward,
+    /// a maximum, an increment/offset; delete leaves a tombstone.
+    Counter {
+        #[command(subcommand)]
+        op: ctl::counter::CounterCmd,
+    },
     /// Time-ordered ids: layout presets (with the date each runs out),
     /// decoding, ids of a namespace, namespaces created and shown.
     Id {
         #[command(subcommand)]
         op: ctl::id::IdOp,
-    },
-    /// Named counters: importing floors from Leaf, Tinyid or Redis
-    /// (docs/counters.md, Moving over).
-    Counter {
-        #[command(subcommand)]
-        op: ctl::import::CounterOp,
     },
 }
 
@@ -287,7 +287,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
         | Cmd::Alloc { .. }
         | Cmd::Store { .. }
         | Cmd::Set { .. } => rt.block_on(need_listener(&store, reach::STORE, &store_from))?,
-        Cmd::Health(_) | Cmd::Drill(_) | Cmd::Id { .. } | Cmd::Counter { .. } => {}
+        // An import's plan reads only its source.
+        Cmd::Counter {
+            op: ctl::counter::CounterCmd::Import(args),
+        } if args.dry_run => {}
+        Cmd::Counter { .. } => rt.block_on(need_listener(&store, reach::STORE, &store_from))?,
+        Cmd::Health(_) | Cmd::Drill(_) | Cmd::Id { .. } => {}
     }
     let done = rt.block_on(async move {
         let seq = || {
@@ -362,12 +367,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
             },
             Cmd::Counter {
-                op: ctl::import::CounterOp::Import(args),
-            } => {
-                if !args.dry_run {
-                    return Err(Error::Usage(ctl::import::NO_SINK.into()));
-                }
-                ctl::import::dry_run(&args).await
+                op: ctl::counter::CounterCmd::Import(args),
+            } if args.dry_run => ctl::import::dry_run(&args).await,
+            Cmd::Counter { op } => {
+                dial.need_operator()?;
+                let admin = ctl::counter::CounterAdmin::new(&store, dial.tls.clone());
+                ctl::counter::run(&admin, op).await
             }
             Cmd::Sections { first, count, json } => {
                 ctl::sections(&ctl()?, first, count, json).await

@@ -33,6 +33,7 @@
 //!   `Handoff`.
 
 pub mod alloc;
+pub mod counter;
 pub mod health;
 pub mod id;
 pub mod import;

@@ -184,6 +184,12 @@ impl Sets {
         None
     }
 
+    /// The leader's status as the client planes at `addrs` report it
+    /// (with its lease view of the AllocSvrs), if a leader answers.
+    pub async fn leader_status_read(&self, addrs: &[String]) -> Result<Option<pb::StoreStatus>> {
+        Ok(ReadClient::new(addrs, &self.connect)?.leader_status().await)
+    }
+
     /// A client of the AllocSvr admin plane at `addr`.
     pub fn alloc_admin(&self, addr: &str) -> Result<AllocAdminClient<Channel>> {
         let tls = self.tls.clone().map(|t| t.expecting(ServerRole::Alloc));

@@ -18,6 +18,7 @@
 
 pub mod admin;
 pub mod barrier;
+mod counters;
 mod ids;
 pub mod peer;
 pub mod raft;

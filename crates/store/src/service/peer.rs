@@ -343,4 +343,22 @@ impl pb::store_peer_server::StorePeer for PeerService {
         let api = &self.0;
         api.at_leader(req, |r| api.id_spaces(r)).await
     }
+
+    async fn counter_write(
+        &self,
+        req: Request<pb::CounterWriteRequest>,
+    ) -> Result<Response<pb::CounterWriteReply>, Status> {
+        let api = &self.0;
+        api.require_alloc(&req, &req.get_ref().alloc)?;
+        api.at_leader(req, |r| api.counter_write(r)).await
+    }
+
+    async fn counters(
+        &self,
+        req: Request<pb::CountersRequest>,
+    ) -> Result<Response<pb::CountersReply>, Status> {
+        require_peer(self.0.auth, &req)?;
+        let api = &self.0;
+        api.at_leader(req, |r| api.counters(r)).await
+    }
 }

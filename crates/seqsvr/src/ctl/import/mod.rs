@@ -30,11 +30,6 @@ use crate::outln;
 use dump::Format;
 use sources::Source;
 
-/// What the command says when asked to set floors in a build whose client
-/// cannot set them yet.
-pub const NO_SINK: &str = "this seqctl cannot set counter floors in the cluster yet (the \
-client has no set-floor call): run with --dry-run to see the plan";
-
 /// One counter to import.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Floor {
@@ -192,17 +187,8 @@ pub async fn apply<S: FloorSink>(plan: &Plan, sink: &S) -> Result<Summary> {
     Ok(s)
 }
 
-/// `seqctl counter …` (the import; see `docs/counters.md`).
-#[derive(Debug, clap::Subcommand)]
-pub enum CounterOp {
-    /// Sets named counters' floors from Leaf, Tinyid or Redis, so no name
-    /// hands out a number the old system gave: prints the plan with
-    /// --dry-run, else a summary (imported, already above, refused).
-    Import(ImportArgs),
-}
-
 /// `seqctl counter import`.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct ImportArgs {
     /// Where the counters come from.
     #[command(subcommand)]

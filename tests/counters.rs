@@ -281,12 +281,18 @@ async fn declared_counters_hold_across_a_kill_and_at_every_door() {
     let dump = dump.to_str().unwrap();
     let (code, out, _) = seqctl(&cluster, &["import", "leaf", dump]);
     assert_eq!(code, 0);
-    assert!(out.starts_with("imported 1, already above 0, refused 0"), "{out}");
+    assert!(
+        out.starts_with("imported 1, already above 0, refused 0"),
+        "{out}"
+    );
     let v = next(&c, &imported).await;
     assert!(v > 120_001, "{v} after an import at 120001");
     let (code, out, _) = seqctl(&cluster, &["import", "leaf", dump]);
     assert_eq!(code, 0);
-    assert!(out.starts_with("imported 0, already above 1, refused 0"), "{out}");
+    assert!(
+        out.starts_with("imported 0, already above 1, refused 0"),
+        "{out}"
+    );
     assert!(next(&c, &imported).await > v);
 
     // The owner of the names' sections killed: the other AllocSvr takes

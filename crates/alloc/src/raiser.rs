@@ -273,9 +273,7 @@ pub async fn load_section_counters<S: CeilingStore>(
     store: &S,
     sections: impl Iterator<Item = SectionId>,
 ) -> Result<()> {
-    let mut sections: Vec<SectionId> = sections
-        .filter(|&s| alloc.has_name_positions(s))
-        .collect();
+    let mut sections: Vec<SectionId> = sections.filter(|&s| alloc.has_name_positions(s)).collect();
     sections.sort_unstable();
     sections.dedup();
     let mut i = 0;

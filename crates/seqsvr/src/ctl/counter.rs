@@ -167,7 +167,11 @@ impl CounterAdmin {
 /// does: a floor at or below the one in force, or below a number handed
 /// out, is "already above" (the import never moves a counter back).
 impl crate::ctl::import::FloorSink for CounterAdmin {
-    async fn set_floor(&self, name: &[u8], floor: u64) -> std::result::Result<FloorOutcome, SinkError> {
+    async fn set_floor(
+        &self,
+        name: &[u8],
+        floor: u64,
+    ) -> std::result::Result<FloorOutcome, SinkError> {
         match self.set_counter_floor(name, floor).await {
             Ok(_) => Ok(FloorOutcome::Raised),
             Err(Error::Rpc(st)) => {

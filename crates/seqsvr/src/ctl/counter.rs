@@ -172,8 +172,18 @@ impl crate::ctl::import::FloorSink for CounterAdmin {
         name: &[u8],
         floor: u64,
     ) -> std::result::Result<FloorOutcome, SinkError> {
-        match self.set_counter_floor(name, floor).await {
-            Ok(_) => Ok(FloorOutcome::Raised),
+        let req = pb::CounterRequest {
+            op: CounterOp::CounterSetFloor as i32,
+            name: name.to_vec(),
+            floor,
+            ..Default::default()
+        };
+        match self.call(req).await {
+            Ok(r) if r.changed => Ok(FloorOutcome::Raised),
+            // The same floor in force already: a re-run.
+            Ok(r) => Ok(FloorOutcome::AlreadyAbove {
+                current: decl_of(&r).map_or(floor, |d| d.floor),
+            }),
             Err(Error::Rpc(st)) => {
                 let d = pb::detail_of(&st).unwrap_or_default();
                 match pb::ErrorKind::try_from(d.kind) {

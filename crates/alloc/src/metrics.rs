@@ -377,7 +377,7 @@ impl AllocatorCounters {
                 "numbers named counters skipped when created above their section's base because names of it were forgotten",
             )?,
             counter_limit_errors: c(
-                "seqsvr_alloc_counter_limit_errors_total",
+                "seqsvr_alloc_declared_limit_errors_total",
                 "calls a declared counter refused whole because they would pass its maximum (COUNTER_MAX_REACHED)",
             )?,
         })

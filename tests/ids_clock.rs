@@ -34,9 +34,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use seqsvr_core::ids::Layout;
 use seqsvr_core::SetSpec;
-use support::ids::{
-    draw_client, draw_direct, gone, latest, libfaketime, under, wait_issuing, Calls,
-};
+use support::ids::{gone, latest, libfaketime, start_callers, under, wait_issuing, Callers, Calls};
 use support::SetCluster;
 
 /// The namespace drawn from.
@@ -166,20 +164,11 @@ async fn drill(lib: &str, shifts: &[String]) {
     }
 
     let stop = Arc::new(AtomicBool::new(false));
-    let mut callers = Vec::new();
-    let mut tasks = Vec::new();
-    for _ in 0..2 {
-        let (c, h) = draw_client(client.clone(), NS, BATCH, stop.clone());
-        callers.push(c);
-        tasks.push(h);
-    }
-    let mut direct = Vec::new();
-    for addr in cl.alloc_addrs.clone() {
-        let (c, h) = draw_direct(addr, NS, BATCH, stop.clone());
-        direct.push(c.clone());
-        callers.push(c);
-        tasks.push(h);
-    }
+    let Callers {
+        all: callers,
+        direct,
+        tasks,
+    } = start_callers(&client, &cl.alloc_addrs, NS, BATCH, &stop);
     let t0 = Instant::now();
     let worker = wait_issuing(&direct[0], t0, &layout, &cl).await;
     tokio::time::sleep(Duration::from_secs(2)).await;

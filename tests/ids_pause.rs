@@ -32,7 +32,9 @@ use std::time::{Duration, Instant};
 
 use seqsvr_core::ids::Layout;
 use seqsvr_core::SetSpec;
-use support::ids::{draw_client, draw_direct, libfaketime, under, wait_issuing, Call, Calls};
+use support::ids::{
+    draw_direct, libfaketime, start_callers, under, wait_issuing, Call, Callers, Calls,
+};
 use support::SetCluster;
 
 /// The namespace drawn from.
@@ -133,20 +135,11 @@ async fn paused_past_the_lease_while_a_successor_takes_its_worker_id() {
     let client = cl.client().await;
 
     let stop = Arc::new(AtomicBool::new(false));
-    let mut callers = Vec::new();
-    let mut tasks = Vec::new();
-    for _ in 0..2 {
-        let (c, h) = draw_client(client.clone(), NS, BATCH, stop.clone());
-        callers.push(c);
-        tasks.push(h);
-    }
-    let mut direct = Vec::new();
-    for addr in cl.alloc_addrs.clone() {
-        let (c, h) = draw_direct(addr, NS, BATCH, stop.clone());
-        direct.push(c.clone());
-        callers.push(c);
-        tasks.push(h);
-    }
+    let Callers {
+        all: mut callers,
+        direct,
+        mut tasks,
+    } = start_callers(&client, &cl.alloc_addrs, NS, BATCH, &stop);
     let worker = wait_issuing(&direct[0], Instant::now(), &layout, &cl).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
 

@@ -73,6 +73,45 @@ pub struct Call {
 /// What one caller received, in the order of its calls.
 pub type Calls = Arc<Mutex<Vec<Call>>>;
 
+/// Every caller of a drill over ids: two through the `SeqClient` and one
+/// straight at each AllocSvr of `addrs`, drawing `batch` ids of `ns` a
+/// call until `stop`.
+pub struct Callers {
+    /// Everything every caller received (the checker's input).
+    pub all: Vec<Calls>,
+    /// The direct callers, one per AllocSvr, in `addrs`' order.
+    pub direct: Vec<Calls>,
+    /// Their tasks.
+    pub tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Starts [`Callers`].
+pub fn start_callers(
+    client: &seqsvr_client::SeqClient,
+    addrs: &[String],
+    ns: &'static str,
+    batch: u32,
+    stop: &Arc<AtomicBool>,
+) -> Callers {
+    let mut c = Callers {
+        all: Vec::new(),
+        direct: Vec::new(),
+        tasks: Vec::new(),
+    };
+    for _ in 0..2 {
+        let (calls, h) = draw_client(client.clone(), ns, batch, stop.clone());
+        c.all.push(calls);
+        c.tasks.push(h);
+    }
+    for addr in addrs {
+        let (calls, h) = draw_direct(addr.clone(), ns, batch, stop.clone());
+        c.direct.push(calls.clone());
+        c.all.push(calls);
+        c.tasks.push(h);
+    }
+    c
+}
+
 /// Draws ids of `ns`, `batch` a call, until `stop` through the
 /// `SeqClient`.
 pub fn draw_client(

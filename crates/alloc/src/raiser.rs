@@ -276,14 +276,7 @@ pub async fn load_section_counters<S: CeilingStore>(
     let mut sections: Vec<SectionId> = sections.filter(|&s| alloc.has_name_positions(s)).collect();
     sections.sort_unstable();
     sections.dedup();
-    let mut i = 0;
-    while i < sections.len() {
-        let first = sections[i];
-        let mut count = 1;
-        while i + (count as usize) < sections.len() && sections[i + count as usize] == first + count
-        {
-            count += 1;
-        }
+    for (first, count) in seqsvr_core::section::runs(&sections) {
         let mut by_section: std::collections::BTreeMap<SectionId, Vec<_>> =
             (first..first + count).map(|s| (s, Vec::new())).collect();
         for (name, section, decl) in store.counters(first, count).await? {
@@ -294,7 +287,6 @@ pub async fn load_section_counters<S: CeilingStore>(
         for (section, decls) in by_section {
             alloc.load_counter_decls(section, decls);
         }
-        i += count as usize;
     }
     Ok(())
 }

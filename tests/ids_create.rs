@@ -36,6 +36,21 @@ fn seqctl(cl: &SetCluster, args: &[&str]) -> (bool, String, String) {
     (out.status.success(), o, e)
 }
 
+/// `seqctl` with no cluster named: success, standard output, standard
+/// error.
+fn seqctl_offline(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_seqctl"))
+        .args(args)
+        .output()
+        .unwrap();
+    let (o, e) = (
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    );
+    println!("seqctl {args:?}: {:?}\n{o}{e}", out.status.code());
+    (out.status.success(), o, e)
+}
+
 /// `seqctl id show --json`: the namespaces, as JSON.
 fn shown(cl: &SetCluster) -> serde_json::Value {
     let (ok, out, err) = seqctl(cl, &["id", "show", "--json"]);
@@ -166,6 +181,22 @@ async fn create_is_validated_idempotent_and_scattered_ids_decode() {
     assert!(ok, "{err}");
     assert!(out.contains("namespace=msgs time=20"), "{out}");
     assert!(out.contains("worker="), "{out}");
+    // Offline, by the same custom layout given as flags: the same parts,
+    // no cluster asked.
+    let by_ns = out.trim().trim_start_matches("namespace=msgs ").to_string();
+    let id7 = ids[7].to_string();
+    let mut a = vec!["id", "decode", id7.as_str()];
+    // The layout's flags, without create's window.
+    a.extend(
+        CUSTOM
+            .chunks(2)
+            .filter(|f| f[0] != "--window-ms")
+            .flatten()
+            .copied(),
+    );
+    let (ok, out, err) = seqctl_offline(&a);
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), by_ns, "offline decode by flags");
     // A forged shard: not an id of the namespace.
     let forged = (ids[7] ^ (1 << 61)).to_string();
     let (ok, _, err) = seqctl(&cl, &["id", "decode", &forged, "--namespace", "msgs"]);

@@ -22,14 +22,15 @@ pub enum IdOp {
     /// Prints each layout preset: bits, tick, workers, ids per tick and
     /// the date its time bits run out.
     Layouts,
-    /// Takes an id apart: time, worker id, sequence (by a preset, or by a
-    /// namespace's own layout with --namespace).
+    /// Takes an id apart: time, worker id, sequence — offline by a layout
+    /// (a preset, each field of which a flag may change, as `create`
+    /// takes them), or by a namespace's own layout with --namespace.
     Decode {
         /// The id.
         id: u64,
-        /// The layout preset it was built with (twitter, sonyflake, js53).
-        #[arg(long, default_value = "twitter")]
-        layout: String,
+        /// The layout it was built with (offline).
+        #[command(flatten)]
+        layout: LayoutArgs,
         /// Decode by this namespace's layout, asking the cluster.
         #[arg(long)]
         namespace: Option<String>,
@@ -110,6 +111,25 @@ impl LayoutArgs {
     /// refusal names the flag, before anything is sent.
     pub fn layout(&self, now_ms: u64) -> Result<Layout> {
         let bad = |why: String| Error::Usage(why);
+        let l = self.fields()?;
+        l.check_epoch(now_ms).map_err(|e| bad(e.to_string()))?;
+        if let Some(h) = self.holders {
+            if l.workers() < h {
+                return Err(bad(format!(
+                    "--holders {h}: {} worker bits hold only {} worker ids",
+                    l.worker_bits,
+                    l.workers()
+                )));
+            }
+        }
+        Ok(l)
+    }
+
+    /// The layout's fields as the flags say them, checked for shape only
+    /// (bit budget, unit, epoch syntax): what decoding needs. A layout
+    /// whose time bits have run out still decodes the ids it made.
+    pub fn fields(&self) -> Result<Layout> {
+        let bad = |why: String| Error::Usage(why);
         let mut l = preset(&self.preset)?;
         l.time_bits = self.time_bits.unwrap_or(l.time_bits);
         l.worker_bits = self.worker_bits.unwrap_or(l.worker_bits);
@@ -132,18 +152,7 @@ impl LayoutArgs {
         if let Some(s) = self.shard_bits {
             l = l.with_shards(s);
         }
-        let usage = |e: seqsvr_core::ids::IdError| bad(e.to_string());
-        l.validate().map_err(usage)?;
-        l.check_epoch(now_ms).map_err(usage)?;
-        if let Some(h) = self.holders {
-            if l.workers() < h {
-                return Err(bad(format!(
-                    "--holders {h}: {} worker bits hold only {} worker ids",
-                    l.worker_bits,
-                    l.workers()
-                )));
-            }
-        }
+        l.validate().map_err(|e| bad(e.to_string()))?;
         Ok(l)
     }
 }
@@ -213,7 +222,7 @@ pub fn run(op: IdOp) -> Result<()> {
             Ok(())
         }
         IdOp::Decode { id, layout, .. } => {
-            let l = preset(&layout)?;
+            let l = layout.fields()?;
             let d = l.decode(id).map_err(|e| Error::Usage(e.to_string()))?;
             outln!(
                 "time={} tick={} worker={} seq={}",

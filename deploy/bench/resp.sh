@@ -29,11 +29,13 @@
 #                 against Redis INCR on one key, and 10^6 distinct names
 #                 (-c 50 -r 1000000 INCR name:__rand_int__) against Redis
 #                 on the same keys.
-# --instructions  no timing: the single owner's AllocSvr runs under
-#                 valgrind's callgrind, and each shape prints the
-#                 instructions the AllocSvr spent per command (its idle
-#                 work over the same span subtracted). Blind to kernel
-#                 time and cache misses, but steady on a busy machine.
+# --instructions  no timing: the single owner's AllocSvr (and with
+#                 --names the names set's) and Redis run under valgrind's
+#                 callgrind, and each shape prints the instructions each
+#                 server spent per command (its idle work over the same
+#                 span subtracted) and Redis's over the door's. Blind to
+#                 kernel time and cache misses, but steady on a busy
+#                 machine.
 # --ids N         time-ordered ids instead (docs/ids.md): creates a
 #                 `twitter` namespace with `seqctl id create`, then runs
 #                 `SEQ.ID bench N` against `INCR` at -c 50 -P 16 and
@@ -188,15 +190,16 @@ start_set one "alloc-1:0:10" "${UNDER[@]}"
 [ "$FWD" = 1 ] && start_set two "alloc-1:0:5 alloc-2:5:5"
 if [ "$NAMES" = 1 ]; then
     SET_ID=2 SET_BEGIN="${NAMES_SPAN[0]}" SET_END="${NAMES_SPAN[1]}" ADDED=true
-    start_set names "alloc-n:0:12"
+    start_set names "alloc-n:0:12" "${UNDER[@]}"
     SET_ID=0 SET_BEGIN=0 SET_END=1000000 ADDED=false
 fi
 
 REDIS_PORT=$(port)
 mkdir -p "$DIR/redis"
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$DIR/redis" --save '' \
+"${UNDER[@]}" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$DIR/redis" --save '' \
     --appendonly yes --appendfsync everysec --daemonize no >"$DIR/redis.log" 2>&1 &
 PIDS+=($!)
+REDIS_PID=$!
 
 wait_door "$DOOR_one_1"
 [ "$FWD" = 1 ] && wait_door "$DOOR_two_1"
@@ -232,30 +235,53 @@ bench() {
 }
 
 if [ "$INSTR" = 1 ]; then
-    pid="$ALLOCPID_one"
-    # The newest dump's instruction total.
+    # The newest dump's instruction total of process $1.
     total() {
         local f
-        f=$(ls -t "$DIR"/cg."$pid".out.* | head -1)
+        f=$(ls -t "$DIR"/cg."$1".out.* | head -1)
         awk '/^(summary|totals):/ { print $2; exit }' "$f"
     }
-    callgrind_control -z "$pid" >/dev/null 2>&1
-    t0=$(date +%s.%N); sleep 10
-    callgrind_control -d "$pid" >/dev/null 2>&1
-    idle=$(awk -v n="$(total)" -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", n / (b - a) }')
-    echo "instructions per command, the AllocSvr under callgrind ($N commands a shape after $((N / 10)) of warm-up; idle $idle a second subtracted)"
-    printf "%-16s %14s %14s\n" shape "per command" "(idle kept)"
-    for shape in "${SHAPES[@]}"; do
-        # shellcheck disable=SC2086
-        redis-benchmark -h 127.0.0.1 -p "$DOOR_one_1" -r 1000000 -n $((N / 10)) $shape -q INCR 'seq:__rand_int__' >/dev/null 2>&1
+    # Instructions a second process $1 spends idle (renewals and the
+    # like), over 10 s.
+    idle_of() {
+        local t0
+        callgrind_control -z "$1" >/dev/null 2>&1
+        t0=$(date +%s.%N); sleep 10
+        callgrind_control -d "$1" >/dev/null 2>&1
+        awk -v n="$(total "$1")" -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", n / (b - a) }'
+    }
+    # instr PID IDLE PORT KEY SHAPE…: the instructions process PID spends
+    # per command of the shape (idle subtracted), after a warm-up.
+    instr() {
+        local pid="$1" idle="$2" port="$3" key="$4" t0; shift 4
+        redis-benchmark -h 127.0.0.1 -p "$port" -r 1000000 -n $((N / 10)) "$@" -q INCR "$key" >/dev/null 2>&1
         callgrind_control -z "$pid" >/dev/null 2>&1
         t0=$(date +%s.%N)
-        # shellcheck disable=SC2086
-        redis-benchmark -h 127.0.0.1 -p "$DOOR_one_1" -r 1000000 -n "$N" $shape -q INCR 'seq:__rand_int__' >/dev/null 2>&1
+        redis-benchmark -h 127.0.0.1 -p "$port" -r 1000000 -n "$N" "$@" -q INCR "$key" >/dev/null 2>&1
         callgrind_control -d "$pid" >/dev/null 2>&1
-        awk -v n="$(total)" -v i="$idle" -v a="$t0" -v b="$(date +%s.%N)" -v c="$N" -v s="$shape" \
-            'BEGIN { printf "%-16s %14.0f %14.0f\n", s, (n - i * (b - a)) / c, n / c }'
+        awk -v n="$(total "$pid")" -v i="$idle" -v a="$t0" -v b="$(date +%s.%N)" -v c="$N" \
+            'BEGIN { printf "%.0f", (n - i * (b - a)) / c }'
+    }
+    idle=$(idle_of "$ALLOCPID_one")
+    ridle=$(idle_of "$REDIS_PID")
+    echo "instructions per command under callgrind, the AllocSvr and Redis 7 ($N commands a shape after $((N / 10)) of warm-up;"
+    echo "idle work subtracted: AllocSvr $idle, Redis $ridle a second). Redis over seqsvr: how many times the door's work Redis spends."
+    printf "%-34s %12s %12s %9s\n" shape "seqsvr" "redis" "R/seqsvr"
+    row() {
+        local label="$1" spid="$2" sidle="$3" sport="$4" key="$5" a b; shift 5
+        a=$(instr "$spid" "$sidle" "$sport" "$key" "$@")
+        b=$(instr "$REDIS_PID" "$ridle" "$REDIS_PORT" "$key" "$@")
+        printf "%-34s %12s %12s %8sx\n" "$label" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", b / a }')"
+    }
+    for shape in "${SHAPES[@]}"; do
+        # shellcheck disable=SC2086
+        row "$shape" "$ALLOCPID_one" "$idle" "$DOOR_one_1" 'seq:__rand_int__' $shape
     done
+    if [ "$NAMES" = 1 ]; then
+        nidle=$(idle_of "$ALLOCPID_names")
+        row "-c 50 -P 16 INCR name:hot" "$ALLOCPID_names" "$nidle" "$DOOR_names_1" 'name:hot' -c 50 -P 16
+        row "-c 50 INCR name:__rand_int__" "$ALLOCPID_names" "$nidle" "$DOOR_names_1" 'name:__rand_int__' -c 50
+    fi
     exit 0
 fi
 

@@ -66,27 +66,31 @@ impl fmt::Display for BadKey {
 impl KeyMap {
     /// The uid `key` names.
     pub fn uid(&self, key: &[u8]) -> Result<u64, BadKey> {
-        if self.bare {
-            if let Some(u) = decimal(key) {
-                return Ok(u);
-            }
-        }
-        for p in &self.prefixes {
-            if let Some(u) = key.strip_prefix(p.as_bytes()).and_then(decimal) {
-                return Ok(u);
-            }
-        }
-        Err(BadKey {
+        self.claims(key).ok_or_else(|| BadKey {
             key: shorten(key),
             rule: self.rule(),
         })
+    }
+
+    /// The uid `key` names, if the uid mapping claims it. No error is
+    /// built: a key it does not claim is a name, on the hot path of every
+    /// named counter.
+    fn claims(&self, key: &[u8]) -> Option<u64> {
+        if self.bare {
+            if let Some(u) = decimal(key) {
+                return Some(u);
+            }
+        }
+        self.prefixes
+            .iter()
+            .find_map(|p| key.strip_prefix(p.as_bytes()).and_then(decimal))
     }
 
     /// The key `key` is served at: the uid it names if the uid mapping
     /// claims it, else its position as a name (`docs/counters.md`). Only
     /// an empty key or one longer than a name may be is refused.
     pub fn key(&self, key: &[u8]) -> Result<u64, BadKey> {
-        self.uid(key).or_else(|_| {
+        self.claims(key).map(Ok).unwrap_or_else(|| {
             seqsvr_core::name_key(key).map_err(|e| BadKey {
                 key: shorten(key),
                 rule: format!("{}, or a name: {e}", self.rule()),
@@ -98,7 +102,7 @@ impl KeyMap {
     /// else the name it is (checked: 1..=256 bytes), which has a counter
     /// of its own (`docs/counters.md`).
     pub fn counter(&self, key: &Bytes) -> Result<Key, BadKey> {
-        if let Ok(u) = self.uid(key) {
+        if let Some(u) = self.claims(key) {
             return Ok(Key::Uid(u));
         }
         seqsvr_core::check_name(key).map_err(|e| BadKey {

@@ -252,16 +252,20 @@ if [ "$INSTR" = 1 ]; then
     }
     # instr PID IDLE PORT KEY SHAPE…: the instructions process PID spends
     # per command of the shape (idle subtracted), after a warm-up.
+    # CMD (an array) is the command instead of INCR KEY if set.
     instr() {
         local pid="$1" idle="$2" port="$3" key="$4" t0; shift 4
-        redis-benchmark -h 127.0.0.1 -p "$port" -r 1000000 -n $((N / 10)) "$@" -q INCR "$key" >/dev/null 2>&1
+        local c=(INCR "$key")
+        [ -n "${CMD[*]:-}" ] && c=("${CMD[@]}")
+        redis-benchmark -h 127.0.0.1 -p "$port" -r 1000000 -n $((N / 10)) "$@" -q "${c[@]}" >/dev/null 2>&1
         callgrind_control -z "$pid" >/dev/null 2>&1
         t0=$(date +%s.%N)
-        redis-benchmark -h 127.0.0.1 -p "$port" -r 1000000 -n "$N" "$@" -q INCR "$key" >/dev/null 2>&1
+        redis-benchmark -h 127.0.0.1 -p "$port" -r 1000000 -n "$N" "$@" -q "${c[@]}" >/dev/null 2>&1
         callgrind_control -d "$pid" >/dev/null 2>&1
         awk -v n="$(total "$pid")" -v i="$idle" -v a="$t0" -v b="$(date +%s.%N)" -v c="$N" \
             'BEGIN { printf "%.0f", (n - i * (b - a)) / c }'
     }
+    CMD=()
     idle=$(idle_of "$ALLOCPID_one")
     ridle=$(idle_of "$REDIS_PID")
     echo "instructions per command under callgrind, the AllocSvr and Redis 7 ($N commands a shape after $((N / 10)) of warm-up;"
@@ -270,13 +274,26 @@ if [ "$INSTR" = 1 ]; then
     row() {
         local label="$1" spid="$2" sidle="$3" sport="$4" key="$5" a b; shift 5
         a=$(instr "$spid" "$sidle" "$sport" "$key" "$@")
+        local keep=("${CMD[@]}")
+        CMD=()
         b=$(instr "$REDIS_PID" "$ridle" "$REDIS_PORT" "$key" "$@")
+        CMD=("${keep[@]}")
         printf "%-34s %12s %12s %8sx\n" "$label" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", b / a }')"
     }
     for shape in "${SHAPES[@]}"; do
         # shellcheck disable=SC2086
         row "$shape" "$ALLOCPID_one" "$idle" "$DOOR_one_1" 'seq:__rand_int__' $shape
     done
+    if [ "$IDS" != 0 ]; then
+        for _ in $(seq 1 100); do
+            "$CTL" --store "$CLIENT_one" --store-admin "$ADMIN_one" id create bench --preset twitter >/dev/null 2>&1 && break
+            sleep 0.2
+        done
+        # Per SEQ.ID command against Redis's per INCR; an id costs 1/N of it.
+        CMD=(SEQ.ID bench "$IDS")
+        row "-c 50 -P 16 SEQ.ID bench $IDS" "$ALLOCPID_one" "$idle" "$DOOR_one_1" 'seq:__rand_int__' -c 50 -P 16
+        CMD=()
+    fi
     if [ "$NAMES" = 1 ]; then
         nidle=$(idle_of "$ALLOCPID_names")
         row "-c 50 -P 16 INCR name:hot" "$ALLOCPID_names" "$nidle" "$DOOR_names_1" 'name:hot' -c 50 -P 16

@@ -192,6 +192,49 @@ async fn a_pipelines_incrs_of_one_name_are_one_reservation() {
     );
 }
 
+/// A pipeline's consecutive `SEQ.ID`s of one namespace are one call for
+/// all their ids, handed out in request order (each command the next of
+/// them, as if it had run alone); a run ends at any other command or
+/// namespace; a refused call is asked again one command at a time.
+#[tokio::test]
+async fn a_pipelines_seq_ids_of_one_namespace_are_one_call() {
+    let (addr, backend, _) = door(DoorConfig::default()).await;
+    let mut c = client(addr, false).await;
+    let mut p = redis::pipe();
+    for _ in 0..5 {
+        p.cmd("SEQ.ID").arg("a");
+    }
+    p.cmd("SEQ.ID").arg("a").arg(3);
+    p.cmd("SEQ.ID").arg("b");
+    p.cmd("INCR").arg(7);
+    p.cmd("SEQ.ID").arg("a").arg(2);
+    p.cmd("SEQ.ID").arg("a");
+    for _ in 0..3 {
+        p.cmd("SEQ.ID").arg(NS_ONE_AT_A_TIME);
+    }
+    let got: Vec<redis::Value> = p.query_async(&mut c).await.unwrap();
+    let int = redis::Value::Int;
+    let arr = |v: &[i64]| redis::Value::Array(v.iter().map(|&i| int(i)).collect());
+    let mut want: Vec<redis::Value> = (1..=5).map(int).collect();
+    want.extend([arr(&[6, 7, 8]), int(1), int(1), arr(&[9, 10]), int(11)]);
+    want.extend((1..=3).map(int));
+    assert_eq!(got, want);
+    let calls = backend.id_calls.lock().unwrap().clone();
+    let call = |ns: &str, n| (ns.to_string(), n);
+    assert_eq!(
+        calls,
+        vec![
+            call("a", 8),
+            call("b", 1),
+            call("a", 3),
+            call(NS_ONE_AT_A_TIME, 3),
+            call(NS_ONE_AT_A_TIME, 1),
+            call(NS_ONE_AT_A_TIME, 1),
+            call(NS_ONE_AT_A_TIME, 1),
+        ]
+    );
+}
+
 #[tokio::test]
 async fn multi_exec_runs_in_order_and_execabort_after_a_bad_command() {
     let (addr, _, _) = door(DoorConfig::default()).await;

@@ -12,6 +12,10 @@ use crate::parse::{parse_int, Request};
 use crate::reply::Reply;
 use crate::state::Ctx;
 
+/// Most ids one `SEQ.ID` hands out, and one run of pipelined `SEQ.ID`s
+/// asks for at once.
+pub const MAX_IDS: u64 = 100_000;
+
 /// A counter operation, its keys already mapped to uids or names (a name
 /// has a counter of its own, `docs/counters.md`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -265,29 +269,43 @@ pub async fn incr_all<B: Backend>(b: &B, uids: &[u64], out: &mut Vec<Result<Repl
     }
 }
 
-/// `INCR`s waiting to run together, in request order: a run of uids (one
-/// batch call) or a run of one name (one reservation). At most one of the
-/// two is non-empty: a command that joins neither first runs the run.
+/// Commands waiting to run together, in request order: a run of uids'
+/// `INCR`s (one batch call), a run of one name's `INCR`s (one
+/// reservation), or a run of `SEQ.ID`s of one namespace (one call for
+/// all their ids). At most one of the three is non-empty: a command that
+/// joins none first runs the run.
 #[derive(Debug, Default)]
 pub struct Incrs {
     /// A run of uids' `INCR`s.
     uids: Vec<u64>,
     /// A run of `INCR`s of this one name, and how many.
     name: Option<(Bytes, u64)>,
+    /// A run of `SEQ.ID`s of this one namespace: each command's count,
+    /// their sum at most [`MAX_IDS`].
+    ids: Option<(String, Vec<u64>)>,
 }
 
 impl Incrs {
-    /// Whether `op` is an `INCR` that waits in a run.
+    /// Whether `op` is a command that waits in a run.
     pub fn joinable(op: &Op) -> bool {
-        matches!(op, Op::Incr(_) | Op::IncrBy(Key::Name(_), 1))
+        matches!(op, Op::Incr(_) | Op::IncrBy(Key::Name(_), 1) | Op::Ids(..))
     }
 
     /// Whether `op` joins the run as it is now (else the run goes first).
     pub fn fits(&self, op: &Op) -> bool {
         match op {
-            Op::Incr(_) => self.name.is_none(),
+            Op::Incr(_) => self.name.is_none() && self.ids.is_none(),
             Op::IncrBy(Key::Name(n), 1) => {
-                self.uids.is_empty() && self.name.as_ref().is_none_or(|(m, _)| m == n)
+                self.uids.is_empty()
+                    && self.ids.is_none()
+                    && self.name.as_ref().is_none_or(|(m, _)| m == n)
+            }
+            Op::Ids(ns, n) => {
+                self.uids.is_empty()
+                    && self.name.is_none()
+                    && self.ids.as_ref().is_none_or(|(m, counts)| {
+                        m == ns && counts.iter().sum::<u64>() + n <= MAX_IDS
+                    })
             }
             _ => false,
         }
@@ -301,11 +319,15 @@ impl Incrs {
                 Some((_, k)) => *k += 1,
                 None => self.name = Some((n, 1)),
             },
-            _ => debug_assert!(false, "not an INCR that waits in a run"),
+            Op::Ids(ns, n) => match &mut self.ids {
+                Some((_, counts)) => counts.push(n),
+                None => self.ids = Some((ns, vec![n])),
+            },
+            _ => debug_assert!(false, "not a command that waits in a run"),
         }
     }
 
-    /// Runs the run: one result per `INCR`, in order, into `out`.
+    /// Runs the run: one result per command, in order, into `out`.
     pub async fn flush<B: Backend>(&mut self, b: &B, out: &mut Vec<Result<Reply, Fail>>) {
         if !self.uids.is_empty() {
             incr_all(b, &self.uids, out).await;
@@ -313,6 +335,39 @@ impl Incrs {
         }
         if let Some((name, k)) = self.name.take() {
             incr_name(b, &name, k, out).await;
+        }
+        if let Some((ns, counts)) = self.ids.take() {
+            ids_run(b, &ns, &counts, out).await;
+        }
+    }
+}
+
+/// Consecutive `SEQ.ID`s of one namespace (a pipeline's, or a
+/// transaction's): all their ids in one call, handed out in request
+/// order — each command gets the next `n` of them, so every command's
+/// ids are above the ones before, as if each had run alone. A call
+/// refused (or answering a wrong number of ids) is asked again one
+/// command at a time, so that each error is exactly what that command
+/// alone would get.
+async fn ids_run<B: Backend>(b: &B, ns: &str, counts: &[u64], out: &mut Vec<Result<Reply, Fail>>) {
+    if let [n] = counts {
+        out.push(run_ids(b, ns, *n).await);
+        return;
+    }
+    let total: u64 = counts.iter().sum();
+    match b.next_ids(ns, total).await {
+        Ok(ids) if ids.len() as u64 == total => {
+            let mut rest = &ids[..];
+            for &n in counts {
+                let (mine, after) = rest.split_at(n as usize);
+                rest = after;
+                out.push(ids_reply(mine));
+            }
+        }
+        _ => {
+            for &n in counts {
+                out.push(run_ids(b, ns, n).await);
+            }
         }
     }
 }
@@ -346,15 +401,25 @@ async fn incr_name<B: Backend>(b: &B, name: &[u8], k: u64, out: &mut Vec<Result<
 /// Runs `SEQ.ID`: one id as an integer, several as an array.
 pub async fn run_ids<B: Backend>(b: &B, ns: &str, n: u64) -> Result<Reply, Fail> {
     let ids = b.next_ids(ns, n).await.map_err(|e| backend_fail(&e))?;
-    if n == 1 {
-        return match ids.first() {
-            Some(&id) => int(id),
-            None => Err(Fail::err("internal", "the backend answered no id")),
-        };
+    if ids.len() as u64 != n {
+        return Err(Fail::err(
+            "internal",
+            format!("the backend answered {} ids, not {n}", ids.len()),
+        ));
     }
-    Ok(Reply::Array(
-        ids.into_iter().map(int).collect::<Result<_, _>>()?,
-    ))
+    ids_reply(&ids)
+}
+
+/// The reply to a `SEQ.ID` that got `ids`: one id as an integer, several
+/// as an array.
+fn ids_reply(ids: &[u64]) -> Result<Reply, Fail> {
+    match ids {
+        [] => Err(Fail::err("internal", "the backend answered no id")),
+        [id] => int(*id),
+        _ => Ok(Reply::Array(
+            ids.iter().map(|&v| int(v)).collect::<Result<_, _>>()?,
+        )),
+    }
 }
 
 /// Runs `SEQ.DECODE`.

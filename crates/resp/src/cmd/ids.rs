@@ -13,8 +13,7 @@ use crate::state::Ctx;
 /// The namespace a command that names none uses.
 pub const DEFAULT_NAMESPACE: &str = "default";
 
-/// Most ids one `SEQ.ID` hands out.
-pub const MAX_IDS: u64 = 100_000;
+pub use super::counter::MAX_IDS;
 
 fn namespace(arg: Option<&bytes::Bytes>) -> Result<String, Fail> {
     let Some(a) = arg else {

@@ -27,7 +27,15 @@ pub struct MemBackend {
     pub names: Mutex<HashMap<Vec<u8>, u64>>,
     /// Every `next_name_n` call: the name and the count.
     pub name_calls: Mutex<Vec<(Vec<u8>, u64)>>,
+    /// The last id per namespace (ids are 1, 2, 3 … per namespace).
+    pub ids: Mutex<HashMap<String, u64>>,
+    /// Every `next_ids` call: the namespace and the count.
+    pub id_calls: Mutex<Vec<(String, u64)>>,
 }
+
+/// An id namespace whose calls for more than one id are refused (a
+/// retryable error).
+pub const NS_ONE_AT_A_TIME: &str = "one-at-a-time";
 
 /// A name whose reservations of more than one number are refused (a
 /// retryable error), as a section short of headroom refuses them.
@@ -102,6 +110,23 @@ impl Backend for MemBackend {
 
     fn max_count(&self) -> u64 {
         1000
+    }
+
+    async fn next_ids(&self, ns: &str, n: u64) -> Result<Vec<u64>, BackendError> {
+        self.id_calls.lock().unwrap().push((ns.to_string(), n));
+        if ns == NS_ONE_AT_A_TIME && n > 1 {
+            return Err(BackendError {
+                kind: ErrorKind::ClockBehind,
+                message: format!("no room for {n} ids now"),
+                retryable: true,
+                retry_after: None,
+            });
+        }
+        let mut m = self.ids.lock().unwrap();
+        let last = m.entry(ns.to_string()).or_insert(0);
+        let first = *last + 1;
+        *last += n;
+        Ok((first..=*last).collect())
     }
 
     fn max_batch(&self) -> usize {

@@ -16,6 +16,8 @@
 //! `handoff-ok <section> epoch=<e> addr=<a>`; `handoff-failed <section>`;
 //! `checked <section> owner=<id> inc=<n> epoch=<e>` or
 //! `checked <section> unread`;
+//! `adopt-asked @t named=<s:e,…> installed=<e|-,…>` (per section named,
+//! the newest epoch installed here, `-`: not in the set);
 //! `adopt-read @t lapses-before=<n> section=<s> named=<e> installed=<e>
 //! owner=<id> inc=<n> epoch=<e> start=<n> max=<n>`;
 //! `start <alloc> <incarnation>`;
@@ -185,6 +187,21 @@ fn event(w: &Words<'_>, c: &Control, now: Instant) -> Event {
             Event::HandoffChecked {
                 section,
                 read: (!w.flag("unread")).then(|| info(w, section)),
+            }
+        }
+        "adopt-asked" => {
+            let installed = w.key("installed").split(',').map(|e| {
+                (e != "-").then(|| e.parse().expect("an epoch"))
+            });
+            let named = epochs(w.key("named")).into_iter().zip(installed);
+            Event::AdoptAsked {
+                named: named
+                    .map(|((section, epoch), installed)| AdoptNamed {
+                        section,
+                        epoch,
+                        installed,
+                    })
+                    .collect(),
             }
         }
         "adopt-read" => {

@@ -115,34 +115,57 @@ pub fn release_section(
     Ok(released)
 }
 
-/// Checks an adopt naming `named` (section, epoch) pairs before anything
-/// is read from the store, given whether this process is admitted to
-/// serve now (`Shared::admit`, [`admit`](super::admit)); returns the pairs
-/// not installed here yet at the named epoch or a newer one (empty: a
-/// repeat, answered at once).
+/// One section an adopt names, with what this process knows of it when
+/// the adopt arrives ([`AdoptNamed::of`] reads it from the allocator).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdoptNamed {
+    /// The section.
+    pub section: SectionId,
+    /// The epoch the adopt names.
+    pub epoch: Epoch,
+    /// The newest epoch installed here (0: never); `None`: the set has no
+    /// such section.
+    pub installed: Option<Epoch>,
+}
+
+impl AdoptNamed {
+    /// `section` at `epoch` as named, with what `alloc` installed of it.
+    pub fn of(alloc: &Allocator, section: SectionId, epoch: Epoch) -> Self {
+        let installed = (alloc.spec().has_section(section)).then(|| alloc.known_epoch(section));
+        Self {
+            section,
+            epoch,
+            installed,
+        }
+    }
+}
+
+/// Checks an adopt naming `named` before anything is read from the store,
+/// given whether this process is admitted to serve now ([`admit`](super::admit));
+/// returns the (section, epoch) pairs not installed here yet at the named
+/// epoch or a newer one (empty: a repeat, answered at once).
 ///
 /// Refused, changing nothing: an empty adopt or one of more than
 /// [`MAX_ADOPT`] sections, any adopt while not admitted (a lease that ran
 /// out, a fenced process: promise 3), one naming a section not in the set.
 pub fn adopt_pending(
-    alloc: &Allocator,
-    named: impl ExactSizeIterator<Item = (SectionId, Epoch)>,
+    named: &[AdoptNamed],
     admitted: Result<(), CallError>,
 ) -> Result<Vec<(SectionId, Epoch)>, CallError> {
-    if named.len() == 0 || named.len() > MAX_ADOPT {
+    if named.is_empty() || named.len() > MAX_ADOPT {
         return Err(CallError::Invalid(format!(
             "an adopt names 1..={MAX_ADOPT} sections, not {}",
             named.len()
         )));
     }
     admitted?;
-    let named: Vec<(SectionId, Epoch)> = named.collect();
-    if let Some(&(section, _)) = named.iter().find(|(s, _)| !alloc.spec().has_section(*s)) {
-        return Err(CallError::UnknownSection { section });
+    if let Some(n) = named.iter().find(|n| n.installed.is_none()) {
+        return Err(CallError::UnknownSection { section: n.section });
     }
     Ok(named
-        .into_iter()
-        .filter(|&(s, epoch)| alloc.known_epoch(s) < epoch)
+        .iter()
+        .filter(|n| n.installed.is_some_and(|installed| installed < n.epoch))
+        .map(|n| (n.section, n.epoch))
         .collect())
 }
 
@@ -390,7 +413,10 @@ mod tests {
         let a = alloc();
         let ok = || Ok(());
         let pend = |named: &[(SectionId, Epoch)], admitted| {
-            adopt_pending(&a, named.iter().copied(), admitted)
+            let named: Vec<AdoptNamed> = (named.iter())
+                .map(|&(s, e)| AdoptNamed::of(&a, s, e))
+                .collect();
+            adopt_pending(&named, admitted)
         };
         assert!(matches!(pend(&[], ok()), Err(CallError::Invalid(_))));
         let many = vec![(0, 9); MAX_ADOPT + 1];

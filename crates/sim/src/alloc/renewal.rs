@@ -108,6 +108,8 @@ impl Allocs {
                 | Effect::Adopt { .. }
                 | Effect::ReadBack { .. }
                 | Effect::LeftDropped { .. }
+                | Effect::AdoptDenied(_)
+                | Effect::ReadAdopt { .. }
                 | Effect::Install { .. }
                 | Effect::AdoptRefused(_)
                 | Effect::AdoptNotAdmitted) => trace!(env, "p{p} {e:?} left to its caller"),

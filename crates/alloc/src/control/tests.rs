@@ -31,7 +31,7 @@
 
 use std::time::{Duration, Instant};
 
-use seqsvr_core::{Epoch, SectionId};
+use seqsvr_core::{Epoch, SectionId, SectionRecord};
 use seqsvr_store_api::SectionInfo;
 
 use crate::error::StoreErr;
@@ -65,11 +65,13 @@ fn store_err(w: &str) -> StoreErr {
 fn info(w: &Words<'_>, section: SectionId) -> SectionInfo {
     SectionInfo {
         section,
-        max_seq: w.num("max"),
-        epoch: w.num("epoch"),
-        owner: Some(w.key("owner").to_string()).filter(|o| o != "-"),
-        incarnation: w.num("inc"),
-        start: w.num("start"),
+        record: SectionRecord {
+            max_seq: w.num("max"),
+            epoch: w.num("epoch"),
+            owner: Some(w.key("owner").to_string()).filter(|o| o != "-"),
+            incarnation: w.num("inc"),
+            start: w.num("start"),
+        },
     }
 }
 

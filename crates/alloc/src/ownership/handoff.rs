@@ -189,8 +189,9 @@ pub enum Adoption {
 ///
 /// Installs only what the store confirms: the section is `me`'s, granted
 /// to this very incarnation, at exactly the epoch named, and newer than
-/// anything installed here. The grant starts at `info.start` (the ceiling
-/// when the epoch began) with the store's ceiling `info.max_seq`: nobody
+/// anything installed here. The grant is the record's
+/// ([`SectionRecord::grant`](seqsvr_core::SectionRecord::grant)): it
+/// starts at the ceiling when the epoch began with the store's ceiling: nobody
 /// handed out anything above the start (promise 1), and the ceiling is
 /// durable (promise 2). A forged, replayed or late adopt cannot make this
 /// process serve a section it does not hold (promise 3), nor serve one
@@ -202,42 +203,37 @@ pub fn decide_adopt(
     named: Epoch,
     installed: Epoch,
 ) -> Result<Adoption, AdoptRefusal> {
-    let section = info.section;
+    let (section, r) = (info.section, &info.record);
     if named <= installed {
         return Ok(Adoption::AlreadyInstalled { installed });
     }
-    if info.owner.as_deref() != Some(me) {
+    if r.owner.as_deref() != Some(me) {
         return Err(AdoptRefusal::OwnedElsewhere {
             section,
-            owner: info.owner.clone(),
+            owner: r.owner.clone(),
         });
     }
-    if info.incarnation != incarnation {
+    if r.incarnation != incarnation {
         return Err(AdoptRefusal::OtherIncarnation {
             section,
-            holder: info.incarnation,
+            holder: r.incarnation,
         });
     }
-    if info.epoch != named {
+    if r.epoch != named {
         return Err(AdoptRefusal::StaleEpoch {
             section,
             named,
-            current: info.epoch,
+            current: r.epoch,
         });
     }
-    if info.max_seq <= info.start {
+    if r.max_seq <= r.start {
         return Err(AdoptRefusal::NoRoom {
             section,
-            start: info.start,
-            max_seq: info.max_seq,
+            start: r.start,
+            max_seq: r.max_seq,
         });
     }
-    Ok(Adoption::Install(Grant {
-        section,
-        epoch: info.epoch,
-        prev_ceiling: info.start,
-        max_seq: info.max_seq,
-    }))
+    Ok(Adoption::Install(r.grant(section)))
 }
 
 /// What to do with a released section whose handoff failed or whose
@@ -282,21 +278,22 @@ pub fn decide_after_handoff(
     incarnation: Incarnation,
     released: Epoch,
 ) -> AfterHandoff {
-    let ours = info.owner.as_deref() == Some(me)
-        && info.incarnation == incarnation
-        && info.epoch == released;
+    let r = &info.record;
+    let ours = r.owner.as_deref() == Some(me) && r.incarnation == incarnation && r.epoch == released;
     if ours {
         AfterHandoff::Reclaim
     } else {
         AfterHandoff::LeaveDropped {
-            owner: info.owner.clone(),
-            epoch: info.epoch,
+            owner: r.owner.clone(),
+            epoch: r.epoch,
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use seqsvr_core::SectionRecord;
+
     use super::*;
 
     const ME: &str = "alloc-1";
@@ -305,11 +302,13 @@ mod tests {
     fn info(owner: Option<&str>, incarnation: Incarnation, epoch: Epoch) -> SectionInfo {
         SectionInfo {
             section: 3,
-            max_seq: 250,
-            epoch,
-            owner: owner.map(str::to_string),
-            incarnation,
-            start: 200,
+            record: SectionRecord {
+                max_seq: 250,
+                epoch,
+                owner: owner.map(str::to_string),
+                incarnation,
+                start: 200,
+            },
         }
     }
 
@@ -545,9 +544,10 @@ mod tests {
             ),
             (
                 "store record with no room",
-                SectionInfo {
-                    max_seq: 200,
-                    ..info(Some(ME), INC, 7)
+                {
+                    let mut full = info(Some(ME), INC, 7);
+                    full.record.max_seq = 200;
+                    full
                 },
                 7,
                 0,

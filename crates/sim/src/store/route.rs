@@ -298,10 +298,6 @@ fn read_section(st: &SetState, section: SectionId) -> StoreResp {
     };
     Ok(StoreOk::Section(SectionInfo {
         section,
-        max_seq: rec.max_seq,
-        epoch: rec.epoch,
-        owner: rec.owner.clone(),
-        incarnation: rec.incarnation,
-        start: rec.start,
+        record: rec.clone(),
     }))
 }

@@ -335,6 +335,39 @@ pub enum Fault {
 impl std::fmt::Display for Fault {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            Fault::IsolateReplica { .. }
+            | Fault::DeposeLeader { .. }
+            | Fault::CutAlloc { .. }
+            | Fault::Heal { .. }
+            | Fault::CrashAlloc { .. }
+            | Fault::RestartAlloc { .. }
+            | Fault::PauseAlloc { .. }
+            | Fault::PauseAfterAdmit { .. }
+            | Fault::PauseInRenewal { .. }
+            | Fault::PauseAfterClaim { .. }
+            | Fault::CrashLeader { .. }
+            | Fault::CrashReplica { .. }
+            | Fault::RestartReplica { .. }
+            | Fault::PauseReplica { .. }
+            | Fault::SlowNetwork { .. }
+            | Fault::StartTwin { .. } => self.fmt_machine(f),
+            Fault::MoveRange { .. }
+            | Fault::CrashMover
+            | Fault::PauseMover { .. }
+            | Fault::MoveAgain
+            | Fault::MoveBeside { .. }
+            | Fault::ResumeMove
+            | Fault::MoveAway { .. }
+            | Fault::HealEverything => self.fmt_move(f),
+            _ => self.fmt_operator(f),
+        }
+    }
+}
+
+impl Fault {
+    /// The network's, a replica's and an AllocSvr process's faults.
+    fn fmt_machine(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
             Fault::IsolateReplica { r, allocs_too } => {
                 let to = if *allocs_too { " and every alloc" } else { "" };
                 write!(f, "isolate r{r} from the other replicas{to}")
@@ -368,6 +401,11 @@ impl std::fmt::Display for Fault {
                 "pause p{a} for {} right after its lease is next extended",
                 fmt_time(*dur)
             ),
+            Fault::PauseAfterClaim { a, dur } => write!(
+                f,
+                "pause p{a} for {} right after it next sends a take-over",
+                fmt_time(*dur)
+            ),
             Fault::CrashLeader { set } => write!(f, "crash set {set}'s store leader"),
             Fault::CrashReplica { r } => write!(f, "crash r{r}"),
             Fault::RestartReplica { of } => write!(f, "restart what fault #{of} crashed"),
@@ -383,6 +421,55 @@ impl std::fmt::Display for Fault {
                 write!(f, "pause set {set}'s follower #{r} for {}", fmt_time(*dur))
             }
             Fault::SlowNetwork { dur } => write!(f, "slow network for {}", fmt_time(*dur)),
+            Fault::StartTwin { set, a } => {
+                write!(f, "start a twin of {}", crate::model::alloc_name(*set, *a))
+            }
+            other => unreachable!("{other:?} is not the network's, a replica's or a process's"),
+        }
+    }
+
+    /// An operator's range moves and the mover's faults, and the final
+    /// heal.
+    fn fmt_move(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fault::MoveRange {
+                first,
+                count,
+                stop_after,
+            } => {
+                write!(
+                    f,
+                    "operator: move sections {first}..{} to the other set",
+                    first + count
+                )?;
+                match stop_after {
+                    Some(s) => write!(f, ", stopping after {s:?}"),
+                    None => Ok(()),
+                }
+            }
+            Fault::CrashMover => write!(f, "crash the mover"),
+            Fault::PauseMover { dur } => write!(f, "pause the mover for {}", fmt_time(*dur)),
+            Fault::MoveAgain => write!(
+                f,
+                "operator: run the move under way (or the last) again beside the running one"
+            ),
+            Fault::MoveBeside { first, count } => write!(
+                f,
+                "operator: move sections {first}..{} to the other set beside the running mover",
+                first + count
+            ),
+            Fault::ResumeMove => write!(f, "operator: run the move under way (or the last) again"),
+            Fault::MoveAway { a } => {
+                write!(f, "operator: move a section p{a} serves to the other set")
+            }
+            Fault::HealEverything => write!(f, "heal everything, restart everything"),
+            other => unreachable!("{other:?} is not a range move's"),
+        }
+    }
+
+    /// An operator's handoffs and store calls, and a stranger's forgeries.
+    fn fmt_operator(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
             Fault::Handoff {
                 from,
                 to,
@@ -422,56 +509,18 @@ impl std::fmt::Display for Fault {
                 crate::model::alloc_name(*set, *to),
                 if *stale { " (a stale epoch)" } else { "" }
             ),
-            Fault::StartTwin { set, a } => {
-                write!(f, "start a twin of {}", crate::model::alloc_name(*set, *a))
-            }
             Fault::SetLease { set, terms } => write!(
                 f,
                 "operator: set {set}'s lease terms {} ms + {} ms",
                 terms.lease_ms, terms.margin_ms
             ),
-            Fault::MoveRange {
-                first,
-                count,
-                stop_after,
-            } => {
-                write!(
-                    f,
-                    "operator: move sections {first}..{} to the other set",
-                    first + count
-                )?;
-                match stop_after {
-                    Some(s) => write!(f, ", stopping after {s:?}"),
-                    None => Ok(()),
-                }
-            }
-            Fault::CrashMover => write!(f, "crash the mover"),
-            Fault::PauseMover { dur } => write!(f, "pause the mover for {}", fmt_time(*dur)),
-            Fault::MoveAgain => write!(
-                f,
-                "operator: run the move under way (or the last) again beside the running one"
-            ),
-            Fault::MoveBeside { first, count } => write!(
-                f,
-                "operator: move sections {first}..{} to the other set beside the running mover",
-                first + count
-            ),
-            Fault::PauseAfterClaim { a, dur } => write!(
-                f,
-                "pause p{a} for {} right after it next sends a take-over",
-                fmt_time(*dur)
-            ),
-            Fault::ResumeMove => write!(f, "operator: run the move under way (or the last) again"),
-            Fault::HealEverything => write!(f, "heal everything, restart everything"),
             Fault::Fence { a } => write!(f, "operator: fence p{a}'s incarnation"),
-            Fault::MoveAway { a } => {
-                write!(f, "operator: move a section p{a} serves to the other set")
-            }
             Fault::AddSetAgain { set } => write!(f, "operator: run set {set}'s addition again"),
             Fault::ForgeForwarded { by, a, to } => write!(
                 f,
                 "r{by} (another set's replica) forwards a handoff in p{a}'s name to its set's AllocSvr #{to}"
             ),
+            other => unreachable!("{other:?} is not an operator's"),
         }
     }
 }
@@ -514,123 +563,26 @@ pub fn generate(rng: &mut Rng, shape: &Shape) -> Vec<(Time, Fault)> {
     while t < quiet {
         let set = rng.pick(l.sets);
         let i = rng.pick(n);
-        let a = l.first_slot(set, i);
-        let r = l.replica(set, rng.pick(l.replicas));
-        let other = (i + 1 + rng.pick(n - 1)) % n;
-        let at = out.len();
-        let dur = duration(rng, long);
+        let spot = Spot {
+            t,
+            set,
+            i,
+            a: l.first_slot(set, i),
+            r: l.replica(set, rng.pick(l.replicas)),
+            other: (i + 1 + rng.pick(n - 1)) % n,
+            at: out.len(),
+            dur: duration(rng, long),
+        };
         let kinds = if shape.pause_in_renewal { 21 } else { 20 };
-        let mut undo = None;
-        let fault = match rng.below(kinds) {
-            20 => Fault::PauseInRenewal { a, dur },
-            19 => {
-                undo = Some((t + SEC, Fault::HandBack { of: at }));
-                Fault::HandoffRoundTrip {
-                    from: a,
-                    to: other,
-                    stall: rng.range(1500 * MS, 4 * SEC),
-                    window: 300 * MS,
-                }
-            }
-            0 => {
-                undo = Some((t + dur, Fault::Heal { of: at }));
-                Fault::IsolateReplica {
-                    r,
-                    allocs_too: rng.chance(0.5),
-                }
-            }
-            1 | 2 => {
-                undo = Some((t + dur, Fault::Heal { of: at }));
-                Fault::DeposeLeader {
-                    set,
-                    alloc: rng.chance(0.8).then_some(a),
-                }
-            }
-            3 => {
-                let replicas = l.replicas_of(set).filter(|_| rng.chance(0.6)).collect();
-                undo = Some((t + dur, Fault::Heal { of: at }));
-                Fault::CutAlloc {
-                    a,
-                    replicas,
-                    answers_only: rng.chance(0.3),
-                }
-            }
-            4 | 5 => {
-                undo = Some((t + dur, Fault::RestartAlloc { a }));
-                Fault::CrashAlloc { a }
-            }
-            6 => Fault::PauseAlloc { a, dur },
-            7 | 8 => Fault::PauseAfterAdmit { a, dur },
-            9 => {
-                undo = Some((t + dur, Fault::RestartReplica { of: at }));
-                Fault::CrashLeader { set }
-            }
-            10 => {
-                undo = Some((t + dur, Fault::RestartReplica { of: at }));
-                Fault::CrashReplica { r }
-            }
-            11 => Fault::SlowNetwork {
-                dur: rng.range(200 * MS, 3 * SEC),
-            },
-            12 => Fault::PauseReplica {
-                set,
-                leader: rng.chance(0.5),
-                r: rng.pick(l.replicas - 1),
-                dur: if rng.chance(0.3) {
-                    rng.range(SEC, 6 * SEC)
-                } else {
-                    rng.range(50 * MS, SEC)
-                },
-            },
-            13 | 14 => Fault::Handoff {
-                from: a,
-                to: other,
-                count: 1 + rng.pick(2),
-                adopt: match rng.below(5) {
-                    0 => AdoptFate::Lost,
-                    1 => AdoptFate::Delayed(rng.range(100 * MS, 3 * SEC)),
-                    2 => AdoptFate::Duplicated(rng.range(MS, 3 * SEC)),
-                    _ => AdoptFate::Normal,
-                },
-            },
-            15 => Fault::ForgeAdopt {
-                to: a,
-                kind: match rng.below(4) {
-                    0 => Forgery::HugeEpoch,
-                    1 => Forgery::OtherOwners,
-                    2 => Forgery::WrongSection,
-                    _ => Forgery::Replay,
-                },
-            },
-            16 => {
-                let sections = shape.sections[set];
-                let first = rng.below(sections as u64) as u32;
-                let count = 1 + rng.below(2.min((sections - first) as u64)) as u32;
-                Fault::OperatorAssign {
-                    set,
-                    to: i,
-                    first,
-                    count,
-                    stale: rng.chance(0.3),
-                }
-            }
-            17 => {
-                undo = Some((
-                    (t + dur.max(2 * SEC)).min(quiet),
-                    Fault::CrashAlloc {
-                        a: l.twin_slot(set, i),
-                    },
-                ));
-                Fault::StartTwin { set, a: i }
-            }
-            _ if t + 25 * SEC < quiet => {
-                lease_change(rng, shape, t, set, a, &mut out);
-                t += 25 * SEC;
-                continue;
-            }
-            _ => Fault::SlowNetwork {
-                dur: rng.range(200 * MS, 3 * SEC),
-            },
+        let kind = rng.below(kinds);
+        let drawn = match kind {
+            0..=12 | 20 => Some(machine_fault(rng, l, &spot, kind)),
+            _ => operator_fault(rng, shape, &spot, kind),
+        };
+        let Some((fault, undo)) = drawn else {
+            lease_change(rng, shape, t, set, spot.a, &mut out);
+            t += 25 * SEC;
+            continue;
         };
         out.push((t, fault));
         if let Some(u) = undo {
@@ -642,6 +594,179 @@ pub fn generate(rng: &mut Rng, shape: &Shape) -> Vec<(Time, Fault)> {
     trust(rng, shape, &mut out);
     out.push((quiet, Fault::HealEverything));
     sort_schedule(out)
+}
+
+/// Where and when one fault of the schedule falls, drawn before its kind.
+struct Spot {
+    /// When.
+    t: Time,
+    /// The set.
+    set: usize,
+    /// An AllocSvr of the set (its index in the set).
+    i: usize,
+    /// That AllocSvr's first process slot.
+    a: usize,
+    /// A replica of the set (global index).
+    r: usize,
+    /// Another AllocSvr of the set (its index in the set).
+    other: usize,
+    /// The fault's index in the schedule (what its undoing names).
+    at: usize,
+    /// How long it lasts, if it lasts.
+    dur: Time,
+}
+
+/// A fault drawn, and the fault that undoes it later, if any.
+type Drawn = (Fault, Option<(Time, Fault)>);
+
+/// A fault of kind `kind` (0 to 12, or 20) at `s`: the network, a
+/// replica or an AllocSvr process.
+fn machine_fault(rng: &mut Rng, l: Layout, s: &Spot, kind: u64) -> Drawn {
+    let Spot {
+        t,
+        set,
+        a,
+        r,
+        at,
+        dur,
+        ..
+    } = *s;
+    let heal = Some((t + dur, Fault::Heal { of: at }));
+    let restart = Some((t + dur, Fault::RestartReplica { of: at }));
+    match kind {
+        20 => (Fault::PauseInRenewal { a, dur }, None),
+        0 => {
+            let allocs_too = rng.chance(0.5);
+            (Fault::IsolateReplica { r, allocs_too }, heal)
+        }
+        1 | 2 => {
+            let alloc = rng.chance(0.8).then_some(a);
+            (Fault::DeposeLeader { set, alloc }, heal)
+        }
+        3 => {
+            let replicas = l.replicas_of(set).filter(|_| rng.chance(0.6)).collect();
+            let answers_only = rng.chance(0.3);
+            let cut = Fault::CutAlloc {
+                a,
+                replicas,
+                answers_only,
+            };
+            (cut, heal)
+        }
+        4 | 5 => (
+            Fault::CrashAlloc { a },
+            Some((t + dur, Fault::RestartAlloc { a })),
+        ),
+        6 => (Fault::PauseAlloc { a, dur }, None),
+        7 | 8 => (Fault::PauseAfterAdmit { a, dur }, None),
+        9 => (Fault::CrashLeader { set }, restart),
+        10 => (Fault::CrashReplica { r }, restart),
+        11 => (slow_network(rng), None),
+        12 => {
+            let pause = Fault::PauseReplica {
+                set,
+                leader: rng.chance(0.5),
+                r: rng.pick(l.replicas - 1),
+                dur: if rng.chance(0.3) {
+                    rng.range(SEC, 6 * SEC)
+                } else {
+                    rng.range(50 * MS, SEC)
+                },
+            };
+            (pause, None)
+        }
+        other => unreachable!("kind {other} is an operator's"),
+    }
+}
+
+/// A fault of kind `kind` (13 to 19) at `s`: an operator's handoffs,
+/// assigns and twins, a forged adopt; `None`: a change of the lease terms
+/// (kind 18 with room for it before the quiet tail).
+fn operator_fault(rng: &mut Rng, shape: &Shape, s: &Spot, kind: u64) -> Option<Drawn> {
+    let l = shape.layout;
+    let Spot {
+        t,
+        set,
+        i,
+        a,
+        other,
+        at,
+        dur,
+        ..
+    } = *s;
+    let drawn = match kind {
+        19 => {
+            let trip = Fault::HandoffRoundTrip {
+                from: a,
+                to: other,
+                stall: rng.range(1500 * MS, 4 * SEC),
+                window: 300 * MS,
+            };
+            (trip, Some((t + SEC, Fault::HandBack { of: at })))
+        }
+        13 | 14 => (handoff(rng, a, other), None),
+        15 => (forge_adopt(rng, a), None),
+        16 => {
+            let sections = shape.sections[set];
+            let first = rng.below(sections as u64) as u32;
+            let count = 1 + rng.below(2.min((sections - first) as u64)) as u32;
+            let assign = Fault::OperatorAssign {
+                set,
+                to: i,
+                first,
+                count,
+                stale: rng.chance(0.3),
+            };
+            (assign, None)
+        }
+        17 => {
+            let twin = l.twin_slot(set, i);
+            let stop = (t + dur.max(2 * SEC)).min(shape.quiet);
+            (
+                Fault::StartTwin { set, a: i },
+                Some((stop, Fault::CrashAlloc { a: twin })),
+            )
+        }
+        _ if t + 25 * SEC < shape.quiet => return None,
+        _ => (slow_network(rng), None),
+    };
+    Some(drawn)
+}
+
+/// A slow network for 0.2 to 3 s.
+fn slow_network(rng: &mut Rng) -> Fault {
+    Fault::SlowNetwork {
+        dur: rng.range(200 * MS, 3 * SEC),
+    }
+}
+
+/// Process slot `a` hands one or two sections to AllocSvr `to` of its
+/// set, their adopts lost, late, repeated or delivered.
+fn handoff(rng: &mut Rng, a: usize, to: usize) -> Fault {
+    Fault::Handoff {
+        from: a,
+        to,
+        count: 1 + rng.pick(2),
+        adopt: match rng.below(5) {
+            0 => AdoptFate::Lost,
+            1 => AdoptFate::Delayed(rng.range(100 * MS, 3 * SEC)),
+            2 => AdoptFate::Duplicated(rng.range(MS, 3 * SEC)),
+            _ => AdoptFate::Normal,
+        },
+    }
+}
+
+/// A forged adopt sent to process slot `a`.
+fn forge_adopt(rng: &mut Rng, a: usize) -> Fault {
+    Fault::ForgeAdopt {
+        to: a,
+        kind: match rng.below(4) {
+            0 => Forgery::HugeEpoch,
+            1 => Forgery::OtherOwners,
+            2 => Forgery::WrongSection,
+            _ => Forgery::Replay,
+        },
+    }
 }
 
 /// Range moves every few seconds, each of one to three sections of the

@@ -33,7 +33,8 @@
 //! - this file: [`Control`], [`Event`], [`Effect`], [`Control::on`];
 //! - `renewal`: the renewal cycle and its claims;
 //! - `routes`: a route read (the route loop's or the renewal's);
-//! - `handoff`: the releasing marks of planned moves and their end.
+//! - `handoff`: the releasing marks of planned moves and their end, and
+//!   adopts (their checks before the store read, and the install after).
 
 mod handoff;
 mod raise;

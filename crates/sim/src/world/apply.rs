@@ -153,7 +153,8 @@ impl World {
         }
     }
 
-    /// An AllocSvr process crashed, restarted, paused (now or at its next admit, renewal or claim), or its twin started.
+    /// An AllocSvr process crashed, restarted, paused (now or at its next
+    /// admit, renewal or claim), or its twin started.
     fn apply_alloc_fault(&mut self, fault: Fault) {
         let env = &mut self.env;
         let l = env.cfg.layout();
@@ -227,7 +228,8 @@ impl World {
         }
     }
 
-    /// A handoff whose section is to come back (`HandoffRoundTrip`), and its return (`HandBack`).
+    /// A handoff whose section is to come back (`HandoffRoundTrip`), and
+    /// its return (`HandBack`).
     fn apply_round_trip(&mut self, i: usize, fault: Fault) {
         let env = &mut self.env;
         let l = env.cfg.layout();
@@ -270,7 +272,8 @@ impl World {
         }
     }
 
-    /// An operator's store calls and range moves (the mover crashed, paused, run again).
+    /// An operator's store calls and range moves (the mover crashed,
+    /// paused, run again).
     fn apply_operator_fault(&mut self, fault: Fault) {
         let env = &mut self.env;
         match fault {

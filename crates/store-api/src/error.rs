@@ -164,7 +164,7 @@ impl Error {
 
 /// The store's refusal a detail of kind `kind` describes, if it is one
 /// (else the detail back).
-fn rejection_of(kind: ErrorKind, d: ErrorDetail) -> Result<Rejection, ErrorDetail> {
+fn rejection_of(kind: ErrorKind, d: ErrorDetail) -> std::result::Result<Rejection, ErrorDetail> {
     Ok(match kind {
         ErrorKind::NotConfigured => Rejection::NotConfigured,
         ErrorKind::SetMismatch => Rejection::SetMismatch(d.reason),
@@ -210,7 +210,10 @@ fn rejection_of(kind: ErrorKind, d: ErrorDetail) -> Result<Rejection, ErrorDetai
 }
 
 /// [`rejection_of`] for the refusals about one section.
-fn section_rejection_of(kind: ErrorKind, d: ErrorDetail) -> Result<Rejection, ErrorDetail> {
+fn section_rejection_of(
+    kind: ErrorKind,
+    d: ErrorDetail,
+) -> std::result::Result<Rejection, ErrorDetail> {
     let section = d.section;
     Ok(match kind {
         ErrorKind::OwnedElsewhere => Rejection::OwnedElsewhere {

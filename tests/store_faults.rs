@@ -311,7 +311,11 @@ async fn take_over_fencing_and_bad_input() {
     let epochs = read.read_sections(s0, 1).await.unwrap();
     assert!(matches!(
         admin
-            .assign("alloc-u", s0, epochs.iter().map(|s| s.record.epoch).collect())
+            .assign(
+                "alloc-u",
+                s0,
+                epochs.iter().map(|s| s.record.epoch).collect()
+            )
             .await,
         Err(Error::Rejected(Rejection::OwnedElsewhere { .. }))
     ));

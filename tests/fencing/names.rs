@@ -68,7 +68,7 @@ async fn renew_and_raise_in_another_allocs_name_are_refused() {
     ));
     // More than one step (two plus one: still more than one if a genuine
     // raise lands in between), right incarnation and epoch.
-    let cur = read.read_sections(0, 1).await.unwrap().remove(0).record.max_seq;
+    let cur = read.read_sections(0, 1).await.unwrap()[0].record.max_seq;
     let big = peer
         .raise("alloc-1", a1.incarnation, 0, s0.epoch, cur + 2 * STEP + 1)
         .await;
@@ -195,7 +195,7 @@ async fn with_tls_an_alloc_certificate_acts_only_as_its_alloc() {
         Outcome::of(&wire)
     );
     let stale = as1.renew("alloc-1", a1.incarnation ^ 0x77).await;
-    let cur = read.read_sections(0, 1).await.unwrap().remove(0).record.max_seq;
+    let cur = read.read_sections(0, 1).await.unwrap()[0].record.max_seq;
     let big = as1
         .raise("alloc-1", a1.incarnation, 0, s0.epoch, cur + 2 * STEP + 1)
         .await;
@@ -234,5 +234,8 @@ async fn with_tls_an_alloc_certificate_acts_only_as_its_alloc() {
         (n1.incarnation, n2.incarnation),
         (a1.incarnation, a2.incarnation)
     );
-    assert_eq!(read.read_sections(4, 1).await.unwrap()[0].record.epoch, s4.epoch);
+    assert_eq!(
+        read.read_sections(4, 1).await.unwrap()[0].record.epoch,
+        s4.epoch
+    );
 }

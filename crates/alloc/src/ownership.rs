@@ -45,8 +45,8 @@ mod routes;
 mod sets;
 
 pub use handoff::{
-    adopt_pending, decide_adopt, decide_after_handoff, release_section, AdoptNamed, AdoptRefusal, Adoption,
-    AfterHandoff, Released, Target, MAX_ADOPT,
+    adopt_pending, decide_adopt, decide_after_handoff, release_section, AdoptNamed, AdoptRefusal,
+    Adoption, AfterHandoff, Released, Target, MAX_ADOPT,
 };
 pub use raise::{settle_raise, Backoff, RaiseOutcome};
 pub use renewal::{

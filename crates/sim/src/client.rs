@@ -370,37 +370,37 @@ impl Clients {
     /// depends on why.
     fn refused(&mut self, env: &mut Env, c: usize, cur: &Op, s: SectionId, refusal: Refusal) {
         match refusal {
-        Refusal::NotOwner(s) => {
-            let to = self.routed_or_other(env, c, s);
-            self.retry(env, c, Some(to), 0);
-        }
-        Refusal::LeaseExpired | Refusal::Fenced => {
-            let to = self.routed_or_other(env, c, s);
-            self.retry(env, c, Some(to), 5 * MS);
-        }
-        Refusal::Exhausted(_) => self.retry(env, c, None, 10 * MS),
-        Refusal::Unavailable => {
-            let to = self.other_alloc(env, c);
-            self.retry(env, c, Some(to), 10 * MS);
-        }
-        Refusal::Moved(s, to) => {
-            env.stats.moved_answers += 1;
-            let set = to as usize;
-            if set < env.truth.len() {
-                self.list[c].routes[set] = RouteView::of(&env.truth[set]);
-                self.list[c].op.as_mut().expect("a call").set = set;
+            Refusal::NotOwner(s) => {
+                let to = self.routed_or_other(env, c, s);
+                self.retry(env, c, Some(to), 0);
             }
-            let to = self.routed_or_other(env, c, s);
-            self.retry(env, c, Some(to), 0);
-        }
-        Refusal::NotServed(_) | Refusal::OutOfRange => {
-            env.stats.moved_answers += 1;
-            self.refresh(env, c);
-            self.reroute(c);
-            let to = self.routed_or_other(env, c, s);
-            let delay = (20 * MS) << cur.attempt.min(4);
-            self.retry(env, c, Some(to), delay);
-        }
+            Refusal::LeaseExpired | Refusal::Fenced => {
+                let to = self.routed_or_other(env, c, s);
+                self.retry(env, c, Some(to), 5 * MS);
+            }
+            Refusal::Exhausted(_) => self.retry(env, c, None, 10 * MS),
+            Refusal::Unavailable => {
+                let to = self.other_alloc(env, c);
+                self.retry(env, c, Some(to), 10 * MS);
+            }
+            Refusal::Moved(s, to) => {
+                env.stats.moved_answers += 1;
+                let set = to as usize;
+                if set < env.truth.len() {
+                    self.list[c].routes[set] = RouteView::of(&env.truth[set]);
+                    self.list[c].op.as_mut().expect("a call").set = set;
+                }
+                let to = self.routed_or_other(env, c, s);
+                self.retry(env, c, Some(to), 0);
+            }
+            Refusal::NotServed(_) | Refusal::OutOfRange => {
+                env.stats.moved_answers += 1;
+                self.refresh(env, c);
+                self.reroute(c);
+                let to = self.routed_or_other(env, c, s);
+                let delay = (20 * MS) << cur.attempt.min(4);
+                self.retry(env, c, Some(to), delay);
+            }
         }
     }
 }

@@ -261,8 +261,7 @@ pub fn rejection_detail(r: &Rejection, d: &mut ErrorDetail) -> (Code, ErrorKind)
         | Rejection::NotAbove { .. }
         | Rejection::TooLarge { .. }
         | Rejection::NotServing { .. } => section_detail(r, d),
-        Rejection::Ids { .. }
-        | Rejection::Counter { .. } => namespace_detail(r, d),
+        Rejection::Ids { .. } | Rejection::Counter { .. } => namespace_detail(r, d),
         Rejection::NotConfigured => (Code::Unavailable, ErrorKind::NotConfigured),
         Rejection::SetMismatch(m) => {
             d.reason = m.clone();

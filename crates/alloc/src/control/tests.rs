@@ -192,9 +192,10 @@ fn event(w: &Words<'_>, c: &Control, now: Instant) -> Event {
             }
         }
         "adopt-asked" => {
-            let installed = w.key("installed").split(',').map(|e| {
-                (e != "-").then(|| e.parse().expect("an epoch"))
-            });
+            let installed = w
+                .key("installed")
+                .split(',')
+                .map(|e| (e != "-").then(|| e.parse().expect("an epoch")));
             let named = epochs(w.key("named")).into_iter().zip(installed);
             Event::AdoptAsked {
                 named: named

@@ -279,7 +279,8 @@ pub fn decide_after_handoff(
     released: Epoch,
 ) -> AfterHandoff {
     let r = &info.record;
-    let ours = r.owner.as_deref() == Some(me) && r.incarnation == incarnation && r.epoch == released;
+    let ours =
+        r.owner.as_deref() == Some(me) && r.incarnation == incarnation && r.epoch == released;
     if ours {
         AfterHandoff::Reclaim
     } else {

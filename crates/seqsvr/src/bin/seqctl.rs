@@ -354,9 +354,7 @@ async fn dispatch(cmd: Cmd, s: &Settings, dial: &Dial) -> Result<ExitCode> {
             let admin = ctl::counter::CounterAdmin::new(store, dial.tls.clone());
             ctl::counter::run(&admin, op).await
         }
-        Cmd::Sections { first, count, json } => {
-            ctl::sections(&ctl()?, first, count, json).await
-        }
+        Cmd::Sections { first, count, json } => ctl::sections(&ctl()?, first, count, json).await,
         Cmd::Alloc { op } => {
             dial.need_operator()?;
             ctl::alloc::run(&ctl()?, op).await

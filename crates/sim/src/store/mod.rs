@@ -47,8 +47,8 @@ mod life;
 mod route;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::rc::Rc;
 use std::ops::Range;
+use std::rc::Rc;
 
 use seqsvr_core::directory::{DirSet, HOME_SET};
 use seqsvr_core::{DirChange, Incarnation, LeaseTerms, SectionId};

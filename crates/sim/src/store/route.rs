@@ -241,58 +241,58 @@ impl Store {
 /// decision of the arbiter's) is written as.
 fn direct_command(req: &StoreReq) -> Command {
     match req {
-    StoreReq::Install {
-        first,
-        floors,
-        call,
-    } => Command::Install {
-        first: *first,
-        floors: floors.clone(),
-        call: *call,
-    },
-    StoreReq::Fence { alloc, incarnation } => Command::FenceAlloc {
-        alloc: alloc.clone(),
-        incarnation: *incarnation,
-    },
-    StoreReq::ChangeDirectory(c) => Command::Directory(c.clone()),
-    StoreReq::CopyDirectory(d) => Command::CopyDirectory(d.clone()),
-    StoreReq::TakeOver {
-        alloc,
-        incarnation,
-        first,
-        known,
-    } => Command::TakeOver {
-        alloc: alloc.clone(),
-        incarnation: *incarnation,
-        first: *first,
-        known: known.clone(),
-    },
-    StoreReq::Raise {
-        alloc,
-        incarnation,
-        section,
-        epoch,
-        to,
-    } => Command::Raise {
-        alloc: alloc.clone(),
-        incarnation: *incarnation,
-        section: *section,
-        epoch: *epoch,
-        to: *to,
-    },
-    StoreReq::Handoff {
-        from,
-        incarnation,
-        to,
-        section,
-        epoch,
-    } => Command::Handoff {
-        from: from.clone(),
-        incarnation: *incarnation,
-        to: to.clone(),
-        section: *section,
-        epoch: *epoch,
-    },
+        StoreReq::Install {
+            first,
+            floors,
+            call,
+        } => Command::Install {
+            first: *first,
+            floors: floors.clone(),
+            call: *call,
+        },
+        StoreReq::Fence { alloc, incarnation } => Command::FenceAlloc {
+            alloc: alloc.clone(),
+            incarnation: *incarnation,
+        },
+        StoreReq::ChangeDirectory(c) => Command::Directory(c.clone()),
+        StoreReq::CopyDirectory(d) => Command::CopyDirectory(d.clone()),
+        StoreReq::TakeOver {
+            alloc,
+            incarnation,
+            first,
+            known,
+        } => Command::TakeOver {
+            alloc: alloc.clone(),
+            incarnation: *incarnation,
+            first: *first,
+            known: known.clone(),
+        },
+        StoreReq::Raise {
+            alloc,
+            incarnation,
+            section,
+            epoch,
+            to,
+        } => Command::Raise {
+            alloc: alloc.clone(),
+            incarnation: *incarnation,
+            section: *section,
+            epoch: *epoch,
+            to: *to,
+        },
+        StoreReq::Handoff {
+            from,
+            incarnation,
+            to,
+            section,
+            epoch,
+        } => Command::Handoff {
+            from: from.clone(),
+            incarnation: *incarnation,
+            to: to.clone(),
+            section: *section,
+            epoch: *epoch,
+        },
         other => unreachable!("{other:?} is not written as asked"),
     }
 }

@@ -36,11 +36,12 @@ impl World {
             | Fault::PauseInRenewal { .. }
             | Fault::PauseAfterClaim { .. }
             | Fault::StartTwin { .. }) => self.apply_alloc_fault(f),
-            f @ (Fault::Handoff { .. }
-            | Fault::HandoffOf { .. }
-            | Fault::ForgeAdopt { .. }) => self.apply_handoff_fault(f),
-            f @ (Fault::HandoffRoundTrip { .. }
-            | Fault::HandBack { .. }) => self.apply_round_trip(i, f),
+            f @ (Fault::Handoff { .. } | Fault::HandoffOf { .. } | Fault::ForgeAdopt { .. }) => {
+                self.apply_handoff_fault(f)
+            }
+            f @ (Fault::HandoffRoundTrip { .. } | Fault::HandBack { .. }) => {
+                self.apply_round_trip(i, f)
+            }
             f @ (Fault::OperatorAssign { .. }
             | Fault::SetLease { .. }
             | Fault::MoveRange { .. }
@@ -439,8 +440,7 @@ impl World {
             // beyond the set before it (`bootstrap_logs`).
             _ => (env.cfg.spec(set - 1).uid_end, spec.uid_end),
         };
-        let (Some(first), Some(last)) = (spec.section_of(begin), spec.section_of(end - 1))
-        else {
+        let (Some(first), Some(last)) = (spec.section_of(begin), spec.section_of(end - 1)) else {
             return;
         };
         env.stats.additions_repeated += 1;

@@ -429,7 +429,7 @@ fn serve(
         let a = api.clone();
         let render: seqsvr_net::metrics::Render =
             Arc::new(move || a.metrics.render(a.id, &a.raft, &a.sm, &a.disk, &a.arbiter));
-                    servers.push(tokio::spawn(async move {
+        servers.push(tokio::spawn(async move {
             if let Err(e) = seqsvr_net::metrics::serve(tcp, render, insecure).await {
                 tracing::error!("metrics listener: {e}");
             }

@@ -154,18 +154,21 @@ impl Error {
             },
             ErrorKind::PermissionDenied => Error::Denied(d.reason),
             ErrorKind::TooLarge => Error::TooLarge(d.reason),
-            _ => match rejection_of(kind, d) {
-                Ok(r) => r.into(),
-                Err(d) => Error::Internal(if d.reason.is_empty() { msg } else { d.reason }),
-            },
+            _ => {
+                let internal = if d.reason.is_empty() {
+                    msg
+                } else {
+                    d.reason.clone()
+                };
+                rejection_of(kind, d).map_or(Error::Internal(internal), Into::into)
+            }
         }
     }
 }
 
-/// The store's refusal a detail of kind `kind` describes, if it is one
-/// (else the detail back).
-fn rejection_of(kind: ErrorKind, d: ErrorDetail) -> std::result::Result<Rejection, ErrorDetail> {
-    Ok(match kind {
+/// The store's refusal a detail of kind `kind` describes, if it is one.
+fn rejection_of(kind: ErrorKind, d: ErrorDetail) -> Option<Rejection> {
+    Some(match kind {
         ErrorKind::NotConfigured => Rejection::NotConfigured,
         ErrorKind::SetMismatch => Rejection::SetMismatch(d.reason),
         ErrorKind::Twin => Rejection::Twin {
@@ -210,12 +213,9 @@ fn rejection_of(kind: ErrorKind, d: ErrorDetail) -> std::result::Result<Rejectio
 }
 
 /// [`rejection_of`] for the refusals about one section.
-fn section_rejection_of(
-    kind: ErrorKind,
-    d: ErrorDetail,
-) -> std::result::Result<Rejection, ErrorDetail> {
+fn section_rejection_of(kind: ErrorKind, d: ErrorDetail) -> Option<Rejection> {
     let section = d.section;
-    Ok(match kind {
+    Some(match kind {
         ErrorKind::OwnedElsewhere => Rejection::OwnedElsewhere {
             section,
             owner: d.alloc,
@@ -247,7 +247,7 @@ fn section_rejection_of(
             section,
             moved_to: Some(d.to_set),
         },
-        _ => return Err(d),
+        _ => return None,
     })
 }
 

@@ -785,8 +785,8 @@ async fn every_listener_refuses_every_call_it_must_refuse() {
     assert_eq!(leader.allocs.len(), 2, "{:?}", leader.allocs);
     for (b, a) in before.iter().zip(&after) {
         assert_eq!(
-            (&b.owner, b.epoch, b.incarnation),
-            (&a.owner, a.epoch, a.incarnation),
+            (&b.record.owner, b.record.epoch, b.record.incarnation),
+            (&a.record.owner, a.record.epoch, a.record.incarnation),
             "section {}",
             b.section
         );

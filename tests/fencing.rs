@@ -123,7 +123,7 @@ async fn owners(read: &seqsvr_store_api::ReadClient) -> Vec<(Option<String>, u64
         .await
         .unwrap()
         .into_iter()
-        .map(|s| (s.owner, s.epoch))
+        .map(|s| (s.record.owner, s.record.epoch))
         .collect()
 }
 

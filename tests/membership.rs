@@ -151,10 +151,10 @@ async fn assert_ceilings_hold(read: &ReadClient, set: &SetSpec, obs: &[Observati
     }
     for (s, t) in now.iter().zip(top) {
         assert!(
-            s.max_seq >= t,
+            s.record.max_seq >= t,
             "section {}: store holds ceiling {} but {t} was handed out",
             s.section,
-            s.max_seq
+            s.record.max_seq
         );
     }
 }

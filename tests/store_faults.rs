@@ -166,10 +166,10 @@ async fn check_acks(c: &ReadClient, acks: &Acks, logs: impl Fn() -> String) {
         }
         let top = seen.last().map(|a| a.1).unwrap_or(0);
         assert!(
-            s.max_seq >= top,
+            s.record.max_seq >= top,
             "section {}: store has {} but {} was acknowledged\n{}",
             s.section,
-            s.max_seq,
+            s.record.max_seq,
             top,
             logs()
         );
@@ -277,8 +277,8 @@ async fn kill_all_replicas_at_once_keeps_every_acked_ceiling() {
     // The owner's epochs survived too: it can keep raising.
     let now = read.read_sections(0, SECTIONS).await.unwrap();
     for (s, epoch, _) in secs {
-        let cur = now[s as usize].max_seq;
-        assert_eq!(now[s as usize].epoch, epoch);
+        let cur = now[s as usize].record.max_seq;
+        assert_eq!(now[s as usize].record.epoch, epoch);
         let r = c.raise(s, epoch, cur + 1).await;
         let again = read.read_sections(0, SECTIONS).await.unwrap();
         assert_eq!(
@@ -311,7 +311,11 @@ async fn take_over_fencing_and_bad_input() {
     let epochs = read.read_sections(s0, 1).await.unwrap();
     assert!(matches!(
         admin
-            .assign("alloc-u", s0, epochs.iter().map(|s| s.epoch).collect())
+            .assign(
+                "alloc-u",
+                s0,
+                epochs.iter().map(|s| s.record.epoch).collect()
+            )
             .await,
         Err(Error::Rejected(Rejection::OwnedElsewhere { .. }))
     ));

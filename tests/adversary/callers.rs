@@ -252,7 +252,7 @@ fn req<T>(msg: T, forwarded: bool) -> tonic::Request<T> {
 async fn call(ch: Channel, m: M, g: &Genuine, fwd: bool) -> (Outcome, Option<Observation>) {
     let a1 = &g.a1;
     let s0 = &g.sections[0];
-    let epochs: Vec<u64> = g.sections[0..4].iter().map(|s| s.epoch).collect();
+    let epochs: Vec<u64> = g.sections[0..4].iter().map(|s| s.record.epoch).collect();
     let start = Instant::now();
     let fut = async {
         let outcome = match m {
@@ -324,8 +324,8 @@ async fn call(ch: Channel, m: M, g: &Genuine, fwd: bool) -> (Outcome, Option<Obs
                             alloc_id: "alloc-1".into(),
                             incarnation: a1.incarnation,
                             section: 0,
-                            epoch: s0.epoch,
-                            to: s0.max_seq + 1,
+                            epoch: s0.record.epoch,
+                            to: s0.record.max_seq + 1,
                         },
                         fwd,
                     ))
@@ -339,7 +339,7 @@ async fn call(ch: Channel, m: M, g: &Genuine, fwd: bool) -> (Outcome, Option<Obs
                             incarnation: a1.incarnation,
                             to_alloc: "alloc-2".into(),
                             section: 0,
-                            epoch: s0.epoch,
+                            epoch: s0.record.epoch,
                         },
                         fwd,
                     ))
@@ -373,7 +373,7 @@ async fn call(ch: Channel, m: M, g: &Genuine, fwd: bool) -> (Outcome, Option<Obs
                             alloc_id: "alloc-2".into(),
                             first_section: 0,
                             count: 1,
-                            expected_epochs: vec![s0.epoch],
+                            expected_epochs: vec![s0.record.epoch],
                         },
                         fwd,
                     ))
@@ -785,8 +785,8 @@ async fn every_listener_refuses_every_call_it_must_refuse() {
     assert_eq!(leader.allocs.len(), 2, "{:?}", leader.allocs);
     for (b, a) in before.iter().zip(&after) {
         assert_eq!(
-            (&b.owner, b.epoch, b.incarnation),
-            (&a.owner, a.epoch, a.incarnation),
+            (&b.record.owner, b.record.epoch, b.record.incarnation),
+            (&a.record.owner, a.record.epoch, a.record.incarnation),
             "section {}",
             b.section
         );

@@ -42,7 +42,7 @@ async fn forged_adopts_are_refused_and_install_nothing() {
     // back to alloc-1.
     let m = hand_off(&a1.admin_addr, 3, "alloc-2").await;
     assert!(m.ok, "{m:?}");
-    let e1 = read.read_sections(3, 1).await.unwrap()[0].epoch;
+    let e1 = read.read_sections(3, 1).await.unwrap()[0].record.epoch;
     let m = hand_off(&a2.admin_addr, 3, "alloc-1").await;
     assert!(m.ok, "{m:?}");
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -50,7 +50,7 @@ async fn forged_adopts_are_refused_and_install_nothing() {
     let before = read.read_sections(0, SECTIONS).await.unwrap();
     let version = read.routes().await.unwrap().version;
     let served_before = (served(&a1.addr).await, served(&a2.addr).await);
-    let e = |s: usize| before[s].epoch;
+    let e = |s: usize| before[s].record.epoch;
     let cases: Vec<Forgery> = vec![
         (
             "alloc-1",
@@ -192,8 +192,8 @@ async fn forged_adopts_are_refused_and_install_nothing() {
     let after = read.read_sections(0, SECTIONS).await.unwrap();
     for (b, a) in before.iter().zip(&after) {
         assert_eq!(
-            (&b.owner, b.epoch),
-            (&a.owner, a.epoch),
+            (&b.record.owner, b.record.epoch),
+            (&a.record.owner, a.record.epoch),
             "section {}",
             b.section
         );
@@ -234,14 +234,14 @@ async fn delayed_genuine_adopts_are_refused_or_no_ops() {
     // Drain section 3 to alloc-2: the adopt it got names epoch e1.
     let m = hand_off(&a1.admin_addr, 3, "alloc-2").await;
     assert!(m.ok, "{m:?}");
-    let s3 = read.read_sections(3, 1).await.unwrap().remove(0);
+    let s3 = read.read_sections(3, 1).await.unwrap().remove(0).record;
     assert_eq!(s3.owner.as_deref(), Some("alloc-2"));
     let e1 = s3.epoch;
     tokio::time::sleep(Duration::from_millis(300)).await;
     // It moves on, back to alloc-1 (adopt at e2).
     let m = hand_off(&a2.admin_addr, 3, "alloc-1").await;
     assert!(m.ok, "{m:?}");
-    let e2 = read.read_sections(3, 1).await.unwrap()[0].epoch;
+    let e2 = read.read_sections(3, 1).await.unwrap()[0].record.epoch;
     println!("section 3: handed to alloc-2 at epoch {e1}, back to alloc-1 at epoch {e2}");
     tokio::time::sleep(Duration::from_millis(300)).await;
 
@@ -272,7 +272,7 @@ async fn delayed_genuine_adopts_are_refused_or_no_ops() {
 
     // alloc-2 restarts (a new incarnation that installed nothing yet): the
     // delayed adopts reach a receiver with no memory of them.
-    let old_s4 = read.read_sections(4, 1).await.unwrap().remove(0);
+    let old_s4 = read.read_sections(4, 1).await.unwrap().remove(0).record;
     cluster.allocs[1].kill9();
     cluster.allocs[1].restart();
     // Its sections move to alloc-1 once the old incarnation's lease
@@ -340,7 +340,7 @@ async fn delayed_genuine_adopts_are_refused_or_no_ops() {
         "alloc-2 served section 3 after a late adopt: {:?}",
         stolen.first()
     );
-    let s3 = read.read_sections(3, 1).await.unwrap().remove(0);
+    let s3 = read.read_sections(3, 1).await.unwrap().remove(0).record;
     assert_eq!((s3.owner.as_deref(), s3.epoch), (Some("alloc-1"), e2));
     assert!(!served(&a2.addr).await.contains(&3));
 }

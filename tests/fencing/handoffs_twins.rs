@@ -36,7 +36,7 @@ async fn a_handoff_of_a_live_owners_section_by_anyone_else_is_refused() {
     );
     let w = start_load(&c, 8);
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let s0 = read.read_sections(0, 1).await.unwrap().remove(0);
+    let s0 = read.read_sections(0, 1).await.unwrap().remove(0).record;
     let version = read.routes().await.unwrap().version;
     let (i1, i2) = (a1.incarnation, a2.incarnation);
     assert_eq!(s0.incarnation, i1);
@@ -129,7 +129,7 @@ async fn a_handoff_of_a_live_owners_section_by_anyone_else_is_refused() {
         "alloc-1 stopped serving section 0 ({} numbers)",
         own.len()
     );
-    let now = read.read_sections(0, 1).await.unwrap().remove(0);
+    let now = read.read_sections(0, 1).await.unwrap().remove(0).record;
     assert_eq!(
         (now.owner.as_deref(), now.epoch, now.incarnation),
         (Some("alloc-1"), s0.epoch, i1)

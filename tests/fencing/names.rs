@@ -30,7 +30,7 @@ async fn renew_and_raise_in_another_allocs_name_are_refused() {
     );
     let w = start_load(&c, 6);
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let s0 = read.read_sections(0, 1).await.unwrap().remove(0);
+    let s0 = read.read_sections(0, 1).await.unwrap().remove(0).record;
     let ghost = a1.incarnation ^ 0x00ff_00ff;
     let mut results: Vec<(&str, Result<String, Error>)> = Vec::new();
     let sh = |r: Result<String, Error>| r;
@@ -68,7 +68,7 @@ async fn renew_and_raise_in_another_allocs_name_are_refused() {
     ));
     // More than one step (two plus one: still more than one if a genuine
     // raise lands in between), right incarnation and epoch.
-    let cur = read.read_sections(0, 1).await.unwrap().remove(0).max_seq;
+    let cur = read.read_sections(0, 1).await.unwrap()[0].record.max_seq;
     let big = peer
         .raise("alloc-1", a1.incarnation, 0, s0.epoch, cur + 2 * STEP + 1)
         .await;
@@ -106,7 +106,7 @@ async fn renew_and_raise_in_another_allocs_name_are_refused() {
         "alloc-1 stopped serving ({} numbers)",
         own.len()
     );
-    let s = read.read_sections(0, 1).await.unwrap().remove(0);
+    let s = read.read_sections(0, 1).await.unwrap().remove(0).record;
     assert_eq!((s.owner.as_deref(), s.epoch), (Some("alloc-1"), s0.epoch));
 }
 
@@ -138,8 +138,8 @@ async fn with_tls_an_alloc_certificate_acts_only_as_its_alloc() {
     );
     let w = start_load(&c, 6);
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let s4 = read.read_sections(4, 1).await.unwrap().remove(0);
-    let s0 = read.read_sections(0, 1).await.unwrap().remove(0);
+    let s4 = read.read_sections(4, 1).await.unwrap().remove(0).record;
+    let s0 = read.read_sections(0, 1).await.unwrap().remove(0).record;
     let as1 = cluster.peer_as("alloc-1");
     let addrs = seqsvr_store_api::AllocAddrs {
         client: a2.addr.clone(),
@@ -195,7 +195,7 @@ async fn with_tls_an_alloc_certificate_acts_only_as_its_alloc() {
         Outcome::of(&wire)
     );
     let stale = as1.renew("alloc-1", a1.incarnation ^ 0x77).await;
-    let cur = read.read_sections(0, 1).await.unwrap().remove(0).max_seq;
+    let cur = read.read_sections(0, 1).await.unwrap()[0].record.max_seq;
     let big = as1
         .raise("alloc-1", a1.incarnation, 0, s0.epoch, cur + 2 * STEP + 1)
         .await;
@@ -234,5 +234,8 @@ async fn with_tls_an_alloc_certificate_acts_only_as_its_alloc() {
         (n1.incarnation, n2.incarnation),
         (a1.incarnation, a2.incarnation)
     );
-    assert_eq!(read.read_sections(4, 1).await.unwrap()[0].epoch, s4.epoch);
+    assert_eq!(
+        read.read_sections(4, 1).await.unwrap()[0].record.epoch,
+        s4.epoch
+    );
 }

@@ -87,6 +87,7 @@ async fn a_fenced_allocsvr_resumed_after_its_range_moved_hands_out_none_of_it() 
     // The owner of section 0 and its incarnation, as the leader lists it.
     let read = a.store.read();
     let owner = read.read_sections(0, 1).await.unwrap()[0]
+        .record
         .owner
         .clone()
         .expect("section 0 is owned");

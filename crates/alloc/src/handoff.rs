@@ -32,7 +32,8 @@
 //!    section unavailable until the renewal, at most one renewal interval.
 //!
 //! Receiving side ([`adopt`]): the message names sections and epochs only;
-//! each is checked with the store ([`decide_adopt`]) and only what the
+//! the control loop checks it, then each section is checked with the store
+//! ([`decide_adopt`](crate::ownership::decide_adopt)) and only what the
 //! store confirms is installed, so a forged or replayed adopt cannot make
 //! this process serve what it does not hold (promise 3).
 
@@ -48,7 +49,7 @@ use tonic::transport::Channel;
 
 use crate::control::{AdoptCheck, Effect, Event};
 use crate::error::{CallError, MoveError};
-use crate::ownership::{adopt_pending, runs, AfterHandoff};
+use crate::ownership::{runs, AdoptNamed, AfterHandoff};
 pub use crate::ownership::{Released, Target, MAX_ADOPT};
 pub use crate::shared::PeerChannels;
 use crate::shared::Shared;
@@ -379,44 +380,29 @@ pub(crate) fn peer_channel(shared: &Shared, addr: &str) -> Result<Channel, Strin
     Ok(ch)
 }
 
-/// Handles `AllocPeer.Adopt`: installs each named section the store
-/// confirms is this process's at the named epoch; refuses the whole
-/// request, installing nothing, if any is not. Returns how many grants
-/// were installed (0 for a repeat).
+/// Handles `AllocPeer.Adopt` as the control loop decides it
+/// ([`Event::AdoptAsked`], then [`Event::AdoptRead`]): installs each named
+/// section the store confirms is this process's at the named epoch;
+/// refuses the whole request, installing nothing, if any is not. Returns
+/// how many grants were installed (0 for a repeat).
 pub async fn adopt(shared: &Shared, sections: &[pb::Adopted]) -> Result<u32, CallError> {
     let alloc = &shared.alloc;
-    let named = sections.iter().map(|a| (a.section, a.epoch));
-    let pending = adopt_pending(alloc, named, shared.admit())?;
-    if pending.is_empty() {
-        return Ok(0); // a repeat: everything is installed already
-    }
-    let lapses_before = shared.ownership().lapses();
-    let infos = read_sections(shared, pending.iter().map(|&(s, _)| s)).await?;
-    let mut checks = Vec::with_capacity(pending.len());
-    for &(section, named) in &pending {
-        let info = infos.get(&section).ok_or_else(|| {
-            CallError::Internal(format!("the store's read did not return section {section}"))
-        })?;
-        let installed = alloc.known_epoch(section);
-        checks.push(AdoptCheck {
-            info: info.clone(),
-            named,
-            installed,
-        });
-    }
-    // The declarations of its names first (`raiser::load_counters`): read
-    // before the grants are decided, as they are installed under the
-    // ownership lock. If the read fails nothing is installed and the
-    // sender's adopt fails; a section then refused keeps what was read
-    // until its next install reads them again (it is not served here).
-    let store = crate::store_link::StoreCeilings {
-        store: shared.store.clone(),
-        alloc: shared.id.clone(),
-        metrics: shared.metrics.clone(),
+    let named: Vec<AdoptNamed> = (sections.iter())
+        .map(|a| AdoptNamed::of(alloc, a.section, a.epoch))
+        .collect();
+    let asked = shared
+        .ownership()
+        .on(Instant::now(), Event::AdoptAsked { named });
+    let (pending, lapses_before) = match asked.into_iter().next() {
+        Some(Effect::ReadAdopt {
+            sections,
+            lapses_before,
+        }) => (sections, lapses_before),
+        Some(Effect::AdoptDenied(e)) => return Err(e),
+        // An empty install: everything named is installed already.
+        _ => return Ok(0),
     };
-    crate::raiser::load_section_counters(alloc, &store, pending.iter().map(|&(s, _)| s))
-        .await
-        .map_err(CallError::Alloc)?;
+    let checks = read_adopt(shared, &pending).await?;
     // Decided and installed under the ownership lock: no renewal can drop
     // the sections between the check and the install (promise 3).
     let mut own = shared.ownership();
@@ -441,6 +427,41 @@ pub async fn adopt(shared: &Shared, sections: &[pb::Adopted]) -> Result<u32, Cal
         "adopted sections"
     );
     Ok(installed as u32)
+}
+
+/// [`Effect::ReadAdopt`]: the store records of the `pending` sections, and
+/// before the control loop decides, the declarations of their names
+/// (`raiser::load_counters`), so they are in place when the grants are
+/// installed under the ownership lock. If either read fails nothing is
+/// installed and the sender's adopt fails; a section then refused keeps
+/// what was read until its next install reads them again (it is not
+/// served here).
+async fn read_adopt(
+    shared: &Shared,
+    pending: &[(SectionId, Epoch)],
+) -> Result<Vec<AdoptCheck>, CallError> {
+    let alloc = &shared.alloc;
+    let infos = read_sections(shared, pending.iter().map(|&(s, _)| s)).await?;
+    let mut checks = Vec::with_capacity(pending.len());
+    for &(section, named) in pending {
+        let info = infos.get(&section).ok_or_else(|| {
+            CallError::Internal(format!("the store's read did not return section {section}"))
+        })?;
+        checks.push(AdoptCheck {
+            info: info.clone(),
+            named,
+            installed: alloc.known_epoch(section),
+        });
+    }
+    let store = crate::store_link::StoreCeilings {
+        store: shared.store.clone(),
+        alloc: shared.id.clone(),
+        metrics: shared.metrics.clone(),
+    };
+    crate::raiser::load_section_counters(alloc, &store, pending.iter().map(|&(s, _)| s))
+        .await
+        .map_err(CallError::Alloc)?;
+    Ok(checks)
 }
 
 /// Reads `sections` from the store (linearizable), one call per run of

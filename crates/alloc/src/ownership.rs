@@ -4,11 +4,11 @@
 //! time a decision depends on is passed in as a fact ("the lease is
 //! valid", "the lease had lapsed"); the few that act on the allocator's
 //! memory ([`take_over_known`], [`served_epochs`], [`release_section`],
-//! [`adopt_pending`], [`release_moved`]) touch nothing else.
+//! [`AdoptNamed::of`], [`release_moved`]) touch nothing else.
 //!
 //! The control loop ([`Control`](crate::control::Control)) orders the
-//! renewal's and route reads' decisions; `raiser.rs`, `handoff.rs` and
-//! `shared.rs` act on the others. The seeded simulation (`crates/sim`)
+//! decisions of renewals, route reads, raises, handoffs and adopts; the
+//! serving checks are made where calls are admitted (`shared.rs`). The seeded simulation (`crates/sim`)
 //! runs the same control loop and calls the same functions, so what it
 //! checks is what runs. The protocol is described in
 //! `docs/architecture/failover.md` (leases, fencing, planned moves) and
@@ -28,8 +28,9 @@
 //! - `handoff`: [`release_section`] (the checks, the [`Target`] the
 //!   store's leader listed included, and the release of a move),
 //!   [`decide_after_handoff`] (a handoff failed or its outcome is
-//!   unknown), [`adopt_pending`] and [`decide_adopt`] (another AllocSvr
-//!   says "this section was handed to you");
+//!   unknown), [`adopt_pending`] (an adopt's checks before the store is
+//!   read, from what [`AdoptNamed::of`] found) and [`decide_adopt`]
+//!   (after: another AllocSvr says "this section was handed to you");
 //! - `sets`: [`release_moved`] (a range move's release: the sections
 //!   frozen for another set stop being served here).
 //!
@@ -44,8 +45,8 @@ mod routes;
 mod sets;
 
 pub use handoff::{
-    adopt_pending, decide_adopt, decide_after_handoff, release_section, AdoptRefusal, Adoption,
-    AfterHandoff, Released, Target, MAX_ADOPT,
+    adopt_pending, decide_adopt, decide_after_handoff, release_section, AdoptNamed, AdoptRefusal,
+    Adoption, AfterHandoff, Released, Target, MAX_ADOPT,
 };
 pub use raise::{settle_raise, Backoff, RaiseOutcome};
 pub use renewal::{

@@ -53,93 +53,19 @@ impl Shared {
         let mut d = ErrorDetail::default();
         let (code, kind, retryable, route) = match e {
             CallError::Alloc(a) => self.alloc_detail(a, &mut d),
-            CallError::LeaseExpired { .. } => {
-                (Code::Unavailable, ErrorKind::LeaseExpired, true, true)
-            }
-            CallError::Fenced { alloc, incarnation } => {
-                d.alloc = alloc.clone();
-                d.given = *incarnation;
-                (Code::Unavailable, ErrorKind::StaleIncarnation, true, true)
-            }
-            CallError::Starting {
-                alloc,
-                reason,
-                retry_after_ms,
-            } => {
-                d.alloc = alloc.clone();
-                d.reason = reason.clone();
-                d.retry_after_ms = *retry_after_ms;
-                (Code::Unavailable, ErrorKind::NotServingYet, true, false)
-            }
-            CallError::Invalid(reason) => {
-                d.reason = reason.clone();
-                let kind = ErrorKind::InvalidRequest;
-                (Code::InvalidArgument, kind, false, false)
-            }
-            CallError::UnknownSection { section } => {
-                at(&mut d, *section);
-                d.count = self.alloc.spec().section_count();
-                (Code::OutOfRange, ErrorKind::UnknownSection, false, false)
-            }
-            CallError::Denied(reason) => {
-                d.reason = reason.clone();
-                let kind = ErrorKind::PermissionDenied;
-                (Code::PermissionDenied, kind, false, false)
-            }
             CallError::Adopt(r) => self.adopt_detail(r, &mut d),
-            CallError::Internal(reason) => {
-                d.reason = reason.clone();
-                (Code::Internal, ErrorKind::Internal, false, false)
-            }
-            CallError::Store(seqsvr_store_api::Error::Rejected(
-                r @ (seqsvr_store_api::Rejection::Ids { .. }
-                | seqsvr_store_api::Rejection::Counter { .. }),
-            )) => {
-                // An id namespace refused by the store (unknown, worker
-                // ids exhausted, time ran out): passed on as it said it.
-                let (code, kind) = seqsvr_store_api::error::rejection_detail(r, &mut d);
-                (code, kind, false, false)
-            }
-            CallError::ClockBehind {
-                namespace,
-                behind_ms,
-            } => {
-                d.id_namespace = namespace.clone();
-                d.retry_after_ms = (*behind_ms).max(1);
-                (Code::Unavailable, ErrorKind::ClockBehind, true, false)
-            }
-            CallError::IdCeiling {
-                namespace,
-                retry_after_ms,
-            } => {
-                d.id_namespace = namespace.clone();
-                d.retry_after_ms = *retry_after_ms;
-                (Code::Unavailable, ErrorKind::IdCeilingReached, true, false)
-            }
-            CallError::IdUnavailable {
-                namespace,
-                reason,
-                retry_after_ms,
-            } => {
-                d.id_namespace = namespace.clone();
-                d.reason = reason.clone();
-                d.retry_after_ms = *retry_after_ms;
-                (
-                    Code::Unavailable,
-                    ErrorKind::IdWorkerUnavailable,
-                    true,
-                    false,
-                )
-            }
-            CallError::Store(s) if s.is_retryable() => {
-                d.reason = s.to_string();
-                (Code::Unavailable, ErrorKind::NoLeader, true, false)
-            }
-            CallError::Store(s) => {
-                d.reason = s.to_string();
-                (Code::Internal, ErrorKind::Internal, false, false)
-            }
             CallError::Forward(f) => forward_detail(f, &mut d),
+            CallError::LeaseExpired { .. }
+            | CallError::Fenced { .. }
+            | CallError::Starting { .. } => serving_detail(e, &mut d),
+            CallError::Store(seqsvr_store_api::Error::Rejected(
+                seqsvr_store_api::Rejection::Ids { .. }
+                | seqsvr_store_api::Rejection::Counter { .. },
+            ))
+            | CallError::ClockBehind { .. }
+            | CallError::IdCeiling { .. }
+            | CallError::IdUnavailable { .. } => ids_detail(e, &mut d),
+            _ => self.request_detail(e, &mut d),
         };
         d.kind = kind as i32;
         d.retryable = retryable;
@@ -152,6 +78,42 @@ impl Shared {
         }
         self.metrics.error(kind);
         (code, d)
+    }
+
+    /// [`Self::error_detail`] of a request refused as such (invalid, a
+    /// section not in the set, not permitted) or failed (the store, a
+    /// fault of this process).
+    fn request_detail(&self, e: &CallError, d: &mut ErrorDetail) -> Mapped {
+        match e {
+            CallError::Invalid(reason) => {
+                d.reason = reason.clone();
+                let kind = ErrorKind::InvalidRequest;
+                (Code::InvalidArgument, kind, false, false)
+            }
+            CallError::UnknownSection { section } => {
+                at(d, *section);
+                d.count = self.alloc.spec().section_count();
+                (Code::OutOfRange, ErrorKind::UnknownSection, false, false)
+            }
+            CallError::Denied(reason) => {
+                d.reason = reason.clone();
+                let kind = ErrorKind::PermissionDenied;
+                (Code::PermissionDenied, kind, false, false)
+            }
+            CallError::Internal(reason) => {
+                d.reason = reason.clone();
+                (Code::Internal, ErrorKind::Internal, false, false)
+            }
+            CallError::Store(s) if s.is_retryable() => {
+                d.reason = s.to_string();
+                (Code::Unavailable, ErrorKind::NoLeader, true, false)
+            }
+            CallError::Store(s) => {
+                d.reason = s.to_string();
+                (Code::Internal, ErrorKind::Internal, false, false)
+            }
+            other => unreachable!("{other:?} has a detail of its own"),
+        }
     }
 
     /// [`Self::error_detail`] of an allocator refusal.
@@ -248,6 +210,79 @@ impl Shared {
 
 /// The code, kind, retryability and whether route facts are attached.
 type Mapped = (Code, ErrorKind, bool, bool);
+
+/// [`Shared::error_detail`] of a call refused for this process's
+/// state: its lease, a fence, start-up.
+fn serving_detail(e: &CallError, d: &mut ErrorDetail) -> Mapped {
+    match e {
+        CallError::LeaseExpired { .. } => (Code::Unavailable, ErrorKind::LeaseExpired, true, true),
+        CallError::Fenced { alloc, incarnation } => {
+            d.alloc = alloc.clone();
+            d.given = *incarnation;
+            (Code::Unavailable, ErrorKind::StaleIncarnation, true, true)
+        }
+        CallError::Starting {
+            alloc,
+            reason,
+            retry_after_ms,
+        } => {
+            d.alloc = alloc.clone();
+            d.reason = reason.clone();
+            d.retry_after_ms = *retry_after_ms;
+            (Code::Unavailable, ErrorKind::NotServingYet, true, false)
+        }
+        other => unreachable!("{other:?} is not about serving"),
+    }
+}
+
+/// [`Shared::error_detail`] of an id call's refusal: the store's
+/// (an unknown namespace, worker ids exhausted) or this process's (its
+/// clock, its ceiling, its worker id).
+fn ids_detail(e: &CallError, d: &mut ErrorDetail) -> Mapped {
+    match e {
+        CallError::Store(seqsvr_store_api::Error::Rejected(
+            r @ (seqsvr_store_api::Rejection::Ids { .. }
+            | seqsvr_store_api::Rejection::Counter { .. }),
+        )) => {
+            // An id namespace refused by the store (unknown, worker
+            // ids exhausted, time ran out): passed on as it said it.
+            let (code, kind) = seqsvr_store_api::error::rejection_detail(r, d);
+            (code, kind, false, false)
+        }
+        CallError::ClockBehind {
+            namespace,
+            behind_ms,
+        } => {
+            d.id_namespace = namespace.clone();
+            d.retry_after_ms = (*behind_ms).max(1);
+            (Code::Unavailable, ErrorKind::ClockBehind, true, false)
+        }
+        CallError::IdCeiling {
+            namespace,
+            retry_after_ms,
+        } => {
+            d.id_namespace = namespace.clone();
+            d.retry_after_ms = *retry_after_ms;
+            (Code::Unavailable, ErrorKind::IdCeilingReached, true, false)
+        }
+        CallError::IdUnavailable {
+            namespace,
+            reason,
+            retry_after_ms,
+        } => {
+            d.id_namespace = namespace.clone();
+            d.reason = reason.clone();
+            d.retry_after_ms = *retry_after_ms;
+            (
+                Code::Unavailable,
+                ErrorKind::IdWorkerUnavailable,
+                true,
+                false,
+            )
+        }
+        other => unreachable!("{other:?} is not an id call's"),
+    }
+}
 
 /// Marks the detail as about `section`.
 fn at(d: &mut ErrorDetail, section: SectionId) {

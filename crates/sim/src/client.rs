@@ -328,48 +328,62 @@ impl Clients {
             .section_of(cur.ask.uids()[0])
             .expect("in the grid");
         match result {
-            Ok(seqs) => {
-                let now = env.now;
-                match &cur.ask {
-                    Ask::Next(uids) => {
-                        // In request order, each with its position: a
-                        // uid asked twice must get increasing numbers.
-                        let got = Observation::batch(uids, &seqs, cur.sent, now);
-                        env.monitor.observations.extend(got);
-                        env.stats.calls_ok += 1;
-                    }
-                    Ask::Current(uid) => {
-                        let got = Observation::current(*uid, seqs[0], cur.sent, now);
-                        env.monitor.observations.push(got);
-                        env.stats.current_reads += 1;
-                    }
-                }
-                trace!(
-                    env,
-                    "c{c} got {seqs:?} for {:?} from p{} (sent {})",
-                    cur.ask,
-                    cur.target,
-                    fmt_time(cur.sent)
-                );
-                if version > self.list[c].routes[cur.set].version {
-                    self.list[c].routes[cur.set] = RouteView::of(&env.truth[cur.set]);
-                }
-                self.next_call(env, c);
+            Ok(seqs) => self.served(env, c, &cur, &seqs, version),
+            Err(refusal) => self.refused(env, c, &cur, s, refusal),
+        }
+    }
+
+    /// Call `cur` was answered with `seqs`: what was handed out is
+    /// observed, the routes refreshed if the answer names a newer version,
+    /// and the next call made.
+    fn served(&mut self, env: &mut Env, c: usize, cur: &Op, seqs: &[u64], version: u64) {
+        let now = env.now;
+        match &cur.ask {
+            Ask::Next(uids) => {
+                // In request order, each with its position: a
+                // uid asked twice must get increasing numbers.
+                let got = Observation::batch(uids, seqs, cur.sent, now);
+                env.monitor.observations.extend(got);
+                env.stats.calls_ok += 1;
             }
-            Err(Refusal::NotOwner(s)) => {
+            Ask::Current(uid) => {
+                let got = Observation::current(*uid, seqs[0], cur.sent, now);
+                env.monitor.observations.push(got);
+                env.stats.current_reads += 1;
+            }
+        }
+        trace!(
+            env,
+            "c{c} got {seqs:?} for {:?} from p{} (sent {})",
+            cur.ask,
+            cur.target,
+            fmt_time(cur.sent)
+        );
+        if version > self.list[c].routes[cur.set].version {
+            self.list[c].routes[cur.set] = RouteView::of(&env.truth[cur.set]);
+        }
+        self.next_call(env, c);
+    }
+
+    /// Call `cur` (for section `s` of the grid) was refused: retried, at
+    /// the owner the routes name or another process, after a delay that
+    /// depends on why.
+    fn refused(&mut self, env: &mut Env, c: usize, cur: &Op, s: SectionId, refusal: Refusal) {
+        match refusal {
+            Refusal::NotOwner(s) => {
                 let to = self.routed_or_other(env, c, s);
                 self.retry(env, c, Some(to), 0);
             }
-            Err(Refusal::LeaseExpired | Refusal::Fenced) => {
+            Refusal::LeaseExpired | Refusal::Fenced => {
                 let to = self.routed_or_other(env, c, s);
                 self.retry(env, c, Some(to), 5 * MS);
             }
-            Err(Refusal::Exhausted(_)) => self.retry(env, c, None, 10 * MS),
-            Err(Refusal::Unavailable) => {
+            Refusal::Exhausted(_) => self.retry(env, c, None, 10 * MS),
+            Refusal::Unavailable => {
                 let to = self.other_alloc(env, c);
                 self.retry(env, c, Some(to), 10 * MS);
             }
-            Err(Refusal::Moved(s, to)) => {
+            Refusal::Moved(s, to) => {
                 env.stats.moved_answers += 1;
                 let set = to as usize;
                 if set < env.truth.len() {
@@ -379,7 +393,7 @@ impl Clients {
                 let to = self.routed_or_other(env, c, s);
                 self.retry(env, c, Some(to), 0);
             }
-            Err(Refusal::NotServed(_) | Refusal::OutOfRange) => {
+            Refusal::NotServed(_) | Refusal::OutOfRange => {
                 env.stats.moved_answers += 1;
                 self.refresh(env, c);
                 self.reroute(c);

@@ -20,12 +20,13 @@
 //! configuration). No fault starts in the final quiet stretch, whose start
 //! heals everything (and finishes a half-done move).
 
+mod draw;
+
 use seqsvr_core::LeaseTerms;
 
-use crate::layout::Layout;
 pub use crate::model::AdoptFate;
-use crate::net::{fmt_time, Time, MS, SEC};
-use crate::rng::Rng;
+use crate::net::{fmt_time, Time};
+pub use draw::{generate, Shape};
 
 /// What a forged adopt names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -335,6 +336,39 @@ pub enum Fault {
 impl std::fmt::Display for Fault {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            Fault::IsolateReplica { .. }
+            | Fault::DeposeLeader { .. }
+            | Fault::CutAlloc { .. }
+            | Fault::Heal { .. }
+            | Fault::CrashAlloc { .. }
+            | Fault::RestartAlloc { .. }
+            | Fault::PauseAlloc { .. }
+            | Fault::PauseAfterAdmit { .. }
+            | Fault::PauseInRenewal { .. }
+            | Fault::PauseAfterClaim { .. }
+            | Fault::CrashLeader { .. }
+            | Fault::CrashReplica { .. }
+            | Fault::RestartReplica { .. }
+            | Fault::PauseReplica { .. }
+            | Fault::SlowNetwork { .. }
+            | Fault::StartTwin { .. } => self.fmt_machine(f),
+            Fault::MoveRange { .. }
+            | Fault::CrashMover
+            | Fault::PauseMover { .. }
+            | Fault::MoveAgain
+            | Fault::MoveBeside { .. }
+            | Fault::ResumeMove
+            | Fault::MoveAway { .. }
+            | Fault::HealEverything => self.fmt_move(f),
+            _ => self.fmt_operator(f),
+        }
+    }
+}
+
+impl Fault {
+    /// The network's, a replica's and an AllocSvr process's faults.
+    fn fmt_machine(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
             Fault::IsolateReplica { r, allocs_too } => {
                 let to = if *allocs_too { " and every alloc" } else { "" };
                 write!(f, "isolate r{r} from the other replicas{to}")
@@ -368,6 +402,11 @@ impl std::fmt::Display for Fault {
                 "pause p{a} for {} right after its lease is next extended",
                 fmt_time(*dur)
             ),
+            Fault::PauseAfterClaim { a, dur } => write!(
+                f,
+                "pause p{a} for {} right after it next sends a take-over",
+                fmt_time(*dur)
+            ),
             Fault::CrashLeader { set } => write!(f, "crash set {set}'s store leader"),
             Fault::CrashReplica { r } => write!(f, "crash r{r}"),
             Fault::RestartReplica { of } => write!(f, "restart what fault #{of} crashed"),
@@ -383,6 +422,55 @@ impl std::fmt::Display for Fault {
                 write!(f, "pause set {set}'s follower #{r} for {}", fmt_time(*dur))
             }
             Fault::SlowNetwork { dur } => write!(f, "slow network for {}", fmt_time(*dur)),
+            Fault::StartTwin { set, a } => {
+                write!(f, "start a twin of {}", crate::model::alloc_name(*set, *a))
+            }
+            other => unreachable!("{other:?} is not the network's, a replica's or a process's"),
+        }
+    }
+
+    /// An operator's range moves and the mover's faults, and the final
+    /// heal.
+    fn fmt_move(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fault::MoveRange {
+                first,
+                count,
+                stop_after,
+            } => {
+                write!(
+                    f,
+                    "operator: move sections {first}..{} to the other set",
+                    first + count
+                )?;
+                match stop_after {
+                    Some(s) => write!(f, ", stopping after {s:?}"),
+                    None => Ok(()),
+                }
+            }
+            Fault::CrashMover => write!(f, "crash the mover"),
+            Fault::PauseMover { dur } => write!(f, "pause the mover for {}", fmt_time(*dur)),
+            Fault::MoveAgain => write!(
+                f,
+                "operator: run the move under way (or the last) again beside the running one"
+            ),
+            Fault::MoveBeside { first, count } => write!(
+                f,
+                "operator: move sections {first}..{} to the other set beside the running mover",
+                first + count
+            ),
+            Fault::ResumeMove => write!(f, "operator: run the move under way (or the last) again"),
+            Fault::MoveAway { a } => {
+                write!(f, "operator: move a section p{a} serves to the other set")
+            }
+            Fault::HealEverything => write!(f, "heal everything, restart everything"),
+            other => unreachable!("{other:?} is not a range move's"),
+        }
+    }
+
+    /// An operator's handoffs and store calls, and a stranger's forgeries.
+    fn fmt_operator(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
             Fault::Handoff {
                 from,
                 to,
@@ -422,379 +510,18 @@ impl std::fmt::Display for Fault {
                 crate::model::alloc_name(*set, *to),
                 if *stale { " (a stale epoch)" } else { "" }
             ),
-            Fault::StartTwin { set, a } => {
-                write!(f, "start a twin of {}", crate::model::alloc_name(*set, *a))
-            }
             Fault::SetLease { set, terms } => write!(
                 f,
                 "operator: set {set}'s lease terms {} ms + {} ms",
                 terms.lease_ms, terms.margin_ms
             ),
-            Fault::MoveRange {
-                first,
-                count,
-                stop_after,
-            } => {
-                write!(
-                    f,
-                    "operator: move sections {first}..{} to the other set",
-                    first + count
-                )?;
-                match stop_after {
-                    Some(s) => write!(f, ", stopping after {s:?}"),
-                    None => Ok(()),
-                }
-            }
-            Fault::CrashMover => write!(f, "crash the mover"),
-            Fault::PauseMover { dur } => write!(f, "pause the mover for {}", fmt_time(*dur)),
-            Fault::MoveAgain => write!(
-                f,
-                "operator: run the move under way (or the last) again beside the running one"
-            ),
-            Fault::MoveBeside { first, count } => write!(
-                f,
-                "operator: move sections {first}..{} to the other set beside the running mover",
-                first + count
-            ),
-            Fault::PauseAfterClaim { a, dur } => write!(
-                f,
-                "pause p{a} for {} right after it next sends a take-over",
-                fmt_time(*dur)
-            ),
-            Fault::ResumeMove => write!(f, "operator: run the move under way (or the last) again"),
-            Fault::HealEverything => write!(f, "heal everything, restart everything"),
             Fault::Fence { a } => write!(f, "operator: fence p{a}'s incarnation"),
-            Fault::MoveAway { a } => {
-                write!(f, "operator: move a section p{a} serves to the other set")
-            }
             Fault::AddSetAgain { set } => write!(f, "operator: run set {set}'s addition again"),
             Fault::ForgeForwarded { by, a, to } => write!(
                 f,
                 "r{by} (another set's replica) forwards a handoff in p{a}'s name to its set's AllocSvr #{to}"
             ),
+            other => unreachable!("{other:?} is not an operator's"),
         }
     }
-}
-
-/// What the schedule is drawn for.
-#[derive(Debug, Clone)]
-pub struct Shape {
-    /// Sets, replicas and AllocSvrs.
-    pub layout: Layout,
-    /// Sections of each set's span.
-    pub sections: Vec<u32>,
-    /// Ranges move within sections `0..movable` (set 0's span).
-    pub movable: u32,
-    /// When the quiet tail starts (everything healed).
-    pub quiet: Time,
-    /// The lease terms the store starts with.
-    pub terms: LeaseTerms,
-    /// Whether `Fault::PauseInRenewal` is drawn too.
-    pub pause_in_renewal: bool,
-}
-
-/// A duration: mostly short, sometimes longer than lease + margin.
-fn duration(rng: &mut Rng, long: Time) -> Time {
-    if rng.chance(0.4) {
-        rng.range(long, long + 6 * SEC)
-    } else {
-        rng.range(200 * MS, 4 * SEC)
-    }
-}
-
-/// Draws a fault schedule for `shape`: faults, each in one set, and range
-/// moves between the sets.
-pub fn generate(rng: &mut Rng, shape: &Shape) -> Vec<(Time, Fault)> {
-    let long = shape.terms.expiry_ms() * MS;
-    let quiet = shape.quiet;
-    let l = shape.layout;
-    let n = l.allocs;
-    let mut out: Vec<(Time, Fault)> = Vec::new();
-    let mut t = rng.range(2 * SEC, 4 * SEC);
-    while t < quiet {
-        let set = rng.pick(l.sets);
-        let i = rng.pick(n);
-        let a = l.first_slot(set, i);
-        let r = l.replica(set, rng.pick(l.replicas));
-        let other = (i + 1 + rng.pick(n - 1)) % n;
-        let at = out.len();
-        let dur = duration(rng, long);
-        let kinds = if shape.pause_in_renewal { 21 } else { 20 };
-        let mut undo = None;
-        let fault = match rng.below(kinds) {
-            20 => Fault::PauseInRenewal { a, dur },
-            19 => {
-                undo = Some((t + SEC, Fault::HandBack { of: at }));
-                Fault::HandoffRoundTrip {
-                    from: a,
-                    to: other,
-                    stall: rng.range(1500 * MS, 4 * SEC),
-                    window: 300 * MS,
-                }
-            }
-            0 => {
-                undo = Some((t + dur, Fault::Heal { of: at }));
-                Fault::IsolateReplica {
-                    r,
-                    allocs_too: rng.chance(0.5),
-                }
-            }
-            1 | 2 => {
-                undo = Some((t + dur, Fault::Heal { of: at }));
-                Fault::DeposeLeader {
-                    set,
-                    alloc: rng.chance(0.8).then_some(a),
-                }
-            }
-            3 => {
-                let replicas = l.replicas_of(set).filter(|_| rng.chance(0.6)).collect();
-                undo = Some((t + dur, Fault::Heal { of: at }));
-                Fault::CutAlloc {
-                    a,
-                    replicas,
-                    answers_only: rng.chance(0.3),
-                }
-            }
-            4 | 5 => {
-                undo = Some((t + dur, Fault::RestartAlloc { a }));
-                Fault::CrashAlloc { a }
-            }
-            6 => Fault::PauseAlloc { a, dur },
-            7 | 8 => Fault::PauseAfterAdmit { a, dur },
-            9 => {
-                undo = Some((t + dur, Fault::RestartReplica { of: at }));
-                Fault::CrashLeader { set }
-            }
-            10 => {
-                undo = Some((t + dur, Fault::RestartReplica { of: at }));
-                Fault::CrashReplica { r }
-            }
-            11 => Fault::SlowNetwork {
-                dur: rng.range(200 * MS, 3 * SEC),
-            },
-            12 => Fault::PauseReplica {
-                set,
-                leader: rng.chance(0.5),
-                r: rng.pick(l.replicas - 1),
-                dur: if rng.chance(0.3) {
-                    rng.range(SEC, 6 * SEC)
-                } else {
-                    rng.range(50 * MS, SEC)
-                },
-            },
-            13 | 14 => Fault::Handoff {
-                from: a,
-                to: other,
-                count: 1 + rng.pick(2),
-                adopt: match rng.below(5) {
-                    0 => AdoptFate::Lost,
-                    1 => AdoptFate::Delayed(rng.range(100 * MS, 3 * SEC)),
-                    2 => AdoptFate::Duplicated(rng.range(MS, 3 * SEC)),
-                    _ => AdoptFate::Normal,
-                },
-            },
-            15 => Fault::ForgeAdopt {
-                to: a,
-                kind: match rng.below(4) {
-                    0 => Forgery::HugeEpoch,
-                    1 => Forgery::OtherOwners,
-                    2 => Forgery::WrongSection,
-                    _ => Forgery::Replay,
-                },
-            },
-            16 => {
-                let sections = shape.sections[set];
-                let first = rng.below(sections as u64) as u32;
-                let count = 1 + rng.below(2.min((sections - first) as u64)) as u32;
-                Fault::OperatorAssign {
-                    set,
-                    to: i,
-                    first,
-                    count,
-                    stale: rng.chance(0.3),
-                }
-            }
-            17 => {
-                undo = Some((
-                    (t + dur.max(2 * SEC)).min(quiet),
-                    Fault::CrashAlloc {
-                        a: l.twin_slot(set, i),
-                    },
-                ));
-                Fault::StartTwin { set, a: i }
-            }
-            _ if t + 25 * SEC < quiet => {
-                lease_change(rng, shape, t, set, a, &mut out);
-                t += 25 * SEC;
-                continue;
-            }
-            _ => Fault::SlowNetwork {
-                dur: rng.range(200 * MS, 3 * SEC),
-            },
-        };
-        out.push((t, fault));
-        if let Some(u) = undo {
-            out.push(u);
-        }
-        t += rng.range(SEC, 5 * SEC);
-    }
-    moves(rng, shape, &mut out);
-    trust(rng, shape, &mut out);
-    out.push((quiet, Fault::HealEverything));
-    sort_schedule(out)
-}
-
-/// Range moves every few seconds, each of one to three sections of the
-/// movable ones; some stopped after a step or crashed during one, then run
-/// again (`seqctl set move` is resumable: every step is idempotent).
-fn moves(rng: &mut Rng, shape: &Shape, out: &mut Vec<(Time, Fault)>) {
-    let quiet = shape.quiet;
-    let mut t = rng.range(3 * SEC, 6 * SEC);
-    while t + 2 * SEC < quiet {
-        let first = rng.below(shape.movable as u64) as u32;
-        let count = 1 + rng.below(3.min((shape.movable - first) as u64)) as u32;
-        let stop_after = rng
-            .chance(0.25)
-            .then(|| MoveStep::ALL[rng.pick(MoveStep::ALL.len())]);
-        out.push((
-            t,
-            Fault::MoveRange {
-                first,
-                count,
-                stop_after,
-            },
-        ));
-        let mut resume = stop_after.is_some();
-        if !resume && rng.chance(0.2) {
-            // Killed wherever it is: between steps or with a call in flight.
-            out.push((t + rng.range(MS, 600 * MS), Fault::CrashMover));
-            resume = true;
-        }
-        if resume {
-            let again = (t + rng.range(300 * MS, 8 * SEC)).min(quiet);
-            out.push((again, Fault::ResumeMove));
-        }
-        t += rng.range(3 * SEC, 9 * SEC);
-    }
-}
-
-/// The operator's and a stranger's faults, drawn after the rest (so the
-/// schedule before them is unchanged): "fence, then move" (a pause longer
-/// than a release call waits, shorter than the lease, often a fence, a
-/// section of the paused process moved away at once); `set add` run again
-/// around a third of the moves, at any point of them; forwarded calls
-/// from a replica of the other set (`docs/architecture/simulation.md`).
-fn trust(rng: &mut Rng, shape: &Shape, out: &mut Vec<(Time, Fault)>) {
-    let quiet = shape.quiet;
-    let l = shape.layout;
-    let moves: Vec<Time> = (out.iter())
-        .filter(|(_, f)| matches!(f, Fault::MoveRange { .. }))
-        .map(|(t, _)| *t)
-        .collect();
-    for t in moves {
-        if rng.chance(0.35) && l.sets > 1 {
-            let at = t + rng.range(0, 4 * SEC);
-            let set = 1 + rng.pick(l.sets - 1);
-            if at < quiet {
-                out.push((at, Fault::AddSetAgain { set }));
-            }
-        }
-    }
-    let mut t = rng.range(6 * SEC, 12 * SEC);
-    while t + 8 * SEC < quiet {
-        let set = rng.pick(l.sets);
-        let a = l.first_slot(set, rng.pick(l.allocs));
-        let dur = rng.range(2500 * MS, 4500 * MS);
-        out.push((t, Fault::PauseAlloc { a, dur }));
-        if rng.chance(0.6) {
-            out.push((t + 10 * MS, Fault::Fence { a }));
-        }
-        out.push((t + 100 * MS, Fault::MoveAway { a }));
-        t += rng.range(10 * SEC, 16 * SEC);
-    }
-    if l.sets > 1 {
-        for _ in 0..1 + rng.pick(3) {
-            let at = rng.range(3 * SEC, quiet);
-            let set = rng.pick(l.sets);
-            let i = rng.pick(l.allocs);
-            let other = (set + 1 + rng.pick(l.sets - 1)) % l.sets;
-            let fault = Fault::ForgeForwarded {
-                by: l.replica(other, rng.pick(l.replicas)),
-                a: l.first_slot(set, i),
-                to: (i + 1 + rng.pick(l.allocs - 1)) % l.allocs,
-            };
-            out.push((at, fault));
-        }
-    }
-}
-
-/// A longer lease in `set`, then back to the usual terms once the store
-/// allows (`Arbiter::lease_change_allowed`: a full wait after the first
-/// change), then AllocSvr process `a` (of `set`) cut off from every replica
-/// (its longer lease still running) and, sometimes, the leader changed.
-fn lease_change(
-    rng: &mut Rng,
-    shape: &Shape,
-    t: Time,
-    set: usize,
-    a: usize,
-    out: &mut Vec<(Time, Fault)>,
-) {
-    let lease_ms = rng.range(8000, 12_001);
-    let long = LeaseTerms {
-        lease_ms,
-        margin_ms: lease_ms / 5,
-    };
-    let back = t + long.expiry_ms().max(shape.terms.expiry_ms()) * MS + rng.range(SEC, 2 * SEC);
-    out.push((t, Fault::SetLease { set, terms: long }));
-    out.push((
-        back,
-        Fault::SetLease {
-            set,
-            terms: shape.terms,
-        },
-    ));
-    let cut_at = back + rng.range(50 * MS, 1500 * MS);
-    let i = out.len();
-    out.push((
-        cut_at,
-        Fault::CutAlloc {
-            a,
-            replicas: shape.layout.replicas_of(set).collect(),
-            answers_only: false,
-        },
-    ));
-    out.push((cut_at + rng.range(8 * SEC, 11 * SEC), Fault::Heal { of: i }));
-    if rng.chance(0.5) {
-        let at = cut_at + rng.range(100 * MS, 3 * SEC);
-        let i = out.len();
-        out.push((at, Fault::CrashLeader { set }));
-        out.push((
-            at + rng.range(SEC, 4 * SEC),
-            Fault::RestartReplica { of: i },
-        ));
-    }
-}
-
-/// Sorts by time (stably) and points every `Heal`/`RestartReplica` at its
-/// fault's new index.
-fn sort_schedule(out: Vec<(Time, Fault)>) -> Vec<(Time, Fault)> {
-    let mut tagged: Vec<(usize, (Time, Fault))> = out.into_iter().enumerate().collect();
-    tagged.sort_by_key(|(i, (t, _))| (*t, *i));
-    let mut new_index = vec![0; tagged.len()];
-    for (new, (old, _)) in tagged.iter().enumerate() {
-        new_index[*old] = new;
-    }
-    tagged
-        .into_iter()
-        .map(|(_, (t, f))| {
-            let f = match f {
-                Fault::Heal { of } => Fault::Heal { of: new_index[of] },
-                Fault::RestartReplica { of } => Fault::RestartReplica { of: new_index[of] },
-                Fault::HandBack { of } => Fault::HandBack { of: new_index[of] },
-                f => f,
-            };
-            (t, f)
-        })
-        .collect()
 }

@@ -239,36 +239,26 @@ pub struct AllocAddrs {
     pub admin: String,
 }
 
-/// A section as the store reports it.
+/// A section as the store reports it: its id and its durable record (the
+/// one type the store, its test stores and the simulation keep; converted
+/// from the wire here, `seqsvr-proto`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SectionInfo {
     /// The section.
     pub section: SectionId,
-    /// Its ceiling.
-    pub max_seq: u64,
-    /// Its epoch.
-    pub epoch: Epoch,
-    /// Its owner, if any.
-    pub owner: Option<String>,
-    /// The owner incarnation the epoch was granted to (0: not claimed).
-    pub incarnation: Incarnation,
-    /// The ceiling when the epoch began.
-    pub start: u64,
+    /// Its record: ceiling, epoch, owner, incarnation, start of the epoch.
+    pub record: SectionRecord,
 }
 
 impl From<pb::SectionState> for SectionInfo {
     fn from(s: pb::SectionState) -> Self {
-        let r = SectionRecord::from(&s);
         SectionInfo {
             section: s.section,
-            max_seq: r.max_seq,
-            epoch: r.epoch,
-            owner: r.owner,
-            incarnation: r.incarnation,
-            start: r.start,
+            record: SectionRecord::from(&s),
         }
     }
 }
+
 fn route(r: &pb::RouteTable) -> Result<RouteTable> {
     RouteTable::try_from(r).map_err(|e| Error::Internal(format!("route table from the store: {e}")))
 }

@@ -138,98 +138,14 @@ impl Error {
                 _ => Error::Internal(format!("{:?}: {msg}", s.code())),
             };
         };
-        let section = d.section;
         let kind = ErrorKind::try_from(d.kind).unwrap_or(ErrorKind::Internal);
         if let Some(k) = MemberRefusalKind::of(kind) {
             return MemberRefusal::new(k, d.given, d.reason).at(d.addr).into();
         }
         match kind {
-            ErrorKind::NotConfigured => Rejection::NotConfigured.into(),
-            ErrorKind::SetMismatch => Rejection::SetMismatch(d.reason).into(),
-            ErrorKind::OwnedElsewhere => Rejection::OwnedElsewhere {
-                section,
-                owner: d.alloc,
-            }
-            .into(),
             // A refusal at the edge and one by the state machine mean the
             // same to a caller: the request is malformed.
             ErrorKind::InvalidRequest => Error::Invalid(d.reason),
-            ErrorKind::UnknownSection => Rejection::UnknownSection {
-                section,
-                count: d.count,
-            }
-            .into(),
-            ErrorKind::StaleEpoch => Rejection::StaleEpoch {
-                section,
-                given: d.given,
-                current: d.current,
-            }
-            .into(),
-            ErrorKind::CeilingNotAbove => Rejection::NotAbove {
-                section,
-                to: d.to,
-                current: d.current,
-            }
-            .into(),
-            ErrorKind::StepTooLarge => Rejection::TooLarge {
-                section,
-                to: d.to,
-                current: d.current,
-            }
-            .into(),
-            ErrorKind::Twin => Rejection::Twin {
-                alloc: d.alloc,
-                live: d.incarnation,
-                addr: d.addr,
-            }
-            .into(),
-            ErrorKind::StaleIncarnation => Rejection::StaleIncarnation {
-                alloc: d.alloc,
-                given: d.given,
-                current: d.current,
-            }
-            .into(),
-            ErrorKind::NotRegistered => Rejection::NotRegistered { alloc: d.alloc }.into(),
-            ErrorKind::NotServed => Rejection::NotServing {
-                section,
-                moved_to: None,
-            }
-            .into(),
-            ErrorKind::Moved => Rejection::NotServing {
-                section,
-                moved_to: Some(d.to_set),
-            }
-            .into(),
-            ErrorKind::DirectoryRefused => Rejection::Directory(d.reason).into(),
-            ErrorKind::SetCommandRefused => Rejection::SetCommand {
-                reason: d.reason,
-                directory_version: d.directory_version,
-            }
-            .into(),
-            ErrorKind::IdRefused => Rejection::Ids {
-                namespace: d.id_namespace,
-                kind: crate::rejection::id_refusal_of_wire(d.id_refusal),
-                reason: d.reason,
-            }
-            .into(),
-            ErrorKind::CounterConflict
-            | ErrorKind::CounterFloorBackwards
-            | ErrorKind::CounterUnknown => Rejection::Counter {
-                name: d.counter_name,
-                kind: match kind {
-                    ErrorKind::CounterConflict => CounterRefusal::Conflict,
-                    ErrorKind::CounterFloorBackwards => CounterRefusal::FloorBackwards,
-                    _ => CounterRefusal::Unknown,
-                },
-                floor: d.current,
-                reason: d.reason,
-            }
-            .into(),
-            ErrorKind::AllocInUse => Rejection::AllocInUse {
-                alloc: d.alloc,
-                reason: d.reason,
-            }
-            .into(),
             ErrorKind::NoLeader => match d.leader_id {
                 0 => Error::NoLeader(d.reason),
                 id => Error::NotLeader {
@@ -238,19 +154,114 @@ impl Error {
             },
             ErrorKind::PermissionDenied => Error::Denied(d.reason),
             ErrorKind::TooLarge => Error::TooLarge(d.reason),
-            _ => Error::Internal(if d.reason.is_empty() { msg } else { d.reason }),
+            _ => {
+                let internal = if d.reason.is_empty() {
+                    msg
+                } else {
+                    d.reason.clone()
+                };
+                rejection_of(kind, d).map_or(Error::Internal(internal), Into::into)
+            }
         }
     }
+}
+
+/// The store's refusal a detail of kind `kind` describes, if it is one.
+fn rejection_of(kind: ErrorKind, d: ErrorDetail) -> Option<Rejection> {
+    Some(match kind {
+        ErrorKind::NotConfigured => Rejection::NotConfigured,
+        ErrorKind::SetMismatch => Rejection::SetMismatch(d.reason),
+        ErrorKind::Twin => Rejection::Twin {
+            alloc: d.alloc,
+            live: d.incarnation,
+            addr: d.addr,
+        },
+        ErrorKind::StaleIncarnation => Rejection::StaleIncarnation {
+            alloc: d.alloc,
+            given: d.given,
+            current: d.current,
+        },
+        ErrorKind::NotRegistered => Rejection::NotRegistered { alloc: d.alloc },
+        ErrorKind::DirectoryRefused => Rejection::Directory(d.reason),
+        ErrorKind::SetCommandRefused => Rejection::SetCommand {
+            reason: d.reason,
+            directory_version: d.directory_version,
+        },
+        ErrorKind::IdRefused => Rejection::Ids {
+            namespace: d.id_namespace,
+            kind: crate::rejection::id_refusal_of_wire(d.id_refusal),
+            reason: d.reason,
+        },
+        ErrorKind::CounterConflict
+        | ErrorKind::CounterFloorBackwards
+        | ErrorKind::CounterUnknown => Rejection::Counter {
+            name: d.counter_name,
+            kind: match kind {
+                ErrorKind::CounterConflict => CounterRefusal::Conflict,
+                ErrorKind::CounterFloorBackwards => CounterRefusal::FloorBackwards,
+                _ => CounterRefusal::Unknown,
+            },
+            floor: d.current,
+            reason: d.reason,
+        },
+        ErrorKind::AllocInUse => Rejection::AllocInUse {
+            alloc: d.alloc,
+            reason: d.reason,
+        },
+        _ => return section_rejection_of(kind, d),
+    })
+}
+
+/// [`rejection_of`] for the refusals about one section.
+fn section_rejection_of(kind: ErrorKind, d: ErrorDetail) -> Option<Rejection> {
+    let section = d.section;
+    Some(match kind {
+        ErrorKind::OwnedElsewhere => Rejection::OwnedElsewhere {
+            section,
+            owner: d.alloc,
+        },
+        ErrorKind::UnknownSection => Rejection::UnknownSection {
+            section,
+            count: d.count,
+        },
+        ErrorKind::StaleEpoch => Rejection::StaleEpoch {
+            section,
+            given: d.given,
+            current: d.current,
+        },
+        ErrorKind::CeilingNotAbove => Rejection::NotAbove {
+            section,
+            to: d.to,
+            current: d.current,
+        },
+        ErrorKind::StepTooLarge => Rejection::TooLarge {
+            section,
+            to: d.to,
+            current: d.current,
+        },
+        ErrorKind::NotServed => Rejection::NotServing {
+            section,
+            moved_to: None,
+        },
+        ErrorKind::Moved => Rejection::NotServing {
+            section,
+            moved_to: Some(d.to_set),
+        },
+        _ => return None,
+    })
 }
 
 /// Fills `d` with a rejection's facts; returns its code and kind (the one
 /// mapping, also used by an AllocSvr passing a store's refusal on).
 pub fn rejection_detail(r: &Rejection, d: &mut ErrorDetail) -> (Code, ErrorKind) {
-    let mut at = |section: u32| {
-        d.section = section;
-        d.has_section = true;
-    };
     match r {
+        Rejection::UnknownSection { .. }
+        | Rejection::OwnedElsewhere { .. }
+        | Rejection::StaleEpoch { .. }
+        | Rejection::NotAbove { .. }
+        | Rejection::TooLarge { .. }
+        | Rejection::NotServing { .. } => section_detail(r, d),
+        Rejection::Ids { .. } | Rejection::Counter { .. } => namespace_detail(r, d),
         Rejection::NotConfigured => (Code::Unavailable, ErrorKind::NotConfigured),
         Rejection::SetMismatch(m) => {
             d.reason = m.clone();
@@ -260,6 +271,52 @@ pub fn rejection_detail(r: &Rejection, d: &mut ErrorDetail) -> (Code, ErrorKind)
             d.reason = m.clone();
             (Code::InvalidArgument, ErrorKind::InvalidRequest)
         }
+        Rejection::Twin { alloc, live, addr } => {
+            d.alloc = alloc.clone();
+            d.incarnation = *live;
+            d.addr = addr.clone();
+            (Code::FailedPrecondition, ErrorKind::Twin)
+        }
+        Rejection::StaleIncarnation {
+            alloc,
+            given,
+            current,
+        } => {
+            d.alloc = alloc.clone();
+            (d.given, d.current) = (*given, *current);
+            (Code::FailedPrecondition, ErrorKind::StaleIncarnation)
+        }
+        Rejection::NotRegistered { alloc } => {
+            d.alloc = alloc.clone();
+            (Code::NotFound, ErrorKind::NotRegistered)
+        }
+        Rejection::Directory(m) => {
+            d.reason = m.clone();
+            (Code::FailedPrecondition, ErrorKind::DirectoryRefused)
+        }
+        Rejection::SetCommand {
+            reason,
+            directory_version,
+        } => {
+            d.reason = reason.clone();
+            d.directory_version = *directory_version;
+            (Code::FailedPrecondition, ErrorKind::SetCommandRefused)
+        }
+        Rejection::AllocInUse { alloc, reason } => {
+            d.alloc = alloc.clone();
+            d.reason = reason.clone();
+            (Code::FailedPrecondition, ErrorKind::AllocInUse)
+        }
+    }
+}
+
+/// [`rejection_detail`] of a refusal about one section.
+fn section_detail(r: &Rejection, d: &mut ErrorDetail) -> (Code, ErrorKind) {
+    let mut at = |section: u32| {
+        d.section = section;
+        d.has_section = true;
+    };
+    match r {
         Rejection::UnknownSection { section, count } => {
             at(*section);
             d.count = *count;
@@ -297,25 +354,6 @@ pub fn rejection_detail(r: &Rejection, d: &mut ErrorDetail) -> (Code, ErrorKind)
             (d.to, d.current) = (*to, *current);
             (Code::InvalidArgument, ErrorKind::StepTooLarge)
         }
-        Rejection::Twin { alloc, live, addr } => {
-            d.alloc = alloc.clone();
-            d.incarnation = *live;
-            d.addr = addr.clone();
-            (Code::FailedPrecondition, ErrorKind::Twin)
-        }
-        Rejection::StaleIncarnation {
-            alloc,
-            given,
-            current,
-        } => {
-            d.alloc = alloc.clone();
-            (d.given, d.current) = (*given, *current);
-            (Code::FailedPrecondition, ErrorKind::StaleIncarnation)
-        }
-        Rejection::NotRegistered { alloc } => {
-            d.alloc = alloc.clone();
-            (Code::NotFound, ErrorKind::NotRegistered)
-        }
         Rejection::NotServing { section, moved_to } => {
             at(*section);
             match moved_to {
@@ -326,23 +364,13 @@ pub fn rejection_detail(r: &Rejection, d: &mut ErrorDetail) -> (Code, ErrorKind)
                 None => (Code::FailedPrecondition, ErrorKind::NotServed),
             }
         }
-        Rejection::Directory(m) => {
-            d.reason = m.clone();
-            (Code::FailedPrecondition, ErrorKind::DirectoryRefused)
-        }
-        Rejection::SetCommand {
-            reason,
-            directory_version,
-        } => {
-            d.reason = reason.clone();
-            d.directory_version = *directory_version;
-            (Code::FailedPrecondition, ErrorKind::SetCommandRefused)
-        }
-        Rejection::AllocInUse { alloc, reason } => {
-            d.alloc = alloc.clone();
-            d.reason = reason.clone();
-            (Code::FailedPrecondition, ErrorKind::AllocInUse)
-        }
+        other => unreachable!("{other:?} is not about a section"),
+    }
+}
+
+/// [`rejection_detail`] of a refusal about an id namespace or a counter.
+fn namespace_detail(r: &Rejection, d: &mut ErrorDetail) -> (Code, ErrorKind) {
+    match r {
         Rejection::Ids {
             namespace,
             kind,
@@ -375,6 +403,7 @@ pub fn rejection_detail(r: &Rejection, d: &mut ErrorDetail) -> (Code, ErrorKind)
                 CounterRefusal::Unknown => (Code::NotFound, ErrorKind::CounterUnknown),
             }
         }
+        other => unreachable!("{other:?} is not about a namespace or a counter"),
     }
 }
 

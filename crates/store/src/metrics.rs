@@ -98,6 +98,18 @@ impl Stages {
     }
 }
 
+/// A registry whose every metric is labelled with the replica and its set,
+/// holding the metrics every process exposes.
+fn registry(node: u64, set: u32) -> prometheus::Result<Registry> {
+    let labels = [
+        ("store_node".to_string(), node.to_string()),
+        ("set".to_string(), set.to_string()),
+    ];
+    let registry = Registry::new_custom(None, Some(labels.into()))?;
+    seqsvr_net::exposition::register_common(&registry)?;
+    Ok(registry)
+}
+
 fn stage_histograms() -> prometheus::Result<HistogramVec> {
     HistogramVec::new(
         HistogramOpts::new(
@@ -142,17 +154,7 @@ fn kind(cmd: &Command) -> &'static str {
 impl StoreMetrics {
     /// A fresh registry with every store metric.
     pub fn new(node: u64, set: u32) -> prometheus::Result<Arc<Self>> {
-        let registry = Registry::new_custom(
-            None,
-            Some(
-                [
-                    ("store_node".to_string(), node.to_string()),
-                    ("set".to_string(), set.to_string()),
-                ]
-                .into(),
-            ),
-        )?;
-        seqsvr_net::exposition::register_common(&registry)?;
+        let registry = registry(node, set)?;
         let commands = IntCounterVec::new(
             Opts::new(
                 "seqsvr_store_commands_total",

@@ -514,9 +514,9 @@ async fn every_acknowledged_raise_is_on_a_majority_of_disks_after_a_power_cut() 
             .max()
             .unwrap_or(0);
         assert!(
-            info.max_seq >= top,
+            info.record.max_seq >= top,
             "after the restart section {section} reads {}, below the acknowledged {top}",
-            info.max_seq
+            info.record.max_seq
         );
     }
     for n in nodes {

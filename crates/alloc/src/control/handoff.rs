@@ -13,9 +13,14 @@
 //!    claims it at a new epoch if it is still listed, fencing any late
 //!    copy of the handoff (the simulation's bug 5).
 //!
-//! Receiving side: [`Event::AdoptRead`] installs only what the store
-//! confirms ([`decide_adopt`]), and only if the lease held all along since
-//! before the read ([`may_act_on_read`]: promise 3).
+//! Receiving side:
+//! 1. [`Event::AdoptAsked`]: the adopt's checks ([`adopt_pending`]) —
+//!    refused at once ([`Effect::AdoptDenied`]), a repeat (an empty
+//!    [`Effect::Install`]), or the reads ([`Effect::ReadAdopt`]: the
+//!    declarations of the sections' names, then their store records);
+//! 2. [`Event::AdoptRead`]: installs only what the store confirms
+//!    ([`decide_adopt`]), and only if the lease held all along since
+//!    before the reads ([`may_act_on_read`]: promise 3).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -24,10 +29,10 @@ use seqsvr_core::{Epoch, SectionId};
 use seqsvr_store_api::SectionInfo;
 
 use crate::allocator::Allocator;
-use crate::error::MoveError;
+use crate::error::{CallError, MoveError};
 use crate::ownership::{
-    decide_adopt, decide_after_handoff, may_act_on_read, release_section, Adoption, Released,
-    Target,
+    admit, adopt_pending, decide_adopt, decide_after_handoff, may_act_on_read, release_section,
+    AdoptNamed, Adoption, NotAdmitted, Released, Target,
 };
 
 use super::{AdoptCheck, Control, Effect};
@@ -118,6 +123,31 @@ impl Control {
             out.push(Effect::WakeRenewal);
         }
         out
+    }
+
+    /// An adopt arrived: refused at once if malformed, naming a section
+    /// not in the set, or while not admitted (a lapsed lease, a fence:
+    /// promise 3); answered at once if everything named is installed
+    /// already; else the reads, with the lapse count they are taken at.
+    pub(super) fn adopt_asked(&mut self, now: Instant, named: &[AdoptNamed]) -> Vec<Effect> {
+        let admitted = admit(self.lease_valid(now), self.fenced).map_err(|e| self.refusal(e));
+        match adopt_pending(named, admitted) {
+            Err(e) => vec![Effect::AdoptDenied(e)],
+            Ok(sections) if sections.is_empty() => vec![Effect::Install { grants: Vec::new() }],
+            Ok(sections) => vec![Effect::ReadAdopt {
+                sections,
+                lapses_before: self.lapses,
+            }],
+        }
+    }
+
+    /// The error a call not admitted gets, naming this process.
+    fn refusal(&self, why: NotAdmitted) -> CallError {
+        let (alloc, incarnation) = self.me.clone().unwrap_or_default();
+        match why {
+            NotAdmitted::Fenced => CallError::Fenced { alloc, incarnation },
+            NotAdmitted::LeaseExpired => CallError::LeaseExpired { alloc },
+        }
     }
 
     /// An adopt's store read: install what the store confirms for this

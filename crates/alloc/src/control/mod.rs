@@ -33,7 +33,8 @@
 //! - this file: [`Control`], [`Event`], [`Effect`], [`Control::on`];
 //! - `renewal`: the renewal cycle and its claims;
 //! - `routes`: a route read (the route loop's or the renewal's);
-//! - `handoff`: the releasing marks of planned moves and their end.
+//! - `handoff`: the releasing marks of planned moves and their end, and
+//!   adopts (their checks before the store read, and the install after).
 
 mod handoff;
 mod raise;
@@ -49,8 +50,8 @@ use std::time::{Duration, Instant};
 use seqsvr_core::{AllocId, Epoch, Grant, Incarnation, SectionId};
 use seqsvr_store_api::SectionInfo;
 
-use crate::error::{AdoptRefusal, StoreErr};
-use crate::ownership::{AfterHandoff, Backoff, Released};
+use crate::error::{AdoptRefusal, CallError, StoreErr};
+use crate::ownership::{AdoptNamed, AfterHandoff, Backoff, Released};
 
 pub use raise::RaiseState;
 pub use start::{RegisterAnswer, RETRY_START, TWIN_RETRY_MAX, TWIN_RETRY_MIN};
@@ -171,8 +172,14 @@ pub enum Event {
         /// The store's record.
         read: Option<SectionInfo>,
     },
-    /// An adopt's store read came back; `lapses_before`: [`Control::lapses`]
-    /// before the read was sent.
+    /// An adopt arrived (`AllocPeer.Adopt`) naming these sections, with
+    /// what is installed here of each ([`AdoptNamed::of`]).
+    AdoptAsked {
+        /// The sections and epochs named, in the request's order.
+        named: Vec<AdoptNamed>,
+    },
+    /// An adopt's store read ([`Effect::ReadAdopt`]) came back;
+    /// `lapses_before`: the count the effect named.
     AdoptRead {
         /// Per section named and not installed yet.
         checks: Vec<AdoptCheck>,
@@ -309,8 +316,22 @@ pub enum Effect {
         /// The store's verdict.
         after: Option<AfterHandoff>,
     },
+    /// The adopt is refused before anything is read, nothing changed: it
+    /// names no section or too many, one not in the set, or the process
+    /// is not admitted (lease lapsed or fenced: promise 3).
+    AdoptDenied(CallError),
+    /// Read the declarations of these sections' names, then their store
+    /// records (linearizable), and answer with [`Event::AdoptRead`] naming
+    /// `lapses_before`. If either read fails nothing is installed.
+    ReadAdopt {
+        /// The sections and epochs named and not installed yet.
+        sections: Vec<(SectionId, Epoch)>,
+        /// [`Control::lapses`] before the reads.
+        lapses_before: u64,
+    },
     /// Install an adopt's grants (the store confirmed them and the lease
-    /// held since before the read).
+    /// held since before the read); none: every section named is
+    /// installed here already at its epoch or a newer one (a repeat).
     Install {
         /// The grants.
         grants: Vec<Grant>,
@@ -489,6 +510,7 @@ impl Control {
             Event::RaiseRoundDone { sent } => self.raise_round_done(now, sent),
             Event::HandoffAnswered { section, answer } => self.handoff_answered(section, answer),
             Event::HandoffChecked { section, read } => self.handoff_checked(section, read),
+            Event::AdoptAsked { named } => self.adopt_asked(now, &named),
             Event::AdoptRead {
                 checks,
                 lapses_before,

@@ -16,6 +16,8 @@
 //! `handoff-ok <section> epoch=<e> addr=<a>`; `handoff-failed <section>`;
 //! `checked <section> owner=<id> inc=<n> epoch=<e>` or
 //! `checked <section> unread`;
+//! `adopt-asked @t named=<s:e,…> installed=<e|-,…>` (per section named,
+//! the newest epoch installed here, `-`: not in the set);
 //! `adopt-read @t lapses-before=<n> section=<s> named=<e> installed=<e>
 //! owner=<id> inc=<n> epoch=<e> start=<n> max=<n>`;
 //! `start <alloc> <incarnation>`;
@@ -29,7 +31,7 @@
 
 use std::time::{Duration, Instant};
 
-use seqsvr_core::{Epoch, SectionId};
+use seqsvr_core::{Epoch, SectionId, SectionRecord};
 use seqsvr_store_api::SectionInfo;
 
 use crate::error::StoreErr;
@@ -63,11 +65,13 @@ fn store_err(w: &str) -> StoreErr {
 fn info(w: &Words<'_>, section: SectionId) -> SectionInfo {
     SectionInfo {
         section,
-        max_seq: w.num("max"),
-        epoch: w.num("epoch"),
-        owner: Some(w.key("owner").to_string()).filter(|o| o != "-"),
-        incarnation: w.num("inc"),
-        start: w.num("start"),
+        record: SectionRecord {
+            max_seq: w.num("max"),
+            epoch: w.num("epoch"),
+            owner: Some(w.key("owner").to_string()).filter(|o| o != "-"),
+            incarnation: w.num("inc"),
+            start: w.num("start"),
+        },
     }
 }
 
@@ -185,6 +189,22 @@ fn event(w: &Words<'_>, c: &Control, now: Instant) -> Event {
             Event::HandoffChecked {
                 section,
                 read: (!w.flag("unread")).then(|| info(w, section)),
+            }
+        }
+        "adopt-asked" => {
+            let installed = w
+                .key("installed")
+                .split(',')
+                .map(|e| (e != "-").then(|| e.parse().expect("an epoch")));
+            let named = epochs(w.key("named")).into_iter().zip(installed);
+            Event::AdoptAsked {
+                named: named
+                    .map(|((section, epoch), installed)| AdoptNamed {
+                        section,
+                        epoch,
+                        installed,
+                    })
+                    .collect(),
             }
         }
         "adopt-read" => {

@@ -286,13 +286,21 @@ impl AllocNodeConfig {
     /// Checks for mistakes that would otherwise surface late; the error
     /// names the key at fault.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let bad = |key: &str, reason: String| {
-            Err(ConfigError::Invalid {
-                key: key.to_string(),
-                reason,
-            })
-        };
         check_id(&self.id).or_else(|r| bad("id", r))?;
+        let binds = self.check_planes()?;
+        self.check_store()?;
+        self.check_pacing()?;
+        self.check_resp(&binds)?;
+        if let Some(l) = &self.limits {
+            l.validate().or_else(|e| bad("limits", e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// The planes' addresses (each its own, advertised and bound), the
+    /// metrics', the HTTP API's and forwarding's; returns what each plane
+    /// binds, by key.
+    fn check_planes(&self) -> Result<Vec<(&'static str, &str)>, ConfigError> {
         let advertised = [
             ("addr", &self.addr),
             ("peer_addr", &self.peer_addr),
@@ -326,7 +334,7 @@ impl AllocNodeConfig {
         if let Err((key, r)) = self.forward.validate() {
             return bad(key, r);
         }
-        let binds: Vec<(&str, &str)> = listens
+        let binds: Vec<(&'static str, &str)> = listens
             .iter()
             .zip(Plane::ALL)
             .map(|((key, _), plane)| (*key, self.listen_addr(plane)))
@@ -340,6 +348,11 @@ impl AllocNodeConfig {
                 );
             }
         }
+        Ok(binds)
+    }
+
+    /// The store's addresses: at least one, each once.
+    fn check_store(&self) -> Result<(), ConfigError> {
         if self.store.is_empty() {
             return bad("store", "no store addresses".into());
         }
@@ -350,6 +363,11 @@ impl AllocNodeConfig {
                 return bad(&key, format!("{a} is listed twice (also store[{j}])"));
             }
         }
+        Ok(())
+    }
+
+    /// Renewals, route reads, waits, raises and names.
+    fn check_pacing(&self) -> Result<(), ConfigError> {
         if !(MIN_RENEW_MS..=MAX_RENEW_MS).contains(&self.renew_ms) {
             return bad(
                 "renew_ms",
@@ -383,6 +401,12 @@ impl AllocNodeConfig {
         if self.max_names == 0 {
             return bad("max_names", "0 holds no name; at least 1".to_string());
         }
+        Ok(())
+    }
+
+    /// The RESP listener: its address, not one a plane binds, and its own
+    /// settings.
+    fn check_resp(&self, binds: &[(&str, &str)]) -> Result<(), ConfigError> {
         if let Some(r) = &self.resp {
             check_addr(&r.addr, true).or_else(|e| bad("resp.addr", e))?;
             if let Some((other, _)) = binds
@@ -393,11 +417,16 @@ impl AllocNodeConfig {
             }
             r.check().or_else(|(key, reason)| bad(key, reason))?;
         }
-        if let Some(l) = &self.limits {
-            l.validate().or_else(|e| bad("limits", e.to_string()))?;
-        }
         Ok(())
     }
+}
+
+/// The error naming `key`, for `reason`.
+fn bad<T>(key: &str, reason: String) -> Result<T, ConfigError> {
+    Err(ConfigError::Invalid {
+        key: key.to_string(),
+        reason,
+    })
 }
 
 /// An AllocSvr id: what a certificate can carry (`urn:seqsvr:alloc:<id>`).

@@ -61,12 +61,11 @@ use seqsvr_core::Incarnation;
 use seqsvr_net::Plane;
 use seqsvr_proto::alloc_server::AllocServer;
 use seqsvr_store_api::client::connector;
-use seqsvr_store_api::{AllocAddrs, PeerClient};
+use seqsvr_store_api::PeerClient;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::control::Control;
 use crate::error::NodeError;
 use crate::front::{Forwarder, Front};
 use crate::raiser::Raiser;
@@ -76,8 +75,6 @@ use crate::store_link::StoreCeilings;
 use crate::warm::Warmed;
 
 use gate::{Gated, StartState};
-use registration::start_up;
-use renewal::run_effects;
 
 /// The three listeners of an AllocSvr, bound by the caller (so tests can
 /// bind port 0 and learn the ports first).
@@ -288,35 +285,10 @@ impl AllocNode {
             task: Some(client_task),
         };
         let links = start::StoreLinks::dial(&cfg, &tls, &stop)?;
-        let incarnation = fresh_incarnation();
-        let addrs = AllocAddrs {
-            client: cfg.addr.clone(),
-            peer: cfg.peer_addr.clone(),
-            admin: cfg.admin_addr.clone(),
-        };
-        let mut control = Control::new(links.renew_every);
-        let (routes, first) = start_up(
-            &links.reader,
-            &mut control,
-            &cfg.id,
-            incarnation,
-            &addrs,
-            &start_state,
-        )
-        .await?;
-        let shared = start::shared(
-            &cfg,
-            &links,
-            &tls,
-            routes,
-            incarnation,
-            addrs,
-            control,
-            metrics,
-        )?;
-        let ctx = start::context(&cfg, &shared, &links);
         // A first lease and our sections before serving anything.
-        let next_renewal = run_effects(&ctx, first).await;
+        let (shared, ctx, next_renewal) =
+            start::join(&cfg, &links, &tls, &start_state, metrics).await?;
+        let incarnation = shared.incarnation();
         let (peer_local_addr, admin_local_addr) =
             (planes.peer.local_addr(), planes.admin.local_addr());
         let mut tasks = vec![guard.defuse()];

@@ -32,8 +32,9 @@ use crate::store_link::StoreCeilings;
 use crate::warm::Warmed;
 use seqsvr_proto::alloc_server::AllocServer;
 
-use super::gate::Gated;
-use super::renewal::renew_loop;
+use super::gate::{Gated, StartState};
+use super::registration::{fresh_incarnation, start_up};
+use super::renewal::{renew_loop, run_effects};
 use super::routes::route_loop;
 use super::{
     check_own_certificate, connector, control_thread, resp, serve, AllocListeners, AllocNodeConfig,
@@ -205,6 +206,50 @@ impl StoreLinks {
             control,
         })
     }
+}
+
+/// Joins the cluster as a fresh incarnation ([`start_up`]: registers,
+/// waiting while a twin holds the id, and reads the routes), builds the
+/// shared state from what it read, and performs the first renewal's
+/// effects: a first lease and this AllocSvr's sections before anything is
+/// served. Returns the shared state, the loops' context and when the next
+/// renewal is due.
+pub(super) async fn join(
+    cfg: &AllocNodeConfig,
+    links: &StoreLinks,
+    tls: &Tls,
+    start_state: &StartState,
+    metrics: Arc<AllocMetrics>,
+) -> Result<(Arc<Shared>, Arc<Ctx>, Option<Instant>), NodeError> {
+    let incarnation = fresh_incarnation();
+    let addrs = AllocAddrs {
+        client: cfg.addr.clone(),
+        peer: cfg.peer_addr.clone(),
+        admin: cfg.admin_addr.clone(),
+    };
+    let mut control = Control::new(links.renew_every);
+    let (routes, first) = start_up(
+        &links.reader,
+        &mut control,
+        &cfg.id,
+        incarnation,
+        &addrs,
+        start_state,
+    )
+    .await?;
+    let shared = shared(
+        cfg,
+        links,
+        tls,
+        routes,
+        incarnation,
+        addrs,
+        control,
+        metrics,
+    )?;
+    let ctx = context(cfg, &shared, links);
+    let next_renewal = run_effects(&ctx, first).await;
+    Ok((shared, ctx, next_renewal))
 }
 
 /// The state the services and the background tasks share, built from the

@@ -115,34 +115,57 @@ pub fn release_section(
     Ok(released)
 }
 
-/// Checks an adopt naming `named` (section, epoch) pairs before anything
-/// is read from the store, given whether this process is admitted to
-/// serve now (`Shared::admit`, [`admit`](super::admit)); returns the pairs
-/// not installed here yet at the named epoch or a newer one (empty: a
-/// repeat, answered at once).
+/// One section an adopt names, with what this process knows of it when
+/// the adopt arrives ([`AdoptNamed::of`] reads it from the allocator).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdoptNamed {
+    /// The section.
+    pub section: SectionId,
+    /// The epoch the adopt names.
+    pub epoch: Epoch,
+    /// The newest epoch installed here (0: never); `None`: the set has no
+    /// such section.
+    pub installed: Option<Epoch>,
+}
+
+impl AdoptNamed {
+    /// `section` at `epoch` as named, with what `alloc` installed of it.
+    pub fn of(alloc: &Allocator, section: SectionId, epoch: Epoch) -> Self {
+        let installed = (alloc.spec().has_section(section)).then(|| alloc.known_epoch(section));
+        Self {
+            section,
+            epoch,
+            installed,
+        }
+    }
+}
+
+/// Checks an adopt naming `named` before anything is read from the store,
+/// given whether this process is admitted to serve now ([`admit`](super::admit));
+/// returns the (section, epoch) pairs not installed here yet at the named
+/// epoch or a newer one (empty: a repeat, answered at once).
 ///
 /// Refused, changing nothing: an empty adopt or one of more than
 /// [`MAX_ADOPT`] sections, any adopt while not admitted (a lease that ran
 /// out, a fenced process: promise 3), one naming a section not in the set.
 pub fn adopt_pending(
-    alloc: &Allocator,
-    named: impl ExactSizeIterator<Item = (SectionId, Epoch)>,
+    named: &[AdoptNamed],
     admitted: Result<(), CallError>,
 ) -> Result<Vec<(SectionId, Epoch)>, CallError> {
-    if named.len() == 0 || named.len() > MAX_ADOPT {
+    if named.is_empty() || named.len() > MAX_ADOPT {
         return Err(CallError::Invalid(format!(
             "an adopt names 1..={MAX_ADOPT} sections, not {}",
             named.len()
         )));
     }
     admitted?;
-    let named: Vec<(SectionId, Epoch)> = named.collect();
-    if let Some(&(section, _)) = named.iter().find(|(s, _)| !alloc.spec().has_section(*s)) {
-        return Err(CallError::UnknownSection { section });
+    if let Some(n) = named.iter().find(|n| n.installed.is_none()) {
+        return Err(CallError::UnknownSection { section: n.section });
     }
     Ok(named
-        .into_iter()
-        .filter(|&(s, epoch)| alloc.known_epoch(s) < epoch)
+        .iter()
+        .filter(|n| n.installed.is_some_and(|installed| installed < n.epoch))
+        .map(|n| (n.section, n.epoch))
         .collect())
 }
 
@@ -166,8 +189,9 @@ pub enum Adoption {
 ///
 /// Installs only what the store confirms: the section is `me`'s, granted
 /// to this very incarnation, at exactly the epoch named, and newer than
-/// anything installed here. The grant starts at `info.start` (the ceiling
-/// when the epoch began) with the store's ceiling `info.max_seq`: nobody
+/// anything installed here. The grant is the record's
+/// ([`SectionRecord::grant`](seqsvr_core::SectionRecord::grant)): it
+/// starts at the ceiling when the epoch began with the store's ceiling: nobody
 /// handed out anything above the start (promise 1), and the ceiling is
 /// durable (promise 2). A forged, replayed or late adopt cannot make this
 /// process serve a section it does not hold (promise 3), nor serve one
@@ -179,42 +203,37 @@ pub fn decide_adopt(
     named: Epoch,
     installed: Epoch,
 ) -> Result<Adoption, AdoptRefusal> {
-    let section = info.section;
+    let (section, r) = (info.section, &info.record);
     if named <= installed {
         return Ok(Adoption::AlreadyInstalled { installed });
     }
-    if info.owner.as_deref() != Some(me) {
+    if r.owner.as_deref() != Some(me) {
         return Err(AdoptRefusal::OwnedElsewhere {
             section,
-            owner: info.owner.clone(),
+            owner: r.owner.clone(),
         });
     }
-    if info.incarnation != incarnation {
+    if r.incarnation != incarnation {
         return Err(AdoptRefusal::OtherIncarnation {
             section,
-            holder: info.incarnation,
+            holder: r.incarnation,
         });
     }
-    if info.epoch != named {
+    if r.epoch != named {
         return Err(AdoptRefusal::StaleEpoch {
             section,
             named,
-            current: info.epoch,
+            current: r.epoch,
         });
     }
-    if info.max_seq <= info.start {
+    if r.max_seq <= r.start {
         return Err(AdoptRefusal::NoRoom {
             section,
-            start: info.start,
-            max_seq: info.max_seq,
+            start: r.start,
+            max_seq: r.max_seq,
         });
     }
-    Ok(Adoption::Install(Grant {
-        section,
-        epoch: info.epoch,
-        prev_ceiling: info.start,
-        max_seq: info.max_seq,
-    }))
+    Ok(Adoption::Install(r.grant(section)))
 }
 
 /// What to do with a released section whose handoff failed or whose
@@ -259,21 +278,23 @@ pub fn decide_after_handoff(
     incarnation: Incarnation,
     released: Epoch,
 ) -> AfterHandoff {
-    let ours = info.owner.as_deref() == Some(me)
-        && info.incarnation == incarnation
-        && info.epoch == released;
+    let r = &info.record;
+    let ours =
+        r.owner.as_deref() == Some(me) && r.incarnation == incarnation && r.epoch == released;
     if ours {
         AfterHandoff::Reclaim
     } else {
         AfterHandoff::LeaveDropped {
-            owner: info.owner.clone(),
-            epoch: info.epoch,
+            owner: r.owner.clone(),
+            epoch: r.epoch,
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use seqsvr_core::SectionRecord;
+
     use super::*;
 
     const ME: &str = "alloc-1";
@@ -282,11 +303,13 @@ mod tests {
     fn info(owner: Option<&str>, incarnation: Incarnation, epoch: Epoch) -> SectionInfo {
         SectionInfo {
             section: 3,
-            max_seq: 250,
-            epoch,
-            owner: owner.map(str::to_string),
-            incarnation,
-            start: 200,
+            record: SectionRecord {
+                max_seq: 250,
+                epoch,
+                owner: owner.map(str::to_string),
+                incarnation,
+                start: 200,
+            },
         }
     }
 
@@ -390,7 +413,10 @@ mod tests {
         let a = alloc();
         let ok = || Ok(());
         let pend = |named: &[(SectionId, Epoch)], admitted| {
-            adopt_pending(&a, named.iter().copied(), admitted)
+            let named: Vec<AdoptNamed> = (named.iter())
+                .map(|&(s, e)| AdoptNamed::of(&a, s, e))
+                .collect();
+            adopt_pending(&named, admitted)
         };
         assert!(matches!(pend(&[], ok()), Err(CallError::Invalid(_))));
         let many = vec![(0, 9); MAX_ADOPT + 1];
@@ -519,9 +545,10 @@ mod tests {
             ),
             (
                 "store record with no room",
-                SectionInfo {
-                    max_seq: 200,
-                    ..info(Some(ME), INC, 7)
+                {
+                    let mut full = info(Some(ME), INC, 7);
+                    full.record.max_seq = 200;
+                    full
                 },
                 7,
                 0,

@@ -272,152 +272,179 @@ fn run(cli: Cli) -> Result<ExitCode> {
         .map_err(|e| Error::Usage(e.to_string()))?;
     let dial = Dial::from_settings(&s)?;
     let tls_on = dial.tls.is_some();
-    let (store, store_from) = s.store.clone();
-    let store_admin = s.store_admin.0.clone();
-    let (seeds, seeds_from) = s.alloc.clone();
-    let dev_dir = s.dev_dir.clone();
-    // Commands that read the store, or call the AllocSvrs, first make sure
-    // something listens there (well under a second when nothing does).
-    match &cli.cmd {
-        Cmd::Next { .. } | Cmd::NextBatch { .. } | Cmd::Current { .. } => {
-            rt.block_on(need_listener(&seeds, reach::ALLOC, &seeds_from))?
-        }
-        Cmd::Status { .. }
-        | Cmd::Sections { .. }
-        | Cmd::Alloc { .. }
-        | Cmd::Store { .. }
-        | Cmd::Set { .. } => rt.block_on(need_listener(&store, reach::STORE, &store_from))?,
-        // An import's plan reads only its source.
-        Cmd::Counter {
-            op: ctl::counter::CounterCmd::Import(args),
-        } if args.dry_run => {}
-        Cmd::Counter { .. } => rt.block_on(need_listener(&store, reach::STORE, &store_from))?,
-        Cmd::Health(_) | Cmd::Drill(_) | Cmd::Id { .. } => {}
-    }
-    let done = rt.block_on(async move {
-        let seq = || {
-            let options = ClientOptions {
-                tls: dial.tls.clone(),
-                ..Default::default()
-            };
-            SeqClient::connect(&seeds, options)
-        };
-        let ctl = || Ctl::new(&store, &store_admin, dial.tls.clone());
-        let done = match cli.cmd {
-            Cmd::Next {
-                uid,
-                name,
-                count,
-                json,
-            } => {
-                let c = seq().await?;
-                match (uid, name) {
-                    (_, Some(name)) => {
-                        let v = c.next_name_n(&name, count).await?;
-                        if json {
-                            ctl::print::json(&serde_json::json!({ "name": name, "seq": v }))
-                        } else {
-                            outln!("{v}")?;
-                            Ok(())
-                        }
-                    }
-                    (Some(uid), None) => {
-                        let v = c.next_n(uid, count).await?;
-                        ctl::print::numbers(&[uid], &[v], json, false)
-                    }
-                    (None, None) => unreachable!("clap requires a uid or --name"),
-                }
-            }
-            Cmd::NextBatch { uids, json } => {
-                let ns = seq().await?.next_batch(&uids).await?;
-                ctl::print::numbers(&uids, &ns, json, true)
-            }
-            Cmd::Current { uid, json } => {
-                let n = seq().await?.current(uid).await?;
-                ctl::print::numbers(&[uid], &[n], json, false)
-            }
-            Cmd::Status { json } => {
-                let sets = seqsvr::sets::Sets::new(&store, dial.tls.clone());
-                if json {
-                    ctl::set::print_view(&sets, true).await
-                } else {
-                    ctl::status(&ctl()?).await?;
-                    // Every set too, when there are several.
-                    match seqsvr::sets::view::view(&sets).await {
-                        Ok(v) if v.sets.len() > 1 || v.moving.is_some() => {
-                            outln!("\n{}", v.to_string().trim_end())
-                        }
-                        _ => Ok(()),
-                    }
-                }
-            }
-            Cmd::Set { op } => {
-                if op.needs_operator() {
-                    dial.need_operator()?;
-                }
-                let sets = seqsvr::sets::Sets::new(&store, dial.tls.clone());
-                ctl::set::run(&sets, op).await
-            }
-            Cmd::Id { op } => match op.needs() {
-                ctl::id::IdNeeds::Offline => ctl::id::run(op),
-                ctl::id::IdNeeds::Alloc => ctl::id::run_alloc(&seq().await?, op).await,
-                ctl::id::IdNeeds::Store => {
-                    dial.need_operator()?;
-                    ctl::id::run_store(&ctl()?, op).await
-                }
-            },
-            Cmd::Counter {
-                op: ctl::counter::CounterCmd::Import(args),
-            } if args.dry_run => ctl::import::dry_run(&args).await,
-            Cmd::Counter { op } => {
-                dial.need_operator()?;
-                let admin = ctl::counter::CounterAdmin::new(&store, dial.tls.clone());
-                ctl::counter::run(&admin, op).await
-            }
-            Cmd::Sections { first, count, json } => {
-                ctl::sections(&ctl()?, first, count, json).await
-            }
-            Cmd::Alloc { op } => {
-                dial.need_operator()?;
-                ctl::alloc::run(&ctl()?, op).await
-            }
-            Cmd::Store { op } => {
-                dial.need_operator()?;
-                ctl::store::run(&ctl()?, op).await
-            }
-            Cmd::Health(args) => {
-                let health = ctl::health::probe(&args, dial.tls.as_ref()).await?;
-                // The exit code is the verdict: a reader gone early does
-                // not turn "unreachable" into success.
-                let shown = match args.json {
-                    true => health.json(&args.addr),
-                    false => health.line().to_string(),
-                };
-                match outln!("{shown}") {
-                    Err(e) if !e.is_closed_output() => return Err(e),
-                    _ => return Ok(ExitCode::from(health.exit_code())),
-                }
-            }
-            Cmd::Drill(args) => {
-                let cfg = args.into_config(&store, &seeds, &dev_dir, dial.tls.clone());
-                let report = drill::run(cfg).await?;
-                let breaches = drill::judge(&report, &args.bounds());
-                let reasons: Vec<String> = breaches.iter().map(ToString::to_string).collect();
-                report.print_judged(args.json, &reasons)?;
-                if !reasons.is_empty() {
-                    return Err(Error::Failed(format!(
-                        "drill failed: {}",
-                        reasons.join("; ")
-                    )));
-                }
-                Ok(())
-            }
-        };
-        done.map(|()| ExitCode::SUCCESS)
-    });
+    rt.block_on(listened(&cli.cmd, &s))?;
+    let done = rt.block_on(dispatch(cli.cmd, &s, &dial));
     // A TLS mismatch reads as one, whatever call met it first.
     done.map_err(|e| match reach::tls_sentence(&e.to_string(), tls_on) {
         Some(sentence) if !e.is_closed_output() => Error::Failed(format!("{sentence} ({e})")),
         _ => e,
     })
+}
+
+/// Commands that read the store, or call the AllocSvrs, first make sure
+/// something listens there (well under a second when nothing does).
+async fn listened(cmd: &Cmd, s: &Settings) -> Result<()> {
+    let (store, store_from) = &s.store;
+    let (seeds, seeds_from) = &s.alloc;
+    match cmd {
+        Cmd::Next { .. } | Cmd::NextBatch { .. } | Cmd::Current { .. } => {
+            need_listener(seeds, reach::ALLOC, seeds_from).await
+        }
+        Cmd::Status { .. }
+        | Cmd::Sections { .. }
+        | Cmd::Alloc { .. }
+        | Cmd::Store { .. }
+        | Cmd::Set { .. } => need_listener(store, reach::STORE, store_from).await,
+        // An import's plan reads only its source.
+        Cmd::Counter {
+            op: ctl::counter::CounterCmd::Import(args),
+        } if args.dry_run => Ok(()),
+        Cmd::Counter { .. } => need_listener(store, reach::STORE, store_from).await,
+        Cmd::Health(_) | Cmd::Drill(_) | Cmd::Id { .. } => Ok(()),
+    }
+}
+
+/// Runs `cmd` against the cluster `s` names, dialled as `dial` says.
+async fn dispatch(cmd: Cmd, s: &Settings, dial: &Dial) -> Result<ExitCode> {
+    let (store, seeds) = (&s.store.0, &s.alloc.0);
+    let seq = || {
+        let options = ClientOptions {
+            tls: dial.tls.clone(),
+            ..Default::default()
+        };
+        SeqClient::connect(seeds, options)
+    };
+    let ctl = || Ctl::new(store, &s.store_admin.0, dial.tls.clone());
+    let done = match cmd {
+        Cmd::Next {
+            uid,
+            name,
+            count,
+            json,
+        } => next(&seq().await?, uid, name, count, json).await,
+        Cmd::NextBatch { uids, json } => {
+            let ns = seq().await?.next_batch(&uids).await?;
+            ctl::print::numbers(&uids, &ns, json, true)
+        }
+        Cmd::Current { uid, json } => {
+            let n = seq().await?.current(uid).await?;
+            ctl::print::numbers(&[uid], &[n], json, false)
+        }
+        Cmd::Status { json } => status(store, dial, json, ctl).await,
+        Cmd::Set { op } => {
+            if op.needs_operator() {
+                dial.need_operator()?;
+            }
+            let sets = seqsvr::sets::Sets::new(store, dial.tls.clone());
+            ctl::set::run(&sets, op).await
+        }
+        Cmd::Id { op } => match op.needs() {
+            ctl::id::IdNeeds::Offline => ctl::id::run(op),
+            ctl::id::IdNeeds::Alloc => ctl::id::run_alloc(&seq().await?, op).await,
+            ctl::id::IdNeeds::Store => {
+                dial.need_operator()?;
+                ctl::id::run_store(&ctl()?, op).await
+            }
+        },
+        Cmd::Counter {
+            op: ctl::counter::CounterCmd::Import(args),
+        } if args.dry_run => ctl::import::dry_run(&args).await,
+        Cmd::Counter { op } => {
+            dial.need_operator()?;
+            let admin = ctl::counter::CounterAdmin::new(store, dial.tls.clone());
+            ctl::counter::run(&admin, op).await
+        }
+        Cmd::Sections { first, count, json } => ctl::sections(&ctl()?, first, count, json).await,
+        Cmd::Alloc { op } => {
+            dial.need_operator()?;
+            ctl::alloc::run(&ctl()?, op).await
+        }
+        Cmd::Store { op } => {
+            dial.need_operator()?;
+            ctl::store::run(&ctl()?, op).await
+        }
+        Cmd::Health(args) => return health(&args, dial).await,
+        Cmd::Drill(args) => run_drill(args, s, dial).await,
+    };
+    done.map(|()| ExitCode::SUCCESS)
+}
+
+/// `seqctl next`: `count` numbers for a uid or a name.
+async fn next(
+    c: &SeqClient,
+    uid: Option<u64>,
+    name: Option<String>,
+    count: u64,
+    json: bool,
+) -> Result<()> {
+    match (uid, name) {
+        (_, Some(name)) => {
+            let v = c.next_name_n(&name, count).await?;
+            if json {
+                ctl::print::json(&serde_json::json!({ "name": name, "seq": v }))
+            } else {
+                outln!("{v}")?;
+                Ok(())
+            }
+        }
+        (Some(uid), None) => {
+            let v = c.next_n(uid, count).await?;
+            ctl::print::numbers(&[uid], &[v], json, false)
+        }
+        (None, None) => unreachable!("clap requires a uid or --name"),
+    }
+}
+
+/// `seqctl status`: the cluster's state, and every set's when there are
+/// several.
+async fn status(
+    store: &[String],
+    dial: &Dial,
+    json: bool,
+    ctl: impl FnOnce() -> Result<Ctl>,
+) -> Result<()> {
+    let sets = seqsvr::sets::Sets::new(store, dial.tls.clone());
+    if json {
+        ctl::set::print_view(&sets, true).await
+    } else {
+        ctl::status(&ctl()?).await?;
+        // Every set too, when there are several.
+        match seqsvr::sets::view::view(&sets).await {
+            Ok(v) if v.sets.len() > 1 || v.moving.is_some() => {
+                outln!("\n{}", v.to_string().trim_end())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `seqctl health`: the verdict is the exit code.
+async fn health(args: &ctl::health::HealthArgs, dial: &Dial) -> Result<ExitCode> {
+    let health = ctl::health::probe(args, dial.tls.as_ref()).await?;
+    // The exit code is the verdict: a reader gone early does not turn
+    // "unreachable" into success.
+    let shown = match args.json {
+        true => health.json(&args.addr),
+        false => health.line().to_string(),
+    };
+    match outln!("{shown}") {
+        Err(e) if !e.is_closed_output() => Err(e),
+        _ => Ok(ExitCode::from(health.exit_code())),
+    }
+}
+
+/// `seqctl drill`: runs the drill and judges it against its bounds.
+async fn run_drill(args: drill::DrillArgs, s: &Settings, dial: &Dial) -> Result<()> {
+    let cfg = args.into_config(&s.store.0, &s.alloc.0, &s.dev_dir, dial.tls.clone());
+    let report = drill::run(cfg).await?;
+    let breaches = drill::judge(&report, &args.bounds());
+    let reasons: Vec<String> = breaches.iter().map(ToString::to_string).collect();
+    report.print_judged(args.json, &reasons)?;
+    if !reasons.is_empty() {
+        return Err(Error::Failed(format!(
+            "drill failed: {}",
+            reasons.join("; ")
+        )));
+    }
+    Ok(())
 }

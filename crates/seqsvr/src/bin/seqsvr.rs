@@ -180,51 +180,14 @@ fn main() -> std::process::ExitCode {
 
 fn run(cli: Cli) -> Result<()> {
     seqsvr::logging::init(cli.log_format == "json");
-    let threads = match &cli.cmd {
-        Cmd::Alloc { threads, .. } => {
-            // Before any cells are allocated: the cells of lost sections
-            // go back to the operating system, not only to malloc.
-            seqsvr_alloc::malloc::fix_mmap_threshold();
-            (*threads).max(1)
-        }
-        _ => 2,
-    };
-    // One thread: the current-thread scheduler, whose queue is a plain
-    // one, not the work-stealing one a second worker would need (the
-    // Redis door's -c 50, docs/benchmarks.md).
-    let mut builder = match threads {
-        1 => tokio::runtime::Builder::new_current_thread(),
-        n => {
-            let mut b = tokio::runtime::Builder::new_multi_thread();
-            b.worker_threads(n);
-            b
-        }
-    };
-    let rt = builder
-        .enable_all()
-        .build()
-        .map_err(|e| Error::io("starting the runtime", e))?;
+    let rt = runtime(&cli.cmd)?;
     rt.block_on(async move {
         match cli.cmd {
             Cmd::Store { config, sub } => {
                 let config = config.ok_or_else(|| {
                     Error::Usage(format!("--config (or {CONFIG_ENV}) is required"))
                 })?;
-                let plan = match sub {
-                    None => None,
-                    Some(StoreSub::Restore {
-                        backup,
-                        margin,
-                        raise_rate,
-                    }) => {
-                        let args = MarginArgs { margin, raise_rate };
-                        let now = seqsvr::restore::now_unix_ms();
-                        let plan = seqsvr::restore::plan(&backup, args, now)?;
-                        tracing::info!("{}", seqsvr::restore::describe(&plan.backup, now));
-                        Some(plan)
-                    }
-                };
-                run_store(config, plan).await
+                run_store(config, restore_plan(sub)?).await
             }
             Cmd::Alloc { config, sub, .. } => {
                 let config = config.ok_or_else(|| {
@@ -277,6 +240,54 @@ fn run(cli: Cli) -> Result<()> {
                 };
                 certs(&dir, &who, overwrite)
             }
+        }
+    })
+}
+
+/// The runtime `cmd` runs on: an AllocSvr's `--threads` workers (its
+/// allocator set up first), two for everything else.
+fn runtime(cmd: &Cmd) -> Result<tokio::runtime::Runtime> {
+    let threads = match cmd {
+        Cmd::Alloc { threads, .. } => {
+            // Before any cells are allocated: the cells of lost sections
+            // go back to the operating system, not only to malloc.
+            seqsvr_alloc::malloc::fix_mmap_threshold();
+            (*threads).max(1)
+        }
+        _ => 2,
+    };
+    // One thread: the current-thread scheduler, whose queue is a plain
+    // one, not the work-stealing one a second worker would need (the
+    // Redis door's -c 50, docs/benchmarks.md).
+    let mut builder = match threads {
+        1 => tokio::runtime::Builder::new_current_thread(),
+        n => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(n);
+            b
+        }
+    };
+    builder
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("starting the runtime", e))
+}
+
+/// The backup a store starts from (`seqsvr store restore`), planned with
+/// its margin; `None` for a plain start.
+fn restore_plan(sub: Option<StoreSub>) -> Result<Option<RestorePlan>> {
+    Ok(match sub {
+        None => None,
+        Some(StoreSub::Restore {
+            backup,
+            margin,
+            raise_rate,
+        }) => {
+            let args = MarginArgs { margin, raise_rate };
+            let now = seqsvr::restore::now_unix_ms();
+            let plan = seqsvr::restore::plan(&backup, args, now)?;
+            tracing::info!("{}", seqsvr::restore::describe(&plan.backup, now));
+            Some(plan)
         }
     })
 }

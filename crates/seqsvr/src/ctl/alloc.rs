@@ -161,7 +161,7 @@ async fn assign(ctl: &Ctl, moves: &[pb::Move]) -> Result<Vec<pb::MoveResult>> {
             .read_sections(first, run.len() as u32)
             .await?
             .iter()
-            .map(|s| s.epoch)
+            .map(|s| s.record.epoch)
             .collect();
         let outcome = ctl.admin.assign(to, first, epochs).await;
         if let Err(e) = &outcome {

@@ -257,6 +257,22 @@ fn at_line(text: &str, at: usize) -> String {
     format!(" (line {line})")
 }
 
+/// The profile named by `profile` (or `SEQCTL_PROFILE`) and its name;
+/// none (empty, nameless) if neither names one.
+fn profile_layer(
+    profile: Option<String>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Layer, String), SettingsError> {
+    let profile = profile.or_else(|| env(PROFILE_ENV).filter(|p| !p.is_empty()));
+    Ok(match profile {
+        Some(name) => {
+            let path = profiles_path(env).ok_or_else(|| SettingsError::NoLocation(name.clone()))?;
+            (load_profile(&path, &name)?, name)
+        }
+        None => (Layer::default(), String::new()),
+    })
+}
+
 /// Resolves `flags` over the environment (read through `env`) over the
 /// profile named by `profile` (or `SEQCTL_PROFILE`) over the dev defaults.
 pub fn resolve(
@@ -265,14 +281,7 @@ pub fn resolve(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Settings, SettingsError> {
     let envl = env_layer(env)?;
-    let profile = profile.or_else(|| env(PROFILE_ENV).filter(|p| !p.is_empty()));
-    let (prof, prof_name) = match &profile {
-        Some(name) => {
-            let path = profiles_path(env).ok_or_else(|| SettingsError::NoLocation(name.clone()))?;
-            (load_profile(&path, name)?, name.clone())
-        }
-        None => (Layer::default(), String::new()),
-    };
+    let (prof, prof_name) = profile_layer(profile, env)?;
     let pick = |f: Option<Vec<String>>,
                 e: Option<Vec<String>>,
                 p: Option<Vec<String>>,

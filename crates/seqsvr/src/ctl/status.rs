@@ -166,10 +166,10 @@ pub async fn sections(ctl: &Ctl, first: u32, count: Option<u32>, json: bool) -> 
             .iter()
             .map(|s| SectionRow {
                 section: s.section,
-                max_seq: s.max_seq,
-                epoch: s.epoch,
-                owner: s.owner.as_deref(),
-                incarnation: format!("{:x}", s.incarnation),
+                max_seq: s.record.max_seq,
+                epoch: s.record.epoch,
+                owner: s.record.owner.as_deref(),
+                incarnation: format!("{:x}", s.record.incarnation),
             })
             .collect();
         return super::print::json(&rows);
@@ -182,13 +182,14 @@ pub async fn sections(ctl: &Ctl, first: u32, count: Option<u32>, json: bool) -> 
         "owner"
     )?;
     for s in all {
-        let owner = s.owner.as_deref().unwrap_or("-");
+        let r = &s.record;
+        let owner = r.owner.as_deref().unwrap_or("-");
         outln!(
             "{:>8} {:>20} {:>8}  {owner:<12} {:x}",
             s.section,
-            s.max_seq,
-            s.epoch,
-            s.incarnation
+            r.max_seq,
+            r.epoch,
+            r.incarnation
         )?;
     }
     Ok(())

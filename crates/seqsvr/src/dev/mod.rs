@@ -284,71 +284,8 @@ pub async fn run(opts: DevOptions) -> Result<()> {
     if !taken.is_empty() {
         return Err(ports::taken_error(&taken, opts.port_base));
     }
-    let dir_err = |e| Error::io(format!("creating {}", opts.dir.display()), e);
-    std::fs::create_dir_all(&opts.dir).map_err(dir_err)?;
-    let dir = opts.dir.canonicalize().map_err(dir_err)?;
-    let pki = if opts.tls {
-        let pki = dev_pki(&dir);
-        issue(pki.dir(), &Identities::dev(), false)
-            .with_context(|| format!("issuing the dev PKI in {}", pki.dir().display()))?;
-        Some(pki)
-    } else {
-        None
-    };
-    let mut children = Vec::new();
-    let mut start = |name: String, cmd: &str, cfg: PathBuf| -> Result<()> {
-        let args = vec![
-            cmd.to_string(),
-            "--config".into(),
-            cfg.to_string_lossy().into_owned(),
-        ];
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        let child = spawn(&dir, &name, &refs)?;
-        children.push(Supervised {
-            name,
-            args,
-            child,
-            died: None,
-            deaths: watch::Deaths::default(),
-        });
-        Ok(())
-    };
-    for set in &sets {
-        for s in &set.stores {
-            let name = s.name();
-            let cfg = dev_set_store_config(&dir, set, s, pki.as_ref());
-            start(
-                name.clone(),
-                "store",
-                write_config(dev_config_path(&dir, &name), &cfg)?,
-            )?;
-            outln!(
-                "{name:<13}peer {}  client {}  admin {}  (set {})",
-                s.peer,
-                s.client,
-                s.admin,
-                set.spec.set_id
-            )?;
-        }
-        for a in &set.allocs {
-            let cfg = dev_set_alloc_config(set, a, pki.as_ref());
-            start(
-                a.id.to_string(),
-                "alloc",
-                write_config(dev_config_path(&dir, a.id), &cfg)?,
-            )?;
-            outln!(
-                "{:<13}client {}  peer {}  admin {}  resp {}  http {}  (set {})",
-                a.id,
-                a.client,
-                a.peer,
-                a.admin,
-                a.resp,
-                a.http,
-                set.spec.set_id
-            )?;
-        }
-    }
+    let (dir, pki) = prepare_dir(&opts)?;
+    let mut children = start_children(&dir, &sets, pki.as_ref())?;
     let operator_tls = match &pki {
         Some(p) => Some(p.tls_config(DEV_OPERATOR).client()?),
         None => None,
@@ -377,6 +314,90 @@ pub async fn run(opts: DevOptions) -> Result<()> {
         }
     }
     outln!("stopping…")?;
+    stop_children(&dir, &mut children).await;
+    Ok(())
+}
+
+/// Creates the dev cluster's directory and, with TLS, issues its PKI
+/// there; returns the directory's canonical path and the PKI.
+fn prepare_dir(opts: &DevOptions) -> Result<(PathBuf, Option<DevPki>)> {
+    let dir_err = |e| Error::io(format!("creating {}", opts.dir.display()), e);
+    std::fs::create_dir_all(&opts.dir).map_err(dir_err)?;
+    let dir = opts.dir.canonicalize().map_err(dir_err)?;
+    let pki = if opts.tls {
+        let pki = dev_pki(&dir);
+        issue(pki.dir(), &Identities::dev(), false)
+            .with_context(|| format!("issuing the dev PKI in {}", pki.dir().display()))?;
+        Some(pki)
+    } else {
+        None
+    };
+    Ok((dir, pki))
+}
+
+/// Writes each replica's and AllocSvr's config and starts it, printing
+/// its addresses: the stores of each set, then its AllocSvrs.
+fn start_children(dir: &Path, sets: &[DevSet], pki: Option<&DevPki>) -> Result<Vec<Supervised>> {
+    let mut children = Vec::new();
+    let mut start = |name: String, cmd: &str, cfg: PathBuf| -> Result<()> {
+        let args = vec![
+            cmd.to_string(),
+            "--config".into(),
+            cfg.to_string_lossy().into_owned(),
+        ];
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let child = spawn(dir, &name, &refs)?;
+        children.push(Supervised {
+            name,
+            args,
+            child,
+            died: None,
+            deaths: watch::Deaths::default(),
+        });
+        Ok(())
+    };
+    for set in sets {
+        for s in &set.stores {
+            let name = s.name();
+            let cfg = dev_set_store_config(dir, set, s, pki);
+            start(
+                name.clone(),
+                "store",
+                write_config(dev_config_path(dir, &name), &cfg)?,
+            )?;
+            outln!(
+                "{name:<13}peer {}  client {}  admin {}  (set {})",
+                s.peer,
+                s.client,
+                s.admin,
+                set.spec.set_id
+            )?;
+        }
+        for a in &set.allocs {
+            let cfg = dev_set_alloc_config(set, a, pki);
+            start(
+                a.id.to_string(),
+                "alloc",
+                write_config(dev_config_path(dir, a.id), &cfg)?,
+            )?;
+            outln!(
+                "{:<13}client {}  peer {}  admin {}  resp {}  http {}  (set {})",
+                a.id,
+                a.client,
+                a.peer,
+                a.admin,
+                a.resp,
+                a.http,
+                set.spec.set_id
+            )?;
+        }
+    }
+    Ok(children)
+}
+
+/// Stops every child, AllocSvrs first, then the stores, and removes
+/// their pid files.
+async fn stop_children(dir: &Path, children: &mut [Supervised]) {
     // AllocSvrs first, then the store.
     for c in children.iter_mut().rev() {
         if let Some(pid) = c.child.id() {
@@ -390,7 +411,6 @@ pub async fn run(opts: DevOptions) -> Result<()> {
         let _ = c.child.wait().await;
         let _ = std::fs::remove_file(dir.join(format!("{}.pid", c.name)));
     }
-    Ok(())
 }
 
 /// Prints how to reach the cluster: `seqctl` (with `--port-base` when the

@@ -199,8 +199,8 @@ impl<'s> Executor<'s> {
                 Answer::Sections(
                     (infos.into_iter())
                         .map(|s| Claimed {
-                            owner: s.owner,
-                            incarnation: s.incarnation,
+                            owner: s.record.owner,
+                            incarnation: s.record.incarnation,
                         })
                         .collect(),
                 )

@@ -7,10 +7,7 @@ use seqsvr_alloc::handoff::{
     ADOPT_CONNECT, ADOPT_READ_DEADLINE, ADOPT_TIMEOUT, CHECK_DEADLINE, HANDOFF_DEADLINE,
     STORE_ATTEMPT,
 };
-use seqsvr_alloc::ownership::{
-    admit, adopt_pending, AdoptRefusal, AfterHandoff, NotAdmitted, Target,
-};
-use seqsvr_alloc::CallError;
+use seqsvr_alloc::ownership::{AdoptNamed, AdoptRefusal, AfterHandoff, Target};
 
 use crate::env::{trace, Env};
 use crate::faults::AdoptFate;
@@ -225,7 +222,10 @@ impl Allocs {
         self.next_move(env, p, job);
     }
 
-    /// An adopt arrives (`handoff::adopt`).
+    /// An adopt arrives (`handoff::adopt`): [`Event::AdoptAsked`]; the
+    /// control loop refuses it, answers a repeat, or asks for the store
+    /// read ([`Effect::ReadAdopt`]; the declarations of names are not
+    /// modelled).
     pub(super) fn adopt(
         &mut self,
         env: &mut Env,
@@ -234,29 +234,23 @@ impl Allocs {
         id: u64,
         grant: seqsvr_core::Grant,
     ) {
-        let now = env.now;
         let proc_ = &mut self.procs[p];
         let s = grant.section;
         if !proc_.started {
             return self.adopt_reply(env, p, from, id, Err("unavailable".into()));
         }
-        let admitted = admit(proc_.lease_valid(now), proc_.fenced).map_err(|e| match e {
-            NotAdmitted::Fenced => CallError::Fenced {
-                alloc: proc_.id.clone(),
-                incarnation: proc_.incarnation,
-            },
-            NotAdmitted::LeaseExpired => CallError::LeaseExpired {
-                alloc: proc_.id.clone(),
-            },
-        });
-        let alloc = proc_.allocator();
-        match adopt_pending(alloc, [(s, grant.epoch)].into_iter(), admitted) {
-            Ok(pending) if pending.is_empty() => {
-                return self.adopt_reply(env, p, from, id, Ok(0));
+        let named = vec![AdoptNamed::of(proc_.allocator(), s, grant.epoch)];
+        let clock = proc_.clock(env.now);
+        let asked = proc_.control.on(clock, Event::AdoptAsked { named });
+        let lapses_before = match asked.into_iter().next() {
+            Some(Effect::ReadAdopt { lapses_before, .. }) => lapses_before,
+            Some(Effect::AdoptDenied(e)) => {
+                return self.adopt_reply(env, p, from, id, Err(e.to_string()));
             }
-            Ok(_) => {}
-            Err(e) => return self.adopt_reply(env, p, from, id, Err(e.to_string())),
-        }
+            // An empty install: installed here already (a repeat).
+            _ => return self.adopt_reply(env, p, from, id, Ok(0)),
+        };
+        let alloc = proc_.allocator();
         if env.cfg.knobs.adopt_unchecked {
             let result = alloc
                 .install(&[grant])
@@ -278,7 +272,7 @@ impl Allocs {
                 from,
                 section: s,
                 epoch: grant.epoch,
-                lapses_before: proc_.control.lapses(),
+                lapses_before,
             },
         );
         let t = Timing {

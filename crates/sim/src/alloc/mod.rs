@@ -35,10 +35,10 @@
 //!   again at the released epoch: a late copy of the handoff could still
 //!   move it, bug 5), unmark it and ask for an early renewal, whose
 //!   take-over claims it at a new epoch.
-//! - Adopt (`handoff.rs`, receiving side): [`adopt_pending`], a
-//!   linearizable read of the section, [`decide_adopt`], and an install
-//!   only if the lease held all along since before the read
-//!   ([`may_act_on_read`]).
+//! - Adopt (`handoff.rs`, receiving side), as the control loop decides
+//!   it: its checks ([`adopt_pending`]), a linearizable read of the
+//!   section, [`decide_adopt`], and an install only if the lease held all
+//!   along since before the read ([`may_act_on_read`]).
 //! - Range moves (`service.rs`, admin plane): `Release` stops serving the
 //!   sections frozen for another set ([`release_moved`], under what the
 //!   ownership lock orders), `Refresh` renews at once; a call for a

@@ -8,9 +8,9 @@
 //! the knobs, which perturb effects, never re-implement a rule.
 
 use std::collections::VecDeque;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use seqsvr_alloc::control::{Effect, Event, Renewal, RouteFacts};
+use seqsvr_alloc::control::{Effect, Event, Renewal, RouteFacts, Timer};
 use seqsvr_alloc::ownership::{claim_pieces, fences, served_epochs, take_over_known};
 use seqsvr_core::{Epoch, SectionId};
 use seqsvr_store_core::command::Reply;
@@ -87,12 +87,7 @@ impl Allocs {
                 Effect::CycleEnded { next, first } => self.cycle_ended(env, p, next, first),
                 Effect::Register => self.register(env, p),
                 Effect::ReadStartRoutes => self.read_start_routes(env, p),
-                Effect::SetTimer { timer, at } => {
-                    let proc_ = &self.procs[p];
-                    let left = at.saturating_duration_since(proc_.clock(env.now));
-                    let d = proc_.real(nanos(left));
-                    self.after(env, p, d, ATimer::Due(timer, at));
-                }
+                Effect::SetTimer { timer, at } => self.set_timer(env, p, timer, at),
                 Effect::GiveUp => trace!(env, "p{p} start-up gives up"),
                 Effect::RaiseRound => self.raise_round(env, p),
                 Effect::Requeue { sections } => {
@@ -108,11 +103,22 @@ impl Allocs {
                 | Effect::Adopt { .. }
                 | Effect::ReadBack { .. }
                 | Effect::LeftDropped { .. }
+                | Effect::AdoptDenied(_)
+                | Effect::ReadAdopt { .. }
                 | Effect::Install { .. }
                 | Effect::AdoptRefused(_)
                 | Effect::AdoptNotAdmitted) => trace!(env, "p{p} {e:?} left to its caller"),
             }
         }
+    }
+
+    /// [`Effect::SetTimer`]: delivers [`Event::Due`] when process `p`'s
+    /// clock reads `at`.
+    fn set_timer(&mut self, env: &mut Env, p: Slot, timer: Timer, at: Instant) {
+        let proc_ = &self.procs[p];
+        let left = at.saturating_duration_since(proc_.clock(env.now));
+        let d = proc_.real(nanos(left));
+        self.after(env, p, d, ATimer::Due(timer, at));
     }
 
     /// The knobs that restore the renewal's old orders, as perturbations of

@@ -418,8 +418,8 @@ fn store_answer(kind: Kind, resp: StoreResp) -> Answer {
         (Kind::Sections, Ok(StoreOk::Sections(infos))) => Answer::Sections(
             (infos.into_iter())
                 .map(|s| Claimed {
-                    owner: s.owner,
-                    incarnation: s.incarnation,
+                    owner: s.record.owner,
+                    incarnation: s.record.incarnation,
                 })
                 .collect(),
         ),

@@ -47,10 +47,11 @@ mod life;
 mod route;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::ops::Range;
 use std::rc::Rc;
 
 use seqsvr_core::directory::{DirSet, HOME_SET};
-use seqsvr_core::{DirChange, Incarnation, LeaseTerms};
+use seqsvr_core::{DirChange, Incarnation, LeaseTerms, SectionId};
 use seqsvr_store_core::arbiter::Arbiter;
 use seqsvr_store_core::command::Command;
 use seqsvr_store_core::state::SetState;
@@ -456,24 +457,7 @@ pub(crate) fn bootstrap_logs(
 ) -> Vec<Vec<crate::model::EntryRef>> {
     let l = env.cfg.layout();
     let home = HOME_SET as usize;
-    let entry = |env: &Env, set: usize| {
-        let r = l.replicas_of(set);
-        DirSet {
-            spec: env.cfg.spec(set).clone(),
-            stores: r.clone().map(|r| format!("r{r}:7101")).collect(),
-            admin: r.map(|r| format!("r{r}:7121")).collect(),
-        }
-    };
-    // What each set serves from the start: the home set its span, every
-    // other set what its span holds beyond the sets before it.
-    let mut served = Vec::new();
-    let mut from = env.cfg.spec(home).uid_begin;
-    for set in 0..l.sets {
-        let spec = env.cfg.spec(set);
-        let first = spec.section_of(from).expect("spans grow set by set");
-        served.push(first..spec.section_count());
-        from = spec.uid_end;
-    }
+    let served = served_at_start(env);
     let mut logs = vec![Vec::new(); l.sets];
     for set in 0..l.sets {
         let spec = env.cfg.spec(set).clone();
@@ -497,7 +481,7 @@ pub(crate) fn bootstrap_logs(
         }
         let range = served[set].clone();
         if set == home {
-            let me = entry(env, set);
+            let me = dir_entry(env, set);
             let change = DirChange::SetStores {
                 set: HOME_SET,
                 stores: me.stores,
@@ -505,57 +489,105 @@ pub(crate) fn bootstrap_logs(
             };
             append(env, &mut logs, set, Command::Directory(change));
         } else {
-            let change = DirChange::AddSet {
-                set: entry(env, set),
-                begin: spec.uids_of(range.start).start,
-                end: spec.uid_end,
-            };
-            append(env, &mut logs, home, Command::Directory(change));
-            let dir = env.truth[home].directory.clone().expect("the directory");
-            append(env, &mut logs, set, Command::CopyDirectory(dir));
-            let floors = vec![0; range.len()];
-            let first = range.start;
-            // The set's addition (`seqctl set add`): no move id.
-            let call = seqsvr_core::SetCall {
-                set: spec.set_id,
-                move_id: 0,
-                begin: spec.uids_of(range.start).start,
-                end: spec.uid_end,
-                kind: seqsvr_core::SetKind::Addition,
-            };
-            append(
-                env,
-                &mut logs,
-                set,
-                Command::Install {
-                    first,
-                    floors,
-                    call,
-                },
-            );
+            add_set(env, &mut logs, set, range.clone());
         }
-        for (a, inc) in incarnations[set].iter().enumerate() {
-            let p = l.first_slot(set, a);
-            let cmd = Command::RegisterAlloc {
-                alloc: crate::model::alloc_name(set, a),
-                addr: client_addr(p),
-                peer_addr: peer_addr(p),
-                admin_addr: admin_addr(p),
-                incarnation: *inc,
-                replaces: 0,
-            };
-            append(env, &mut logs, set, cmd);
-        }
-        for s in range {
-            let cmd = Command::Assign {
-                alloc: crate::model::alloc_name(set, s as usize % incarnations[set].len()),
-                first: s,
-                expected: vec![env.truth[set].sections[s as usize].epoch],
-            };
-            append(env, &mut logs, set, cmd);
-        }
+        spread(env, &mut logs, set, range, &incarnations[set]);
     }
     logs
+}
+
+/// What each set serves from the start: the home set its span, every
+/// other set what its span holds beyond the sets before it.
+fn served_at_start(env: &Env) -> Vec<Range<SectionId>> {
+    let mut served = Vec::new();
+    let mut from = env.cfg.spec(HOME_SET as usize).uid_begin;
+    for set in 0..env.cfg.layout().sets {
+        let spec = env.cfg.spec(set);
+        let first = spec.section_of(from).expect("spans grow set by set");
+        served.push(first..spec.section_count());
+        from = spec.uid_end;
+    }
+    served
+}
+
+/// Set `set`'s entry in the directory: its spec and its replicas' store
+/// and admin addresses.
+fn dir_entry(env: &Env, set: usize) -> DirSet {
+    let r = env.cfg.layout().replicas_of(set);
+    DirSet {
+        spec: env.cfg.spec(set).clone(),
+        stores: r.clone().map(|r| format!("r{r}:7101")).collect(),
+        admin: r.map(|r| format!("r{r}:7121")).collect(),
+    }
+}
+
+/// Set `set` (not the home set) added for the sections `range` of its
+/// span (`seqctl set add`): the home set's directory names it, it copies
+/// the directory and installs the range at floor 0 (nobody ever served
+/// it), with no move id.
+fn add_set(
+    env: &mut Env,
+    logs: &mut [Vec<crate::model::EntryRef>],
+    set: usize,
+    range: Range<SectionId>,
+) {
+    let home = HOME_SET as usize;
+    let spec = env.cfg.spec(set).clone();
+    let change = DirChange::AddSet {
+        set: dir_entry(env, set),
+        begin: spec.uids_of(range.start).start,
+        end: spec.uid_end,
+    };
+    append(env, logs, home, Command::Directory(change));
+    let dir = env.truth[home].directory.clone().expect("the directory");
+    append(env, logs, set, Command::CopyDirectory(dir));
+    let floors = vec![0; range.len()];
+    let first = range.start;
+    let call = seqsvr_core::SetCall {
+        set: spec.set_id,
+        move_id: 0,
+        begin: spec.uids_of(range.start).start,
+        end: spec.uid_end,
+        kind: seqsvr_core::SetKind::Addition,
+    };
+    let install = Command::Install {
+        first,
+        floors,
+        call,
+    };
+    append(env, logs, set, install);
+}
+
+/// Set `set`'s AllocSvrs registered (their first processes, as
+/// `incarnations`) and the sections `range` spread over them in turn.
+fn spread(
+    env: &mut Env,
+    logs: &mut [Vec<crate::model::EntryRef>],
+    set: usize,
+    range: Range<SectionId>,
+    incarnations: &[Incarnation],
+) {
+    let l = env.cfg.layout();
+    for (a, inc) in incarnations.iter().enumerate() {
+        let p = l.first_slot(set, a);
+        let cmd = Command::RegisterAlloc {
+            alloc: crate::model::alloc_name(set, a),
+            addr: client_addr(p),
+            peer_addr: peer_addr(p),
+            admin_addr: admin_addr(p),
+            incarnation: *inc,
+            replaces: 0,
+        };
+        append(env, logs, set, cmd);
+    }
+    for s in range {
+        let cmd = Command::Assign {
+            alloc: crate::model::alloc_name(set, s as usize % incarnations.len()),
+            first: s,
+            expected: vec![env.truth[set].sections[s as usize].epoch],
+        };
+        append(env, logs, set, cmd);
+    }
 }
 
 /// Applies a bootstrap command to `set`'s committed state and appends it

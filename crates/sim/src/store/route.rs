@@ -140,58 +140,7 @@ impl Store {
                 None => return self.want(env, r, Want::Write(p)),
             },
             StoreReq::Status => unreachable!("answered by any replica"),
-            StoreReq::Install {
-                first,
-                floors,
-                call,
-            } => Command::Install {
-                first: *first,
-                floors: floors.clone(),
-                call: *call,
-            },
-            StoreReq::Fence { alloc, incarnation } => Command::FenceAlloc {
-                alloc: alloc.clone(),
-                incarnation: *incarnation,
-            },
-            StoreReq::ChangeDirectory(c) => Command::Directory(c.clone()),
-            StoreReq::CopyDirectory(d) => Command::CopyDirectory(d.clone()),
-            StoreReq::TakeOver {
-                alloc,
-                incarnation,
-                first,
-                known,
-            } => Command::TakeOver {
-                alloc: alloc.clone(),
-                incarnation: *incarnation,
-                first: *first,
-                known: known.clone(),
-            },
-            StoreReq::Raise {
-                alloc,
-                incarnation,
-                section,
-                epoch,
-                to,
-            } => Command::Raise {
-                alloc: alloc.clone(),
-                incarnation: *incarnation,
-                section: *section,
-                epoch: *epoch,
-                to: *to,
-            },
-            StoreReq::Handoff {
-                from,
-                incarnation,
-                to,
-                section,
-                epoch,
-            } => Command::Handoff {
-                from: from.clone(),
-                incarnation: *incarnation,
-                to: to.clone(),
-                section: *section,
-                epoch: *epoch,
-            },
+            direct => direct_command(direct),
         };
         if env.cfg.knobs.ack_before_commit && matches!(cmd, Command::Raise { .. }) {
             // Answered from the leader's applied state with the raise on
@@ -288,6 +237,66 @@ impl Store {
     }
 }
 
+/// The command a write the store makes as asked (no barrier, no
+/// decision of the arbiter's) is written as.
+fn direct_command(req: &StoreReq) -> Command {
+    match req {
+        StoreReq::Install {
+            first,
+            floors,
+            call,
+        } => Command::Install {
+            first: *first,
+            floors: floors.clone(),
+            call: *call,
+        },
+        StoreReq::Fence { alloc, incarnation } => Command::FenceAlloc {
+            alloc: alloc.clone(),
+            incarnation: *incarnation,
+        },
+        StoreReq::ChangeDirectory(c) => Command::Directory(c.clone()),
+        StoreReq::CopyDirectory(d) => Command::CopyDirectory(d.clone()),
+        StoreReq::TakeOver {
+            alloc,
+            incarnation,
+            first,
+            known,
+        } => Command::TakeOver {
+            alloc: alloc.clone(),
+            incarnation: *incarnation,
+            first: *first,
+            known: known.clone(),
+        },
+        StoreReq::Raise {
+            alloc,
+            incarnation,
+            section,
+            epoch,
+            to,
+        } => Command::Raise {
+            alloc: alloc.clone(),
+            incarnation: *incarnation,
+            section: *section,
+            epoch: *epoch,
+            to: *to,
+        },
+        StoreReq::Handoff {
+            from,
+            incarnation,
+            to,
+            section,
+            epoch,
+        } => Command::Handoff {
+            from: from.clone(),
+            incarnation: *incarnation,
+            to: to.clone(),
+            section: *section,
+            epoch: *epoch,
+        },
+        other => unreachable!("{other:?} is not written as asked"),
+    }
+}
+
 /// A section's record as `ReadSections` reports it.
 fn read_section(st: &SetState, section: SectionId) -> StoreResp {
     let Some(rec) = st.sections.get(section as usize) else {
@@ -298,10 +307,6 @@ fn read_section(st: &SetState, section: SectionId) -> StoreResp {
     };
     Ok(StoreOk::Section(SectionInfo {
         section,
-        max_seq: rec.max_seq,
-        epoch: rec.epoch,
-        owner: rec.owner.clone(),
-        incarnation: rec.incarnation,
-        start: rec.start,
+        record: rec.clone(),
     }))
 }

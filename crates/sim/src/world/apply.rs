@@ -8,7 +8,9 @@ use seqsvr_core::{Grant, SectionId};
 use super::World;
 use crate::env::{trace, Env};
 use crate::faults::{AdoptFate, Fault, Forgery};
-use crate::model::{alloc_name, AdminMsg, CallRef, Msg, PeerMsg, Pending, StoreMsg, StoreReq};
+use crate::model::{
+    alloc_name, AdminMsg, CallRef, Msg, PeerMsg, Pending, Slot, StoreMsg, StoreReq,
+};
 use crate::mover::Cmd;
 use crate::net::Node;
 
@@ -17,6 +19,47 @@ impl World {
     pub(super) fn apply_fault(&mut self, i: usize) {
         let fault = self.env.cfg.faults[i].1.clone();
         trace!(self.env, "FAULT #{i}: {fault}");
+        match fault {
+            f @ (Fault::IsolateReplica { .. }
+            | Fault::DeposeLeader { .. }
+            | Fault::CutAlloc { .. }
+            | Fault::Heal { .. }
+            | Fault::SlowNetwork { .. }) => self.apply_network_fault(i, f),
+            f @ (Fault::CrashLeader { .. }
+            | Fault::CrashReplica { .. }
+            | Fault::RestartReplica { .. }
+            | Fault::PauseReplica { .. }) => self.apply_replica_fault(i, f),
+            f @ (Fault::CrashAlloc { .. }
+            | Fault::RestartAlloc { .. }
+            | Fault::PauseAlloc { .. }
+            | Fault::PauseAfterAdmit { .. }
+            | Fault::PauseInRenewal { .. }
+            | Fault::PauseAfterClaim { .. }
+            | Fault::StartTwin { .. }) => self.apply_alloc_fault(f),
+            f @ (Fault::Handoff { .. } | Fault::HandoffOf { .. } | Fault::ForgeAdopt { .. }) => {
+                self.apply_handoff_fault(f)
+            }
+            f @ (Fault::HandoffRoundTrip { .. } | Fault::HandBack { .. }) => {
+                self.apply_round_trip(i, f)
+            }
+            f @ (Fault::OperatorAssign { .. }
+            | Fault::SetLease { .. }
+            | Fault::MoveRange { .. }
+            | Fault::MoveBeside { .. }
+            | Fault::CrashMover
+            | Fault::PauseMover { .. }
+            | Fault::MoveAgain
+            | Fault::ResumeMove) => self.apply_operator_fault(f),
+            f @ (Fault::Fence { .. }
+            | Fault::MoveAway { .. }
+            | Fault::AddSetAgain { .. }
+            | Fault::ForgeForwarded { .. }) => self.apply_trust_fault(f),
+            Fault::HealEverything => self.heal_everything(),
+        }
+    }
+
+    /// A network fault: links cut one way or both, healed, slowed.
+    fn apply_network_fault(&mut self, i: usize, fault: Fault) {
         let env = &mut self.env;
         let l = env.cfg.layout();
         match fault {
@@ -63,27 +106,16 @@ impl World {
                     env.net.heal_one_way(x, y);
                 }
             }
-            Fault::CrashAlloc { a } => self.allocs.crash(a),
-            Fault::RestartAlloc { a } => self.allocs.restart(env, a),
-            Fault::PauseAlloc { a, dur } => self.allocs.pause(env, a, dur),
-            Fault::PauseAfterAdmit { a, dur } => {
-                let p = &mut self.allocs.procs[a];
-                if p.up && !p.paused {
-                    p.pause_on_admit = Some(dur);
-                }
-            }
-            Fault::PauseInRenewal { a, dur } => {
-                let p = &mut self.allocs.procs[a];
-                if p.up && !p.paused {
-                    p.pause_on_renewal = Some(dur);
-                }
-            }
-            Fault::PauseAfterClaim { a, dur } => {
-                let p = &mut self.allocs.procs[a];
-                if p.up && !p.paused {
-                    p.pause_on_claim = Some(dur);
-                }
-            }
+            Fault::SlowNetwork { dur } => env.net.slow_until = env.now + dur,
+            other => unreachable!("{other} is not a network fault"),
+        }
+    }
+
+    /// A store replica crashed, restarted or paused.
+    fn apply_replica_fault(&mut self, i: usize, fault: Fault) {
+        let env = &mut self.env;
+        let l = env.cfg.layout();
+        match fault {
             Fault::CrashLeader { set } => {
                 if let Some(r) = self.stores[set].believed_leader() {
                     self.stores[set].crash(env, r);
@@ -118,7 +150,46 @@ impl World {
                     store.pause(env, t, dur);
                 }
             }
-            Fault::SlowNetwork { dur } => env.net.slow_until = env.now + dur,
+            other => unreachable!("{other} is not a replica fault"),
+        }
+    }
+
+    /// An AllocSvr process crashed, restarted, paused (now or at its next
+    /// admit, renewal or claim), or its twin started.
+    fn apply_alloc_fault(&mut self, fault: Fault) {
+        let env = &mut self.env;
+        let l = env.cfg.layout();
+        match fault {
+            Fault::CrashAlloc { a } => self.allocs.crash(a),
+            Fault::RestartAlloc { a } => self.allocs.restart(env, a),
+            Fault::PauseAlloc { a, dur } => self.allocs.pause(env, a, dur),
+            Fault::PauseAfterAdmit { a, dur } => {
+                let p = &mut self.allocs.procs[a];
+                if p.up && !p.paused {
+                    p.pause_on_admit = Some(dur);
+                }
+            }
+            Fault::PauseInRenewal { a, dur } => {
+                let p = &mut self.allocs.procs[a];
+                if p.up && !p.paused {
+                    p.pause_on_renewal = Some(dur);
+                }
+            }
+            Fault::PauseAfterClaim { a, dur } => {
+                let p = &mut self.allocs.procs[a];
+                if p.up && !p.paused {
+                    p.pause_on_claim = Some(dur);
+                }
+            }
+            Fault::StartTwin { set, a } => self.allocs.restart(env, l.twin_slot(set, a)),
+            other => unreachable!("{other} is not an AllocSvr fault"),
+        }
+    }
+
+    /// An operator's handoffs (`AllocAdmin.Handoff`), and a forged adopt.
+    fn apply_handoff_fault(&mut self, fault: Fault) {
+        let env = &mut self.env;
+        match fault {
             Fault::Handoff {
                 from,
                 to,
@@ -144,12 +215,26 @@ impl World {
             Fault::HandoffOf { from, to, section } => {
                 let p = &self.allocs.procs[from];
                 let moves = vec![(section, alloc_name(p.set, to))];
-                let m = Msg::Admin(AdminMsg::Handoff {
-                    moves,
-                    fate: AdoptFate::Normal,
-                });
-                env.send(Node::Operator, Node::Alloc(from), m);
+                ask_handoff(env, from, moves);
             }
+            Fault::ForgeAdopt { to, kind } => {
+                let p = &self.allocs.procs[to];
+                let grant = forge(env, p.set, &p.id, kind);
+                let id = env.fresh_id();
+                trace!(env, "forged adopt to p{to}: {grant:?}");
+                let m = Msg::Peer(PeerMsg::Adopt { id, grant });
+                env.send(Node::Operator, Node::Alloc(to), m);
+            }
+            other => unreachable!("{other} is not a handoff fault"),
+        }
+    }
+
+    /// A handoff whose section is to come back (`HandoffRoundTrip`), and
+    /// its return (`HandBack`).
+    fn apply_round_trip(&mut self, i: usize, fault: Fault) {
+        let env = &mut self.env;
+        let l = env.cfg.layout();
+        match fault {
             Fault::HandoffRoundTrip {
                 from,
                 to,
@@ -169,11 +254,7 @@ impl World {
                 (env.net.stalls).push((Node::Alloc(from), env.now + window, stall));
                 self.faults.round_trips.insert(i, (s, from));
                 let moves = vec![(s, alloc_name(p.set, to))];
-                let m = Msg::Admin(AdminMsg::Handoff {
-                    moves,
-                    fate: AdoptFate::Normal,
-                });
-                env.send(Node::Operator, Node::Alloc(from), m);
+                ask_handoff(env, from, moves);
             }
             Fault::HandBack { of } => {
                 let Some((s, from)) = self.faults.round_trips.remove(&of) else {
@@ -186,20 +267,17 @@ impl World {
                     return;
                 };
                 let moves = vec![(s, self.allocs.procs[from].id.clone())];
-                let m = Msg::Admin(AdminMsg::Handoff {
-                    moves,
-                    fate: AdoptFate::Normal,
-                });
-                env.send(Node::Operator, Node::Alloc(q), m);
+                ask_handoff(env, q, moves);
             }
-            Fault::ForgeAdopt { to, kind } => {
-                let p = &self.allocs.procs[to];
-                let grant = forge(env, p.set, &p.id, kind);
-                let id = env.fresh_id();
-                trace!(env, "forged adopt to p{to}: {grant:?}");
-                let m = Msg::Peer(PeerMsg::Adopt { id, grant });
-                env.send(Node::Operator, Node::Alloc(to), m);
-            }
+            other => unreachable!("{other} is not a round trip fault"),
+        }
+    }
+
+    /// An operator's store calls and range moves (the mover crashed,
+    /// paused, run again).
+    fn apply_operator_fault(&mut self, fault: Fault) {
+        let env = &mut self.env;
+        match fault {
             Fault::OperatorAssign {
                 set,
                 to,
@@ -222,7 +300,6 @@ impl World {
                 };
                 self.operator.call(env, set, req);
             }
-            Fault::StartTwin { set, a } => self.allocs.restart(env, l.twin_slot(set, a)),
             Fault::SetLease { set, terms } => {
                 self.operator.call(env, set, StoreReq::SetLease(terms))
             }
@@ -264,38 +341,41 @@ impl World {
                     self.movers.start(env, cmd, None);
                 }
             }
-            f @ (Fault::Fence { .. }
-            | Fault::MoveAway { .. }
-            | Fault::AddSetAgain { .. }
-            | Fault::ForgeForwarded { .. }) => self.apply_trust_fault(f),
-            Fault::HealEverything => {
-                env.net.heal_all();
-                self.faults.cuts.clear();
-                for store in &mut self.stores {
-                    for r in 0..store.len() {
-                        store.restart(env, r);
-                    }
-                }
-                for set in 0..l.sets {
-                    for a in 0..l.allocs {
-                        let p = l.first_slot(set, a);
-                        if self.allocs.procs[p].fenced {
-                            self.allocs.crash(p);
-                        }
-                        self.allocs.restart(env, p);
-                        self.allocs.procs[p].pause_on_admit = None;
-                        self.allocs.procs[p].pause_on_renewal = None;
-                        self.allocs.procs[p].pause_on_claim = None;
-                        self.allocs.crash(l.twin_slot(set, a));
-                    }
-                }
-                // The operator finishes a move left half done (stopping
-                // any mover still running first).
-                if let Some(cmd) = pending_move(env) {
-                    self.movers.crash(env);
-                    self.movers.start(env, cmd, None);
-                }
+            other => unreachable!("{other} is not an operator fault"),
+        }
+    }
+
+    /// The final heal: every link healed, every replica and first process
+    /// restarted (a fenced one crashed first), the twins stopped, and a move
+    /// left half done finished.
+    fn heal_everything(&mut self) {
+        let env = &mut self.env;
+        let l = env.cfg.layout();
+        env.net.heal_all();
+        self.faults.cuts.clear();
+        for store in &mut self.stores {
+            for r in 0..store.len() {
+                store.restart(env, r);
             }
+        }
+        for set in 0..l.sets {
+            for a in 0..l.allocs {
+                let p = l.first_slot(set, a);
+                if self.allocs.procs[p].fenced {
+                    self.allocs.crash(p);
+                }
+                self.allocs.restart(env, p);
+                self.allocs.procs[p].pause_on_admit = None;
+                self.allocs.procs[p].pause_on_renewal = None;
+                self.allocs.procs[p].pause_on_claim = None;
+                self.allocs.crash(l.twin_slot(set, a));
+            }
+        }
+        // The operator finishes a move left half done (stopping
+        // any mover still running first).
+        if let Some(cmd) = pending_move(env) {
+            self.movers.crash(env);
+            self.movers.start(env, cmd, None);
         }
     }
 
@@ -303,7 +383,6 @@ impl World {
     /// `MoveAway`, `AddSetAgain`, `ForgeForwarded`).
     fn apply_trust_fault(&mut self, fault: Fault) {
         let env = &mut self.env;
-        let l = env.cfg.layout();
         match fault {
             Fault::Fence { a } => {
                 let p = &self.allocs.procs[a];
@@ -340,79 +419,89 @@ impl World {
                     self.movers.start(env, cmd, None);
                 }
             }
-            Fault::AddSetAgain { set } => {
-                let Some(dir) = env.truth[HOME_SET as usize].directory.as_ref() else {
-                    return;
-                };
-                let spec = env.cfg.spec(set).clone();
-                let id = spec.set_id;
-                let (begin, end) = match dir.moving {
-                    Some(m) if m.from == id || m.to == id => (m.begin, m.end),
-                    // The range it was added with: what its span holds
-                    // beyond the set before it (`bootstrap_logs`).
-                    _ => (env.cfg.spec(set - 1).uid_end, spec.uid_end),
-                };
-                let (Some(first), Some(last)) = (spec.section_of(begin), spec.section_of(end - 1))
-                else {
-                    return;
-                };
-                env.stats.additions_repeated += 1;
-                let call = seqsvr_core::SetCall {
-                    set: id,
-                    move_id: 0,
-                    begin,
-                    end,
-                    kind: seqsvr_core::SetKind::Addition,
-                };
-                let req = StoreReq::Install {
-                    first,
-                    floors: vec![0; (last - first + 1) as usize],
-                    call,
-                };
-                self.operator.call(env, set, req);
-            }
-            Fault::ForgeForwarded { by, a, to } => {
-                let p = &self.allocs.procs[a];
-                let set = p.set;
-                let mine: Vec<SectionId> = (env.truth[set].sections.iter().enumerate())
-                    .filter(|(_, r)| r.owner.as_deref() == Some(p.id.as_str()))
-                    .map(|(s, _)| s as SectionId)
-                    .collect();
-                let Some(leader) = self.stores[set].believed_leader() else {
-                    return;
-                };
-                if mine.is_empty() {
-                    return;
-                }
-                let s = mine[env.rng.pick(mine.len())];
-                let rec = &env.truth[set].sections[s as usize];
-                let req = StoreReq::Handoff {
-                    from: p.id.clone(),
-                    incarnation: rec.incarnation,
-                    to: alloc_name(set, to),
-                    section: s,
-                    epoch: rec.epoch,
-                };
-                trace!(env, "r{by} forges {req:?}");
-                let call = CallRef {
-                    node: Node::Replica(by),
-                    life: 0,
-                    call: env.fresh_id(),
-                    attempt: 0,
-                };
-                // As a member's forward would look (its answer goes back
-                // through the forwarder, which has no such call).
-                let fwd = Pending {
-                    call,
-                    req,
-                    forwarded: true,
-                    via: Some((leader, env.fresh_id())),
-                };
-                let to = Node::Replica(l.replica(set, leader));
-                env.send(Node::Replica(by), to, Msg::Store(StoreMsg::Req(fwd)));
-            }
+            Fault::AddSetAgain { set } => self.add_set_again(set),
+            Fault::ForgeForwarded { by, a, to } => self.forge_forwarded(by, a, to),
             other => unreachable!("{other} is not one of the trust faults"),
         }
+    }
+
+    /// An operator adds set `set` again (`Fault::AddSetAgain`): the
+    /// addition's install repeated, with the range it was added with.
+    fn add_set_again(&mut self, set: usize) {
+        let env = &mut self.env;
+        let Some(dir) = env.truth[HOME_SET as usize].directory.as_ref() else {
+            return;
+        };
+        let spec = env.cfg.spec(set).clone();
+        let id = spec.set_id;
+        let (begin, end) = match dir.moving {
+            Some(m) if m.from == id || m.to == id => (m.begin, m.end),
+            // The range it was added with: what its span holds
+            // beyond the set before it (`bootstrap_logs`).
+            _ => (env.cfg.spec(set - 1).uid_end, spec.uid_end),
+        };
+        let (Some(first), Some(last)) = (spec.section_of(begin), spec.section_of(end - 1)) else {
+            return;
+        };
+        env.stats.additions_repeated += 1;
+        let call = seqsvr_core::SetCall {
+            set: id,
+            move_id: 0,
+            begin,
+            end,
+            kind: seqsvr_core::SetKind::Addition,
+        };
+        let req = StoreReq::Install {
+            first,
+            floors: vec![0; (last - first + 1) as usize],
+            call,
+        };
+        self.operator.call(env, set, req);
+    }
+
+    /// A member replica `by` forwards a forged `Handoff` of one of process
+    /// `a`'s sections to `to` (`Fault::ForgeForwarded`).
+    fn forge_forwarded(&mut self, by: usize, a: Slot, to: usize) {
+        let env = &mut self.env;
+        let l = env.cfg.layout();
+        let p = &self.allocs.procs[a];
+        let set = p.set;
+        let mine: Vec<SectionId> = (env.truth[set].sections.iter().enumerate())
+            .filter(|(_, r)| r.owner.as_deref() == Some(p.id.as_str()))
+            .map(|(s, _)| s as SectionId)
+            .collect();
+        let Some(leader) = self.stores[set].believed_leader() else {
+            return;
+        };
+        if mine.is_empty() {
+            return;
+        }
+        let s = mine[env.rng.pick(mine.len())];
+        let rec = &env.truth[set].sections[s as usize];
+        let req = StoreReq::Handoff {
+            from: p.id.clone(),
+            incarnation: rec.incarnation,
+            to: alloc_name(set, to),
+            section: s,
+            epoch: rec.epoch,
+        };
+        trace!(env, "r{by} forges {req:?}");
+        let call = CallRef {
+            node: Node::Replica(by),
+            life: 0,
+            call: env.fresh_id(),
+            attempt: 0,
+        };
+        // As a member's forward would look (its answer goes back
+        // through the forwarder, which has no such call).
+        let fwd = Pending {
+            call,
+            req,
+            forwarded: true,
+            via: Some((leader, env.fresh_id())),
+        };
+        let to = Node::Replica(l.replica(set, leader));
+        env.send(Node::Replica(by), to, Msg::Store(StoreMsg::Req(fwd)));
     }
 
     /// Cuts `links` both ways, remembering them under fault `i`.
@@ -427,6 +516,16 @@ impl World {
         }
         self.faults.cuts.entry(i).or_default().extend(cuts);
     }
+}
+
+/// The operator asks AllocSvr process `to` to hand `moves` off
+/// (`AllocAdmin.Handoff`), its adopts delivered normally.
+fn ask_handoff(env: &mut Env, to: Slot, moves: Vec<(SectionId, String)>) {
+    let m = Msg::Admin(AdminMsg::Handoff {
+        moves,
+        fate: AdoptFate::Normal,
+    });
+    env.send(Node::Operator, Node::Alloc(to), m);
 }
 
 /// The command that finishes the move under way, if any (the committed

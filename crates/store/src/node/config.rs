@@ -254,6 +254,20 @@ impl StoreConfig {
 
     /// Checks the config for mistakes that would otherwise surface late.
     pub fn validate(&self) -> Result<()> {
+        self.check_members()?;
+        self.check_addrs()?;
+        self.set.validate().map_err(|e| config_err("set", e))?;
+        self.check_allocs()?;
+        self.check_timing()?;
+        self.limits
+            .validate()
+            .map_err(|e| config_err("limits", e))?;
+        Ok(())
+    }
+
+    /// The members: at least one, ids unique and ≥ 1, addresses unique and
+    /// well formed, this replica among them.
+    fn check_members(&self) -> Result<()> {
         if self.members.is_empty() {
             return Err(config_err("members", "no members"));
         }
@@ -280,6 +294,12 @@ impl StoreConfig {
                 format!("{} is not among the members", self.id),
             ));
         }
+        Ok(())
+    }
+
+    /// The planes' and metrics' addresses (each plane its own), the reads'
+    /// limit, and the legacy certificates switch.
+    fn check_addrs(&self) -> Result<()> {
         check_host_port("client_addr", &self.client_addr)?;
         check_host_port("admin_addr", &self.admin_addr)?;
         if self.max_concurrent_reads == 0 {
@@ -308,7 +328,12 @@ impl StoreConfig {
                 "each plane needs its own address",
             ));
         }
-        self.set.validate().map_err(|e| config_err("set", e))?;
+        Ok(())
+    }
+
+    /// The AllocSvrs listed at bootstrap: each once, their sections in the
+    /// set and not overlapping.
+    fn check_allocs(&self) -> Result<()> {
         let mut taken = vec![false; self.set.section_count() as usize];
         let mut seen = std::collections::BTreeSet::new();
         for a in &self.allocs {
@@ -337,6 +362,11 @@ impl StoreConfig {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// The lease terms, rebalancing, the lease tick and Raft's timing.
+    fn check_timing(&self) -> Result<()> {
         self.lease
             .terms()
             .validate()
@@ -360,9 +390,6 @@ impl StoreConfig {
         if t.snapshot_every == 0 {
             return Err(config_err("raft.snapshot_every", "must be at least 1"));
         }
-        self.limits
-            .validate()
-            .map_err(|e| config_err("limits", e))?;
         Ok(())
     }
 

@@ -55,6 +55,7 @@ use crate::service::StoreApi;
 use crate::state_machine::StateMachine;
 use crate::types::{Command, NodeId, Raft};
 use seqsvr_net::TlsConfig;
+use seqsvr_store_api::client::{connector, Connector};
 use seqsvr_store_api::{Error, Result};
 use seqsvr_store_core::arbiter::Runs;
 use seqsvr_store_core::backup::RestorePlan;
@@ -200,45 +201,20 @@ impl StoreNode {
         let at = |e: &dyn std::fmt::Display| {
             Error::Internal(format!("data dir {}: {e}", cfg.data_dir.display()))
         };
-        let tls = match &cfg.tls {
-            Some(t) => Some(Tls::load(
-                t,
-                cfg.set.set_id,
-                cfg.id,
-                cfg.legacy_store_certificates,
-            )?),
-            None => None,
-        };
+        let tls = (cfg.tls.as_ref())
+            .map(|t| Tls::load(t, cfg.set.set_id, cfg.id, cfg.legacy_store_certificates))
+            .transpose()?;
         let metrics = crate::metrics::StoreMetrics::new(cfg.id, cfg.set.set_id)
             .map_err(|e| Error::Internal(format!("metrics: {e}")))?;
-        let disk = Disk::open(&cfg.data_dir).map_err(|e| at(&e))?;
-        claim_identity(&disk, cfg.id)?;
-        let log = LogStore::open(&disk)
-            .map_err(|e| at(&e))?
-            .with_stages(metrics.stages.clone());
-        let fresh = log.is_fresh().map_err(|e| at(&e))?;
-        let sm = StateMachine::open(&disk)
-            .map_err(|e| at(&e))?
-            .with_stages(metrics.stages.clone());
-        check_stored_set(&sm, &cfg)?;
+        let (disk, log, sm, fresh) = open_storage(&cfg, &metrics)?;
         let raft_cfg = Arc::new(cfg.raft_config()?);
-        let connect = seqsvr_store_api::client::connector(tls.as_ref().map(|t| t.client.clone()));
-        // The home group's replicas, for this set's directory entry.
-        let home_connect = seqsvr_store_api::client::connector(tls.as_ref().map(|t| {
-            (t.client.clone()).expecting(seqsvr_net::ServerRole::Store(
-                seqsvr_core::directory::HOME_SET,
-            ))
-        }));
+        let dial = Dialers::new(tls.as_ref());
         if fresh {
-            if let Some(why) = bootstrap::lost_disk(&cfg, &connect).await {
+            if let Some(why) = bootstrap::lost_disk(&cfg, &dial.group).await {
                 return Err(Error::Config(why));
             }
         }
-        // The set's AllocSvrs' admin planes, for a rebalance's handoffs.
-        let alloc_connect = seqsvr_store_api::client::connector(
-            (tls.as_ref()).map(|t| (t.client.clone()).expecting(seqsvr_net::ServerRole::Alloc)),
-        );
-        let network = Network::new(connect.clone(), metrics.stages.clone());
+        let network = Network::new(dial.group.clone(), metrics.stages.clone());
         let isolated = network.isolated.clone();
         let raft = Raft::new(cfg.id, raft_cfg, network, log, sm.clone())
             .await
@@ -261,9 +237,9 @@ impl StoreNode {
             sm,
             proposer: Proposer::spawn(raft.clone(), metrics.stages.clone()),
             disk,
-            connect,
-            home_connect,
-            alloc_connect,
+            connect: dial.group,
+            home_connect: dial.home,
+            alloc_connect: dial.allocs,
             peers: Default::default(),
             arbiter: Arc::new(Arbiter::new(
                 ArbiterConfig {
@@ -276,65 +252,15 @@ impl StoreNode {
                 cfg.set.set_id,
                 cfg.legacy_store_certificates,
             ),
-            isolated: isolated.clone(),
+            isolated,
             metrics,
             member_changes: Default::default(),
             barriers: crate::service::barriers(&raft),
             route_snapshot: Default::default(),
             reads: Arc::new(tokio::sync::Semaphore::new(cfg.max_concurrent_reads)),
         };
-        let kinds = seqsvr_proto::kind_labels();
-        let calls = |plane: &str, paths: &[&str]| {
-            seqsvr_net::calls::CallMetrics::register(&api.metrics.registry, plane, paths, &kinds)
-                .map(seqsvr_net::calls::CallMetricsLayer)
-                .map_err(|e| Error::Internal(format!("metrics: {e}")))
-        };
-        let mut servers = vec![
-            tokio::spawn(serve_peer(api.clone(), peer, calls("peer", PEER_PATHS)?)),
-            tokio::spawn(serve_client(
-                api.clone(),
-                client,
-                calls("client", CLIENT_PATHS)?,
-            )),
-            tokio::spawn(serve_admin(
-                api.clone(),
-                admin,
-                calls("admin", ADMIN_PATHS)?,
-            )),
-        ];
-        if let Some(tcp) = listeners.metrics {
-            let a = api.clone();
-            let render: seqsvr_net::metrics::Render =
-                Arc::new(move || a.metrics.render(a.id, &a.raft, &a.sm, &a.disk, &a.arbiter));
-            let insecure = cfg.insecure;
-            servers.push(tokio::spawn(async move {
-                if let Err(e) = seqsvr_net::metrics::serve(tcp, render, insecure).await {
-                    tracing::error!("metrics listener: {e}");
-                }
-            }));
-        }
-        let mut tasks = Vec::new();
-        #[cfg(feature = "fault-hooks")]
-        tasks.push(tokio::spawn(
-            isolated.watch(cfg.data_dir.join(crate::fault::ISOLATE_FILE)),
-        ));
-        if may_initialise(&cfg, fresh) {
-            tasks.push(tokio::spawn(bootstrap(
-                raft.clone(),
-                cfg.clone(),
-                api.connect.clone(),
-            )));
-        } else if fresh && cfg.join {
-            tracing::info!("joining a running group: waiting for its leader to add this replica");
-        }
-        tasks.push(tokio::spawn(arbitrate(api.clone())));
-        tasks.push(tokio::spawn(watch::watch(api.raft.clone(), api.id)));
-        tasks.push(tokio::spawn(configure_set(
-            api.clone(),
-            cfg.clone(),
-            restore,
-        )));
-        tasks.push(tokio::spawn(home::keep_own_entry(api.clone())));
+        let servers = serve(&api, [peer, client, admin], listeners.metrics, cfg.insecure)?;
+        let tasks = spawn_tasks(&api, &cfg, fresh, restore);
         tracing::info!(id = cfg.id, peer = %addrs.peer, client = %addrs.client, admin = %addrs.admin, fresh, "store replica started");
         Ok(StoreNode {
             raft,
@@ -423,6 +349,129 @@ fn check_own_role(
         )),
         _ => Err(format!("names {role}, not this replica ({want})")),
     }
+}
+
+/// Whom a replica dials, each expecting the role its certificate must
+/// show.
+struct Dialers {
+    /// Its group's replicas.
+    group: Connector,
+    /// The home group's replicas, for this set's directory entry.
+    home: Connector,
+    /// The set's AllocSvrs' admin planes, for a rebalance's handoffs.
+    allocs: Connector,
+}
+
+impl Dialers {
+    fn new(tls: Option<&Tls>) -> Self {
+        let expecting = |role| tls.map(|t| (t.client.clone()).expecting(role));
+        let home = seqsvr_net::ServerRole::Store(seqsvr_core::directory::HOME_SET);
+        Dialers {
+            group: connector(tls.map(|t| t.client.clone())),
+            home: connector(expecting(home)),
+            allocs: connector(expecting(seqsvr_net::ServerRole::Alloc)),
+        }
+    }
+}
+
+/// Opens the data dir: the disk (claimed for replica `cfg.id`), the log
+/// and the state machine (its stored set checked against the config's).
+/// The last value says whether nothing was ever logged here (fresh).
+fn open_storage(
+    cfg: &StoreConfig,
+    metrics: &crate::metrics::StoreMetrics,
+) -> Result<(Disk, LogStore, StateMachine, bool)> {
+    let at = |e: &dyn std::fmt::Display| {
+        Error::Internal(format!("data dir {}: {e}", cfg.data_dir.display()))
+    };
+    let disk = Disk::open(&cfg.data_dir).map_err(|e| at(&e))?;
+    claim_identity(&disk, cfg.id)?;
+    let log = LogStore::open(&disk)
+        .map_err(|e| at(&e))?
+        .with_stages(metrics.stages.clone());
+    let fresh = log.is_fresh().map_err(|e| at(&e))?;
+    let sm = StateMachine::open(&disk)
+        .map_err(|e| at(&e))?
+        .with_stages(metrics.stages.clone());
+    check_stored_set(&sm, cfg)?;
+    Ok((disk, log, sm, fresh))
+}
+
+/// Serves `api` on the peer, client and admin `planes`, and the metrics
+/// on `metrics` if there is one (plain HTTP only if `insecure`).
+fn serve(
+    api: &StoreApi,
+    planes: [seqsvr_net::Listener; 3],
+    metrics: Option<TcpListener>,
+    insecure: bool,
+) -> Result<Vec<JoinHandle<()>>> {
+    let [peer, client, admin] = planes;
+    let kinds = seqsvr_proto::kind_labels();
+    let calls = |plane: &str, paths: &[&str]| {
+        seqsvr_net::calls::CallMetrics::register(&api.metrics.registry, plane, paths, &kinds)
+            .map(seqsvr_net::calls::CallMetricsLayer)
+            .map_err(|e| Error::Internal(format!("metrics: {e}")))
+    };
+    let mut servers = vec![
+        tokio::spawn(serve_peer(api.clone(), peer, calls("peer", PEER_PATHS)?)),
+        tokio::spawn(serve_client(
+            api.clone(),
+            client,
+            calls("client", CLIENT_PATHS)?,
+        )),
+        tokio::spawn(serve_admin(
+            api.clone(),
+            admin,
+            calls("admin", ADMIN_PATHS)?,
+        )),
+    ];
+    if let Some(tcp) = metrics {
+        let a = api.clone();
+        let render: seqsvr_net::metrics::Render =
+            Arc::new(move || a.metrics.render(a.id, &a.raft, &a.sm, &a.disk, &a.arbiter));
+        servers.push(tokio::spawn(async move {
+            if let Err(e) = seqsvr_net::metrics::serve(tcp, render, insecure).await {
+                tracing::error!("metrics listener: {e}");
+            }
+        }));
+    }
+    Ok(servers)
+}
+
+/// A replica's background tasks: the fault hook (a test build's), the
+/// group's bootstrap (by the lowest member of a fresh group), the
+/// arbiter, the leadership watch, the set's configuration (with the
+/// backup to restore, if any) and its own entry in the home set's
+/// directory.
+fn spawn_tasks(
+    api: &StoreApi,
+    cfg: &StoreConfig,
+    fresh: bool,
+    restore: Option<Arc<RestorePlan>>,
+) -> Vec<JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    #[cfg(feature = "fault-hooks")]
+    tasks.push(tokio::spawn(
+        (api.isolated.clone()).watch(cfg.data_dir.join(crate::fault::ISOLATE_FILE)),
+    ));
+    if may_initialise(cfg, fresh) {
+        tasks.push(tokio::spawn(bootstrap(
+            api.raft.clone(),
+            cfg.clone(),
+            api.connect.clone(),
+        )));
+    } else if fresh && cfg.join {
+        tracing::info!("joining a running group: waiting for its leader to add this replica");
+    }
+    tasks.push(tokio::spawn(arbitrate(api.clone())));
+    tasks.push(tokio::spawn(watch::watch(api.raft.clone(), api.id)));
+    tasks.push(tokio::spawn(configure_set(
+        api.clone(),
+        cfg.clone(),
+        restore,
+    )));
+    tasks.push(tokio::spawn(home::keep_own_entry(api.clone())));
+    tasks
 }
 
 fn plane_listener(

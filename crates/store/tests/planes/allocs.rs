@@ -200,8 +200,8 @@ async fn a_fenced_alloc_leaves_the_list_by_itself_once_its_sections_moved() {
     );
     // Its section moved to the live a before it left.
     let s5 = a.read_sections(5, 1).await.unwrap();
-    assert_eq!(s5[0].owner.as_deref(), Some("a"), "{s5:?}");
-    assert!(s5[0].epoch > b_grant.epoch);
+    assert_eq!(s5[0].record.owner.as_deref(), Some("a"), "{s5:?}");
+    assert!(s5[0].record.epoch > b_grant.epoch);
     let r = b.renew("b", 7).await;
     assert!(
         matches!(r, Err(Error::Rejected(Rejection::NotRegistered { .. }))),

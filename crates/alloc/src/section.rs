@@ -41,8 +41,7 @@
 //! any uid of the section.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{atomic::{AtomicBool, AtomicU64, Ordering::*}, Arc, Mutex, MutexGuard, OnceLock};
 
 // crossbeam-epoch: the standard epoch-based reclamation crate (already in
 // the workspace's lock file through the store's sled). It costs the hot path
@@ -57,6 +56,7 @@ use crate::ceiling::Grant;
 use crate::steps::{Pace, StepPolicy};
 
 mod cells;
+mod floor;
 use cells::{CellArena, Cells};
 
 /// The ceiling of a block that was retired. A served ceiling is never 0: a

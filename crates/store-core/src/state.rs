@@ -337,6 +337,13 @@ impl SetState {
                 let owner = (alloc, *incarnation, *section, *epoch);
                 self.counter(owner, name, op, *handed_out, dirty)
             }
+            Command::CopyCounters {
+                call,
+                after,
+                through,
+                counters,
+            } => self.copy_counters(call, after, through.as_deref(), counters, dirty),
+            Command::RestoreCounters { counters } => self.restore_counters(counters, dirty),
         }
     }
 
@@ -639,6 +646,8 @@ mod sets;
 
 #[path = "state_counters.rs"]
 mod counters;
+#[path = "state_counter_copies.rs"]
+mod counter_copies;
 #[path = "state_ids.rs"]
 mod ids;
 #[path = "state_restore.rs"]

@@ -196,7 +196,7 @@ impl Mover {
             }
             (Phase::Freeze { left }, f @ Answer::Frozen { .. }) => self.frozen(now, left, f),
             (Phase::Release { left, chunk }, Answer::Released(r)) => {
-                self.released(now, left, chunk, r)
+                self.released(left, chunk, r)
             }
             (Phase::WaitLeases, Answer::Woke) => {
                 self.report.waited_for_leases = Some(self.expiry);

@@ -64,7 +64,7 @@ impl Mover {
         match &self.holders {
             Some(all) => {
                 let left = all.values().cloned().collect();
-                self.release_next(now, left, 0)
+                self.release_next(left, 0)
             }
             None => {
                 self.report.release_unconfirmed =
@@ -81,7 +81,6 @@ impl Mover {
     /// wait the leases.
     pub(super) fn released(
         &mut self,
-        now: Duration,
         left: VecDeque<Holder>,
         chunk: usize,
         r: Result<Confirmed, String>,
@@ -89,7 +88,7 @@ impl Mover {
         let h = left.front().expect("a release is sent to the head");
         let why = match r {
             Ok(c) if c.alloc == h.id && c.incarnation == h.incarnation => {
-                return self.release_next(now, left, chunk + 1)
+                return self.release_next(left, chunk + 1)
             }
             Ok(c) => format!(
                 "{} incarnation {:x} was named by the freeze, but {} incarnation {:x} answered",
@@ -102,10 +101,10 @@ impl Mover {
     }
 
     /// Piece `chunk` of the release on the head of `left`, or the next
-    /// AllocSvr's first, or (all confirmed) the install.
+    /// AllocSvr's first, or (all confirmed) the copy of the declared
+    /// counters.
     pub(super) fn release_next(
         &mut self,
-        now: Duration,
         mut left: VecDeque<Holder>,
         mut chunk: usize,
     ) -> Result<Effect, MoveError> {

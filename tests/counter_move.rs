@@ -47,7 +47,16 @@ async fn two_sets() -> (SetCluster, SetCluster) {
     let range = format!("{}..{}", NAME_KEYS.start + 4000, NAME_KEYS.start + 8000);
     let stores = b.store.client_addrs.join(",");
     let start = Instant::now();
-    let add = ["set", "add", "--id", "1", "--range", &range, "--set-store", &stores];
+    let add = [
+        "set",
+        "add",
+        "--id",
+        "1",
+        "--range",
+        &range,
+        "--set-store",
+        &stores,
+    ];
     while !seqctl(&a, &add).0 {
         assert!(start.elapsed() < Duration::from_secs(60), "set add failed");
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -154,7 +163,10 @@ async fn honoured(c: &seqsvr_client::SeqClient, d: &Declared) {
     assert!(f > 1_000_001, "{} after the move: {f}", d.floor);
     let refused = next(c, &d.max).await.unwrap_err();
     assert!(
-        matches!(refused, seqsvr_client::Error::CounterMaxReached { max: 3, .. }),
+        matches!(
+            refused,
+            seqsvr_client::Error::CounterMaxReached { max: 3, .. }
+        ),
         "{}: {refused:?}",
         d.max
     );
@@ -176,7 +188,10 @@ async fn declarations_move_with_their_section() {
     let out = move_range(&a, Some("release"));
     assert!(out.contains("stopped after step release"), "{out}");
     let out = move_range(&a, None);
-    assert!(out.contains("declared counters: 3 copied (3 written"), "{out}");
+    assert!(
+        out.contains("declared counters: 3 copied (3 written"),
+        "{out}"
+    );
     honoured(&c, &d).await;
     // The destination's store holds them, the maximum and the class with
     // them, and shows them to an operator.
@@ -188,11 +203,25 @@ async fn declarations_move_with_their_section() {
     let listed = admin.call(list).await.unwrap();
     let shown: Vec<_> = (listed.counters.iter())
         .filter_map(|s| s.decl.as_ref())
-        .map(|d| (String::from_utf8_lossy(&d.name).into_owned(), d.floor, d.has_max, d.max, d.increment))
+        .map(|d| {
+            (
+                String::from_utf8_lossy(&d.name).into_owned(),
+                d.floor,
+                d.has_max,
+                d.max,
+                d.increment,
+            )
+        })
         .collect();
     assert!(shown.contains(&(d.max.clone(), 0, true, 3, 1)), "{shown:?}");
-    assert!(shown.contains(&(d.odd.clone(), 0, false, 0, 2)), "{shown:?}");
-    assert!(shown.contains(&(d.floor.clone(), 1_000_000, false, 0, 1)), "{shown:?}");
+    assert!(
+        shown.contains(&(d.odd.clone(), 0, false, 0, 2)),
+        "{shown:?}"
+    );
+    assert!(
+        shown.contains(&(d.floor.clone(), 1_000_000, false, 0, 1)),
+        "{shown:?}"
+    );
     // Run again once finished: nothing moves, nothing is copied again.
     let out = move_range(&a, None);
     assert!(out.contains("already moved"), "{out}");
@@ -203,7 +232,10 @@ async fn declarations_move_with_their_section() {
 /// odd numbers.
 async fn honoured_again(c: &seqsvr_client::SeqClient, d: &Declared) {
     let refused = next(c, &d.max).await.unwrap_err();
-    assert!(matches!(refused, seqsvr_client::Error::CounterMaxReached { .. }), "{refused:?}");
+    assert!(
+        matches!(refused, seqsvr_client::Error::CounterMaxReached { .. }),
+        "{refused:?}"
+    );
     let v = next(c, &d.odd).await.unwrap();
     assert_eq!(v % 2, 1, "{v}");
 }
@@ -219,6 +251,9 @@ async fn a_move_stopped_after_its_install_keeps_the_declarations() {
     let out = move_range(&a, Some("install"));
     assert!(out.contains("stopped after step install"), "{out}");
     let out = move_range(&a, None);
-    assert!(out.contains("declared counters: 3 copied (0 written"), "{out}");
+    assert!(
+        out.contains("declared counters: 3 copied (0 written"),
+        "{out}"
+    );
     honoured(&c, &d).await;
 }

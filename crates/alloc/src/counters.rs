@@ -155,7 +155,11 @@ async fn apply(
     // far floor is served at once).
     let deadline = tokio::time::Instant::now() + ROOM_WAIT;
     if !alloc.room_above(section, shown.decl.floor, deadline).await {
-        tracing::debug!(section, floor = shown.decl.floor, "no room above the floor yet");
+        tracing::debug!(
+            section,
+            floor = shown.decl.floor,
+            "no room above the floor yet"
+        );
     }
     Ok(pb::CounterReply {
         counters: vec![state(shared, name, section, shown.decl)],

@@ -41,7 +41,10 @@
 //! any uid of the section.
 
 use std::collections::BTreeSet;
-use std::sync::{atomic::{AtomicBool, AtomicU64, Ordering::*}, Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{
+    atomic::{AtomicBool, AtomicU64, Ordering::*},
+    Arc, Mutex, MutexGuard, OnceLock,
+};
 
 // crossbeam-epoch: the standard epoch-based reclamation crate (already in
 // the workspace's lock file through the store's sled). It costs the hot path

@@ -213,5 +213,8 @@ fn a_far_floor_is_served_at_once() {
     assert_eq!(two.store.raises(), raises);
     // The raise was at most one step above the floor (promise 4).
     let ceiling = two.store.section(section).max_seq;
-    assert!(ceiling > 5_000 && ceiling <= 5_000 + spec().step, "{ceiling}");
+    assert!(
+        ceiling > 5_000 && ceiling <= 5_000 + spec().step,
+        "{ceiling}"
+    );
 }

@@ -150,7 +150,11 @@ fn restore(plan: &RestorePlan, st: &mut SetState) -> usize {
         for (name, rec) in &plan.backup.state.counters.by_name {
             let served = st.placement.place_of(rec.section) == Place::Serving;
             let landed = st.counters.by_name.get(name) == Some(rec);
-            assert!(!served || landed, "section {} served without {name:?}", rec.section);
+            assert!(
+                !served || landed,
+                "section {} served without {name:?}",
+                rec.section
+            );
         }
     }
 }
@@ -278,7 +282,13 @@ fn a_backup_carries_declared_counters_and_a_restore_lands_them_first() {
     st.apply(&plan.commands(&st)[0], &mut d).unwrap();
     let cmds = plan.commands(&st);
     assert!(
-        matches!(cmds[..], [Command::RestoreCounters { .. }, Command::RestoreSections { .. }]),
+        matches!(
+            cmds[..],
+            [
+                Command::RestoreCounters { .. },
+                Command::RestoreSections { .. }
+            ]
+        ),
         "{cmds:?}"
     );
     restore(&plan, &mut st);
@@ -293,7 +303,10 @@ fn a_backup_carries_declared_counters_and_a_restore_lands_them_first() {
         },
     ] {
         let mut d = Vec::new();
-        assert_eq!(st.apply(again, &mut d), Ok(Reply::CountersCopied { newly: 0 }));
+        assert_eq!(
+            st.apply(again, &mut d),
+            Ok(Reply::CountersCopied { newly: 0 })
+        );
         assert!(d.is_empty());
     }
     assert_eq!(st, before);
@@ -301,8 +314,8 @@ fn a_backup_carries_declared_counters_and_a_restore_lands_them_first() {
 
 #[test]
 fn a_restore_refuses_declarations_that_are_not_names_and_changes_nothing() {
-    let plan = RestorePlan::new(Backup::new(with_counters(), 77, 2, 5_000), margin(1000), 0)
-        .unwrap();
+    let plan =
+        RestorePlan::new(Backup::new(with_counters(), 77, 2, 5_000), margin(1000), 0).unwrap();
     let mut st = SetState::default();
     let mut d = Vec::new();
     st.apply(&plan.commands(&st)[0], &mut d).unwrap();
@@ -310,7 +323,10 @@ fn a_restore_refuses_declarations_that_are_not_names_and_changes_nothing() {
     let bad = [
         vec![(Vec::new(), Default::default())],
         vec![(vec![b'n'; 257], Default::default())],
-        vec![(b"a".to_vec(), Default::default()), (b"a".to_vec(), Default::default())],
+        vec![
+            (b"a".to_vec(), Default::default()),
+            (b"a".to_vec(), Default::default()),
+        ],
     ];
     for counters in bad {
         let mut d = Vec::new();
@@ -348,7 +364,8 @@ fn format1_state() -> SetState {
 /// again, as that version's `Backup::encode` did.
 #[test]
 fn a_format_1_backup_still_restores() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/testdata/backup-format1.bin");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/testdata/backup-format1.bin");
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
         let mut bytes = b"seqsvr-backup\nformat 1\nset 0\nlog_index 9\nlog_term 2\n\
             leader_time_unix_ms 1000\nsections 4\n\n"

@@ -644,10 +644,10 @@ mod allocs;
 #[path = "state_sets.rs"]
 mod sets;
 
-#[path = "state_counters.rs"]
-mod counters;
 #[path = "state_counter_copies.rs"]
 mod counter_copies;
+#[path = "state_counters.rs"]
+mod counters;
 #[path = "state_ids.rs"]
 mod ids;
 #[path = "state_restore.rs"]

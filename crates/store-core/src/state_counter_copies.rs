@@ -125,7 +125,9 @@ impl SetState {
                 decl: *decl,
             };
             if out.insert(name.clone(), rec).is_some() {
-                return Err(Rejection::Invalid(format!("the name {shown:?} is listed twice")));
+                return Err(Rejection::Invalid(format!(
+                    "the name {shown:?} is listed twice"
+                )));
             }
         }
         Ok(out)

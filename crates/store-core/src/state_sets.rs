@@ -237,7 +237,12 @@ impl SetState {
     /// against the directory). Without it one operator call with an
     /// invented move id, or a repeated addition during a move, un-freezes
     /// sections or blocks every later move.
-    pub(super) fn check_call(&self, first: SectionId, count: usize, call: &SetCall) -> Result<(), Rejection> {
+    pub(super) fn check_call(
+        &self,
+        first: SectionId,
+        count: usize,
+        call: &SetCall,
+    ) -> Result<(), Rejection> {
         let spec = self.spec()?;
         self.check_sections(first, count)?;
         if call.set != spec.set_id {

@@ -319,13 +319,20 @@ fn declared(w: &str) -> (Vec<u8>, seqsvr_core::CounterDecl) {
         offset: p[4].parse().expect("number"),
     });
     let floor = p[1].parse().expect("number");
-    (p[0].as_bytes().to_vec(), seqsvr_core::CounterDecl { floor, rules })
+    (
+        p[0].as_bytes().to_vec(),
+        seqsvr_core::CounterDecl { floor, rules },
+    )
 }
 
 /// `counters-of <first> <count> <after> <limit>`: a page of declarations.
 fn counters_of(state: &SetState, w: &[&str]) -> String {
     let n = |i: usize| -> u64 { w[i].parse().expect("number") };
-    let after = if w[3] == "-" { &b""[..] } else { w[3].as_bytes() };
+    let after = if w[3] == "-" {
+        &b""[..]
+    } else {
+        w[3].as_bytes()
+    };
     let (page, more) =
         (state.counters).of_sections_after(n(1) as u32, n(2) as u32, after, n(4) as usize);
     let names: Vec<_> = (page.iter())

@@ -195,9 +195,7 @@ impl Mover {
                 self.next_copy(left, then)
             }
             (Phase::Freeze { left }, f @ Answer::Frozen { .. }) => self.frozen(now, left, f),
-            (Phase::Release { left, chunk }, Answer::Released(r)) => {
-                self.released(left, chunk, r)
-            }
+            (Phase::Release { left, chunk }, Answer::Released(r)) => self.released(left, chunk, r),
             (Phase::WaitLeases, Answer::Woke) => {
                 self.report.waited_for_leases = Some(self.expiry);
                 self.stop(Step::Release)?;

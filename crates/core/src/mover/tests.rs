@@ -91,7 +91,10 @@ fn declared(w: &str) -> Declared {
         increment: p[3].parse().unwrap(),
         offset: p[4].parse().unwrap(),
     });
-    (p[0].as_bytes().to_vec(), crate::counter::CounterDecl { floor, rules })
+    (
+        p[0].as_bytes().to_vec(),
+        crate::counter::CounterDecl { floor, rules },
+    )
 }
 
 fn step_named(s: &str) -> Step {

@@ -175,8 +175,12 @@ impl StoreApi {
             n => n.min(COUNTERS_PER_CALL),
         };
         let a = self.sm.read();
-        let (page, more) =
-            (a.state.counters).of_sections_after(r.first_section, r.count, &r.after, limit as usize);
+        let (page, more) = (a.state.counters).of_sections_after(
+            r.first_section,
+            r.count,
+            &r.after,
+            limit as usize,
+        );
         let counters = (page.into_iter())
             .map(|(name, rec)| {
                 (&CounterShown {

@@ -41,10 +41,8 @@
 //! any uid of the section.
 
 use std::collections::BTreeSet;
-use std::sync::{
-    atomic::{AtomicBool, AtomicU64, Ordering::*},
-    Arc, Mutex, MutexGuard, OnceLock,
-};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 // crossbeam-epoch: the standard epoch-based reclamation crate (already in
 // the workspace's lock file through the store's sled). It costs the hot path
@@ -188,8 +186,7 @@ pub(crate) struct Block {
     /// while served, and only to values the store has made durable
     /// (promise 2).
     ceiling: AtomicU64,
-    /// The skip-ahead value: a uid's `cur_seq` is `max(cell, base)`. Only
-    /// grows.
+    /// The skip-ahead value (only grows): a uid's `cur_seq` is `max(cell, base)`.
     base: AtomicU64,
     /// Ask for a raise once `ceiling - high_water <= raise_margin` (always
     /// `< step`). Set at install and by each raise that lands, from the

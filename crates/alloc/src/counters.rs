@@ -27,6 +27,9 @@ use crate::shared::Shared;
 const MAX_LIST: u32 = 1000;
 /// How long a call passed on to the owner may take.
 const PASS_ON_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a write waits for the raise above a far floor before it
+/// answers anyway (the floor is in force either way).
+const ROOM_WAIT: Duration = Duration::from_secs(2);
 
 /// Handles a counter call; `passed_on`: it came from another AllocSvr.
 pub async fn counter_call(
@@ -124,7 +127,7 @@ async fn apply(
 ) -> Result<pb::CounterReply, CallError> {
     let alloc = &shared.alloc;
     // One write at a time here: memory takes them in the store's order.
-    let _one = alloc.counter_write_lock().await;
+    let one = alloc.counter_write_lock().await;
     let epoch = alloc.known_epoch(section);
     let handed_out = alloc.name_held(name).unwrap_or(0);
     let (shown, changed) = shared
@@ -141,8 +144,22 @@ async fn apply(
         .await
         .map_err(|e| store_error(e, section))?;
     alloc.set_counter_decl(name, section, shown.decl);
+    drop(one);
     if changed {
         tracing::info!(name = %String::from_utf8_lossy(name), section, decl = ?shown.decl, "counter declaration written");
+    }
+    // A floor at or above the ceiling here (an import's far floor): the
+    // store lifted the ceiling to the floor in the same write, and the
+    // raise of one step above it is asked now, so the name's next call is
+    // served from memory instead of waiting for it (docs/counters.md, A
+    // far floor is served at once).
+    let deadline = tokio::time::Instant::now() + ROOM_WAIT;
+    if !alloc.room_above(section, shown.decl.floor, deadline).await {
+        tracing::debug!(
+            section,
+            floor = shown.decl.floor,
+            "no room above the floor yet"
+        );
     }
     Ok(pb::CounterReply {
         counters: vec![state(shared, name, section, shown.decl)],

@@ -57,6 +57,7 @@ use crate::ceiling::Grant;
 use crate::steps::{Pace, StepPolicy};
 
 mod cells;
+mod floor;
 use cells::{CellArena, Cells};
 
 /// The ceiling of a block that was retired. A served ceiling is never 0: a
@@ -185,8 +186,7 @@ pub(crate) struct Block {
     /// while served, and only to values the store has made durable
     /// (promise 2).
     ceiling: AtomicU64,
-    /// The skip-ahead value: a uid's `cur_seq` is `max(cell, base)`. Only
-    /// grows.
+    /// The skip-ahead value (only grows): a uid's `cur_seq` is `max(cell, base)`.
     base: AtomicU64,
     /// Ask for a raise once `ceiling - high_water <= raise_margin` (always
     /// `< step`). Set at install and by each raise that lands, from the

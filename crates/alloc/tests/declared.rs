@@ -180,3 +180,41 @@ fn a_batch_that_would_pass_the_maximum_is_refused_whole() {
     assert!(two.next(&rt, 0, &name, 1).is_err());
     assert_eq!(two.allocs[0].stats().names.limit_errors, 2);
 }
+
+/// A floor far above the ceiling (an import's) is served from memory by
+/// the name's first call: the owner asks the raise above it as it puts the
+/// floor in force (`Allocator::want_room_above`, which the admin plane's
+/// write waits for), not when the first call finds the section exhausted.
+#[test]
+fn a_far_floor_is_served_at_once() {
+    let rt = rt();
+    let two = Two::new();
+    let (name, section) = a_name(0);
+    two.take_over(&rt, 0);
+    let a = &two.allocs[0];
+    assert_eq!(two.next(&rt, 0, &name, 1).unwrap(), 1);
+    // The owner's write: the store lifts the ceiling to the floor (far
+    // above it: 100 steps), then the floor is put in force here.
+    let floor = CounterDecl {
+        floor: 5_000,
+        rules: None,
+    };
+    two.store.declare(name.as_bytes(), section, floor);
+    a.set_counter_decl(name.as_bytes(), section, floor);
+    assert!(!a.want_room_above(section, floor.floor), "no room yet");
+    // The raiser runs the raise it asked (the node's raiser task does so
+    // at once; the write waits for it).
+    let r = Raiser::new(a.clone(), two.store.clone(), RaiserConfig::default());
+    rt.block_on(r.run_once());
+    assert!(a.want_room_above(section, floor.floor));
+    // The first call: served from memory, no raise, no wait.
+    let raises = two.store.raises();
+    assert_eq!(a.next_name(name.as_bytes()).unwrap(), 5_001);
+    assert_eq!(two.store.raises(), raises);
+    // The raise was at most one step above the floor (promise 4).
+    let ceiling = two.store.section(section).max_seq;
+    assert!(
+        ceiling > 5_000 && ceiling <= 5_000 + spec().step,
+        "{ceiling}"
+    );
+}

@@ -94,6 +94,10 @@ pub struct Stats {
     pub stale_installs: u64,
     /// See `stale_installs`.
     pub stale_installs_refused: u64,
+    /// A stale mover's copies of declared counters (sent before its
+    /// install) that were refused: the destination's directory copy no
+    /// longer shows its move, so the mover stops before it installs.
+    pub stale_copies_refused: u64,
     /// `Assign`s refused because a section's epoch was not the expected one.
     pub assigns_stale: u64,
     /// `Current` calls that reached a process whose lease had lapsed while

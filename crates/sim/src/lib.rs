@@ -60,7 +60,8 @@
 //!   ownership decisions.
 //! - `client`: clients with a directory, route caches and retries;
 //!   `operator`: admin calls; `mover`: the range mover (`seqctl set
-//!   move`), step by step.
+//!   move`), step by step; `counter_calls`: its declared-counter calls
+//!   as the store serves them.
 //! - `world`: the event loop, the fault schedule applied, the report.
 
 #![warn(missing_docs)]
@@ -75,6 +76,7 @@ pub mod rng;
 
 mod alloc;
 mod client;
+mod counter_calls;
 mod env;
 mod layout;
 mod link;

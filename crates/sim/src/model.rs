@@ -8,7 +8,7 @@
 //! (`env`), never on each other (except `alloc`, `operator` and `mover` on
 //! `link`, the store client they use, `mover` on `operator`'s timing, and
 //! `store` on `raft`); the world loop ties them together. This module
-//! depends only on `net` and `faults` (the adopt fates a fault chooses).
+//! depends only on `net`, `faults` (adopt fates) and `counter_calls`.
 
 use std::rc::Rc;
 
@@ -52,9 +52,8 @@ pub(crate) fn slot_of_addr(addr: &str) -> Option<Slot> {
     addr.strip_prefix('p')?.split(':').next()?.parse().ok()
 }
 
-/// A route table as a reader sees it: owner per section, the process
-/// each owner's registered address leads to, what the set serves of its
-/// span, and the group's directory (or its copy).
+/// A route table as a reader sees it: owner and its process per section,
+/// what the set serves of its span, the group's directory (or copy).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct RouteView {
     /// Route version.
@@ -204,8 +203,7 @@ pub(crate) enum StoreReq {
     ChangeDirectory(DirChange),
     /// Sets service: a directory copy (other groups).
     CopyDirectory(Directory),
-    /// Admin: `Status`, answered by whichever replica it reaches, from its
-    /// own state (the AllocSvr list only if it believes it leads).
+    /// Admin: `Status`, from the replica's own state (AllocSvrs if leading).
     Status,
     /// Client plane: a linearizable read of sections `first..first+count`.
     Sections {
@@ -214,9 +212,8 @@ pub(crate) enum StoreReq {
         /// How many.
         count: u32,
     },
-    /// Admin: `FenceAlloc` (`seqctl alloc fence`): the incarnation named
-    /// is refused from now on; the process learns it from its next
-    /// refused renewal or raise.
+    /// Admin: `FenceAlloc` (`seqctl alloc fence`): the incarnation named is
+    /// refused from now on; the process learns it when next refused.
     Fence {
         /// The AllocSvr.
         alloc: AllocId,
@@ -225,6 +222,8 @@ pub(crate) enum StoreReq {
     },
     /// Worker-id calls (`ClaimWorker`, `RaiseWorker`, `ReleaseWorker`).
     Ids(crate::ids::IdReq),
+    /// Sets service: a move's declared-counter read or copy.
+    Counters(crate::counter_calls::CounterReq),
 }
 
 impl StoreReq {
@@ -240,6 +239,7 @@ impl StoreReq {
                 | StoreReq::CopyDirectory(_)
                 | StoreReq::Status
                 | StoreReq::Fence { .. }
+                | StoreReq::Counters(_)
         )
     }
 }
@@ -313,6 +313,8 @@ pub(crate) enum StoreOk {
     },
     /// Section records.
     Sections(Vec<SectionInfo>),
+    /// A page of declared counters, and whether more follow.
+    Counters(Vec<seqsvr_core::mover::Declared>, bool),
     /// A committed directory change, with the directory after it
     /// (`DirectoryReply`).
     Directory {

@@ -571,6 +571,9 @@ pub(crate) fn record(
             record_install(env, set, cmd, out, before);
         }
         (Command::Install { .. }, _) => record_install(env, set, cmd, out, before),
+        (Command::CopyCounters { call, .. }, Err(_)) if call.move_id < before.last_move => {
+            env.stats.stale_copies_refused += 1;
+        }
         (
             Command::Directory(seqsvr_core::DirChange::BeginMove(_)),
             Ok(Reply::Directory { changed: true, .. }),

@@ -1,17 +1,20 @@
 //! A client of a store group's sets service (`StoreSets`, admin plane):
-//! freeze, install, directory changes and copies, each sent to the
+//! freeze, install, the copy of declared counters, directory changes and
+//! copies, each sent to the
 //! group's leader (a follower answers NOT_LEADER and the next replica is
 //! tried). Every call is idempotent, so retrying one whose answer was
 //! lost is safe.
 
 use std::time::Duration;
 
+use seqsvr_core::mover::{Declared, COUNTERS_PER_CALL};
 use seqsvr_core::{DirChange, Directory, SectionId, SetCall, SetKind};
 use seqsvr_proto::store_sets_client::StoreSetsClient;
 use seqsvr_proto::{self as pb};
 use tonic::transport::Channel;
 
 use crate::client::{Connector, Replicas};
+use crate::counters::CounterShown;
 use crate::{Error, Result};
 
 /// How long one sets call may take across replicas and retries (a leader
@@ -122,6 +125,80 @@ impl SetsClient {
         let r = self
             .replicas
             .call_with(req, |mut c, r| async move { c.install(r).await })
+            .await?;
+        Ok(r.newly)
+    }
+
+    /// A page of the declared counters of sections `first..first+count`
+    /// by name after `after` (at most [`COUNTERS_PER_CALL`]), and whether
+    /// more follow.
+    pub async fn read_counters(
+        &self,
+        first: SectionId,
+        count: u32,
+        after: &[u8],
+    ) -> Result<(Vec<Declared>, bool)> {
+        let req = pb::ReadCountersRequest {
+            first_section: first,
+            count,
+            after: after.to_vec(),
+            limit: COUNTERS_PER_CALL,
+        };
+        let r = self
+            .replicas
+            .call_with(req, |mut c, r| async move { c.read_counters(r).await })
+            .await?;
+        let found = (r.counters.iter())
+            .map(|d| {
+                let c = CounterShown::from(d);
+                (c.name, c.decl)
+            })
+            .collect();
+        Ok((found, r.more))
+    }
+
+    /// Copies the declarations `counters` of the names after `after` and
+    /// up to `through` (`None`: to the last) into this group for the move
+    /// `call` (into `call.set`); returns how many changed.
+    pub async fn copy_counters(
+        &self,
+        call: &SetCall,
+        after: &[u8],
+        through: Option<&[u8]>,
+        counters: &[Declared],
+    ) -> Result<u32> {
+        let SetKind::Move { from, to } = call.kind else {
+            return Err(Error::Invalid(format!("{call} copies no declarations")));
+        };
+        if to != call.set {
+            return Err(Error::Invalid(format!(
+                "{call} copies into set {to}, not set {}",
+                call.set
+            )));
+        }
+        let req = pb::CopyCountersRequest {
+            set_id: call.set,
+            move_id: call.move_id,
+            begin: call.begin,
+            end: call.end,
+            moved_from: from,
+            after: after.to_vec(),
+            has_through: through.is_some(),
+            through: through.unwrap_or_default().to_vec(),
+            counters: (counters.iter())
+                .map(|(name, decl)| {
+                    (&CounterShown {
+                        name: name.clone(),
+                        section: 0,
+                        decl: *decl,
+                    })
+                        .into()
+                })
+                .collect(),
+        };
+        let r = self
+            .replicas
+            .call_with(req, |mut c, r| async move { c.copy_counters(r).await })
             .await?;
         Ok(r.newly)
     }

@@ -8,15 +8,22 @@
 //!
 //! ```text
 //! seqsvr-backup
-//! format 1
+//! format 2
 //! set 0
 //! log_index 1234
 //! log_term 3
 //! leader_time_unix_ms 1767225600000
 //! sections 100
+//! counters 12
 //!
-//! <codec-encoded SetState>
+//! <codec-encoded (SetState, Counters)>
 //! ```
+//!
+//! Format 2 carries the declared counters (docs/counters.md), which the
+//! state's own encoding leaves out (the store keeps them as records of
+//! their own); format 1, written before, has no `counters` line and
+//! encodes the state alone. Both are read; a format-1 backup restores no
+//! declarations.
 //!
 //! A backup is old the moment it is written: the group went on raising
 //! ceilings. Restoring it as it is would hand out again every number given
@@ -25,16 +32,22 @@
 //! fastest rate any section's ceiling grows, times the backup's age; no
 //! plan exists without one ([`RestoreError::MissingMargin`]).
 
+use seqsvr_core::mover::COUNTERS_PER_CALL;
 use seqsvr_core::{codec, LeaseTerms, Place, SectionId, SetId, MAX_SECTIONS_PER_CALL};
 
 use crate::command::Command;
+use crate::counters::Counters;
 use crate::state::SetState;
 
 /// The first line of every backup file.
 pub const MAGIC: &str = "seqsvr-backup";
 
-/// The header format this version writes and reads.
-pub const FORMAT: u32 = 1;
+/// The header format this version writes (it reads this one and
+/// [`FORMAT_STATE_ONLY`]).
+pub const FORMAT: u32 = 2;
+
+/// The format written before backups carried declared counters.
+pub const FORMAT_STATE_ONLY: u32 = 1;
 
 /// What a backup says about itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +65,9 @@ pub struct BackupHeader {
     pub leader_time_unix_ms: u64,
     /// Sections in the state.
     pub sections: u32,
+    /// Declared counters (and tombstones) in the backup (0 in format 1,
+    /// which carries none).
+    pub counters: u32,
 }
 
 /// A backup: its header and the state it holds.
@@ -59,7 +75,8 @@ pub struct BackupHeader {
 pub struct Backup {
     /// The header.
     pub header: BackupHeader,
-    /// The group's state at `header.log_index`.
+    /// The group's state at `header.log_index`, its declared counters
+    /// included.
     pub state: SetState,
 }
 
@@ -114,20 +131,28 @@ impl Backup {
             log_term,
             leader_time_unix_ms,
             sections: state.sections.len() as u32,
+            counters: state.counters.by_name.len() as u32,
         };
         Backup { header, state }
     }
 
-    /// The file's bytes: header, blank line, encoded state.
+    /// The file's bytes in [`FORMAT`]: header, blank line, the encoded
+    /// state and declared counters.
     pub fn encode(&self) -> Result<Vec<u8>, RestoreError> {
         let h = &self.header;
         let mut out = format!(
-            "{MAGIC}\nformat {}\nset {}\nlog_index {}\nlog_term {}\nleader_time_unix_ms {}\n\
-             sections {}\n\n",
-            h.format, h.set_id, h.log_index, h.log_term, h.leader_time_unix_ms, h.sections
+            "{MAGIC}\nformat {FORMAT}\nset {}\nlog_index {}\nlog_term {}\nleader_time_unix_ms {}\n\
+             sections {}\ncounters {}\n\n",
+            h.set_id,
+            h.log_index,
+            h.log_term,
+            h.leader_time_unix_ms,
+            h.sections,
+            self.state.counters.by_name.len()
         )
         .into_bytes();
-        let body = codec::encode(&self.state).map_err(|e| RestoreError::Format(e.to_string()))?;
+        let body = codec::encode(&(&self.state, &self.state.counters))
+            .map_err(|e| RestoreError::Format(e.to_string()))?;
         out.extend(body);
         Ok(out)
     }
@@ -155,21 +180,37 @@ impl Backup {
                 .map_err(|_| bad(format!("{name} {value:?} is not a number")))
         };
         let format = field("format")?;
-        if format != u64::from(FORMAT) {
+        if format != u64::from(FORMAT) && format != u64::from(FORMAT_STATE_ONLY) {
             return Err(bad(format!(
-                "format {format}; this version reads format {FORMAT}"
+                "format {format}; this version reads formats {FORMAT_STATE_ONLY} and {FORMAT}"
             )));
         }
-        let header = BackupHeader {
-            format: FORMAT,
+        let mut header = BackupHeader {
+            format: format as u32,
             set_id: field("set")? as SetId,
             log_index: field("log_index")?,
             log_term: field("log_term")?,
             leader_time_unix_ms: field("leader_time_unix_ms")?,
             sections: field("sections")? as u32,
+            counters: 0,
         };
-        let state: SetState =
-            codec::decode("backup", &bytes[end + 2..]).map_err(|e| bad(e.to_string()))?;
+        let body = &bytes[end + 2..];
+        let state = if header.format == FORMAT_STATE_ONLY {
+            codec::decode("backup", body).map_err(|e| bad(e.to_string()))?
+        } else {
+            header.counters = field("counters")? as u32;
+            let (mut state, counters): (SetState, Counters) =
+                codec::decode("backup", body).map_err(|e| bad(e.to_string()))?;
+            if counters.by_name.len() != header.counters as usize {
+                return Err(bad(format!(
+                    "the header says {} declared counters, the backup holds {}",
+                    header.counters,
+                    counters.by_name.len()
+                )));
+            }
+            state.counters = counters;
+            state
+        };
         let spec = state
             .set
             .as_ref()
@@ -251,9 +292,13 @@ impl RestorePlan {
     }
 
     /// The commands still to write for `state` (the group's state now):
-    /// `RestoreSet` while no set is stored, then `RestoreSections` for the
-    /// pieces that hold a pristine section the backup had a place for.
-    /// Empty once everything has landed.
+    /// `RestoreSet` while no set is stored, then `RestoreCounters` for the
+    /// backup's declared counters whose section is still pristine and
+    /// that are not in place yet, then `RestoreSections` for the pieces
+    /// that hold a pristine section the backup had a place for. The
+    /// declarations come first, so a section is never served (and so never
+    /// taken over, which reads its declarations) without them. Empty once
+    /// everything has landed.
     pub fn commands(&self, state: &SetState) -> Vec<Command> {
         let b = &self.backup.state;
         let spec = b.set.clone().expect("decoded backups hold a set");
@@ -269,7 +314,7 @@ impl RestorePlan {
             return Vec::new(); // refused at start: another set is stored
         }
         let n = b.sections.len() as SectionId;
-        let mut out = Vec::new();
+        let mut out = self.counter_commands(state);
         let mut first = 0;
         while first < n {
             let end = (first + MAX_SECTIONS_PER_CALL).min(n);
@@ -281,6 +326,22 @@ impl RestorePlan {
             first = end;
         }
         out
+    }
+
+    /// `RestoreCounters` for the backup's declarations not in `state` yet
+    /// whose section is still pristine there, a page at a time.
+    fn counter_commands(&self, state: &SetState) -> Vec<Command> {
+        let due: Vec<_> = (self.backup.state.counters.by_name.iter())
+            .filter(|(name, rec)| {
+                state.pristine(rec.section) && state.counters.by_name.get(*name) != Some(rec)
+            })
+            .map(|(name, rec)| (name.clone(), rec.decl))
+            .collect();
+        (due.chunks(COUNTERS_PER_CALL as usize))
+            .map(|page| Command::RestoreCounters {
+                counters: page.to_vec(),
+            })
+            .collect()
     }
 
     /// `RestoreSections` for sections `first..end`.

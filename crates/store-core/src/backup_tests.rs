@@ -5,7 +5,7 @@
 use seqsvr_core::{Place, SetSpec};
 
 use super::*;
-use crate::command::{Command, Reply};
+use crate::command::{Command, Rejection, Reply};
 use crate::state::{Dirty, SetState};
 
 /// A served set of 3000 sections (three restore pieces) with some history:
@@ -52,17 +52,19 @@ fn a_file_reads_back_as_written_and_anything_else_is_refused() {
     let bytes = b.encode().unwrap();
     let text = String::from_utf8_lossy(&bytes[..120]);
     assert!(text.starts_with(
-        "seqsvr-backup\nformat 1\nset 0\nlog_index 1234\nlog_term 3\n\
-         leader_time_unix_ms 1000000\nsections 3000\n\n"
+        "seqsvr-backup\nformat 2\nset 0\nlog_index 1234\nlog_term 3\n\
+         leader_time_unix_ms 1000000\nsections 3000\ncounters 0\n\n"
     ));
     assert_eq!(Backup::decode(&bytes).unwrap(), b);
     let refused = |bytes: &[u8]| matches!(Backup::decode(bytes), Err(RestoreError::Format(_)));
     assert!(refused(b""));
     assert!(refused(b"hello\n\nworld"));
-    let newer = String::from_utf8_lossy(&bytes).replacen("format 1", "format 2", 1);
+    let newer = String::from_utf8_lossy(&bytes).replacen("format 2", "format 3", 1);
     assert!(refused(newer.as_bytes()));
+    let miscounted = String::from_utf8_lossy(&bytes).replacen("counters 0", "counters 1", 1);
+    assert!(refused(miscounted.as_bytes()));
     let mut other_set = bytes.clone();
-    let pos = "seqsvr-backup\nformat 1\nset ".len();
+    let pos = "seqsvr-backup\nformat 2\nset ".len();
     assert_eq!(other_set[pos], b'0');
     other_set[pos] = b'9';
     assert!(refused(&other_set));
@@ -143,6 +145,17 @@ fn restore(plan: &RestorePlan, st: &mut SetState) -> usize {
             let want = plan.backup.state.sections[s].max_seq + plan.margin;
             assert!(!served || r.max_seq >= want, "section {s} served below");
         }
+        // A served section may be taken over, which reads its
+        // declarations: every one of them is in place by then.
+        for (name, rec) in &plan.backup.state.counters.by_name {
+            let served = st.placement.place_of(rec.section) == Place::Serving;
+            let landed = st.counters.by_name.get(name) == Some(rec);
+            assert!(
+                !served || landed,
+                "section {} served without {name:?}",
+                rec.section
+            );
+        }
     }
 }
 
@@ -207,4 +220,168 @@ fn a_restore_touches_no_section_a_group_ever_served() {
         .commands(&SetState::default())
         .remove(0);
     assert!(st.apply(&restore_set, &mut d).is_err());
+}
+
+/// A set over the names' range (4 sections of 262,144 positions) whose
+/// store holds declared counters: "a" declared (floor 5, maximum 100, odd
+/// numbers), "e" a floor alone, "f" a tombstone; "a", "e" and "f" lie in
+/// section 1, "x" (floor 7) in section 0.
+fn with_counters() -> SetState {
+    use crate::counters::CounterRecord;
+    use seqsvr_core::{name_key, CounterDecl, CounterRules, NAME_KEYS};
+    let spec = SetSpec {
+        set_id: 0,
+        uid_begin: NAME_KEYS.start,
+        uid_end: NAME_KEYS.end,
+        section_size: 262_144,
+        step: 100,
+    };
+    let mut st = SetState::default();
+    let mut d = Vec::new();
+    st.apply(&Command::ConfigureSet(spec.clone()), &mut d)
+        .unwrap();
+    st.apply(&Command::SetLease(LeaseTerms::default()), &mut d)
+        .unwrap();
+    for r in st.sections.iter_mut() {
+        r.max_seq = 6000;
+        r.epoch = 2;
+    }
+    let rules = CounterRules {
+        max: Some(100),
+        increment: 2,
+        offset: 1,
+    };
+    let decls = [
+        ("a", 5, Some(rules)),
+        ("e", 5000, None),
+        ("f", 30, None),
+        ("x", 7, None),
+    ];
+    for (name, floor, rules) in decls {
+        let section = spec.section_of(name_key(name.as_bytes()).unwrap()).unwrap();
+        let decl = CounterDecl { floor, rules };
+        let rec = CounterRecord { section, decl };
+        st.counters.by_name.insert(name.as_bytes().to_vec(), rec);
+    }
+    st
+}
+
+#[test]
+fn a_backup_carries_declared_counters_and_a_restore_lands_them_first() {
+    let b = Backup::new(with_counters(), 77, 2, 5_000);
+    let bytes = b.encode().unwrap();
+    let text = String::from_utf8_lossy(&bytes[..140]);
+    assert!(text.contains("format 2\n"), "{text}");
+    assert!(text.contains("sections 4\ncounters 4\n\n"), "{text}");
+    let read = Backup::decode(&bytes).unwrap();
+    assert_eq!(read, b);
+    assert_eq!(read.state.counters, with_counters().counters);
+    let plan = RestorePlan::new(read, margin(1000), 0).unwrap();
+    let mut st = SetState::default();
+    let mut d = Vec::new();
+    st.apply(&plan.commands(&st)[0], &mut d).unwrap();
+    let cmds = plan.commands(&st);
+    assert!(
+        matches!(
+            cmds[..],
+            [
+                Command::RestoreCounters { .. },
+                Command::RestoreSections { .. }
+            ]
+        ),
+        "{cmds:?}"
+    );
+    restore(&plan, &mut st);
+    assert_eq!(st.counters, with_counters().counters);
+    // Written again (a repeated or resumed restore): nothing changes; nor
+    // does a declaration for a section already landed.
+    let before = st.clone();
+    for again in [
+        &cmds[0],
+        &Command::RestoreCounters {
+            counters: vec![(b"a".to_vec(), Default::default())],
+        },
+    ] {
+        let mut d = Vec::new();
+        assert_eq!(
+            st.apply(again, &mut d),
+            Ok(Reply::CountersCopied { newly: 0 })
+        );
+        assert!(d.is_empty());
+    }
+    assert_eq!(st, before);
+}
+
+#[test]
+fn a_restore_refuses_declarations_that_are_not_names_and_changes_nothing() {
+    let plan =
+        RestorePlan::new(Backup::new(with_counters(), 77, 2, 5_000), margin(1000), 0).unwrap();
+    let mut st = SetState::default();
+    let mut d = Vec::new();
+    st.apply(&plan.commands(&st)[0], &mut d).unwrap();
+    let before = st.clone();
+    let bad = [
+        vec![(Vec::new(), Default::default())],
+        vec![(vec![b'n'; 257], Default::default())],
+        vec![
+            (b"a".to_vec(), Default::default()),
+            (b"a".to_vec(), Default::default()),
+        ],
+    ];
+    for counters in bad {
+        let mut d = Vec::new();
+        let out = st.apply(&Command::RestoreCounters { counters }, &mut d);
+        assert!(matches!(out, Err(Rejection::Invalid(_))), "{out:?}");
+        assert_eq!(st, before);
+    }
+}
+
+/// The state in `testdata/backup-format1.bin`: 4 sections of 10 uids,
+/// ceilings 100, 200, 300, 400 at epoch 3.
+fn format1_state() -> SetState {
+    let spec = SetSpec {
+        set_id: 0,
+        uid_begin: 0,
+        uid_end: 40,
+        section_size: 10,
+        step: 100,
+    };
+    let mut st = SetState::default();
+    let mut d = Vec::new();
+    st.apply(&Command::ConfigureSet(spec), &mut d).unwrap();
+    st.apply(&Command::SetLease(LeaseTerms::default()), &mut d)
+        .unwrap();
+    for (i, r) in st.sections.iter_mut().enumerate() {
+        r.max_seq = 100 * (i as u64 + 1);
+        r.epoch = 3;
+    }
+    st
+}
+
+/// A backup as the version before declared counters in backups wrote it
+/// (format 1: no `counters` line, the state encoded alone) still reads
+/// and restores, with no declarations. `UPDATE_GOLDEN=1` writes the file
+/// again, as that version's `Backup::encode` did.
+#[test]
+fn a_format_1_backup_still_restores() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/testdata/backup-format1.bin");
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        let mut bytes = b"seqsvr-backup\nformat 1\nset 0\nlog_index 9\nlog_term 2\n\
+            leader_time_unix_ms 1000\nsections 4\n\n"
+            .to_vec();
+        bytes.extend(codec::encode(&format1_state()).unwrap());
+        std::fs::write(&path, bytes).unwrap();
+    }
+    let bytes = std::fs::read(&path).unwrap();
+    let b = Backup::decode(&bytes).unwrap();
+    assert_eq!((b.header.format, b.header.counters), (FORMAT_STATE_ONLY, 0));
+    assert_eq!((b.header.log_index, b.header.sections), (9, 4));
+    assert_eq!(b.state, format1_state());
+    let plan = RestorePlan::new(b, margin(100), 0).unwrap();
+    let mut st = SetState::default();
+    restore(&plan, &mut st);
+    let ceilings: Vec<u64> = st.sections.iter().map(|r| r.max_seq).collect();
+    assert_eq!(ceilings, [200, 300, 400, 500]);
+    assert!(st.counters.by_name.is_empty());
 }

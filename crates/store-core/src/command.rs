@@ -324,6 +324,36 @@ pub enum Command {
         /// The owner's current value of the name.
         handed_out: u64,
     },
+    /// Copies declared counters into this set for the move `call` (a
+    /// `SetKind::Move` into this set), before the install: of the move's
+    /// sections not served here yet, the names after `after` and up to
+    /// `through` (`None`: to the last) take exactly `counters`, the
+    /// source's declarations read after its freeze — a name listed gets
+    /// the source's record, a name not listed loses any record left here
+    /// by an earlier move (docs/counters.md, Moves). A section already
+    /// served here is left alone, so a repeated or resumed move changes
+    /// nothing more. Refused unless the directory this group holds shows
+    /// that move under way (`SetState::check_call`). Appended last.
+    CopyCounters {
+        /// The move, as this set judges it.
+        call: SetCall,
+        /// The page's lower bound (exclusive; empty: from the first name).
+        after: Vec<u8>,
+        /// The page's upper bound (inclusive; `None`: to the last name).
+        through: Option<Vec<u8>>,
+        /// The declarations, by name.
+        counters: Vec<(Vec<u8>, CounterDecl)>,
+    },
+    /// Lands declared counters of a restore (docs/operations.md, Backup
+    /// and disaster recovery), before `RestoreSections` lands their
+    /// sections: each name whose section is still pristine here takes the
+    /// backup's declaration; names of sections already landed are left
+    /// alone, so a repeated or resumed restore changes nothing more.
+    /// Appended last.
+    RestoreCounters {
+        /// The declarations, by name.
+        counters: Vec<(Vec<u8>, CounterDecl)>,
+    },
 }
 
 /// A counter write (inside [`Command::Counter`]).
@@ -460,5 +490,11 @@ pub enum Reply {
         decl: CounterDecl,
         /// Whether this command changed it (false: a re-run).
         changed: bool,
+    },
+    /// Declared counters copied by a move or landed by a restore
+    /// (appended last).
+    CountersCopied {
+        /// How many records changed (0: a repeat).
+        newly: u32,
     },
 }

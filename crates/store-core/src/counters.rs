@@ -52,13 +52,38 @@ impl Counters {
 
     /// Up to `limit` records by name after `after`, and whether more follow.
     pub fn after(&self, after: &[u8], limit: usize) -> (Vec<(&Vec<u8>, &CounterRecord)>, bool) {
+        self.page(after, limit, |_| true)
+    }
+
+    /// Up to `limit` records of sections `first..first + count` by name
+    /// after `after`, and whether more follow: a range move reads the
+    /// moved sections' declarations in such pages.
+    pub fn of_sections_after(
+        &self,
+        first: SectionId,
+        count: u32,
+        after: &[u8],
+        limit: usize,
+    ) -> (Vec<(&Vec<u8>, &CounterRecord)>, bool) {
+        let end = first as u64 + count as u64;
+        self.page(after, limit, |r| {
+            (first as u64..end).contains(&(r.section as u64))
+        })
+    }
+
+    fn page(
+        &self,
+        after: &[u8],
+        limit: usize,
+        keep: impl Fn(&CounterRecord) -> bool,
+    ) -> (Vec<(&Vec<u8>, &CounterRecord)>, bool) {
         use std::ops::Bound::{Excluded, Unbounded};
         let from = if after.is_empty() {
             Unbounded
         } else {
             Excluded(after.to_vec())
         };
-        let mut it = self.by_name.range((from, Unbounded));
+        let mut it = (self.by_name.range((from, Unbounded))).filter(|(_, r)| keep(r));
         let page: Vec<_> = it.by_ref().take(limit).collect();
         let more = it.next().is_some();
         (page, more)

@@ -14,14 +14,15 @@
 //! - [`ids`]: id namespaces, their worker ids' holders and time
 //!   ceilings, and how the id commands change them.
 //! - [`counters`]: declared counters (floor, maximum, increment/offset,
-//!   tombstones), written by the owner of a name's section.
+//!   tombstones), written by the owner of a name's section, copied by a
+//!   range move and landed by a restore before their sections are served.
 //! - [`owned`]: the per-AllocSvr section counts derived from the state.
 //! - [`arbiter`]: leases as the leader granted them, and the section moves
 //!   and retirements they allow.
 //! - [`decision`]: the leader's checks before a registration, an
 //!   operator's assign and a renewal's grant.
-//! - [`backup`]: backup files, and the restore plan that raises every
-//!   ceiling by a safety margin.
+//! - [`backup`]: backup files (the state and its declared counters), and
+//!   the restore plan that raises every ceiling by a safety margin.
 
 pub mod arbiter;
 pub mod backup;

@@ -337,6 +337,13 @@ impl SetState {
                 let owner = (alloc, *incarnation, *section, *epoch);
                 self.counter(owner, name, op, *handed_out, dirty)
             }
+            Command::CopyCounters {
+                call,
+                after,
+                through,
+                counters,
+            } => self.copy_counters(call, after, through.as_deref(), counters, dirty),
+            Command::RestoreCounters { counters } => self.restore_counters(counters, dirty),
         }
     }
 
@@ -637,6 +644,8 @@ mod allocs;
 #[path = "state_sets.rs"]
 mod sets;
 
+#[path = "state_counter_copies.rs"]
+mod counter_copies;
 #[path = "state_counters.rs"]
 mod counters;
 #[path = "state_ids.rs"]

@@ -237,7 +237,12 @@ impl SetState {
     /// against the directory). Without it one operator call with an
     /// invented move id, or a repeated addition during a move, un-freezes
     /// sections or blocks every later move.
-    fn check_call(&self, first: SectionId, count: usize, call: &SetCall) -> Result<(), Rejection> {
+    pub(super) fn check_call(
+        &self,
+        first: SectionId,
+        count: usize,
+        call: &SetCall,
+    ) -> Result<(), Rejection> {
         let spec = self.spec()?;
         self.check_sections(first, count)?;
         if call.set != spec.set_id {
@@ -272,7 +277,7 @@ impl SetState {
     }
 
     /// A [`Rejection::SetCommand`] judged by the directory held here.
-    fn refuse(&self, reason: String) -> Rejection {
+    pub(super) fn refuse(&self, reason: String) -> Rejection {
         Rejection::SetCommand {
             reason,
             directory_version: self.directory.as_ref().map_or(0, |d| d.version),

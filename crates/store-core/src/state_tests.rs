@@ -22,7 +22,7 @@
 //! `legacy-freeze <first> <count> <to-set> [<move id>]` and
 //! `legacy-install <first> <move id> <floor…>` (the unchecked commands
 //! an older log may hold),
-//! `dir-add <set> <span b..e> <range b..e> <store>`,
+//! `dir-add <set> <span b..e> <range b..e> <store> [<section size>]`,
 //! `dir-move <b..e> <from> <to>`, `dir-finish <b..e> <from> <to>`,
 //! `copy-dir <version> <set…>` (a directory listing those sets),
 //! `id-space <ns> <preset | time/worker/seq/unit_ms[/js]> <window_ms>`,
@@ -30,6 +30,12 @@
 //! last: holders the leader saw expire), `raise-worker <ns> <worker>
 //! <alloc> <inc> <epoch> <to>`, `release-worker <ns> <worker> <alloc>
 //! <inc> <epoch>`,
+//! `copy-counters <set> <b..e> from=<set> <move id> <after> <through>
+//! <decl…>` (a move's copy of declared counters; `-` for an open bound,
+//! each decl `name:floor` or `name:floor:max:increment:offset`, `-` for
+//! no maximum), `restore-counters <decl…>`,
+//! `counters-of <first> <count> <after> <limit>` (a page of the
+//! declarations of those sections, as a move reads it),
 //! `dump` (sections, allocs, version, placement, directory) and `routes`.
 //! A script may drive several store groups: `group <name>` makes the
 //! commands after it go to that group (a fresh state the first time), and
@@ -181,7 +187,7 @@ fn parse(line: &str) -> Option<Command> {
                         set_id: n(1) as u32,
                         uid_begin: b,
                         uid_end: e,
-                        section_size: 10,
+                        section_size: w.get(5).map_or(10, |x| x.parse().expect("number")),
                         step: 10,
                     },
                     stores: vec![w[4].into()],
@@ -276,8 +282,63 @@ fn parse(line: &str) -> Option<Command> {
                 other => panic!("unknown counter op {other}"),
             },
         },
+        "copy-counters" => {
+            let (begin, end) = range(w[2]);
+            let set = n(1) as u32;
+            let from = w[3].strip_prefix("from=").expect("from=<set>");
+            let bound = |x: &str| (x != "-").then(|| x.as_bytes().to_vec());
+            Command::CopyCounters {
+                call: seqsvr_core::SetCall {
+                    set,
+                    move_id: n(4),
+                    begin,
+                    end,
+                    kind: seqsvr_core::SetKind::Move {
+                        from: from.parse().expect("number"),
+                        to: set,
+                    },
+                },
+                after: bound(w[5]).unwrap_or_default(),
+                through: bound(w[6]),
+                counters: w[7..].iter().map(|d| declared(d)).collect(),
+            }
+        }
+        "restore-counters" => Command::RestoreCounters {
+            counters: w[1..].iter().map(|d| declared(d)).collect(),
+        },
         _ => return None,
     })
+}
+
+/// `name:floor` or `name:floor:max:increment:offset` (`-`: no maximum).
+fn declared(w: &str) -> (Vec<u8>, seqsvr_core::CounterDecl) {
+    let p: Vec<&str> = w.split(':').collect();
+    let rules = (p.len() == 5).then(|| seqsvr_core::CounterRules {
+        max: p[2].parse().ok(),
+        increment: p[3].parse().expect("number"),
+        offset: p[4].parse().expect("number"),
+    });
+    let floor = p[1].parse().expect("number");
+    (
+        p[0].as_bytes().to_vec(),
+        seqsvr_core::CounterDecl { floor, rules },
+    )
+}
+
+/// `counters-of <first> <count> <after> <limit>`: a page of declarations.
+fn counters_of(state: &SetState, w: &[&str]) -> String {
+    let n = |i: usize| -> u64 { w[i].parse().expect("number") };
+    let after = if w[3] == "-" {
+        &b""[..]
+    } else {
+        w[3].as_bytes()
+    };
+    let (page, more) =
+        (state.counters).of_sections_after(n(1) as u32, n(2) as u32, after, n(4) as usize);
+    let names: Vec<_> = (page.iter())
+        .map(|(name, r)| format!("{}@{}", String::from_utf8_lossy(name), r.section))
+        .collect();
+    format!("{names:?} more={more}\n")
 }
 
 /// A preset's name, or `<time>/<worker>/<seq>/<unit ms>[/js]` (epoch 0).
@@ -416,6 +477,9 @@ fn run_script(input: &str) -> String {
         let state = groups.entry(current.clone()).or_default();
         let result = match line {
             "dump" => dump(state),
+            _ if line.starts_with("counters-of ") => {
+                counters_of(state, &line.split_whitespace().collect::<Vec<_>>())
+            }
             "routes" => format!(
                 "{:?}\n",
                 state.route_table().map(|t| (t.version, t.entries))

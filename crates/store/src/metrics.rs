@@ -148,6 +148,8 @@ fn kind(cmd: &Command) -> &'static str {
         Command::RaiseWorker { .. } => "raise_worker",
         Command::ReleaseWorker { .. } => "release_worker",
         Command::Counter { .. } => "counter",
+        Command::CopyCounters { .. } => "copy_counters",
+        Command::RestoreCounters { .. } => "restore_counters",
     }
 }
 

@@ -224,6 +224,43 @@ impl Allocator {
         self.names.set_decl(name, section, decl);
     }
 
+    /// After a floor was put in force for a name of `section`: whether the
+    /// ceiling here is above it; if not, the raise towards it is asked now
+    /// rather than by the name's first call (`SectionSlot::want_above`).
+    /// False as well if the section is not served here.
+    pub fn want_room_above(&self, section: SectionId, floor: u64) -> bool {
+        let Some(slot) = self.slot(section) else {
+            return false;
+        };
+        slot.want_above(floor, || self.queue_raise(section, true)) == Some(true)
+    }
+
+    /// [`want_room_above`](Self::want_room_above), then waits (up to
+    /// `deadline`) for the raise to land: true once the ceiling here is
+    /// above `floor`, so a call for the name is served from memory.
+    pub async fn room_above(&self, section: SectionId, floor: u64, deadline: Instant) -> bool {
+        loop {
+            // The notifier is never freed; registered before asking, so a
+            // raise landing in between is not missed.
+            let Some(changed) = self.slot(section).and_then(SectionSlot::changed) else {
+                return false;
+            };
+            let mut changed = std::pin::pin!(changed.notified());
+            changed.as_mut().enable();
+            let Some(slot) = self.slot(section) else {
+                return false;
+            };
+            match slot.want_above(floor, || self.queue_raise(section, true)) {
+                Some(true) => return true,
+                None => return false,
+                Some(false) => {}
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return false;
+            }
+        }
+    }
+
     /// Replaces the declarations of `section` with the store's, before a
     /// grant of it is installed.
     pub fn load_counter_decls(&self, section: SectionId, decls: Vec<(Vec<u8>, CounterDecl)>) {

@@ -48,6 +48,11 @@ enum Phase {
     },
     /// The source's leases, after a release that was not confirmed.
     WaitLeases,
+    /// A page of the source's declared counters, after `after`.
+    ReadCounters { after: Vec<u8> },
+    /// The copy of a page to the destination; `through`: its last name,
+    /// if more follow.
+    CopyCounters { through: Option<Vec<u8>> },
     /// One install piece; `left` still to go, `at` the first final ceiling
     /// not yet installed.
     Install {
@@ -190,13 +195,21 @@ impl Mover {
                 self.next_copy(left, then)
             }
             (Phase::Freeze { left }, f @ Answer::Frozen { .. }) => self.frozen(now, left, f),
-            (Phase::Release { left, chunk }, Answer::Released(r)) => {
-                self.released(now, left, chunk, r)
-            }
+            (Phase::Release { left, chunk }, Answer::Released(r)) => self.released(left, chunk, r),
             (Phase::WaitLeases, Answer::Woke) => {
                 self.report.waited_for_leases = Some(self.expiry);
                 self.stop(Step::Release)?;
-                self.install_next(now, self.pieces(&self.dst), 0)
+                Ok(self.read_counters(Vec::new()))
+            }
+            (Phase::ReadCounters { after }, Answer::Counters { counters, more }) => {
+                Ok(self.copy_counters(after, counters, more))
+            }
+            (Phase::CopyCounters { through }, Answer::CountersCopied(n)) => {
+                self.report.newly_copied += n;
+                match through {
+                    Some(last) => Ok(self.read_counters(last)),
+                    None => self.install_next(now, self.pieces(&self.dst), 0),
+                }
             }
             (Phase::Install { left, at }, Answer::Installed(n)) => {
                 self.report.newly_installed += n;
@@ -301,6 +314,8 @@ impl Mover {
         self.report.sections = self.src.len() as u32;
         self.finals.clear();
         self.epochs.clear();
+        self.report.counters = 0;
+        self.report.newly_copied = 0;
         self.holders = Some(BTreeMap::new());
         let left = self.pieces(&self.src);
         Ok(self.freeze_next(left))
@@ -346,6 +361,8 @@ fn call_failed(phase: &Phase, error: CallError) -> MoveError {
         Phase::Begin if error.rejected => return MoveError::Refused(error.message),
         Phase::Begin => "begin",
         Phase::Freeze { .. } => "freeze",
+        Phase::ReadCounters { .. } => "read declared counters",
+        Phase::CopyCounters { .. } => "copy declared counters",
         Phase::Install { .. } => "install",
         Phase::ClaimRead { .. } => "claim read",
         Phase::Finish => "finish",

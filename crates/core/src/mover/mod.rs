@@ -25,8 +25,11 @@
 //!    them, and must confirm as that id and incarnation; if one does not,
 //!    or a freeze reply named nobody (an older store), wait the lease +
 //!    margin from the freeze, after which none serves them anyway;
-//! 5. **install** — the destination installs each section at its final
-//!    ceiling (the store adds a step);
+//! 5. **install** — the declared counters of the sections are read from
+//!    the source (fenced by the freeze: none changes there any more) and
+//!    copied to the destination, page by page; then the destination
+//!    installs each section at its final ceiling (the store adds a step),
+//!    so it has the declarations before it serves a section;
 //! 6. **claim** — read the sections back every [`POLL`] until each has an
 //!    owner that claimed it, nudging owners to renew at once (at most every
 //!    [`NUDGE`]); [`CLAIM_TIMEOUT`] at most;
@@ -46,11 +49,21 @@ mod tests;
 
 use std::time::Duration;
 
+use crate::counter::CounterDecl;
 use crate::directory::{DirChange, Directory, SetCall, SetId};
 use crate::section::SectionId;
 
 pub use machine::Mover;
 pub use report::MoveReport;
+
+/// One declared counter as a move copies it: the name and its
+/// declaration (docs/counters.md, Declared counters).
+pub type Declared = (Vec<u8>, CounterDecl);
+
+/// Most declarations one read of the source returns, and so one copy to
+/// the destination carries (a name is at most 256 bytes: a copy stays
+/// well below a log entry's and a message's limits).
+pub const COUNTERS_PER_CALL: u32 = 1000;
 
 /// How long the destination may take to claim the installed sections.
 pub const CLAIM_TIMEOUT: Duration = Duration::from_secs(30);
@@ -162,6 +175,33 @@ pub enum Call {
         /// Per section from `first`, the epoch it is frozen at.
         epochs: Vec<u64>,
     },
+    /// Read the declared counters of sections `first..first+count` of
+    /// `set` (the source, after the freeze), by name after `after`, at
+    /// most [`COUNTERS_PER_CALL`]. Answer: [`Answer::Counters`].
+    ReadCounters {
+        /// The set.
+        set: SetId,
+        /// First section (of the source's span).
+        first: SectionId,
+        /// How many.
+        count: u32,
+        /// The last name of the previous page (empty: from the first).
+        after: Vec<u8>,
+    },
+    /// Copy declarations into `call.set` (the destination), before the
+    /// install: the names after `after` and up to `through` (`None`: to
+    /// the last) of the move's sections not served there yet take exactly
+    /// `counters`. Answer: [`Answer::CountersCopied`].
+    CopyCounters {
+        /// The move as the destination judges it.
+        call: SetCall,
+        /// The page's lower bound (exclusive; empty: from the first name).
+        after: Vec<u8>,
+        /// The page's upper bound (inclusive; `None`: to the last name).
+        through: Option<Vec<u8>>,
+        /// The source's declarations of the names in those bounds.
+        counters: Vec<Declared>,
+    },
     /// Install `first..` in `call.set` at `floors` (the source's final
     /// ceilings; the store adds a step). Answer: [`Answer::Installed`].
     Install {
@@ -271,6 +311,17 @@ pub enum Answer {
     /// A release was confirmed (by whom), or why not (an error, no answer
     /// in time).
     Released(Result<Confirmed, String>),
+    /// A page of the source's declared counters, by name, and whether
+    /// more follow.
+    Counters {
+        /// The declarations.
+        counters: Vec<Declared>,
+        /// More follow after the last.
+        more: bool,
+    },
+    /// A copy's reply: how many declarations it changed at the
+    /// destination (0: a repeat).
+    CountersCopied(u32),
     /// An install's reply: how many sections it changed.
     Installed(u32),
     /// Sections read back.

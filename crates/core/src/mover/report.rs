@@ -21,6 +21,12 @@ pub struct MoveReport {
     pub newly_frozen: u32,
     /// Sections this run installed.
     pub newly_installed: u32,
+    /// Declared counters of the moved sections read from the source and
+    /// copied to the destination.
+    pub counters: u32,
+    /// Declarations the copies of this run changed at the destination
+    /// (0: a repeat, or none declared).
+    pub newly_copied: u32,
     /// Highest final ceiling in the source.
     pub max_final: u64,
     /// AllocSvrs that confirmed the release.
@@ -56,6 +62,11 @@ impl std::fmt::Display for MoveReport {
                 f,
                 "moved [{b}, {e}) from set {} to set {}: {} sections ({} frozen and {} installed by this run), highest final ceiling {}",
                 self.from, self.to, self.sections, self.newly_frozen, self.newly_installed, self.max_final
+            )?;
+            writeln!(
+                f,
+                "  declared counters: {} copied ({} written by this run)",
+                self.counters, self.newly_copied
             )?;
             match self.waited_for_leases {
                 Some(w) => writeln!(

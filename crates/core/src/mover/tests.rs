@@ -15,7 +15,10 @@
 //!   `leader ALLOC…` (`id` or `id!` for a fenced one), `no-leader`,
 //!   `released` (confirmed by the AllocSvr and incarnation asked),
 //!   `released-as ID INC` (confirmed by another), `release-failed WHY`,
-//!   `installed N`, `sections OWNER:INC…` (`-` unowned), `refreshed`,
+//!   `counters DECL… [more]` (each `name:floor` or
+//!   `name:floor:max:increment:offset`, `-` for no maximum),
+//!   `counters-copied N`, `installed N`, `sections OWNER:INC…` (`-`
+//!   unowned), `refreshed`,
 //!   `woke`, `failed WHY`, `rejected WHY`.
 
 use std::time::Duration;
@@ -76,6 +79,21 @@ fn holders_of(words: &[&str]) -> Option<Vec<Holder>> {
                 }
             })
             .collect(),
+    )
+}
+
+/// `name:floor` or `name:floor:max:increment:offset` (`-`: no maximum).
+fn declared(w: &str) -> Declared {
+    let p: Vec<&str> = w.split(':').collect();
+    let floor = p[1].parse().unwrap();
+    let rules = (p.len() == 5).then(|| crate::counter::CounterRules {
+        max: p[2].parse().ok(),
+        increment: p[3].parse().unwrap(),
+        offset: p[4].parse().unwrap(),
+    });
+    (
+        p[0].as_bytes().to_vec(),
+        crate::counter::CounterDecl { floor, rules },
     )
 }
 
@@ -193,6 +211,15 @@ impl World {
                 incarnation: inc.parse().unwrap(),
             })),
             ["release-failed", why @ ..] => Answer::Released(Err(why.join(" "))),
+            ["counters", rest @ ..] => {
+                let more = rest.last() == Some(&"more");
+                let decls = &rest[..rest.len() - usize::from(more)];
+                Answer::Counters {
+                    counters: decls.iter().map(|d| declared(d)).collect(),
+                    more,
+                }
+            }
+            ["counters-copied", n] => Answer::CountersCopied(n.parse().unwrap()),
             ["installed", n] => Answer::Installed(n.parse().unwrap()),
             ["sections", s @ ..] => Answer::Sections(
                 (s.iter())
@@ -263,6 +290,32 @@ fn call(c: &Call) -> String {
         } => {
             format!(
                 "release {alloc}@{incarnation} at {admin_addr}: sections {first}.. at epochs {epochs:?}"
+            )
+        }
+        Call::ReadCounters {
+            set,
+            first,
+            count,
+            after,
+        } => format!(
+            "read-counters {first}+{count} of set {set} after {:?}",
+            String::from_utf8_lossy(after)
+        ),
+        Call::CopyCounters {
+            call,
+            after,
+            through,
+            counters,
+        } => {
+            let names: Vec<_> = (counters.iter())
+                .map(|(n, d)| format!("{}@{}", String::from_utf8_lossy(n), d.floor))
+                .collect();
+            format!(
+                "copy-counters to set {} (move {}) after {:?} through {:?}: {names:?}",
+                call.set,
+                call.move_id,
+                String::from_utf8_lossy(after),
+                through.as_deref().map(String::from_utf8_lossy)
             )
         }
         Call::Install {

@@ -186,6 +186,27 @@ impl<'s> Executor<'s> {
                     holders: f.holders,
                 }
             }
+            Call::ReadCounters {
+                set,
+                first,
+                count,
+                after,
+            } => {
+                let (counters, more) = (self.client(set)?)
+                    .read_counters(first, count, &after)
+                    .await?;
+                Answer::Counters { counters, more }
+            }
+            Call::CopyCounters {
+                call,
+                after,
+                through,
+                counters,
+            } => {
+                let c = self.client(call.set)?;
+                let n = (c.copy_counters(&call, &after, through.as_deref(), &counters)).await?;
+                Answer::CountersCopied(n)
+            }
             Call::Install {
                 first,
                 floors,

@@ -9,6 +9,7 @@ use seqsvr_core::mover::{
 use seqsvr_store_core::command::Reply;
 
 use super::{caller, wrap, End, Kind, Movers, Run, Wait, CALL, HOME, READ};
+use crate::counter_calls::CounterReq;
 use crate::env::{trace, Env};
 use crate::faults::MoveStep;
 use crate::link::Timing;
@@ -94,6 +95,33 @@ impl Movers {
             Call::ReadSections { set, first, count } => {
                 let req = StoreReq::Sections { first, count };
                 (set as usize, Kind::Sections, req, READ)
+            }
+            Call::ReadCounters {
+                set,
+                first,
+                count,
+                after,
+            } => {
+                let req = StoreReq::Counters(CounterReq::Read {
+                    first,
+                    count,
+                    after,
+                });
+                (set as usize, Kind::ReadCounters, req, ADMIN)
+            }
+            Call::CopyCounters {
+                call,
+                after,
+                through,
+                counters,
+            } => {
+                let req = StoreReq::Counters(CounterReq::Copy {
+                    call,
+                    after,
+                    through,
+                    counters,
+                });
+                (call.set as usize, Kind::CopyCounters, req, ADMIN)
             }
             Call::LeaderStatus { set, purpose } => {
                 self.status(env, id, run, set as usize, 0, purpose);
@@ -415,6 +443,12 @@ fn store_answer(kind: Kind, resp: StoreResp) -> Answer {
         (Kind::Install, Ok(StoreOk::Written(Reply::Installed { newly, .. }))) => {
             Answer::Installed(newly)
         }
+        (Kind::ReadCounters, Ok(StoreOk::Counters(counters, more))) => {
+            Answer::Counters { counters, more }
+        }
+        (Kind::CopyCounters, Ok(StoreOk::Written(Reply::CountersCopied { newly }))) => {
+            Answer::CountersCopied(newly)
+        }
         (Kind::Sections, Ok(StoreOk::Sections(infos))) => Answer::Sections(
             (infos.into_iter())
                 .map(|s| Claimed {
@@ -471,6 +505,12 @@ fn describe(c: &Call) -> String {
             format!("install {first}.. at {floors:?} in set {}", call.set)
         }
         Call::ReadSections { set, first, count } => format!("read {first}+{count} of set {set}"),
+        Call::ReadCounters {
+            set, first, count, ..
+        } => format!("read counters of {first}+{count} in set {set}"),
+        Call::CopyCounters { call, counters, .. } => {
+            format!("copy {} counters to set {}", counters.len(), call.set)
+        }
         Call::Refresh { alloc, .. } => format!("refresh {alloc}"),
     }
 }

@@ -5,8 +5,8 @@
 //! over the simulated network, one *run* per invocation, with the shipped
 //! clients' timings, and hands back the answers on virtual time:
 //!
-//! - store calls (directory read, begin, copies, freeze, install, claim
-//!   reads, finish) go through the store client model (`link`): the sets
+//! - store calls (directory read, begin, copies, freeze, the declared
+//!   counters' read and copy, install, claim reads, finish) go through the store client model (`link`): the sets
 //!   client's timing (`SetsClient`: 10 s, 3 s per replica, not hedged) or
 //!   the reader's (`ReadClient`: 10 s, 300 ms, hedged), applied by the real
 //!   `SetState::apply`;
@@ -82,6 +82,8 @@ enum Kind {
     Freeze,
     Install,
     Sections,
+    ReadCounters,
+    CopyCounters,
 }
 
 /// What a run waits for.

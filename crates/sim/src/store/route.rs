@@ -140,6 +140,10 @@ impl Store {
                 None => return self.want(env, r, Want::Write(p)),
             },
             StoreReq::Status => unreachable!("answered by any replica"),
+            StoreReq::Counters(c) => match c.command() {
+                Some(cmd) => cmd,
+                None => return self.start_barrier(env, r, p),
+            },
             direct => direct_command(direct),
         };
         if env.cfg.knobs.ack_before_commit && matches!(cmd, Command::Raise { .. }) {
@@ -208,6 +212,10 @@ impl Store {
                 })
                 .collect::<Result<Vec<_>, _>>()
                 .map(StoreOk::Sections),
+            StoreReq::Counters(c) => {
+                let (counters, more) = c.read(st);
+                Ok(StoreOk::Counters(counters, more))
+            }
             other => unreachable!("{other:?} is not a read"),
         };
         self.reply(env, r, &p, resp);

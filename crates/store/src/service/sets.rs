@@ -1,12 +1,15 @@
-//! The sets service of a store replica (`StoreSets`, admin plane): freeze
-//! and install for range moves, the directory and its copies. Operator
+//! The sets service of a store replica (`StoreSets`, admin plane): freeze,
+//! install and the copy of declared counters for range moves, the
+//! directory and its copies. Operator
 //! certificates only; answered by the leader only, like `StoreAdmin`.
 //! The protocol these serve is in `docs/architecture/sets.md`.
 
 use seqsvr_core::directory::{DirRange, PendingMove, HOME_SET};
+use seqsvr_core::mover::COUNTERS_PER_CALL;
 use seqsvr_core::{DirChange, DirSet, Directory, SetCall, SetKind};
 use seqsvr_net::Role;
 use seqsvr_proto::{self as pb};
+use seqsvr_store_api::counters::CounterShown;
 use seqsvr_store_api::Error;
 use tonic::{Request, Response, Status};
 
@@ -156,6 +159,78 @@ impl StoreApi {
         }
     }
 
+    /// A page of the declared counters of a run of sections, after a
+    /// barrier: a move reads its source's once the freeze fenced them.
+    async fn read_counters(
+        &self,
+        r: pb::ReadCountersRequest,
+    ) -> Result<pb::ReadCountersReply, Error> {
+        if r.after.len() > seqsvr_core::MAX_NAME_LEN {
+            return Err(Error::Invalid("`after` is longer than a name".into()));
+        }
+        self.require_leader()?;
+        self.barrier().await?;
+        let limit = match r.limit {
+            0 => COUNTERS_PER_CALL,
+            n => n.min(COUNTERS_PER_CALL),
+        };
+        let a = self.sm.read();
+        let (page, more) = (a.state.counters).of_sections_after(
+            r.first_section,
+            r.count,
+            &r.after,
+            limit as usize,
+        );
+        let counters = (page.into_iter())
+            .map(|(name, rec)| {
+                (&CounterShown {
+                    name: name.clone(),
+                    section: rec.section,
+                    decl: rec.decl,
+                })
+                    .into()
+            })
+            .collect();
+        Ok(pb::ReadCountersReply { counters, more })
+    }
+
+    async fn copy_counters(
+        &self,
+        r: pb::CopyCountersRequest,
+    ) -> Result<pb::CopyCountersReply, Error> {
+        if r.counters.len() > COUNTERS_PER_CALL as usize {
+            return Err(Error::Invalid(format!(
+                "at most {COUNTERS_PER_CALL} declarations a copy"
+            )));
+        }
+        let counters = (r.counters.iter())
+            .map(|d| {
+                let c = CounterShown::from(d);
+                (c.name, c.decl)
+            })
+            .collect();
+        let cmd = Command::CopyCounters {
+            call: SetCall {
+                set: r.set_id,
+                move_id: r.move_id,
+                begin: r.begin,
+                end: r.end,
+                kind: SetKind::Move {
+                    from: r.moved_from,
+                    to: r.set_id,
+                },
+            },
+            after: r.after,
+            through: r.has_through.then_some(r.through),
+            counters,
+        };
+        self.require_leader()?;
+        match self.write(cmd).await? {
+            Reply::CountersCopied { newly } => Ok(pb::CopyCountersReply { newly }),
+            r => Err(unexpected(r)),
+        }
+    }
+
     async fn directory_write(&self, cmd: Command) -> Result<pb::DirectoryReply, Error> {
         self.require_leader()?;
         match self.write(cmd).await? {
@@ -226,6 +301,22 @@ impl pb::store_sets_server::StoreSets for SetsService {
     ) -> Result<Response<pb::InstallReply>, Status> {
         self.0.auth.require_operator(&req)?;
         Ok(Response::new(self.0.install(req.into_inner()).await?))
+    }
+
+    async fn read_counters(
+        &self,
+        req: Request<pb::ReadCountersRequest>,
+    ) -> Result<Response<pb::ReadCountersReply>, Status> {
+        self.0.auth.require_operator(&req)?;
+        Ok(Response::new(self.0.read_counters(req.into_inner()).await?))
+    }
+
+    async fn copy_counters(
+        &self,
+        req: Request<pb::CopyCountersRequest>,
+    ) -> Result<Response<pb::CopyCountersReply>, Status> {
+        self.0.auth.require_operator(&req)?;
+        Ok(Response::new(self.0.copy_counters(req.into_inner()).await?))
     }
 
     async fn change_directory(

@@ -1,5 +1,6 @@
 //! The steps from the freeze on: freeze, release (or the lease wait),
-//! install, claim (reads, nudges), finish.
+//! the copy of the declared counters, install, claim (reads, nudges),
+//! finish.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
@@ -7,8 +8,8 @@ use std::time::Duration;
 use super::{Mover, Phase};
 use crate::directory::DirChange;
 use crate::mover::{
-    Answer, Call, Claimed, Confirmed, Effect, Holder, MoveError, StatusFor, Step, CLAIM_TIMEOUT,
-    NUDGE, POLL,
+    Answer, Call, Claimed, Confirmed, Declared, Effect, Holder, MoveError, StatusFor, Step,
+    CLAIM_TIMEOUT, NUDGE, POLL,
 };
 use crate::section::SectionId;
 use crate::MAX_SECTIONS_PER_CALL;
@@ -63,7 +64,7 @@ impl Mover {
         match &self.holders {
             Some(all) => {
                 let left = all.values().cloned().collect();
-                self.release_next(now, left, 0)
+                self.release_next(left, 0)
             }
             None => {
                 self.report.release_unconfirmed =
@@ -80,7 +81,6 @@ impl Mover {
     /// wait the leases.
     pub(super) fn released(
         &mut self,
-        now: Duration,
         left: VecDeque<Holder>,
         chunk: usize,
         r: Result<Confirmed, String>,
@@ -88,7 +88,7 @@ impl Mover {
         let h = left.front().expect("a release is sent to the head");
         let why = match r {
             Ok(c) if c.alloc == h.id && c.incarnation == h.incarnation => {
-                return self.release_next(now, left, chunk + 1)
+                return self.release_next(left, chunk + 1)
             }
             Ok(c) => format!(
                 "{} incarnation {:x} was named by the freeze, but {} incarnation {:x} answered",
@@ -101,10 +101,10 @@ impl Mover {
     }
 
     /// Piece `chunk` of the release on the head of `left`, or the next
-    /// AllocSvr's first, or (all confirmed) the install.
+    /// AllocSvr's first, or (all confirmed) the copy of the declared
+    /// counters.
     pub(super) fn release_next(
         &mut self,
-        now: Duration,
         mut left: VecDeque<Holder>,
         mut chunk: usize,
     ) -> Result<Effect, MoveError> {
@@ -129,8 +129,48 @@ impl Mover {
         }
         self.report.release_confirmed = true;
         self.stop(Step::Release)?;
-        let left = self.pieces(&self.dst);
-        self.install_next(now, left, 0)
+        Ok(self.read_counters(Vec::new()))
+    }
+
+    /// Reads the next page of the source's declared counters. The freeze
+    /// fenced every write of them there (a counter write is fenced by the
+    /// owner's epoch, which the freeze ended), so what is read is final,
+    /// as the final ceilings are (docs/counters.md, Moves).
+    pub(super) fn read_counters(&mut self, after: Vec<u8>) -> Effect {
+        let call = Call::ReadCounters {
+            set: self.the_move().from,
+            first: self.src.start,
+            count: self.src.len() as u32,
+            after: after.clone(),
+        };
+        self.phase = Phase::ReadCounters { after };
+        Effect::Call(call)
+    }
+
+    /// Copies a page read to the destination: the names after `after`
+    /// and up to the page's last (or to the end, on the last page) take
+    /// exactly the source's declarations there. Once the last page is
+    /// copied, the install begins: the destination has every declaration
+    /// before it serves a section.
+    pub(super) fn copy_counters(
+        &mut self,
+        after: Vec<u8>,
+        counters: Vec<Declared>,
+        more: bool,
+    ) -> Effect {
+        self.report.counters += counters.len() as u32;
+        let through = more.then(|| counters.last().map(|(n, _)| n.clone()));
+        let through = through.flatten();
+        let call = self.set_call(self.the_move().to);
+        self.phase = Phase::CopyCounters {
+            through: through.clone(),
+        };
+        Effect::Call(Call::CopyCounters {
+            call,
+            after,
+            through,
+            counters,
+        })
     }
 
     /// Not every AllocSvr confirmed: wait the source's lease + margin from

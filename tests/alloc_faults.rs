@@ -8,7 +8,7 @@
 //! process), promise 4 (a restart skips at most about one step per
 //! section), promise 5 (typed errors that change nothing).
 
-mod support;
+use seqsvr_testkit::{self as kit, Bins};
 
 use std::time::{Duration, Instant};
 
@@ -16,7 +16,10 @@ use seqsvr::checker::{Kind, Observation};
 use seqsvr_client::SeqClient;
 use seqsvr_core::rng::Rng;
 use seqsvr_core::SetSpec;
-use support::{assert_monotonic, SetCluster, Workload};
+use seqsvr_testkit::{assert_monotonic, SetCluster, Workload};
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 const STEP: u64 = 200;
 
@@ -94,7 +97,7 @@ fn max_skip(obs: &[Observation], at: Instant, sections: &[u32]) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_an_alloc_mid_workload_and_restart_it() {
-    let mut cluster = SetCluster::start(set(), 2);
+    let mut cluster = SetCluster::start(BINS, set(), 2);
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;
     let w = start_workload(&c, 8);
@@ -124,14 +127,14 @@ async fn kill_an_alloc_mid_workload_and_restart_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_every_process_at_once_and_restart() {
-    let mut cluster = SetCluster::start(set(), 2);
+    let mut cluster = SetCluster::start(BINS, set(), 2);
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;
     let w = start_workload(&c, 8);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let procs = cluster.allocs.iter().chain(cluster.store.procs.iter());
     for p in procs {
-        support::signal(p.pid().unwrap(), libc::SIGKILL);
+        kit::signal(p.pid().unwrap(), libc::SIGKILL);
     }
     for p in cluster
         .allocs
@@ -164,7 +167,7 @@ async fn kill_every_process_at_once_and_restart() {
 async fn bad_input_gets_typed_errors_and_changes_nothing() {
     use seqsvr_proto::alloc_client::AllocClient;
     use seqsvr_proto::{detail_of, ErrorKind};
-    let cluster = SetCluster::start(set(), 2);
+    let cluster = SetCluster::start(BINS, set(), 2);
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;
     let mut a1 = AllocClient::connect(format!("http://{}", cluster.alloc_addrs[0]))

@@ -9,7 +9,7 @@
 //! a deleted and re-created counter continues above everything it handed
 //! out; bad input and re-runs change nothing.
 
-mod support;
+use seqsvr_testkit::{self as kit, Bins};
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -18,9 +18,12 @@ use seqsvr::ctl::counter::CounterAdmin;
 use seqsvr_core::{name_key, SetSpec, NAME_KEYS};
 use seqsvr_proto::{self as pb, CounterOp, ErrorKind};
 use seqsvr_store::node::InitialAlloc;
-use support::SetCluster;
+use seqsvr_testkit::SetCluster;
 
-/// Lease + margin of the test clusters (see `support::test_lease`).
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
+
+/// Lease + margin of the test clusters (see `kit::test_lease`).
 const EXPIRY: Duration = Duration::from_millis(2500);
 
 /// The first 8,000 positions of the name range, in 8 sections.
@@ -45,7 +48,7 @@ fn name_in_first_half(prefix: &str) -> String {
 
 fn cluster() -> SetCluster {
     let initial = InitialAlloc::even_split(["alloc-1", "alloc-2"].map(String::from), 8);
-    let store = support::StoreCluster::start_opts(3, set(), initial, Default::default());
+    let store = kit::StoreCluster::start_opts(BINS, 3, set(), initial, Default::default());
     let mut c = SetCluster {
         store,
         alloc_addrs: Vec::new(),
@@ -55,9 +58,9 @@ fn cluster() -> SetCluster {
         forward: true,
     };
     for i in 1..=2 {
-        let [addr, resp] = [(); 2].map(|_| format!("127.0.0.1:{}", support::free_port()));
+        let [addr, resp] = [(); 2].map(|_| format!("127.0.0.1:{}", kit::free_port()));
         let peers = c.store.peer_addrs.clone();
-        c.allocs.push(support::start_alloc_with(
+        c.allocs.push(kit::start_alloc_with(
             &c.store,
             &format!("alloc-{i}"),
             &addr,
@@ -72,7 +75,7 @@ fn cluster() -> SetCluster {
 
 /// `seqctl --store … counter <args>`: exit code, stdout, stderr.
 fn seqctl(c: &SetCluster, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_seqctl"))
+    let out = Command::new(BINS.seqctl)
         .arg("--store")
         .arg(c.store.client_addrs.join(","))
         .arg("--store-admin")

@@ -12,7 +12,7 @@
 //! Tests here run one at a time: they measure unavailability, and five
 //! 5-process clusters at once on a small machine would measure the machine.
 
-mod support;
+use seqsvr_testkit::{self as kit, Bins};
 
 use std::time::{Duration, Instant};
 
@@ -20,11 +20,14 @@ use seqsvr_client::SeqClient;
 use seqsvr_core::checker::Observation;
 use seqsvr_core::rng::Rng;
 use seqsvr_core::SetSpec;
-use support::{assert_monotonic, SetCluster, Workload, TEST_RENEW_MS};
+use seqsvr_testkit::{assert_monotonic, SetCluster, Workload, TEST_RENEW_MS};
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Lease + margin of the test clusters (see `support::test_lease`).
+/// Lease + margin of the test clusters (see `kit::test_lease`).
 const EXPIRY: Duration = Duration::from_millis(2500);
 
 fn set() -> SetSpec {
@@ -104,7 +107,7 @@ async fn numbers_from(addr: &str, sections: &[u32], until: Instant) -> Vec<Obser
             let uid = *s as u64 * 1000 + 3;
             let start = Instant::now();
             if let Ok(r) = c
-                .next(support::from_memory(seqsvr_proto::NextRequest {
+                .next(kit::from_memory(seqsvr_proto::NextRequest {
                     uid,
                     count: 0,
                     ..Default::default()
@@ -125,8 +128,8 @@ async fn ready() -> (SetCluster, SeqClient) {
 }
 
 /// [`ready`], the store group started with `opts`.
-async fn ready_with(opts: support::StoreOptions) -> (SetCluster, SeqClient) {
-    let cluster = SetCluster::start_opts(set(), 2, opts);
+async fn ready_with(opts: kit::StoreOptions) -> (SetCluster, SeqClient) {
+    let cluster = SetCluster::start_opts(BINS, set(), 2, opts);
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;
     (cluster, c)
@@ -139,11 +142,11 @@ async fn an_alloc_paused_longer_than_its_lease_hands_out_nothing_after() {
     let w = start_workload(&c, 8);
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let pid = cluster.allocs[0].pid().unwrap();
-    support::signal(pid, libc::SIGSTOP);
+    kit::signal(pid, libc::SIGSTOP);
     let paused = Instant::now();
     // Its sections (0..4) move once its lease has certainly expired.
     tokio::time::sleep(EXPIRY * 2).await;
-    support::signal(pid, libc::SIGCONT);
+    kit::signal(pid, libc::SIGCONT);
     // Woken up, it must not hand out a single number for the sections it lost.
     let stolen = numbers_from(
         &cluster.alloc_addrs[0],
@@ -214,7 +217,7 @@ async fn a_deposed_store_leader_keeps_no_old_owner_alive() {
     // The rebalance off: alloc-1 renews again once it wakes, and the
     // arbiter would hand its share back by planned handoffs (tests/
     // rebalance.rs), while this test reads where failover put them.
-    let opts = support::StoreOptions {
+    let opts = kit::StoreOptions {
         rebalance: seqsvr_store::arbiter::RebalanceConfig {
             enabled: false,
             ..Default::default()
@@ -232,13 +235,13 @@ async fn a_deposed_store_leader_keeps_no_old_owner_alive() {
         .path()
         .join(format!("store-{}", leader + 1));
     let isolate = leader_dir.join(seqsvr_store::fault::ISOLATE_FILE);
-    support::isolate(&leader_dir).await;
+    kit::isolate(&leader_dir).await;
     // At the same time alloc-1 stops renewing (paused): the new leader must
     // move its sections, and the old leader must not renew alloc-1.
     let pid = cluster.allocs[0].pid().unwrap();
-    support::signal(pid, libc::SIGSTOP);
+    kit::signal(pid, libc::SIGSTOP);
     tokio::time::sleep(EXPIRY * 2 + Duration::from_secs(1)).await;
-    support::signal(pid, libc::SIGCONT);
+    kit::signal(pid, libc::SIGCONT);
     let stolen = numbers_from(
         &cluster.alloc_addrs[0],
         &[0, 1, 2, 3],

@@ -25,7 +25,7 @@
 //! Without libfaketime the tests print why and pass, unless `CI` is set:
 //! then they fail (`.ci/run` installs the `faketime` package).
 
-mod support;
+use seqsvr_testkit::{self as kit, Bins};
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,8 +34,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use seqsvr_core::ids::Layout;
 use seqsvr_core::SetSpec;
-use support::ids::{gone, latest, libfaketime, start_callers, under, wait_issuing, Callers, Calls};
-use support::SetCluster;
+use seqsvr_testkit::ids::{gone, latest, libfaketime, start_callers, under, wait_issuing, Callers, Calls};
+use seqsvr_testkit::SetCluster;
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 /// The namespace drawn from.
 const NS: &str = "clock";
@@ -44,7 +47,7 @@ const NS: &str = "clock";
 const WINDOW_MS: u64 = 1000;
 
 /// How far (s) the clock is shifted: more than the lease's expiry (2.5 s,
-/// `support::test_lease`) plus the window, so that a restarted AllocSvr
+/// `kit::test_lease`) plus the window, so that a restarted AllocSvr
 /// claims its worker id again while its clock is still below the ticks
 /// it issued before the kill.
 const SHIFT_S: u64 = 6;
@@ -140,7 +143,7 @@ fn check(callers: &[Calls], layout: &Layout, faults: &[(Instant, Instant)]) -> u
 /// shift`, `""` the real clock), and checks every id drawn.
 async fn drill(lib: &str, shifts: &[String]) {
     let layout = Layout::twitter();
-    let mut cl = SetCluster::start(set(), 2);
+    let mut cl = SetCluster::start(BINS, set(), 2);
     cl.store.wait_ready(Duration::from_secs(30)).await;
     let admin = cl.store.admin();
     let start = Instant::now();

@@ -6,19 +6,22 @@
 //! namespace come back through `seqctl id next` and decode through
 //! `seqctl id decode` and `seqctl id show`.
 
-mod support;
+use seqsvr_testkit::Bins;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use seqsvr_core::ids::Layout;
 use seqsvr_core::SetSpec;
-use support::SetCluster;
+use seqsvr_testkit::SetCluster;
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 /// `seqctl` against the cluster's store (client and admin planes) and
 /// AllocSvrs: success, standard output, standard error.
 fn seqctl(cl: &SetCluster, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_seqctl"))
+    let out = Command::new(BINS.seqctl)
         .arg("--store")
         .arg(cl.store.client_addrs.join(","))
         .arg("--store-admin")
@@ -67,7 +70,7 @@ async fn create_is_validated_idempotent_and_scattered_ids_decode() {
         section_size: 1000,
         step: 500,
     };
-    let cl = SetCluster::start(set, 3);
+    let cl = SetCluster::start(BINS, set, 3);
     cl.store.wait_ready(Duration::from_secs(30)).await;
     // Every AllocSvr registered (the store counts them for worker bits).
     let client = cl.client().await;

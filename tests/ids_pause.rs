@@ -23,7 +23,7 @@
 //! of its successor's). The successor must really have taken the worker
 //! id, and `alloc-1` must really have answered after the resume.
 
-mod support;
+use seqsvr_testkit::{self as kit, Bins};
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,10 +32,13 @@ use std::time::{Duration, Instant};
 
 use seqsvr_core::ids::Layout;
 use seqsvr_core::SetSpec;
-use support::ids::{
+use seqsvr_testkit::ids::{
     draw_direct, libfaketime, start_callers, under, wait_issuing, Call, Callers, Calls,
 };
-use support::SetCluster;
+use seqsvr_testkit::SetCluster;
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 /// The namespace drawn from.
 const NS: &str = "pause";
@@ -120,7 +123,7 @@ fn check(callers: &[Calls], layout: &Layout) -> usize {
 async fn paused_past_the_lease_while_a_successor_takes_its_worker_id() {
     let Some(lib) = libfaketime() else { return };
     let layout = Layout::twitter();
-    let mut cl = SetCluster::start(set(), 2);
+    let mut cl = SetCluster::start(BINS, set(), 2);
     // alloc-1 runs ahead of real time from the start.
     cl.allocs[0].kill9();
     cl.allocs[0].set_under(under(&lib, AHEAD));
@@ -143,9 +146,9 @@ async fn paused_past_the_lease_while_a_successor_takes_its_worker_id() {
     let worker = wait_issuing(&direct[0], Instant::now(), &layout, &cl).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    // 1. Paused well past its lease (expiry 2.5 s, `support::test_lease`).
+    // 1. Paused well past its lease (expiry 2.5 s, `kit::test_lease`).
     let pid = cl.allocs[0].pid().unwrap();
-    support::signal(pid, libc::SIGSTOP);
+    kit::signal(pid, libc::SIGSTOP);
     let paused = Instant::now();
     tokio::time::sleep(Duration::from_secs(4)).await;
 
@@ -165,7 +168,7 @@ async fn paused_past_the_lease_while_a_successor_takes_its_worker_id() {
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     // 3. Resumed: it must answer again (from another worker id).
-    support::signal(pid, libc::SIGCONT);
+    kit::signal(pid, libc::SIGCONT);
     let resumed = Instant::now();
     let again = wait_issuing(&direct[0], resumed, &layout, &cl).await;
     eprintln!("alloc-1 paused with worker {worker}; resumed with worker {again}");

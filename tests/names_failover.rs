@@ -8,7 +8,7 @@
 //! per name by the monotonicity checker (promise 1 of
 //! `docs/architecture/promises.md`): no repeat, no regression.
 
-mod support;
+use seqsvr_testkit::{self as kit, Bins};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,10 +19,13 @@ use seqsvr_core::checker::Observation;
 use seqsvr_core::rng::Rng;
 use seqsvr_core::{name_key, SetSpec, NAME_KEYS};
 use seqsvr_store::node::InitialAlloc;
-use support::door::Door;
-use support::{assert_monotonic, SetCluster, StoreCluster};
+use seqsvr_testkit::door::Door;
+use seqsvr_testkit::{assert_monotonic, SetCluster, StoreCluster};
 
-/// Lease + margin of the test clusters (see `support::test_lease`).
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
+
+/// Lease + margin of the test clusters (see `kit::test_lease`).
 const EXPIRY: Duration = Duration::from_millis(2500);
 
 /// Names each AllocSvr holds at most: fewer than the drill calls.
@@ -67,7 +70,7 @@ fn drill_names() -> Vec<String> {
 /// A set of two AllocSvrs with doors, each holding at most [`MAX_NAMES`].
 fn cluster() -> SetCluster {
     let initial = InitialAlloc::even_split(["alloc-1", "alloc-2"].map(String::from), 8);
-    let store = StoreCluster::start_opts(3, set(), initial, Default::default());
+    let store = StoreCluster::start_opts(BINS, 3, set(), initial, Default::default());
     let mut c = SetCluster {
         store,
         alloc_addrs: Vec::new(),
@@ -77,9 +80,9 @@ fn cluster() -> SetCluster {
         forward: true,
     };
     for i in 1..=2 {
-        let [addr, resp] = [(); 2].map(|_| format!("127.0.0.1:{}", support::free_port()));
+        let [addr, resp] = [(); 2].map(|_| format!("127.0.0.1:{}", kit::free_port()));
         let peers = c.store.peer_addrs.clone();
-        c.allocs.push(support::start_alloc_with(
+        c.allocs.push(kit::start_alloc_with(
             &c.store,
             &format!("alloc-{i}"),
             &addr,
@@ -175,9 +178,9 @@ async fn names_through_grpc_and_the_door_across_a_pause_and_a_kill() {
 
     // The owner of sections 0..4 paused past its lease: they move.
     let pid = cluster.allocs[0].pid().unwrap();
-    support::signal(pid, libc::SIGSTOP);
+    kit::signal(pid, libc::SIGSTOP);
     tokio::time::sleep(EXPIRY * 2).await;
-    support::signal(pid, libc::SIGCONT);
+    kit::signal(pid, libc::SIGCONT);
     tokio::time::sleep(Duration::from_millis(1000)).await;
 
     // Then the other one (owning everything now) is killed: every

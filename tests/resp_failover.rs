@@ -9,7 +9,7 @@
 //! refuses (`TRYAGAIN NOT_OWNER …`), hangs or drops the connection: the
 //! door answers for the sections its AllocSvr owns.
 
-mod support;
+use seqsvr_testkit::{self as kit, Bins};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,10 +18,13 @@ use std::time::{Duration, Instant};
 use seqsvr_core::checker::Observation;
 use seqsvr_core::rng::Rng;
 use seqsvr_core::SetSpec;
-use support::door::Door;
-use support::{assert_monotonic, SetCluster};
+use seqsvr_testkit::door::Door;
+use seqsvr_testkit::{assert_monotonic, SetCluster};
 
-/// Lease + margin of the test clusters (see `support::test_lease`).
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
+
+/// Lease + margin of the test clusters (see `kit::test_lease`).
 const EXPIRY: Duration = Duration::from_millis(2500);
 
 fn set() -> SetSpec {
@@ -92,7 +95,7 @@ fn start_clients(doors: &[String], clients: u64) -> Drill {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn incr_through_the_door_across_a_pause_and_a_kill() {
-    let mut cluster = SetCluster::start(set(), 2);
+    let mut cluster = SetCluster::start(BINS, set(), 2);
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;
     let drill = start_clients(&cluster.resp_addrs, 8);
@@ -100,9 +103,9 @@ async fn incr_through_the_door_across_a_pause_and_a_kill() {
 
     // The owner of sections 0..4 paused past its lease: they move.
     let pid = cluster.allocs[0].pid().unwrap();
-    support::signal(pid, libc::SIGSTOP);
+    kit::signal(pid, libc::SIGSTOP);
     tokio::time::sleep(EXPIRY * 2).await;
-    support::signal(pid, libc::SIGCONT);
+    kit::signal(pid, libc::SIGCONT);
     tokio::time::sleep(Duration::from_millis(1000)).await;
 
     // Then the other one (owning everything now) is killed: every

@@ -625,7 +625,7 @@ fn matches(e: Expect, o: &Outcome) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_listener_refuses_every_call_it_must_refuse() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let cluster = Cluster::start(Options {
+    let cluster = Cluster::start(BINS, Options {
         tls: true,
         ..Default::default()
     })

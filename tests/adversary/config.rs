@@ -16,7 +16,7 @@ async fn config_mistakes_stop_the_process_with_a_message() {
     let _one = ONE_AT_A_TIME.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let port = || format!("127.0.0.1:{}", support::free_port());
+    let port = || format!("127.0.0.1:{}", kit::free_port());
     let pki = seqsvr_net::DevPki::generate(
         &d.join("pki"),
         &[
@@ -54,7 +54,7 @@ async fn config_mistakes_stop_the_process_with_a_message() {
     // First run it for real, so its data dir holds the set and node id 1.
     let good = attack::config_path(d, "store-good");
     std::fs::write(&good, toml::to_string(&store).unwrap()).unwrap();
-    let mut p = support::Proc::start(
+    let mut p = kit::Proc::start(BINS, 
         "store-good",
         vec![
             "store".into(),
@@ -195,7 +195,7 @@ async fn config_mistakes_stop_the_process_with_a_message() {
         let path = attack::config_path(d, &format!("mistake-{i}"));
         std::fs::write(&path, config).unwrap();
         let started = Instant::now();
-        let (status, stderr) = attack::run_seqsvr(
+        let (status, stderr) = attack::run_seqsvr(BINS, 
             &[kind, "--config", &path.display().to_string()],
             Duration::from_secs(20),
         );

@@ -24,7 +24,7 @@ fn retarget(addr: &str, path: &'static str) -> Retarget {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_messages_are_refused_on_every_plane() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let cluster = SetCluster::start(attack::set(), 2);
+    let cluster = SetCluster::start(BINS, attack::set(), 2);
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;
     let read = cluster.store.read();

@@ -63,7 +63,7 @@ async fn probe(allocs: Vec<String>, until: Instant) -> Probe {
 /// a follower) for twice the lease under load and checks the answers.
 async fn pause_the_replica_in_use(leader: bool) {
     let _one = ONE_AT_A_TIME.lock().await;
-    let cluster = Cluster::start(Options {
+    let cluster = Cluster::start(BINS, Options {
         order: if leader {
             StoreOrder::LeaderFirst
         } else {
@@ -114,10 +114,10 @@ async fn pause_the_replica_in_use(leader: bool) {
     let prober = tokio::spawn(probe(allocs, until));
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let pid = cluster.stores[target].proc.pid().unwrap();
-    support::signal(pid, libc::SIGSTOP);
+    kit::signal(pid, libc::SIGSTOP);
     let paused = Instant::now();
     tokio::time::sleep(paused_for).await;
-    support::signal(pid, libc::SIGCONT);
+    kit::signal(pid, libc::SIGCONT);
     let resumed = Instant::now();
     let p = prober.await.unwrap();
     let lease_expired = p

@@ -124,7 +124,7 @@ async fn renew_and_raise_in_another_allocs_name_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_tls_an_alloc_certificate_acts_only_as_its_alloc() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let cluster = Cluster::start(Options {
+    let cluster = Cluster::start(BINS, Options {
         tls: true,
         ..Default::default()
     })

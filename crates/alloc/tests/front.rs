@@ -17,10 +17,7 @@ use seqsvr_proto::{self as pb, detail_of, ErrorKind};
 use tonic::transport::Channel;
 use tonic::Code;
 
-#[allow(dead_code)] // shared with the other node tests
-mod common;
-
-use common::*;
+use seqsvr_testkit::node::*;
 
 async fn start_with(cfg: AllocNodeConfig, l: AllocListeners) -> AllocNode {
     tokio::time::timeout(Duration::from_secs(10), AllocNode::start(cfg, l))

@@ -13,10 +13,7 @@ use seqsvr_alloc::node::{AllocNode, AllocNodeConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-#[allow(dead_code)] // shared with the other node tests
-mod common;
-
-use common::*;
+use seqsvr_testkit::node::*;
 
 /// a1 serving the HTTP API and sections 0–1, a2 serving 2–3.
 async fn pair() -> (AllocNode, AllocNode, String) {

@@ -15,10 +15,7 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-#[allow(dead_code)] // shared with the other node tests
-mod common;
-
-use common::*;
+use seqsvr_testkit::node::*;
 
 /// a1 serving the HTTP API and the names of sections 0–1 (of the range
 /// reserved for names), a2 serving sections 2–3.

@@ -16,10 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tonic::Code;
 
-#[allow(dead_code)] // shared with the other node tests
-mod common;
-
-use common::*;
+use seqsvr_testkit::node::*;
 
 const NS: &str = "msg";
 

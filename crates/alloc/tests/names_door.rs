@@ -12,10 +12,7 @@ use seqsvr_core::checker::{check, Observation};
 use seqsvr_core::{name_key, NAME_KEYS};
 use tokio::net::TcpListener;
 
-#[allow(dead_code)]
-mod common;
-
-use common::*;
+use seqsvr_testkit::node::*;
 
 /// Names whose positions the fake store's set serves.
 fn names(count: usize) -> Vec<String> {

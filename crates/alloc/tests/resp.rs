@@ -16,10 +16,7 @@ use redis::AsyncCommands;
 use seqsvr_alloc::node::{AllocNode, RespSection};
 use tokio::net::TcpListener;
 
-#[allow(dead_code)]
-mod common;
-
-use common::*;
+use seqsvr_testkit::node::*;
 
 /// An AllocSvr serving every section of the fake store, with its door
 /// configured by `door`.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use seqsvr_core::ids::Layout;
 
-use super::SetCluster;
+use crate::cluster::SetCluster;
 
 /// libfaketime, where Debian's `faketime` package puts it (`None`: not
 /// installed, with the reason printed). Under `CI` a missing library

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use seqsvr_core::SetSpec;
 
-use super::{SetCluster, StoreOptions};
+use crate::cluster::{SetCluster, StoreOptions};
+use crate::process::Bins;
 
 /// Set 0 serves `[0, 2000)` (20 sections of 100); set 1's span is
 /// `[0, 4000)` so that it can take ranges of set 0, and it serves
@@ -40,7 +41,7 @@ pub fn set2() -> SetSpec {
 
 /// Runs `seqctl args…` against set 0's stores; returns (success, output).
 pub fn seqctl(home: &SetCluster, args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_seqctl"))
+    let out = Command::new(home.store.bins.seqctl)
         .arg("--store")
         .arg(home.store.client_addrs.join(","))
         .arg("--store-admin")
@@ -58,20 +59,24 @@ pub fn seqctl(home: &SetCluster, args: &[&str]) -> (bool, String) {
 }
 
 /// Two sets of 2 AllocSvrs each, set 1 added for `[2000, 4000)`.
-pub async fn two_sets() -> (SetCluster, SetCluster) {
-    two_sets_forwarding(true).await
+pub async fn two_sets(bins: Bins) -> (SetCluster, SetCluster) {
+    two_sets_forwarding(bins, true).await
 }
 
 /// [`two_sets`], the AllocSvrs forwarding or not.
-pub async fn two_sets_forwarding(forward: bool) -> (SetCluster, SetCluster) {
-    two_sets_with(StoreOptions::default(), forward).await
+pub async fn two_sets_forwarding(bins: Bins, forward: bool) -> (SetCluster, SetCluster) {
+    two_sets_with(bins, StoreOptions::default(), forward).await
 }
 
 /// [`two_sets`], both store groups started with `opts`, the AllocSvrs
 /// forwarding or not.
-pub async fn two_sets_with(opts: StoreOptions, forward: bool) -> (SetCluster, SetCluster) {
-    let a = SetCluster::start_opts_forwarding(set0(), 2, opts.clone(), forward);
-    let b = SetCluster::start_opts_forwarding(set1(), 2, opts, forward);
+pub async fn two_sets_with(
+    bins: Bins,
+    opts: StoreOptions,
+    forward: bool,
+) -> (SetCluster, SetCluster) {
+    let a = SetCluster::start_opts_forwarding(bins, set0(), 2, opts.clone(), forward);
+    let b = SetCluster::start_opts_forwarding(bins, set1(), 2, opts, forward);
     a.store.wait_ready(Duration::from_secs(30)).await;
     b.store.wait_ready(Duration::from_secs(30)).await;
     let stores = b.store.client_addrs.join(",");

@@ -1,6 +1,7 @@
-//! What the node tests share: the fake store (`store`), nodes started on
-//! loopback against it, clients of their three planes, and small helpers
-//! (calls, error kinds, waiting for a condition).
+//! AllocSvr nodes started in-process on loopback against the fake store
+//! ([`FakeStore`]), clients of their three planes, and small helpers
+//! (calls, error kinds, waiting for a condition): what the AllocSvr's own
+//! tests and benches share.
 
 mod store;
 
@@ -107,10 +108,12 @@ pub async fn current(c: &mut AllocClient<Channel>, uid: u64) -> Result<u64, Stat
     .map(|r| r.into_inner().seq)
 }
 
-/// A request marked as forwarded by another AllocSvr: answered from the
-/// receiver's memory or refused, never forwarded (what a caller sees of
-/// one AllocSvr alone).
-pub fn marked<T>(msg: T) -> tonic::Request<T> {
+/// A call that AllocSvr answers from its own memory or refuses, never
+/// forwarding it to the owner (it carries the mark a forwarded call
+/// carries; `docs/architecture/forwarding.md`): for tests asking what one
+/// process itself would hand out, as a paused, fenced or replaced
+/// AllocSvr.
+pub fn from_memory<T>(msg: T) -> tonic::Request<T> {
     let mut r = tonic::Request::new(msg);
     r.metadata_mut()
         .insert(seqsvr_client::FORWARDED_BY, "test".parse().unwrap());
@@ -119,7 +122,7 @@ pub fn marked<T>(msg: T) -> tonic::Request<T> {
 
 /// `next` answered by this AllocSvr alone (no forwarding).
 pub async fn next_here(c: &mut AllocClient<Channel>, uid: u64) -> Result<u64, Status> {
-    c.next(marked(pb::NextRequest {
+    c.next(from_memory(pb::NextRequest {
         uid,
         count: 0,
         ..Default::default()
@@ -130,7 +133,7 @@ pub async fn next_here(c: &mut AllocClient<Channel>, uid: u64) -> Result<u64, St
 
 /// `current` answered by this AllocSvr alone (no forwarding).
 pub async fn current_here(c: &mut AllocClient<Channel>, uid: u64) -> Result<u64, Status> {
-    c.current(marked(pb::CurrentRequest {
+    c.current(from_memory(pb::CurrentRequest {
         uid,
         ..Default::default()
     }))

@@ -9,9 +9,7 @@
 
 use std::time::Duration;
 
-use seqsvr_alloc::node::{AllocNode, AllocNodeConfig};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use seqsvr_alloc::node::AllocNode;
 
 use seqsvr_testkit::node::*;
 
@@ -19,42 +17,16 @@ use seqsvr_testkit::node::*;
 async fn pair() -> (AllocNode, AllocNode, String) {
     let store = FakeStore::new("a1", 3000);
     let addr = store.clone().serve().await;
-    let (cfg, mut l): (AllocNodeConfig, _) = node_config("a1", &addr, 50).await;
-    l.http = Some(TcpListener::bind("127.0.0.1:0").await.unwrap());
-    let a1 = tokio::time::timeout(Duration::from_secs(10), AllocNode::start(cfg, l))
-        .await
-        .unwrap()
-        .unwrap();
+    let (cfg, mut l) = node_config("a1", &addr, 50).await;
+    open_http(&mut l).await;
+    let a1 = start_with(cfg, l).await;
     let a2 = start("a2", &addr, 50).await;
-    let results = handoff(&a1, &[(2, "a2"), (3, "a2")]).await;
-    assert!(results.iter().all(|r| r.ok), "{results:?}");
-    eventually("a2 serves 2", || a2.shared.alloc.is_serving(2)).await;
-    let version = store.st().route_version;
-    eventually("a1 holds the new routes", || {
-        a1.shared.routes().table.version >= version
-    })
-    .await;
+    hand_over(&store, &a1, (&a2, "a2"), &[2, 3]).await;
     let http = a1
         .http_local_addr
         .expect("the HTTP API is served")
         .to_string();
     (a1, a2, http)
-}
-
-/// Sends `req` raw on a fresh connection; returns (status, head, body).
-async fn raw(addr: &str, req: &[u8]) -> (u16, String, String) {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(req).await.unwrap();
-    let mut out = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, head.to_string(), body.to_string())
 }
 
 fn get(path: &str, accept: &str) -> Vec<u8> {
@@ -80,7 +52,7 @@ fn kind_of(body: &str) -> String {
 async fn next_batch_and_current_for_own_and_forwarded_uids() {
     let (a1, a2, http) = pair().await;
     for uid in [5u64, 25] {
-        let (st, head, body) = raw(&http, &get(&format!("/v1/next/{uid}"), "*/*")).await;
+        let (st, head, body) = http_raw(&http, &get(&format!("/v1/next/{uid}"), "*/*")).await;
         assert_eq!(st, 200, "{head}\n{body}");
         assert!(
             head.to_ascii_lowercase()
@@ -88,23 +60,23 @@ async fn next_batch_and_current_for_own_and_forwarded_uids() {
             "{head}"
         );
         let first: u64 = body.trim().parse().unwrap();
-        let (st, _, body) = raw(&http, &get(&format!("/v1/next/{uid}"), "application/json")).await;
+        let (st, _, body) = http_raw(&http, &get(&format!("/v1/next/{uid}"), "application/json")).await;
         assert_eq!(st, 200);
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["uid"], uid);
         let second = v["seq"].as_u64().unwrap();
         assert!(second > first, "uid {uid}: {second} after {first}");
-        let (st, _, body) = raw(&http, &get(&format!("/v1/current/{uid}"), "*/*")).await;
+        let (st, _, body) = http_raw(&http, &get(&format!("/v1/current/{uid}"), "*/*")).await;
         assert_eq!((st, body.trim().parse::<u64>().unwrap()), (200, second));
     }
-    let (st, _, body) = raw(&http, &post("/v1/next-batch", r#"{"uids":[5,25,5]}"#)).await;
+    let (st, _, body) = http_raw(&http, &post("/v1/next-batch", r#"{"uids":[5,25,5]}"#)).await;
     assert_eq!(st, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     let seqs: Vec<u64> = serde_json::from_value(v["seqs"].clone()).unwrap();
     assert_eq!(seqs.len(), 3);
     assert!(seqs[2] > seqs[0], "{seqs:?}");
     // Out of every set's range: 400, typed.
-    let (st, _, body) = raw(&http, &get("/v1/next/100000", "*/*")).await;
+    let (st, _, body) = http_raw(&http, &get("/v1/next/100000", "*/*")).await;
     assert_eq!(
         (st, kind_of(&body).as_str()),
         (400, "OUT_OF_RANGE"),
@@ -157,7 +129,7 @@ async fn bad_input_gets_a_typed_json_error_and_changes_nothing() {
     ];
     for (req, status, kind) in cases {
         let shown = String::from_utf8_lossy(&req[..req.len().min(60)]).into_owned();
-        let (st, head, body) = raw(&http, &req).await;
+        let (st, head, body) = http_raw(&http, &req).await;
         assert_eq!(st, status, "{shown}: {head}\n{body}");
         assert_eq!(kind_of(&body), kind, "{shown}: {body}");
         if status == 405 {
@@ -180,7 +152,7 @@ async fn a_retryable_error_says_when_to_retry() {
     a2.shutdown();
     // a2's sections are routed to a dead AllocSvr until the store moves
     // them: forwarding ends `OWNER_UNAVAILABLE`.
-    let (st, head, body) = raw(&http, &get("/v1/next/25", "*/*")).await;
+    let (st, head, body) = http_raw(&http, &get("/v1/next/25", "*/*")).await;
     assert_eq!(
         (st, kind_of(&body).as_str()),
         (503, "OWNER_UNAVAILABLE"),

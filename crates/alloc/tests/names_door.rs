@@ -29,12 +29,8 @@ async fn with_door() -> (FakeStore, AllocNode, String) {
     let addr = store.clone().serve().await;
     let (mut cfg, mut l) = node_config("a1", &addr, 50).await;
     let door = RespSection::on("127.0.0.1:0");
-    l.resp = Some(TcpListener::bind(&door.addr).await.unwrap());
-    cfg.resp = Some(door);
-    let node = tokio::time::timeout(Duration::from_secs(10), AllocNode::start(cfg, l))
-        .await
-        .expect("started in time")
-        .expect("started");
+    open_door(&mut cfg, &mut l, door).await;
+    let node = start_with(cfg, l).await;
     let at = node.resp_local_addr.expect("the door is on").to_string();
     (store, node, at)
 }

@@ -61,12 +61,84 @@ pub async fn node_config(
     (cfg, l)
 }
 
-pub async fn start(id: &str, store: &str, renew_ms: u64) -> AllocNode {
-    let (cfg, l) = node_config(id, store, renew_ms).await;
+/// Turns the Redis-protocol door on: bound as `door` says, in `cfg` and
+/// among the listeners.
+pub async fn open_door(
+    cfg: &mut AllocNodeConfig,
+    l: &mut AllocListeners,
+    door: seqsvr_alloc::node::RespSection,
+) {
+    l.resp = Some(TcpListener::bind(&door.addr).await.unwrap());
+    cfg.resp = Some(door);
+}
+
+/// Turns the HTTP API on, on a free loopback port.
+pub async fn open_http(l: &mut AllocListeners) {
+    l.http = Some(TcpListener::bind("127.0.0.1:0").await.unwrap());
+}
+
+/// Starts a node on `l` with `cfg` (within 10 s).
+pub async fn start_with(cfg: AllocNodeConfig, l: AllocListeners) -> AllocNode {
     tokio::time::timeout(Duration::from_secs(10), AllocNode::start(cfg, l))
         .await
         .expect("started in time")
         .expect("started")
+}
+
+/// Starts node `id` against the store at `store`, renewing every
+/// `renew_ms`.
+pub async fn start(id: &str, store: &str, renew_ms: u64) -> AllocNode {
+    let (cfg, l) = node_config(id, store, renew_ms).await;
+    start_with(cfg, l).await
+}
+
+/// `from` hands `sections` over to `to` (named `to_id`); returns once `to`
+/// serves them and both hold the store's routes after the moves.
+pub async fn hand_over(
+    store: &FakeStore,
+    from: &AllocNode,
+    (to, to_id): (&AllocNode, &str),
+    sections: &[SectionId],
+) {
+    let moves: Vec<(SectionId, &str)> = sections.iter().map(|&s| (s, to_id)).collect();
+    let results = handoff(from, &moves).await;
+    assert!(results.iter().all(|r| r.ok), "{results:?}");
+    eventually(&format!("{to_id} serves {sections:?}"), || {
+        sections.iter().all(|&s| to.shared.alloc.is_serving(s))
+    })
+    .await;
+    let version = store.st().route_version;
+    eventually("both hold the new routes", || {
+        from.shared.routes().table.version >= version
+            && to.shared.routes().table.version >= version
+    })
+    .await;
+}
+
+/// Sends `req` raw to the HTTP listener at `addr` on a fresh connection
+/// and reads until it closes (at most 5 s); returns (status, head, body).
+pub async fn http_raw(addr: &str, req: &[u8]) -> (u16, String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(req).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_string(), body.to_string())
+}
+
+/// `method path` on a fresh connection to the HTTP listener at `addr`:
+/// (status, body).
+pub async fn http_call(addr: &str, method: &str, path: &str) -> (u16, String) {
+    let req = format!("{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    let (status, _, body) = http_raw(addr, req.as_bytes()).await;
+    (status, body)
 }
 
 pub async fn channel(addr: std::net::SocketAddr) -> Channel {

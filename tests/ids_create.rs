@@ -8,7 +8,6 @@
 
 use seqsvr_testkit::Bins;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use seqsvr_core::ids::Layout;
@@ -21,22 +20,9 @@ const BINS: Bins = seqsvr_testkit::bins!();
 /// `seqctl` against the cluster's store (client and admin planes) and
 /// AllocSvrs: success, standard output, standard error.
 fn seqctl(cl: &SetCluster, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(BINS.seqctl)
-        .arg("--store")
-        .arg(cl.store.client_addrs.join(","))
-        .arg("--store-admin")
-        .arg(cl.store.admin_addrs.join(","))
-        .arg("--alloc")
-        .arg(cl.alloc_addrs.join(","))
-        .args(args)
-        .output()
-        .unwrap();
-    let (o, e) = (
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    );
-    println!("seqctl {args:?}: {:?}\n{o}{e}", out.status.code());
-    (out.status.success(), o, e)
+    let allocs = cl.alloc_addrs.join(",");
+    let r = cl.seqctl(&[&["--alloc", &allocs][..], args].concat());
+    (r.ok(), r.out, r.err)
 }
 
 /// `seqctl id show --json`: the namespaces, as JSON.

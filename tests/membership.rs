@@ -340,6 +340,7 @@ async fn replace_every_replica_under_load() {
         resp_addrs: vec![],
         http_addrs: vec![],
         forward: true,
+        tune: |_| {},
     };
     let client = cluster.client().await;
     cluster.wait_serving(&client).await;

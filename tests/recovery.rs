@@ -30,16 +30,8 @@ async fn drive(c: &SeqClient, d: Duration) -> (Vec<Observation>, u64) {
 /// `seqctl <args…>` against the cluster's store; returns (ok, stdout,
 /// stderr).
 fn seqctl(s: &SetCluster, args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(BINS.seqctl)
-        .arg("--store")
-        .arg(s.store.client_addrs.join(","))
-        .arg("--store-admin")
-        .arg(s.store.admin_addrs.join(","))
-        .args(args)
-        .output()
-        .unwrap();
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (out.status.success(), text(&out.stdout), text(&out.stderr))
+    let r = s.seqctl(args);
+    (r.ok(), r.out, r.err)
 }
 
 fn config_of(s: &SetCluster, id: usize) -> PathBuf {

@@ -119,6 +119,26 @@ impl Recorder {
         }
     }
 
+    /// A number handed out for `uid` by a call sent at `start` and
+    /// returning now (`None`: the call failed, counted). For callers
+    /// through other doors than the client library (the Redis protocol);
+    /// `uid` is whatever the checker keys numbers by (a name's index).
+    pub fn record_next(&self, uid: u64, got: Option<u64>, start: Instant) -> bool {
+        use seqsvr_core::checker::Observation;
+        match got {
+            Some(seq) => {
+                let o = Observation::next(uid, seq, start, Instant::now());
+                self.obs.lock().unwrap().push(o);
+                true
+            }
+            None => {
+                self.errors
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                false
+            }
+        }
+    }
+
     /// `next(uid)`.
     pub async fn next(&self, c: &seqsvr_client::SeqClient, uid: u64) -> bool {
         use seqsvr_core::checker::Observation;
@@ -157,6 +177,18 @@ pub fn small_set() -> seqsvr_core::SetSpec {
         uid_end: 4000,
         section_size: 500,
         step: SMALL_STEP,
+    }
+}
+
+/// The first 8,000 positions of the range reserved for names, in 8
+/// sections of 1,000, step 500: what the named-counter tests serve.
+pub fn name_set() -> seqsvr_core::SetSpec {
+    seqsvr_core::SetSpec {
+        set_id: 0,
+        uid_begin: seqsvr_core::NAME_KEYS.start,
+        uid_end: seqsvr_core::NAME_KEYS.start + 8000,
+        section_size: 1000,
+        step: 500,
     }
 }
 

@@ -12,18 +12,27 @@ use seqsvr_store::StoreConfig;
 use seqsvr_store_api::client::plaintext;
 use seqsvr_store_api::{AdminClient, PeerClient, ReadClient};
 
-use crate::process::{free_port, logs_in, Bins, Proc};
+use crate::process::{free_port, logs_in, signal, Bins, Proc};
 
 pub use crate::node::from_memory;
+
+/// The lease of [`test_lease`], in ms.
+const TEST_LEASE_MS: u64 = 2000;
+/// The margin of [`test_lease`], in ms.
+const TEST_MARGIN_MS: u64 = 500;
 
 /// Short leases so that failover tests run quickly: 2 s lease, 0.5 s margin.
 pub fn test_lease() -> LeaseSection {
     LeaseSection {
-        lease_ms: 2000,
-        margin_ms: 500,
+        lease_ms: TEST_LEASE_MS,
+        margin_ms: TEST_MARGIN_MS,
         tick_ms: 50,
     }
 }
+
+/// Lease + margin of [`test_lease`]: after this long without a renewal an
+/// owner's sections may move.
+pub const TEST_EXPIRY: Duration = Duration::from_millis(TEST_LEASE_MS + TEST_MARGIN_MS);
 
 /// How often test AllocSvrs renew their lease, in ms.
 pub const TEST_RENEW_MS: u64 = 300;
@@ -282,17 +291,18 @@ impl StoreCluster {
 /// Starts AllocSvr `id` with its client plane at `addr` (peer and admin
 /// planes on free ports), its Redis-protocol door on `resp` and its HTTP
 /// API on `http`, against `store`, with test timing; forwarding on or
-/// off as `forward` says.
+/// off as `forward` says; then `tune` changes the config.
 fn start_alloc(
     store: &StoreCluster,
     id: &str,
     (addr, resp, http): (&str, &str, &str),
-    forward: bool,
+    (forward, tune): (bool, fn(&mut AllocNodeConfig)),
 ) -> Proc {
     start_alloc_with(store, id, addr, &store.peer_addrs, |cfg| {
         cfg.resp = Some(seqsvr_alloc::node::RespSection::on(resp));
         cfg.http_addr = Some(http.to_string());
         cfg.forward.enabled = forward;
+        tune(cfg);
     })
 }
 
@@ -358,6 +368,24 @@ pub fn start_alloc_with(
     Proc::start(store.bins, id, args, log)
 }
 
+/// How one `seqctl` run ended and what it printed.
+#[derive(Debug, Clone)]
+pub struct CtlRun {
+    /// Its exit code (`None`: killed by a signal).
+    pub code: Option<i32>,
+    /// Its standard output.
+    pub out: String,
+    /// Its standard error.
+    pub err: String,
+}
+
+impl CtlRun {
+    /// Whether it exited 0.
+    pub fn ok(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
 /// A whole set: a store group plus AllocSvr processes, each first routed an
 /// equal share of the sections.
 pub struct SetCluster {
@@ -373,6 +401,9 @@ pub struct SetCluster {
     pub http_addrs: Vec<String>,
     /// Whether its AllocSvrs forward calls for uids owned elsewhere.
     pub forward: bool,
+    /// Applied last to the config of every AllocSvr it starts (after the
+    /// test timing, door, HTTP API and forwarding).
+    pub tune: fn(&mut AllocNodeConfig),
 }
 
 impl SetCluster {
@@ -383,13 +414,24 @@ impl SetCluster {
 
     /// [`SetCluster::start`], the store group started with `opts`.
     pub fn start_opts(bins: Bins, set: SetSpec, n_allocs: usize, opts: StoreOptions) -> SetCluster {
-        Self::launch(bins, set, n_allocs, opts, true)
+        Self::launch(bins, set, n_allocs, opts, (true, |_| {}))
     }
 
     /// [`SetCluster::start`], its AllocSvrs forwarding or not
     /// (`[forward] enabled`).
     pub fn start_forwarding(bins: Bins, set: SetSpec, n_allocs: usize, forward: bool) -> SetCluster {
-        Self::launch(bins, set, n_allocs, StoreOptions::default(), forward)
+        Self::launch(bins, set, n_allocs, StoreOptions::default(), (forward, |_| {}))
+    }
+
+    /// [`SetCluster::start`], every AllocSvr's config changed by `tune`
+    /// (e.g. fewer names held).
+    pub fn start_tuned(
+        bins: Bins,
+        set: SetSpec,
+        n_allocs: usize,
+        tune: fn(&mut AllocNodeConfig),
+    ) -> SetCluster {
+        Self::launch(bins, set, n_allocs, StoreOptions::default(), (true, tune))
     }
 
     /// [`SetCluster::start`] with both: the store group started with
@@ -401,7 +443,7 @@ impl SetCluster {
         opts: StoreOptions,
         forward: bool,
     ) -> SetCluster {
-        Self::launch(bins, set, n_allocs, opts, forward)
+        Self::launch(bins, set, n_allocs, opts, (forward, |_| {}))
     }
 
     fn launch(
@@ -409,7 +451,7 @@ impl SetCluster {
         set: SetSpec,
         n_allocs: usize,
         opts: StoreOptions,
-        forward: bool,
+        (forward, tune): (bool, fn(&mut AllocNodeConfig)),
     ) -> SetCluster {
         let initial = InitialAlloc::even_split(
             (0..n_allocs).map(|i| format!("alloc-{}", i + 1)),
@@ -423,6 +465,7 @@ impl SetCluster {
             resp_addrs: Vec::new(),
             http_addrs: Vec::new(),
             forward,
+            tune,
         };
         for _ in 0..n_allocs {
             c.add_alloc();
@@ -439,12 +482,53 @@ impl SetCluster {
             &self.store,
             &format!("alloc-{}", i + 1),
             (&addr, &resp, &http),
-            self.forward,
+            (self.forward, self.tune),
         ));
         self.alloc_addrs.push(addr);
         self.resp_addrs.push(resp);
         self.http_addrs.push(http);
         i
+    }
+
+    /// The door drills' faults: alloc-1 (first routed the first half of
+    /// the sections) paused (SIGSTOP) past its lease, so its sections
+    /// move, and woken; then alloc-2, owning everything by then, killed
+    /// (kill -9), so every section moves back. Returns when alloc-2 was
+    /// killed, after waiting long enough for that (two expiries and 1 s).
+    pub async fn pause_then_kill(&mut self) -> Instant {
+        let pid = self.allocs[0].pid().unwrap();
+        signal(pid, libc::SIGSTOP);
+        tokio::time::sleep(TEST_EXPIRY * 2).await;
+        signal(pid, libc::SIGCONT);
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        self.allocs[1].kill9();
+        let killed = Instant::now();
+        tokio::time::sleep(TEST_EXPIRY * 2 + Duration::from_secs(1)).await;
+        killed
+    }
+
+    /// Runs `seqctl --store <client planes> --store-admin <admin planes>
+    /// args…` against this set's store group, with `SEQCTL_DEV_DIR` in the
+    /// cluster's directory (so no local `seqsvr dev` cluster's files are
+    /// read), and prints what it said.
+    pub fn seqctl(&self, args: &[&str]) -> CtlRun {
+        let out = std::process::Command::new(self.store.bins.seqctl)
+            .arg("--store")
+            .arg(self.store.client_addrs.join(","))
+            .arg("--store-admin")
+            .arg(self.store.admin_addrs.join(","))
+            .args(args)
+            .env("SEQCTL_DEV_DIR", self.store.dir.path())
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        let run = CtlRun {
+            code: out.status.code(),
+            out: text(&out.stdout),
+            err: text(&out.stderr),
+        };
+        println!("$ seqctl {}: {:?}\n{}{}", args.join(" "), run.code, run.out, run.err);
+        run
     }
 
     /// A client seeded with every AllocSvr.

@@ -65,12 +65,12 @@ pub mod sets;
 
 #[cfg(feature = "cluster")]
 pub use check::{
-    assert_monotonic, small_set, start_spread_workload, Recorder, Workload, SMALL_STEP,
+    assert_monotonic, name_set, small_set, start_spread_workload, Recorder, Workload, SMALL_STEP,
 };
 #[cfg(feature = "cluster")]
 pub use cluster::{
     from_memory, start_alloc_door, start_alloc_on, start_alloc_with, test_lease, SetCluster,
-    StoreCluster, StoreOptions, TEST_RENEW_MS,
+    StoreCluster, StoreOptions, CtlRun, TEST_EXPIRY, TEST_RENEW_MS,
 };
 pub use metrics::{metric, scrape};
 #[cfg(feature = "cluster")]

@@ -1,7 +1,6 @@
 //! Two sets of real processes, as the set tests and the one-address tests
 //! start them, and `seqctl` run against them.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use seqsvr_core::SetSpec;
@@ -39,23 +38,11 @@ pub fn set2() -> SetSpec {
     }
 }
 
-/// Runs `seqctl args…` against set 0's stores; returns (success, output).
+/// Runs `seqctl args…` against `home`'s stores; returns (success,
+/// stdout and stderr together).
 pub fn seqctl(home: &SetCluster, args: &[&str]) -> (bool, String) {
-    let out = Command::new(home.store.bins.seqctl)
-        .arg("--store")
-        .arg(home.store.client_addrs.join(","))
-        .arg("--store-admin")
-        .arg(home.store.admin_addrs.join(","))
-        .args(args)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    println!("$ seqctl {}\n{text}", args.join(" "));
-    (out.status.success(), text)
+    let r = home.seqctl(args);
+    (r.ok(), format!("{}{}", r.out, r.err))
 }
 
 /// Two sets of 2 AllocSvrs each, set 1 added for `[2000, 4000)`.

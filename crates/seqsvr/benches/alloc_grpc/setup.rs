@@ -61,6 +61,7 @@ pub fn start_cluster_under(threads: usize, step: u64, under: Vec<String>) -> (Se
         resp_addrs: vec![],
         http_addrs: vec![],
         forward: true,
+        tune: |_| {},
     };
     (cluster, metrics_addr)
 }

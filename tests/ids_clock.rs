@@ -33,8 +33,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use seqsvr_core::ids::Layout;
-use seqsvr_core::SetSpec;
-use seqsvr_testkit::ids::{gone, latest, libfaketime, start_callers, under, wait_issuing, Callers, Calls};
+use seqsvr_testkit::ids::{
+    create_namespace, gone, latest, libfaketime, set, start_callers, under, wait_issuing, Callers,
+    Calls,
+};
 use seqsvr_testkit::SetCluster;
 
 /// The binaries under test.
@@ -54,16 +56,6 @@ const SHIFT_S: u64 = 6;
 
 /// Ids per call.
 const BATCH: u32 = 20;
-
-fn set() -> SetSpec {
-    SetSpec {
-        set_id: 0,
-        uid_begin: 0,
-        uid_end: 4000,
-        section_size: 1000,
-        step: 500,
-    }
-}
 
 fn wall_ms() -> u64 {
     SystemTime::now()
@@ -144,17 +136,7 @@ fn check(callers: &[Calls], layout: &Layout, faults: &[(Instant, Instant)]) -> u
 async fn drill(lib: &str, shifts: &[String]) {
     let layout = Layout::twitter();
     let mut cl = SetCluster::start(BINS, set(), 2);
-    cl.store.wait_ready(Duration::from_secs(30)).await;
-    let admin = cl.store.admin();
-    let start = Instant::now();
-    while let Err(e) = admin.create_id_space(NS, &layout, WINDOW_MS).await {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "namespace not created: {e}\n{}",
-            cl.store.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    create_namespace(&cl, NS, &layout, WINDOW_MS).await;
     let client = cl.client().await;
     let start = Instant::now();
     while let Err(e) = client.next_id(NS).await {

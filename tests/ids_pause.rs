@@ -31,9 +31,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use seqsvr_core::ids::Layout;
-use seqsvr_core::SetSpec;
 use seqsvr_testkit::ids::{
-    draw_direct, libfaketime, start_callers, under, wait_issuing, Call, Callers, Calls,
+    create_namespace, draw_direct, libfaketime, set, start_callers, under, wait_issuing, Call,
+    Callers, Calls,
 };
 use seqsvr_testkit::SetCluster;
 
@@ -50,16 +50,6 @@ const WINDOW_MS: u64 = 1000;
 const AHEAD: &str = "+10s";
 /// Ids per call.
 const BATCH: u32 = 20;
-
-fn set() -> SetSpec {
-    SetSpec {
-        set_id: 0,
-        uid_begin: 0,
-        uid_end: 4000,
-        section_size: 1000,
-        step: 500,
-    }
-}
 
 /// Every id unique, and per worker id strictly increasing in real time:
 /// for calls `a`, `b` with `a` answered before `b` was asked, every id of
@@ -128,13 +118,7 @@ async fn paused_past_the_lease_while_a_successor_takes_its_worker_id() {
     cl.allocs[0].kill9();
     cl.allocs[0].set_under(under(&lib, AHEAD));
     cl.allocs[0].restart();
-    cl.store.wait_ready(Duration::from_secs(30)).await;
-    let admin = cl.store.admin();
-    let start = Instant::now();
-    while let Err(e) = admin.create_id_space(NS, &layout, WINDOW_MS).await {
-        assert!(start.elapsed() < Duration::from_secs(30), "namespace: {e}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    create_namespace(&cl, NS, &layout, WINDOW_MS).await;
     let client = cl.client().await;
 
     let stop = Arc::new(AtomicBool::new(false));

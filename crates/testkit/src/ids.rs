@@ -63,6 +63,34 @@ pub fn gone(pid: u32) -> bool {
         .unwrap_or(true)
 }
 
+/// Set 0 as 4 sections of 1000 uids, step 500: what the id drills
+/// serve.
+pub fn set() -> seqsvr_core::SetSpec {
+    seqsvr_core::SetSpec {
+        set_id: 0,
+        uid_begin: 0,
+        uid_end: 4000,
+        section_size: 1000,
+        step: 500,
+    }
+}
+
+/// Creates namespace `ns` with `layout` and a window of `window_ms` at
+/// `cl`'s store, trying again until it is created (at most 30 s).
+pub async fn create_namespace(cl: &SetCluster, ns: &str, layout: &Layout, window_ms: u64) {
+    cl.store.wait_ready(Duration::from_secs(30)).await;
+    let admin = cl.store.admin();
+    let start = Instant::now();
+    while let Err(e) = admin.create_id_space(ns, layout, window_ms).await {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "namespace not created: {e}\n{}",
+            cl.store.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// One call's ids, with when it was asked for and when it was answered.
 pub struct Call {
     pub asked: Instant,

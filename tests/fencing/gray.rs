@@ -129,8 +129,8 @@ async fn pause_the_replica_in_use(leader: bool) {
     for e in &p.errors {
         *by_kind.entry(e.1.as_str()).or_default() += 1;
     }
-    let outage = attack::outage_after(&p.obs, paused, until, &(0..SECTIONS).collect::<Vec<_>>());
-    let during = attack::outage_after(&p.obs, paused, resumed, &(0..SECTIONS).collect::<Vec<_>>());
+    let outage = attack::outage_after(&p.obs, paused, Some(until), &(0..SECTIONS).collect::<Vec<_>>());
+    let during = attack::outage_after(&p.obs, paused, Some(resumed), &(0..SECTIONS).collect::<Vec<_>>());
     let new_leader = cluster.wait_leader(Duration::from_secs(10)).await;
     // The bound: the AllocSvrs serve from memory under their lease, so a
     // section waits only for a ceiling raise, which waits at most for an

@@ -54,7 +54,7 @@ const BINS: Bins = seqsvr_testkit::bins!();
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Lease + margin of the test clusters (`kit::test_lease`).
-const EXPIRY: Duration = Duration::from_millis(2500);
+const EXPIRY: Duration = kit::TEST_EXPIRY;
 /// The test clusters' lease.
 const LEASE: Duration = Duration::from_millis(2000);
 

@@ -149,12 +149,13 @@ pub fn violations(obs: &[Observation]) -> (usize, usize) {
     (r.regressions.len(), r.repeats.len())
 }
 
-/// The longest time after `at` that a section in `sections` went without
-/// a successful `next` (measured up to `until`).
+/// The longest time after `at` that a section in `sections` (of [`set`])
+/// went without a successful call: up to its last success, or, given
+/// `until`, measured up to `until` (successes after it are not counted).
 pub fn outage_after(
     obs: &[Observation],
     at: Instant,
-    until: Instant,
+    until: Option<Instant>,
     sections: &[u32],
 ) -> Duration {
     let set = set();
@@ -163,11 +164,12 @@ pub fn outage_after(
         .map(|&s| {
             let mut ends: Vec<Instant> = obs
                 .iter()
-                .filter(|o| set.section_of(o.uid) == Some(s) && o.end > at && o.end <= until)
+                .filter(|o| set.section_of(o.uid) == Some(s) && o.end > at)
+                .filter(|o| until.is_none_or(|u| o.end <= u))
                 .map(|o| o.end)
                 .collect();
             ends.sort();
-            ends.push(until);
+            ends.extend(until);
             let mut prev = at;
             let mut worst = Duration::ZERO;
             for e in ends {

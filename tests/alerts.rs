@@ -15,7 +15,7 @@
 //!   lapse and the store no unserved section.
 //!
 //! Without promtool a test prints why and passes — unless `CI` is set,
-//! where it fails (the pattern of tests/deploy.rs).
+//! where it fails (the pattern of tests/deploy/main.rs).
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

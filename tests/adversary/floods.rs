@@ -1,4 +1,4 @@
-//! Floods: part of the adversary suite (`tests/adversary.rs`).
+//! Floods: part of the adversary suite (`tests/adversary/main.rs`).
 
 use super::*;
 

@@ -1,5 +1,5 @@
 //! Reads that cannot starve renewals: part of the adversary suite
-//! (`tests/adversary.rs`).
+//! (`tests/adversary/main.rs`).
 //!
 //! Anyone who can reach a client plane may call its cheap reads as fast
 //! as the limits let them. Those reads share the store leader with the

@@ -1,4 +1,4 @@
-//! Gray failures: part of the fencing suite (`tests/fencing.rs`).
+//! Gray failures: part of the fencing suite (`tests/fencing/main.rs`).
 
 use super::*;
 

@@ -1,4 +1,4 @@
-//! Handoffs by someone else, twins, `current` from a resumed ex-owner: part of the fencing suite (`tests/fencing.rs`).
+//! Handoffs by someone else, twins, `current` from a resumed ex-owner: part of the fencing suite (`tests/fencing/main.rs`).
 
 use super::*;
 

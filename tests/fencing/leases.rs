@@ -1,4 +1,4 @@
-//! Lease terms and a leader change: part of the fencing suite (`tests/fencing.rs`).
+//! Lease terms and a leader change: part of the fencing suite (`tests/fencing/main.rs`).
 
 use super::*;
 

@@ -1,4 +1,4 @@
-//! Renew and raise in another AllocSvr's name: part of the fencing suite (`tests/fencing.rs`).
+//! Renew and raise in another AllocSvr's name: part of the fencing suite (`tests/fencing/main.rs`).
 
 use super::*;
 

@@ -22,10 +22,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use seqsvr_testkit::{self as kit, Bins};
-
 use seqsvr_core::SetSpec;
 use seqsvr_store::node::InitialAlloc;
+use seqsvr_testkit::{self as kit, Bins};
 use seqsvr_testkit::{free_port, Proc, StoreCluster, StoreOptions};
 
 /// The binaries under test.

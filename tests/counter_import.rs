@@ -13,9 +13,9 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use seqsvr_testkit::Bins;
 use seqsvr::ctl::import::{self, MemSink};
 use seqsvr_resp::keys::KeyMap;
+use seqsvr_testkit::Bins;
 
 /// The binaries under test.
 const BINS: Bins = seqsvr_testkit::bins!();

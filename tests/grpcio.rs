@@ -10,11 +10,10 @@
 //! grpcio-tools the test prints why and passes, unless `CI` is set, where
 //! it fails (`.ci/run` installs them).
 
-use seqsvr_testkit::Bins;
-
 use std::process::Command;
 use std::time::Duration;
 
+use seqsvr_testkit::Bins;
 use seqsvr_testkit::deploy::{decide_here, Decision};
 use seqsvr_core::SetSpec;
 use seqsvr_testkit::SetCluster;

@@ -10,8 +10,6 @@
 //! The `curl` part prints why and is skipped without curl, unless `CI`
 //! is set, where it fails (`.ci/run` installs curl).
 
-use seqsvr_testkit::{attack, Bins};
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,6 +19,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+use seqsvr_testkit::{attack, Bins};
 
 /// The binaries under test.
 const BINS: Bins = seqsvr_testkit::bins!();

@@ -25,14 +25,13 @@
 //! Without libfaketime the tests print why and pass, unless `CI` is set:
 //! then they fail (`.ci/run` installs the `faketime` package).
 
-use seqsvr_testkit::{self as kit, Bins};
-
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use seqsvr_core::ids::Layout;
+use seqsvr_testkit::{self as kit, Bins};
 use seqsvr_testkit::ids::{
     create_namespace, gone, latest, libfaketime, set, start_callers, under, wait_issuing, Callers,
     Calls,

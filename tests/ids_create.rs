@@ -6,12 +6,11 @@
 //! namespace come back through `seqctl id next` and decode through
 //! `seqctl id decode` and `seqctl id show`.
 
-use seqsvr_testkit::Bins;
-
 use std::time::{Duration, Instant};
 
 use seqsvr_core::ids::Layout;
 use seqsvr_core::SetSpec;
+use seqsvr_testkit::Bins;
 use seqsvr_testkit::SetCluster;
 
 /// The binaries under test.

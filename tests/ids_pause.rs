@@ -23,14 +23,13 @@
 //! of its successor's). The successor must really have taken the worker
 //! id, and `alloc-1` must really have answered after the resume.
 
-use seqsvr_testkit::{self as kit, Bins};
-
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use seqsvr_core::ids::Layout;
+use seqsvr_testkit::{self as kit, Bins};
 use seqsvr_testkit::ids::{
     create_namespace, draw_direct, libfaketime, set, start_callers, under, wait_issuing, Call,
     Callers, Calls,

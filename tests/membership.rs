@@ -6,8 +6,6 @@
 //! no regression (promise 1), and every number handed out is at or below
 //! a ceiling the store still holds (promise 2).
 
-use seqsvr_testkit::{self as kit, attack, Bins};
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -20,6 +18,7 @@ use seqsvr_store::node::{InitialAlloc, Member};
 use seqsvr_store::StoreConfig;
 use seqsvr_store_api::client::{connector, plaintext};
 use seqsvr_store_api::{AdminClient, Error, MemberRefusalKind as Kind, ReadClient};
+use seqsvr_testkit::{self as kit, attack, Bins};
 use seqsvr_testkit::{assert_monotonic, free_port, Proc, SetCluster, StoreCluster};
 
 /// The binaries under test.

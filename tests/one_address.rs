@@ -12,8 +12,6 @@
 //! [`run`] takes): the door answers only its own sections and refuses the
 //! rest `NOT_OWNER`.
 
-use seqsvr_testkit::{self as kit, Bins};
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,6 +19,7 @@ use std::time::{Duration, Instant};
 use seqsvr_core::checker::{Kind, Observation};
 use seqsvr_proto::alloc_client::AllocClient;
 use seqsvr_proto::{self as pb, detail_of};
+use seqsvr_testkit::{self as kit, Bins};
 use seqsvr_testkit::sets::{seqctl, two_sets_forwarding};
 use seqsvr_testkit::{assert_monotonic, Workload};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

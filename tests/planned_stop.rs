@@ -16,8 +16,6 @@
 //! - `seqsvr alloc drain --self` (the Kubernetes preStop hook): the same
 //!   planned stop, asked over the admin plane from beside the process.
 
-use seqsvr_testkit::{self as kit, attack, Bins};
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -27,6 +25,7 @@ use seqsvr_core::rng::Rng;
 use seqsvr_core::SetSpec;
 use seqsvr_proto::alloc_client::AllocClient;
 use seqsvr_proto::{self as pb, detail_of, ErrorKind};
+use seqsvr_testkit::{self as kit, attack, Bins};
 use seqsvr_testkit::{assert_monotonic, test_lease, SetCluster, Workload};
 
 /// The binaries under test.

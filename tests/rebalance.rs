@@ -8,13 +8,12 @@
 //! With TLS on every plane, the leader's handoff calls present its store
 //! certificate, which the AllocSvr's admin plane takes from its own set.
 
-use seqsvr_testkit::{attack, Bins};
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use seqsvr_client::SeqClient;
 use seqsvr_store::arbiter::RebalanceConfig;
+use seqsvr_testkit::{attack, Bins};
 use seqsvr_testkit::{
     assert_monotonic, metric, scrape, small_set, start_spread_workload, SetCluster, StoreOptions,
     Workload,

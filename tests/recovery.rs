@@ -6,13 +6,12 @@
 //! The restore is refused without a margin, and a margin too small is
 //! shown to repeat numbers: the check can fail.
 
-use seqsvr_testkit::Bins;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use seqsvr_client::SeqClient;
 use seqsvr_core::checker::Observation;
+use seqsvr_testkit::Bins;
 use seqsvr_testkit::{
     assert_monotonic, small_set, start_spread_workload, Proc, SetCluster, Workload, SMALL_STEP,
 };

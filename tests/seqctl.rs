@@ -5,13 +5,12 @@
 //! the reason), output into a closed pipe, and `SEQSVR_CONFIG` standing
 //! for `--config`.
 
-use seqsvr_testkit::{self as kit, Bins};
-
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use seqsvr_core::SetSpec;
+use seqsvr_testkit::{self as kit, Bins};
 use seqsvr_testkit::SetCluster;
 
 /// The binaries under test.

@@ -6,8 +6,6 @@
 //! through the real API, and bad input gets a typed error and changes
 //! nothing (promise 5).
 
-use seqsvr_testkit::{self as kit, Bins};
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -15,6 +13,7 @@ use std::time::{Duration, Instant};
 use seqsvr_core::{Epoch, Grant, Incarnation, SectionId, SetSpec};
 use seqsvr_store_api::client::plaintext;
 use seqsvr_store_api::{AllocAddrs, Error, PeerClient, ReadClient, Rejection};
+use seqsvr_testkit::{self as kit, Bins};
 use seqsvr_testkit::StoreCluster;
 
 /// The binaries under test.

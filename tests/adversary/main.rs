@@ -28,8 +28,6 @@
 //! The tests run one at a time (a flood measures memory; several clusters
 //! at once on a small machine would measure the machine).
 
-use seqsvr_testkit::{self as kit, attack, Bins};
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -48,6 +46,7 @@ use seqsvr_proto::store_read_client::StoreReadClient;
 use seqsvr_proto::store_sets_client::StoreSetsClient;
 use seqsvr_proto::{self as pb};
 use seqsvr_store_api::SectionInfo;
+use seqsvr_testkit::{self as kit, attack, Bins};
 use seqsvr_testkit::{assert_monotonic, SetCluster};
 use tonic::transport::Channel;
 use tonic::Code;

@@ -42,10 +42,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use seqsvr_testkit::Bins;
 use seqsvr_alloc::node::AllocNodeConfig;
 use seqsvr_store::StoreConfig;
 
+use seqsvr_testkit::Bins;
 use seqsvr_testkit::deploy::{
     decide_here, docker_missing, ok, pid_alive, quietly, run, validator_missing, Decision,
 };

@@ -30,8 +30,6 @@
 //! The tests run one at a time: several clusters at once on a small
 //! machine would measure the machine, and cases 6 and 8 are about timing.
 
-use seqsvr_testkit::{self as kit, attack, Bins};
-
 use std::time::{Duration, Instant};
 
 use attack::{
@@ -46,6 +44,7 @@ use seqsvr_proto::alloc_client::AllocClient;
 use seqsvr_proto::alloc_peer_client::AllocPeerClient;
 use seqsvr_proto::{self as pb};
 use seqsvr_store_api::{Error, Rejection};
+use seqsvr_testkit::{self as kit, attack, Bins};
 use seqsvr_testkit::{assert_monotonic, SetCluster, TEST_RENEW_MS};
 
 /// The binaries under test.

@@ -25,6 +25,8 @@ use seqsvr_proto::{self as pb};
 use seqsvr_testkit::sets::{seqctl, two_sets_with};
 use seqsvr_testkit::{from_memory, signal, SetCluster, StoreOptions};
 
+use super::BINS;
+
 /// The uids asked: section 0 of set 0's span (section size 100).
 fn uids() -> Vec<u64> {
     (0..100).step_by(10).collect()

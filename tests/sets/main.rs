@@ -3,13 +3,12 @@
 //! then resumed — and operators' mistakes refused. Every number clients
 //! received is checked per uid (promise 1; `docs/architecture/sets.md`).
 
-use seqsvr_testkit::{self as kit, Bins};
-
 mod fence_move;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use seqsvr_testkit::{self as kit, Bins};
 use seqsvr_testkit::sets::{seqctl, set2, two_sets};
 use seqsvr_testkit::{assert_monotonic, SetCluster, Workload};
 

@@ -33,9 +33,10 @@
 //! - [`ids`], [`door`], [`partition`]: id callers and libfaketime, a
 //!   Redis-protocol client of one door, the store's partition fault.
 //!
-//! Imports point one way: `process` and `metrics` use nothing of the kit;
-//! `cluster` uses `process`; `check` uses `metrics`; `attack`, `sets`
-//! and `ids` use `cluster` and `check`.
+//! Imports point one way: `process`, `metrics`, `check` and `node` use
+//! nothing of the kit; `stages` uses `metrics`; `cluster` uses `process`
+//! and `node`; `attack`, `sets` and `ids` use `cluster` (and `attack`
+//! `check` and `metrics`).
 
 pub mod deploy;
 pub mod metrics;

@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use seqsvr_core::ids::Layout;
-use seqsvr_testkit::{self as kit, Bins};
+use seqsvr_testkit::Bins;
 use seqsvr_testkit::ids::{
     create_namespace, gone, latest, libfaketime, set, start_callers, under, wait_issuing, Callers,
     Calls,

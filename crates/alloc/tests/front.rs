@@ -10,7 +10,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use seqsvr_alloc::node::{AllocListeners, AllocNode, AllocNodeConfig};
+use seqsvr_alloc::node::{AllocNode, AllocNodeConfig};
 use seqsvr_core::checker::{check, Observation};
 use seqsvr_proto::alloc_client::AllocClient;
 use seqsvr_proto::{self as pb, detail_of, ErrorKind};

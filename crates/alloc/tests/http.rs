@@ -7,7 +7,6 @@
 //! The `curl` test prints why and passes without curl, unless `CI` is
 //! set, where it fails.
 
-use std::time::Duration;
 
 use seqsvr_alloc::node::AllocNode;
 

@@ -7,7 +7,6 @@
 //! a name.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use seqsvr_alloc::node::AllocNode;
 use seqsvr_core::{name_key, NAME_KEYS};

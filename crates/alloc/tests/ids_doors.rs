@@ -12,8 +12,6 @@ use std::time::Duration;
 use seqsvr_alloc::node::{AllocNode, RespSection};
 use seqsvr_core::ids::Layout;
 use seqsvr_proto::{self as pb, ErrorKind};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use tonic::Code;
 
 use seqsvr_testkit::node::*;

@@ -5,12 +5,11 @@
 //! `INCRBY`s of one name from many connections never overlap, and every
 //! number received goes through the per-key checker (promise 1).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use seqsvr_alloc::node::{AllocNode, RespSection};
 use seqsvr_core::checker::{check, Observation};
 use seqsvr_core::{name_key, NAME_KEYS};
-use tokio::net::TcpListener;
 
 use seqsvr_testkit::node::*;
 

@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 use seqsvr_alloc::node::{AllocNode, RespSection};
-use tokio::net::TcpListener;
 
 use seqsvr_testkit::node::*;
 

@@ -2,7 +2,7 @@
 //! what clients received, and the workload and recorder that produce
 //! those observations.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use seqsvr_core::rng::Rng;
 

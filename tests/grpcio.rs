@@ -13,9 +13,9 @@
 use std::process::Command;
 use std::time::Duration;
 
-use seqsvr_testkit::Bins;
-use seqsvr_testkit::deploy::{decide_here, Decision};
 use seqsvr_core::SetSpec;
+use seqsvr_testkit::deploy::{decide_here, Decision};
+use seqsvr_testkit::Bins;
 use seqsvr_testkit::SetCluster;
 
 /// The binaries under test.

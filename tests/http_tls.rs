@@ -14,12 +14,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use attack::{Cluster, Options};
+use seqsvr_testkit::{attack, Bins};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
-use seqsvr_testkit::{attack, Bins};
 
 /// The binaries under test.
 const BINS: Bins = seqsvr_testkit::bins!();
@@ -84,10 +84,13 @@ async fn number(tls: &tokio_rustls::TlsConnector, addr: &str, op: &str, uid: u64
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_http_api_serves_tls_and_refuses_plain_http_cleanly() {
-    let cluster = Cluster::start(BINS, Options {
-        tls: true,
-        ..Default::default()
-    })
+    let cluster = Cluster::start(
+        BINS,
+        Options {
+            tls: true,
+            ..Default::default()
+        },
+    )
     .await;
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;

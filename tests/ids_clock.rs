@@ -31,11 +31,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use seqsvr_core::ids::Layout;
-use seqsvr_testkit::Bins;
 use seqsvr_testkit::ids::{
     create_namespace, gone, latest, libfaketime, set, start_callers, under, wait_issuing, Callers,
     Calls,
 };
+use seqsvr_testkit::Bins;
 use seqsvr_testkit::SetCluster;
 
 /// The binaries under test.

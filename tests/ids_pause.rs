@@ -29,12 +29,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use seqsvr_core::ids::Layout;
-use seqsvr_testkit::{self as kit, Bins};
 use seqsvr_testkit::ids::{
     create_namespace, draw_direct, libfaketime, set, start_callers, under, wait_issuing, Call,
     Callers, Calls,
 };
 use seqsvr_testkit::SetCluster;
+use seqsvr_testkit::{self as kit, Bins};
 
 /// The binaries under test.
 const BINS: Bins = seqsvr_testkit::bins!();

@@ -180,10 +180,13 @@ fn kind_of(e: &Error) -> Option<Kind> {
 /// promoted; then one of the originals removed. Only an operator may do it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn add_a_replica_under_load_then_remove_an_original() {
-    let mut c = attack::Cluster::start(BINS, attack::Options {
-        tls: true,
-        ..Default::default()
-    })
+    let mut c = attack::Cluster::start(
+        BINS,
+        attack::Options {
+            tls: true,
+            ..Default::default()
+        },
+    )
     .await;
     let client = c.client().await;
     c.wait_serving(&client).await;
@@ -192,7 +195,8 @@ async fn add_a_replica_under_load_then_remove_an_original() {
 
     let pki = c.pki.as_ref().unwrap();
     let pki_dir = pki.dir().display().to_string();
-    let (status, err) = attack::run_seqsvr(BINS, 
+    let (status, err) = attack::run_seqsvr(
+        BINS,
         &["certs", "--dir", &pki_dir, "--store", "4"],
         Duration::from_secs(20),
     );

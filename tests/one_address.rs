@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use seqsvr_core::checker::{Kind, Observation};
 use seqsvr_proto::alloc_client::AllocClient;
 use seqsvr_proto::{self as pb, detail_of};
-use seqsvr_testkit::{self as kit, Bins};
 use seqsvr_testkit::sets::{seqctl, two_sets_forwarding};
+use seqsvr_testkit::{self as kit, Bins};
 use seqsvr_testkit::{assert_monotonic, Workload};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

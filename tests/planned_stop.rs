@@ -421,10 +421,13 @@ async fn drain_self_stops_the_allocsvr_the_planned_way_under_load() {
 /// needed for).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_self_over_tls_with_the_allocsvrs_own_certificate() {
-    let cluster = attack::Cluster::start(BINS, attack::Options {
-        tls: true,
-        ..Default::default()
-    })
+    let cluster = attack::Cluster::start(
+        BINS,
+        attack::Options {
+            tls: true,
+            ..Default::default()
+        },
+    )
     .await;
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;

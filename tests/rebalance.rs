@@ -13,11 +13,11 @@ use std::time::{Duration, Instant};
 
 use seqsvr_client::SeqClient;
 use seqsvr_store::arbiter::RebalanceConfig;
-use seqsvr_testkit::{attack, Bins};
 use seqsvr_testkit::{
     assert_monotonic, metric, scrape, small_set, start_spread_workload, SetCluster, StoreOptions,
     Workload,
 };
+use seqsvr_testkit::{attack, Bins};
 
 /// The binaries under test.
 const BINS: Bins = seqsvr_testkit::bins!();
@@ -151,10 +151,13 @@ async fn with_the_rebalance_off_a_restarted_allocsvr_stays_empty() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_tls_the_leader_asks_for_the_handoffs_with_its_own_certificate() {
-    let mut cluster = attack::Cluster::start(BINS, attack::Options {
-        tls: true,
-        ..Default::default()
-    })
+    let mut cluster = attack::Cluster::start(
+        BINS,
+        attack::Options {
+            tls: true,
+            ..Default::default()
+        },
+    )
     .await;
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;

@@ -10,8 +10,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use seqsvr_core::SetSpec;
-use seqsvr_testkit::{self as kit, Bins};
 use seqsvr_testkit::SetCluster;
+use seqsvr_testkit::{self as kit, Bins};
 
 /// The binaries under test.
 const BINS: Bins = seqsvr_testkit::bins!();

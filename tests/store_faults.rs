@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use seqsvr_core::{Epoch, Grant, Incarnation, SectionId, SetSpec};
 use seqsvr_store_api::client::plaintext;
 use seqsvr_store_api::{AllocAddrs, Error, PeerClient, ReadClient, Rejection};
-use seqsvr_testkit::{self as kit, Bins};
 use seqsvr_testkit::StoreCluster;
+use seqsvr_testkit::{self as kit, Bins};
 
 /// The binaries under test.
 const BINS: Bins = seqsvr_testkit::bins!();

@@ -127,7 +127,12 @@ macro_rules! call {
     ($client:ident :: $method:ident, |$g:pat_param| $msg:expr) => {
         |ch: Channel, $g: &Genuine, fwd: bool| -> Pin<Box<dyn Future<Output = Answer> + Send>> {
             let msg = $msg;
-            Box::pin(async move { (Outcome::of(&$client::new(ch).$method(req(msg, fwd)).await), None) })
+            Box::pin(async move {
+                (
+                    Outcome::of(&$client::new(ch).$method(req(msg, fwd)).await),
+                    None,
+                )
+            })
         }
     };
 }
@@ -157,9 +162,11 @@ const ROWS: [Row; 34] = [
         name: "StoreRead.ReadSections",
         svc: Svc::StoreRead,
         who: OPEN,
-        call: call!(StoreReadClient::read_sections, |_| pb::ReadSectionsRequest {
-            first_section: 0,
-            count: SECTIONS,
+        call: call!(StoreReadClient::read_sections, |_| {
+            pb::ReadSectionsRequest {
+                first_section: 0,
+                count: SECTIONS,
+            }
         }),
     },
     Row {
@@ -172,12 +179,14 @@ const ROWS: [Row; 34] = [
         name: "StorePeer.RegisterAlloc",
         svc: Svc::StorePeer,
         who: AS_ALLOC1,
-        call: call!(StorePeerClient::register_alloc, |g| pb::RegisterAllocRequest {
-            alloc_id: "alloc-1".into(),
-            addr: g.a1.addr.clone(),
-            peer_addr: g.a1.peer_addr.clone(),
-            incarnation: g.a1.incarnation,
-            admin_addr: g.a1.admin_addr.clone(),
+        call: call!(StorePeerClient::register_alloc, |g| {
+            pb::RegisterAllocRequest {
+                alloc_id: "alloc-1".into(),
+                addr: g.a1.addr.clone(),
+                peer_addr: g.a1.peer_addr.clone(),
+                incarnation: g.a1.incarnation,
+                admin_addr: g.a1.admin_addr.clone(),
+            }
         }),
     },
     Row {
@@ -230,9 +239,11 @@ const ROWS: [Row; 34] = [
         name: "StorePeer.ReadSections",
         svc: Svc::StorePeer,
         who: PEER_READ,
-        call: call!(StorePeerClient::read_sections, |_| pb::ReadSectionsRequest {
-            first_section: 0,
-            count: SECTIONS,
+        call: call!(StorePeerClient::read_sections, |_| {
+            pb::ReadSectionsRequest {
+                first_section: 0,
+                count: SECTIONS,
+            }
         }),
     },
     Row {
@@ -301,7 +312,9 @@ const ROWS: [Row; 34] = [
         name: "Raft.AppendEntries",
         svc: Svc::Raft,
         who: RAFT,
-        call: call!(RaftClient::append_entries, |_| pb::RaftPayload { data: vec![] }),
+        call: call!(RaftClient::append_entries, |_| pb::RaftPayload {
+            data: vec![]
+        }),
     },
     Row {
         name: "Raft.Vote",
@@ -313,7 +326,9 @@ const ROWS: [Row; 34] = [
         name: "Raft.InstallSnapshot",
         svc: Svc::Raft,
         who: RAFT,
-        call: call!(RaftClient::install_snapshot, |_| pb::RaftPayload { data: vec![] }),
+        call: call!(RaftClient::install_snapshot, |_| pb::RaftPayload {
+            data: vec![]
+        }),
     },
     Row {
         name: "Alloc.Next",
@@ -349,7 +364,10 @@ const ROWS: [Row; 34] = [
                 let r = AllocClient::new(ch)
                     .next_batch(req(pb::NextBatchRequest { uids: vec![2] }, fwd))
                     .await;
-                let seq = r.as_ref().ok().and_then(|r| r.get_ref().seqs.first().copied());
+                let seq = r
+                    .as_ref()
+                    .ok()
+                    .and_then(|r| r.get_ref().seqs.first().copied());
                 let n = seq.map(|seq| Observation::next(2, seq, start, Instant::now()));
                 (Outcome::of(&r), n)
             })
@@ -380,7 +398,14 @@ const ROWS: [Row; 34] = [
         name: "AllocPeer.Adopt",
         svc: Svc::AllocPeer,
         // Any AllocSvr may send an adopt; the store decides (a forged one).
-        who: [Hs, Hs, D, V::C(Code::FailedPrecondition), V::C(Code::FailedPrecondition), D],
+        who: [
+            Hs,
+            Hs,
+            D,
+            V::C(Code::FailedPrecondition),
+            V::C(Code::FailedPrecondition),
+            D,
+        ],
         call: call!(AllocPeerClient::adopt, |_| pb::AdoptRequest {
             sections: vec![pb::Adopted {
                 section: 0,
@@ -509,7 +534,10 @@ fn expect(l: &Listener, row: &Row, who: Caller) -> Option<Expect> {
         D => Some(Expect::Code(Code::PermissionDenied)),
         V::C(code) => Some(Expect::Code(code)),
         Skip => None,
-        Hs => panic!("{}: {who:?} reached {} past its handshake", row.name, l.name),
+        Hs => panic!(
+            "{}: {who:?} reached {} past its handshake",
+            row.name, l.name
+        ),
     }
 }
 
@@ -560,10 +588,13 @@ fn matches(e: Expect, o: &Outcome) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_listener_refuses_every_call_it_must_refuse() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let cluster = Cluster::start(BINS, Options {
-        tls: true,
-        ..Default::default()
-    })
+    let cluster = Cluster::start(
+        BINS,
+        Options {
+            tls: true,
+            ..Default::default()
+        },
+    )
     .await;
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;
@@ -631,7 +662,9 @@ async fn every_listener_refuses_every_call_it_must_refuse() {
                 let l = &listeners[li];
                 let mut out = Vec::new();
                 for row in &ROWS {
-                    let Some(e) = expect(l, row, who) else { continue };
+                    let Some(e) = expect(l, row, who) else {
+                        continue;
+                    };
                     let fwd = who == Caller::Alloc2Forwarded;
                     let (o, n) = call(ch.clone(), row, &g, fwd).await;
                     out.push((li, who, row.name, e, o, n));

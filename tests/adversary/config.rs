@@ -211,7 +211,8 @@ async fn config_mistakes_stop_the_process_with_a_message() {
     // First run it for real, so its data dir holds the set and node id 1.
     let good = attack::config_path(d, "store-good");
     std::fs::write(&good, toml::to_string(&store).unwrap()).unwrap();
-    let mut p = kit::Proc::start(BINS, 
+    let mut p = kit::Proc::start(
+        BINS,
         "store-good",
         vec![
             "store".into(),
@@ -267,7 +268,8 @@ async fn config_mistakes_stop_the_process_with_a_message() {
         let path = attack::config_path(d, &format!("mistake-{i}"));
         std::fs::write(&path, config).unwrap();
         let started = Instant::now();
-        let (status, stderr) = attack::run_seqsvr(BINS, 
+        let (status, stderr) = attack::run_seqsvr(
+            BINS,
             &[kind, "--config", &path.display().to_string()],
             Duration::from_secs(20),
         );

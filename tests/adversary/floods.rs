@@ -296,10 +296,13 @@ async fn client_plane_floods_keep_memory_bounded() {
 async fn idle_tls_handshakes_are_dropped_and_memory_stays_bounded() {
     let _one = ONE_AT_A_TIME.lock().await;
     attack::raise_fd_limit(16_384);
-    let cluster = Cluster::start(BINS, Options {
-        tls: true,
-        ..Default::default()
-    })
+    let cluster = Cluster::start(
+        BINS,
+        Options {
+            tls: true,
+            ..Default::default()
+        },
+    )
     .await;
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;

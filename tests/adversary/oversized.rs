@@ -63,13 +63,22 @@ fn text(n: usize) -> String {
 /// that method's request).
 async fn bytes_to(addr: String, path: &'static str, n: usize) -> Outcome {
     let mut c = RaftClient::new(retarget(&addr, path));
-    Outcome::of(&c.append_entries(pb::RaftPayload { data: vec![0x61u8; n] }).await)
+    Outcome::of(
+        &c.append_entries(pb::RaftPayload {
+            data: vec![0x61u8; n],
+        })
+        .await,
+    )
 }
 
 /// `NextBatch` of `n` uids.
 async fn batch_of(addr: String, n: usize) -> Outcome {
     let uids = (0..n as u64).map(|i| u64::MAX / 3 + i).collect();
-    Outcome::of(&AllocClient::new(plain(&addr)).next_batch(pb::NextBatchRequest { uids }).await)
+    Outcome::of(
+        &AllocClient::new(plain(&addr))
+            .next_batch(pb::NextBatchRequest { uids })
+            .await,
+    )
 }
 
 /// `RegisterAlloc` of an AllocSvr named `id` at `addr_of_it`.

@@ -45,11 +45,11 @@ use std::time::{Duration, Instant};
 use seqsvr_alloc::node::AllocNodeConfig;
 use seqsvr_store::StoreConfig;
 
-use seqsvr_testkit::Bins;
+use seqsvr::drill::{judge, Action, Bounds, FaultReport, Report};
 use seqsvr_testkit::deploy::{
     decide_here, docker_missing, ok, pid_alive, quietly, run, validator_missing, Decision,
 };
-use seqsvr::drill::{judge, Action, Bounds, FaultReport, Report};
+use seqsvr_testkit::Bins;
 
 /// The binaries under test.
 const BINS: Bins = seqsvr_testkit::bins!();

@@ -186,7 +186,8 @@ async fn a_twin_is_refused_while_the_first_lives_then_replaces_it() {
     let path = dir.join("alloc-1-twin.toml");
     std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
     let twin_log = dir.join("alloc-1-twin.log");
-    let mut twin = kit::Proc::start(BINS, 
+    let mut twin = kit::Proc::start(
+        BINS,
         "alloc-1-twin",
         vec![
             "alloc".into(),

@@ -8,8 +8,8 @@ mod fence_move;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use seqsvr_testkit::{self as kit, Bins};
 use seqsvr_testkit::sets::{seqctl, set2, two_sets};
+use seqsvr_testkit::{self as kit, Bins};
 use seqsvr_testkit::{assert_monotonic, SetCluster, Workload};
 
 /// The binaries under test.

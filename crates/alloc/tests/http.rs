@@ -7,7 +7,6 @@
 //! The `curl` test prints why and passes without curl, unless `CI` is
 //! set, where it fails.
 
-
 use seqsvr_alloc::node::AllocNode;
 
 use seqsvr_testkit::node::*;
@@ -59,7 +58,8 @@ async fn next_batch_and_current_for_own_and_forwarded_uids() {
             "{head}"
         );
         let first: u64 = body.trim().parse().unwrap();
-        let (st, _, body) = http_raw(&http, &get(&format!("/v1/next/{uid}"), "application/json")).await;
+        let (st, _, body) =
+            http_raw(&http, &get(&format!("/v1/next/{uid}"), "application/json")).await;
         assert_eq!(st, 200);
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["uid"], uid);

@@ -17,7 +17,6 @@
 //! borrowing: the layout's limit reached) are counted, not retried
 //! faster.
 
-
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -98,12 +98,7 @@ impl StoreCluster {
     }
 
     /// Starts `n` replicas serving `set`, with initial routes to `allocs`.
-    pub fn start_with(
-        bins: Bins,
-        n: u64,
-        set: SetSpec,
-        allocs: Vec<InitialAlloc>,
-    ) -> StoreCluster {
+    pub fn start_with(bins: Bins, n: u64, set: SetSpec, allocs: Vec<InitialAlloc>) -> StoreCluster {
         Self::start_opts(bins, n, set, allocs, StoreOptions::default())
     }
 
@@ -419,8 +414,19 @@ impl SetCluster {
 
     /// [`SetCluster::start`], its AllocSvrs forwarding or not
     /// (`[forward] enabled`).
-    pub fn start_forwarding(bins: Bins, set: SetSpec, n_allocs: usize, forward: bool) -> SetCluster {
-        Self::launch(bins, set, n_allocs, StoreOptions::default(), (forward, |_| {}))
+    pub fn start_forwarding(
+        bins: Bins,
+        set: SetSpec,
+        n_allocs: usize,
+        forward: bool,
+    ) -> SetCluster {
+        Self::launch(
+            bins,
+            set,
+            n_allocs,
+            StoreOptions::default(),
+            (forward, |_| {}),
+        )
     }
 
     /// [`SetCluster::start`], every AllocSvr's config changed by `tune`
@@ -527,7 +533,13 @@ impl SetCluster {
             out: text(&out.stdout),
             err: text(&out.stderr),
         };
-        println!("$ seqctl {}: {:?}\n{}{}", args.join(" "), run.code, run.out, run.err);
+        println!(
+            "$ seqctl {}: {:?}\n{}{}",
+            args.join(" "),
+            run.code,
+            run.out,
+            run.err
+        );
         run
     }
 

@@ -70,8 +70,8 @@ pub use check::{
 };
 #[cfg(feature = "cluster")]
 pub use cluster::{
-    from_memory, start_alloc_door, start_alloc_on, start_alloc_with, test_lease, SetCluster,
-    StoreCluster, StoreOptions, CtlRun, TEST_EXPIRY, TEST_RENEW_MS,
+    from_memory, start_alloc_door, start_alloc_on, start_alloc_with, test_lease, CtlRun,
+    SetCluster, StoreCluster, StoreOptions, TEST_EXPIRY, TEST_RENEW_MS,
 };
 pub use metrics::{metric, scrape};
 #[cfg(feature = "cluster")]

@@ -241,7 +241,6 @@ impl Drop for Proc {
     }
 }
 
-
 /// Every `*.log` file under `dir`, concatenated (tail of each).
 pub fn logs_in(dir: &Path) -> String {
     let mut out = String::new();
@@ -265,4 +264,3 @@ pub fn logs_in(dir: &Path) -> String {
     }
     out
 }
-

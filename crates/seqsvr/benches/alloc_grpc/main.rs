@@ -87,8 +87,8 @@ use load::{phase, Caller, Uids};
 use redis::{redis_cmd, redis_shape, start_redis};
 use report::{bare_table, ratio_table, Sides};
 use seqsvr_client::{ClientOptions, SeqClient};
-use seqsvr_testkit::Bins;
 use seqsvr_proto::alloc_client::AllocClient;
+use seqsvr_testkit::Bins;
 use setup::{scrape, start_cluster, start_cluster_under, Target};
 
 /// The binaries under test.

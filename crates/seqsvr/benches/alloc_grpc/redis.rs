@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use crate::report::Figures;
 use crate::setup::{cpu_of, pct, rusage};
-use seqsvr_testkit::{self as kit, free_port};
 use crate::{UIDS, WARMUP};
+use seqsvr_testkit::{self as kit, free_port};
 
 /// A `redis-server` of our own, stopped on drop.
 pub struct RedisServer {

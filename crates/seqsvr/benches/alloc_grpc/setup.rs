@@ -5,9 +5,9 @@ use seqsvr_alloc::node::AllocNodeConfig;
 use seqsvr_core::SetSpec;
 use seqsvr_store::node::InitialAlloc;
 
+use crate::{SECTION_SIZE, UIDS};
 pub use seqsvr_testkit::cpu_of;
 use seqsvr_testkit::{free_port, Proc, SetCluster, StoreCluster};
-use crate::{SECTION_SIZE, UIDS};
 
 /// Starts 3 store replicas and one AllocSvr with `threads` workers owning
 /// every section, which take ceilings `step` at a time.

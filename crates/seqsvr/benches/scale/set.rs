@@ -13,8 +13,8 @@ use seqsvr_store_api::ReadClient;
 use crate::probe::{mib, ms, owners, sections_of, until, Allocs, Marks};
 use seqsvr_store::node::LeaseSection;
 
-use seqsvr_testkit::{cpu_of, rss_of, SetCluster, StoreOptions};
 use crate::{Args, SECTIONS, SECTION_SIZE};
+use seqsvr_testkit::{cpu_of, rss_of, SetCluster, StoreOptions};
 
 /// How long any one wait of this bench may take before it says "never".
 const PATIENCE: Duration = Duration::from_secs(120);

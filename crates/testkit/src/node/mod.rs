@@ -109,8 +109,7 @@ pub async fn hand_over(
     .await;
     let version = store.st().route_version;
     eventually("both hold the new routes", || {
-        from.shared.routes().table.version >= version
-            && to.shared.routes().table.version >= version
+        from.shared.routes().table.version >= version && to.shared.routes().table.version >= version
     })
     .await;
 }

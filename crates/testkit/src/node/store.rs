@@ -154,7 +154,7 @@ impl FakeStore {
     }
 
     /// Creates an id namespace.
-        pub fn create_id_space(&self, ns: &str, layout: seqsvr_core::ids::Layout, window_ms: u64) {
+    pub fn create_id_space(&self, ns: &str, layout: seqsvr_core::ids::Layout, window_ms: u64) {
         let cmd = seqsvr_store_core::Command::CreateIdSpace {
             name: ns.into(),
             layout,

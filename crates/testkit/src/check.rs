@@ -51,6 +51,12 @@ pub struct Workload {
     pub tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
+impl Default for Workload {
+    fn default() -> Self {
+        Workload::new()
+    }
+}
+
 impl Workload {
     /// Empty shared state; the caller spawns `tasks` with clones of it (or
     /// of a [`Recorder`]).

@@ -32,8 +32,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use seqsvr_core::ids::Layout;
 use seqsvr_testkit::ids::{
-    create_namespace, gone, latest, libfaketime, set, start_callers, under, wait_issuing, Callers,
-    Calls,
+    assert_every_caller_drew, create_namespace, gone, latest, libfaketime, set, start_callers,
+    under, wait_issuing, Callers, Calls,
 };
 use seqsvr_testkit::Bins;
 use seqsvr_testkit::SetCluster;
@@ -194,13 +194,7 @@ async fn drill(lib: &str, shifts: &[String]) {
     for t in tasks {
         t.await.unwrap();
     }
-    let n = check(&callers, &layout, &faults);
-    let per: Vec<usize> = callers
-        .iter()
-        .map(|c| c.lock().unwrap().iter().map(|c| c.ids.len()).sum())
-        .collect();
-    eprintln!("{n} ids checked (per caller: {per:?})");
-    assert!(per.iter().all(|&k| k > 0), "a caller got no id: {per:?}");
+    assert_every_caller_drew(&callers, check(&callers, &layout, &faults));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

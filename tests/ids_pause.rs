@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 
 use seqsvr_core::ids::Layout;
 use seqsvr_testkit::ids::{
-    create_namespace, draw_direct, libfaketime, set, start_callers, under, wait_issuing, Call,
-    Callers, Calls,
+    assert_every_caller_drew, create_namespace, draw_direct, libfaketime, set, start_callers,
+    under, wait_issuing, Call, Callers, Calls,
 };
 use seqsvr_testkit::SetCluster;
 use seqsvr_testkit::{self as kit, Bins};
@@ -161,11 +161,5 @@ async fn paused_past_the_lease_while_a_successor_takes_its_worker_id() {
     for t in tasks {
         t.await.unwrap();
     }
-    let n = check(&callers, &layout);
-    let per: Vec<usize> = callers
-        .iter()
-        .map(|c| c.lock().unwrap().iter().map(|c| c.ids.len()).sum())
-        .collect();
-    eprintln!("{n} ids checked (per caller: {per:?})");
-    assert!(per.iter().all(|&k| k > 0), "a caller got no id: {per:?}");
+    assert_every_caller_drew(&callers, check(&callers, &layout));
 }

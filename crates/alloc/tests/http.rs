@@ -13,18 +13,7 @@ use seqsvr_testkit::node::*;
 
 /// a1 serving the HTTP API and sections 0–1, a2 serving 2–3.
 async fn pair() -> (AllocNode, AllocNode, String) {
-    let store = FakeStore::new("a1", 3000);
-    let addr = store.clone().serve().await;
-    let (cfg, mut l) = node_config("a1", &addr, 50).await;
-    open_http(&mut l).await;
-    let a1 = start_with(cfg, l).await;
-    let a2 = start("a2", &addr, 50).await;
-    hand_over(&store, &a1, (&a2, "a2"), &[2, 3]).await;
-    let http = a1
-        .http_local_addr
-        .expect("the HTTP API is served")
-        .to_string();
-    (a1, a2, http)
+    http_pair(&FakeStore::new("a1", 3000)).await
 }
 
 fn get(path: &str, accept: &str) -> Vec<u8> {

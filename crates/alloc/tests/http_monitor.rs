@@ -17,15 +17,7 @@ use seqsvr_testkit::node::*;
 /// a1 serving the HTTP API and the names of sections 0–1 (of the range
 /// reserved for names), a2 serving sections 2–3.
 async fn pair() -> (AllocNode, AllocNode, String) {
-    let store = FakeStore::at("a1", 30_000, NAME_KEYS.start);
-    let addr = store.clone().serve().await;
-    let (cfg, mut l) = node_config("a1", &addr, 50).await;
-    open_http(&mut l).await;
-    let a1 = start_with(cfg, l).await;
-    let a2 = start("a2", &addr, 50).await;
-    hand_over(&store, &a1, (&a2, "a2"), &[2, 3]).await;
-    let http = a1.http_local_addr.expect("the HTTP API is served");
-    (a1, a2, http.to_string())
+    http_pair(&FakeStore::at("a1", 30_000, NAME_KEYS.start)).await
 }
 
 /// `count` names of the form `{prefix}{i}` whose positions are in

@@ -216,6 +216,17 @@ pub fn draw_direct(
     (calls, h)
 }
 
+/// Prints how many ids the checker checked (`checked`) and how many each
+/// caller drew; fails unless every caller drew some.
+pub fn assert_every_caller_drew(callers: &[Calls], checked: usize) {
+    let per: Vec<usize> = callers
+        .iter()
+        .map(|c| c.lock().unwrap().iter().map(|c| c.ids.len()).sum())
+        .collect();
+    eprintln!("{checked} ids checked (per caller: {per:?})");
+    assert!(per.iter().all(|&k| k > 0), "a caller got no id: {per:?}");
+}
+
 /// The worker id of the latest id `calls` hold, and that id's tick in
 /// Unix ms.
 pub fn latest(calls: &Calls, layout: &Layout) -> Option<(u64, u64)> {

@@ -114,6 +114,20 @@ pub async fn hand_over(
     .await;
 }
 
+/// a1 (started on `store`, which routes it every section) serving the
+/// HTTP API and sections 0–1, a2 serving 2–3 (handed over); returns them
+/// and a1's HTTP address.
+pub async fn http_pair(store: &FakeStore) -> (AllocNode, AllocNode, String) {
+    let addr = store.clone().serve().await;
+    let (cfg, mut l) = node_config("a1", &addr, 50).await;
+    open_http(&mut l).await;
+    let a1 = start_with(cfg, l).await;
+    let a2 = start("a2", &addr, 50).await;
+    hand_over(store, &a1, (&a2, "a2"), &[2, 3]).await;
+    let http = a1.http_local_addr.expect("the HTTP API is served");
+    (a1, a2, http.to_string())
+}
+
 /// Sends `req` raw to the HTTP listener at `addr` on a fresh connection
 /// and reads until it closes (at most 5 s); returns (status, head, body).
 pub async fn http_raw(addr: &str, req: &[u8]) -> (u16, String, String) {

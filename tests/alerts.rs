@@ -15,18 +15,20 @@
 //!   lapse and the store no unserved section.
 //!
 //! Without promtool a test prints why and passes — unless `CI` is set,
-//! where it fails (the pattern of tests/deploy.rs).
+//! where it fails (the pattern of tests/deploy/main.rs).
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-mod support;
-
 use seqsvr_core::SetSpec;
 use seqsvr_store::node::InitialAlloc;
-use support::{free_port, Proc, StoreCluster, StoreOptions};
+use seqsvr_testkit::{self as kit, Bins};
+use seqsvr_testkit::{free_port, Proc, StoreCluster, StoreOptions};
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -139,7 +141,7 @@ fn value(text: &str, name: &str) -> Option<f64> {
 
 fn start_alloc(store: &StoreCluster, id: &str, metrics: &str) -> Proc {
     let addr = format!("127.0.0.1:{}", free_port());
-    support::start_alloc_with(store, id, &addr, &store.peer_addrs, |cfg| {
+    kit::start_alloc_with(store, id, &addr, &store.peer_addrs, |cfg| {
         cfg.metrics_addr = Some(metrics.to_string());
     })
 }
@@ -172,7 +174,7 @@ fn live_scrapes_follow_the_conventions() {
         metrics: true,
         ..Default::default()
     };
-    let store = StoreCluster::start_opts(1, set, initial, opts);
+    let store = StoreCluster::start_opts(BINS, 1, set, initial, opts);
     let alloc_metrics = format!("127.0.0.1:{}", free_port());
     let _alloc = start_alloc(&store, "alloc-1", &alloc_metrics);
     let store_metrics = store.metrics_addrs[0].clone();

@@ -8,28 +8,17 @@
 //! process), promise 4 (a restart skips at most about one step per
 //! section), promise 5 (typed errors that change nothing).
 
-mod support;
-
 use std::time::{Duration, Instant};
 
-use seqsvr::checker::{Kind, Observation};
+use seqsvr::drill::section_skip;
 use seqsvr_client::SeqClient;
 use seqsvr_core::rng::Rng;
-use seqsvr_core::SetSpec;
-use support::{assert_monotonic, SetCluster, Workload};
+use seqsvr_testkit::{self as kit, assert_monotonic, small_set as set, Bins, SetCluster, Workload};
 
-const STEP: u64 = 200;
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
-/// 8 sections of 500 uids; a small step so ceilings are raised often.
-fn set() -> SetSpec {
-    SetSpec {
-        set_id: 0,
-        uid_begin: 0,
-        uid_end: 4000,
-        section_size: 500,
-        step: STEP,
-    }
-}
+const STEP: u64 = kit::SMALL_STEP;
 
 /// `callers` tasks calling `next` (every 4th call `next_batch` of 4 uids,
 /// one of them twice; every 5th `current`) on uids spread over the whole
@@ -63,38 +52,9 @@ fn start_workload(c: &SeqClient, callers: u64) -> Workload {
     w
 }
 
-/// The largest "skip" at a restart, per section: the first number handed
-/// out after `at` minus the largest one received before it.
-fn max_skip(obs: &[Observation], at: Instant, sections: &[u32]) -> u64 {
-    let set = set();
-    sections
-        .iter()
-        .map(|&s| {
-            // Numbers handed out only: a `current` read hands out nothing.
-            let in_s = |o: &&Observation| o.kind == Kind::Next && set.section_of(o.uid) == Some(s);
-            let before = obs
-                .iter()
-                .filter(in_s)
-                .filter(|o| o.end < at)
-                .map(|o| o.seq)
-                .max()
-                .unwrap_or(0);
-            let after = obs
-                .iter()
-                .filter(in_s)
-                .filter(|o| o.start > at)
-                .map(|o| o.seq)
-                .min()
-                .unwrap_or(before);
-            after.saturating_sub(before)
-        })
-        .max()
-        .unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_an_alloc_mid_workload_and_restart_it() {
-    let mut cluster = SetCluster::start(set(), 2);
+    let mut cluster = SetCluster::start(BINS, set(), 2);
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;
     let w = start_workload(&c, 8);
@@ -107,8 +67,9 @@ async fn kill_an_alloc_mid_workload_and_restart_it() {
     let (obs, _) = w.finish().await;
     assert_monotonic(&obs, || cluster.store.logs());
     // alloc-1 served sections 0..4; the restart skipped at most one step
-    // per section (plus numbers handed out whose replies were lost).
-    let skip = max_skip(&obs, killed, &[0, 1, 2, 3]);
+    // per section (plus numbers handed out whose replies were lost), and
+    // the sections that stayed with alloc-2 skipped nothing much.
+    let skip = section_skip(&set(), &obs, killed, Instant::now());
     println!("largest skip at restart: {skip} (step {STEP})");
     assert!(skip <= 2 * STEP, "restart skipped {skip} > 2 steps");
     let served_after = obs
@@ -124,14 +85,14 @@ async fn kill_an_alloc_mid_workload_and_restart_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_every_process_at_once_and_restart() {
-    let mut cluster = SetCluster::start(set(), 2);
+    let mut cluster = SetCluster::start(BINS, set(), 2);
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;
     let w = start_workload(&c, 8);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let procs = cluster.allocs.iter().chain(cluster.store.procs.iter());
     for p in procs {
-        support::signal(p.pid().unwrap(), libc::SIGKILL);
+        kit::signal(p.pid().unwrap(), libc::SIGKILL);
     }
     for p in cluster
         .allocs
@@ -164,7 +125,7 @@ async fn kill_every_process_at_once_and_restart() {
 async fn bad_input_gets_typed_errors_and_changes_nothing() {
     use seqsvr_proto::alloc_client::AllocClient;
     use seqsvr_proto::{detail_of, ErrorKind};
-    let cluster = SetCluster::start(set(), 2);
+    let cluster = SetCluster::start(BINS, set(), 2);
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;
     let mut a1 = AllocClient::connect(format!("http://{}", cluster.alloc_addrs[0]))

@@ -15,6 +15,10 @@ use std::time::{Duration, Instant};
 
 use seqsvr::ctl::import::{self, MemSink};
 use seqsvr_resp::keys::KeyMap;
+use seqsvr_testkit::Bins;
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 fn is_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| {
@@ -186,7 +190,7 @@ fn free_port() -> u16 {
 }
 
 fn seqctl(args: &[&str], stdin: &str) -> (bool, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_seqctl"))
+    let mut child = Command::new(BINS.seqctl)
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -5,15 +5,16 @@
 //! move ran at once or was stopped after a step and run again, and
 //! running it again after it finished changes nothing.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use seqsvr::ctl::counter::CounterAdmin;
 use seqsvr_core::{name_key, SetSpec, NAME_KEYS};
 use seqsvr_proto::{self as pb, CounterOp};
-use support::sets::seqctl;
-use support::{SetCluster, StoreOptions};
+use seqsvr_testkit::sets::seqctl;
+use seqsvr_testkit::{Bins, SetCluster, StoreOptions};
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 /// Set 0 serves the first 4,000 positions of the name range (4 sections of
 /// 1,000); set 1 spans 8,000 and is added for the second 4,000.
@@ -40,8 +41,8 @@ fn moved_name(prefix: &str) -> String {
 
 async fn two_sets() -> (SetCluster, SetCluster) {
     let opts = StoreOptions::default();
-    let a = SetCluster::start_opts_forwarding(spec(0, 4000), 2, opts.clone(), true);
-    let b = SetCluster::start_opts_forwarding(spec(1, 8000), 2, opts, true);
+    let a = SetCluster::start_opts_forwarding(BINS, spec(0, 4000), 2, opts.clone(), true);
+    let b = SetCluster::start_opts_forwarding(BINS, spec(1, 8000), 2, opts, true);
     a.store.wait_ready(Duration::from_secs(30)).await;
     b.store.wait_ready(Duration::from_secs(30)).await;
     let range = format!("{}..{}", NAME_KEYS.start + 4000, NAME_KEYS.start + 8000);

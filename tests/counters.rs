@@ -9,30 +9,15 @@
 //! a deleted and re-created counter continues above everything it handed
 //! out; bad input and re-runs change nothing.
 
-mod support;
-
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use seqsvr::ctl::counter::CounterAdmin;
-use seqsvr_core::{name_key, SetSpec, NAME_KEYS};
+use seqsvr_core::{name_key, NAME_KEYS};
 use seqsvr_proto::{self as pb, CounterOp, ErrorKind};
-use seqsvr_store::node::InitialAlloc;
-use support::SetCluster;
+use seqsvr_testkit::{name_set as set, Bins, SetCluster, TEST_EXPIRY};
 
-/// Lease + margin of the test clusters (see `support::test_lease`).
-const EXPIRY: Duration = Duration::from_millis(2500);
-
-/// The first 8,000 positions of the name range, in 8 sections.
-fn set() -> SetSpec {
-    SetSpec {
-        set_id: 0,
-        uid_begin: NAME_KEYS.start,
-        uid_end: NAME_KEYS.start + 8000,
-        section_size: 1000,
-        step: 500,
-    }
-}
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 /// A name served by the set in sections 0..4 (first routed to alloc-1),
 /// starting with `prefix`.
@@ -41,53 +26,6 @@ fn name_in_first_half(prefix: &str) -> String {
         .map(|i| format!("{prefix}:{i}"))
         .find(|n| name_key(n.as_bytes()).unwrap() < NAME_KEYS.start + 4000)
         .unwrap()
-}
-
-fn cluster() -> SetCluster {
-    let initial = InitialAlloc::even_split(["alloc-1", "alloc-2"].map(String::from), 8);
-    let store = support::StoreCluster::start_opts(3, set(), initial, Default::default());
-    let mut c = SetCluster {
-        store,
-        alloc_addrs: Vec::new(),
-        allocs: Vec::new(),
-        resp_addrs: Vec::new(),
-        http_addrs: Vec::new(),
-        forward: true,
-    };
-    for i in 1..=2 {
-        let [addr, resp] = [(); 2].map(|_| format!("127.0.0.1:{}", support::free_port()));
-        let peers = c.store.peer_addrs.clone();
-        c.allocs.push(support::start_alloc_with(
-            &c.store,
-            &format!("alloc-{i}"),
-            &addr,
-            &peers,
-            |cfg| cfg.resp = Some(seqsvr_alloc::node::RespSection::on(&resp)),
-        ));
-        c.alloc_addrs.push(addr);
-        c.resp_addrs.push(resp);
-    }
-    c
-}
-
-/// `seqctl --store … counter <args>`: exit code, stdout, stderr.
-fn seqctl(c: &SetCluster, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_seqctl"))
-        .arg("--store")
-        .arg(c.store.client_addrs.join(","))
-        .arg("--store-admin")
-        .arg(c.store.admin_addrs.join(","))
-        .arg("counter")
-        .args(args)
-        .env("SEQCTL_DEV_DIR", c.store.dir.path())
-        .output()
-        .unwrap();
-    let (o, e) = (
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    );
-    println!("seqctl counter {args:?}: {:?}\n{o}{e}", out.status.code());
-    (out.status.code().unwrap_or(-1), o, e)
 }
 
 /// The kind in a status's detail.
@@ -140,7 +78,7 @@ async fn admin_call(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn declared_counters_hold_across_a_kill_and_at_every_door() {
-    let mut cluster = cluster();
+    let mut cluster = SetCluster::start(BINS, set(), 2);
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;
     let admin = CounterAdmin::new(&cluster.store.client_addrs, None);
@@ -303,7 +241,7 @@ async fn declared_counters_hold_across_a_kill_and_at_every_door() {
         .unwrap();
     let i: usize = owner.alloc.trim_start_matches("alloc-").parse().unwrap();
     cluster.allocs[i - 1].kill9();
-    tokio::time::sleep(EXPIRY).await;
+    tokio::time::sleep(TEST_EXPIRY).await;
     for _ in 0..20 {
         let v = next(&c, &ticket).await;
         assert!(v > last && v % 2 == 1, "after the kill: {v} after {last}");
@@ -352,4 +290,10 @@ async fn declared_counters_hold_across_a_kill_and_at_every_door() {
         listed.contains(&ticket) && listed.contains(&capped),
         "{listed}"
     );
+}
+
+/// `seqctl --store … counter <args>`: exit code, stdout, stderr.
+fn seqctl(c: &SetCluster, args: &[&str]) -> (i32, String, String) {
+    let r = c.seqctl(&[&["counter"], args].concat());
+    (r.code.unwrap_or(-1), r.out, r.err)
 }

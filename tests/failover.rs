@@ -12,84 +12,17 @@
 //! Tests here run one at a time: they measure unavailability, and five
 //! 5-process clusters at once on a small machine would measure the machine.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use seqsvr_client::SeqClient;
 use seqsvr_core::checker::Observation;
-use seqsvr_core::rng::Rng;
-use seqsvr_core::SetSpec;
-use support::{assert_monotonic, SetCluster, Workload, TEST_RENEW_MS};
+use seqsvr_testkit::attack::{outage_after, set, start_load as start_workload};
+use seqsvr_testkit::{self as kit, assert_monotonic, Bins, SetCluster, TEST_EXPIRY, TEST_RENEW_MS};
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// Lease + margin of the test clusters (see `support::test_lease`).
-const EXPIRY: Duration = Duration::from_millis(2500);
-
-fn set() -> SetSpec {
-    SetSpec {
-        set_id: 0,
-        uid_begin: 0,
-        uid_end: 8000,
-        section_size: 1000,
-        step: 500,
-    }
-}
-
-/// Callers hitting 16 uids in every section, in a closed loop; every 4th
-/// call reads `current` instead (checked against the numbers around it).
-fn start_workload(c: &SeqClient, callers: u64) -> Workload {
-    let mut w = Workload::new();
-    w.tasks = (0..callers)
-        .map(|k| {
-            let (c, r) = (c.clone(), w.recorder());
-            tokio::spawn(async move {
-                let mut rng = Rng::new(0x2545_f491_4f6c_dd1du64 ^ (k + 1));
-                let mut i = 0u64;
-                while !r.stopped() {
-                    let x = rng.next_u64();
-                    let uid = (x % 8) * 1000 + (x >> 8) % 16;
-                    i += 1;
-                    let ok = if i.is_multiple_of(4) {
-                        r.current(&c, uid).await
-                    } else {
-                        r.next(&c, uid).await
-                    };
-                    if !ok {
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                    }
-                }
-            })
-        })
-        .collect();
-    w
-}
-
-/// The longest time after `at` that a section in `sections` went without
-/// a successful call.
-fn outage_after(obs: &[Observation], at: Instant, sections: &[u32]) -> Duration {
-    let set = set();
-    sections
-        .iter()
-        .map(|&s| {
-            let mut ends: Vec<Instant> = obs
-                .iter()
-                .filter(|o| set.section_of(o.uid) == Some(s))
-                .map(|o| o.end)
-                .collect();
-            ends.sort();
-            let mut prev = at;
-            let mut worst = Duration::ZERO;
-            for e in ends.into_iter().filter(|e| *e > at) {
-                worst = worst.max(e - prev);
-                prev = e;
-            }
-            worst
-        })
-        .max()
-        .unwrap_or_default()
-}
 
 /// Calls `addr` directly for one uid of each of `sections` until `until`;
 /// returns the numbers it handed out (should be none), as observations so
@@ -104,7 +37,7 @@ async fn numbers_from(addr: &str, sections: &[u32], until: Instant) -> Vec<Obser
             let uid = *s as u64 * 1000 + 3;
             let start = Instant::now();
             if let Ok(r) = c
-                .next(support::from_memory(seqsvr_proto::NextRequest {
+                .next(kit::from_memory(seqsvr_proto::NextRequest {
                     uid,
                     count: 0,
                     ..Default::default()
@@ -125,8 +58,8 @@ async fn ready() -> (SetCluster, SeqClient) {
 }
 
 /// [`ready`], the store group started with `opts`.
-async fn ready_with(opts: support::StoreOptions) -> (SetCluster, SeqClient) {
-    let cluster = SetCluster::start_opts(set(), 2, opts);
+async fn ready_with(opts: kit::StoreOptions) -> (SetCluster, SeqClient) {
+    let cluster = SetCluster::start_opts(BINS, set(), 2, opts);
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;
     (cluster, c)
@@ -139,11 +72,11 @@ async fn an_alloc_paused_longer_than_its_lease_hands_out_nothing_after() {
     let w = start_workload(&c, 8);
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let pid = cluster.allocs[0].pid().unwrap();
-    support::signal(pid, libc::SIGSTOP);
+    kit::signal(pid, libc::SIGSTOP);
     let paused = Instant::now();
     // Its sections (0..4) move once its lease has certainly expired.
-    tokio::time::sleep(EXPIRY * 2).await;
-    support::signal(pid, libc::SIGCONT);
+    tokio::time::sleep(TEST_EXPIRY * 2).await;
+    kit::signal(pid, libc::SIGCONT);
     // Woken up, it must not hand out a single number for the sections it lost.
     let stolen = numbers_from(
         &cluster.alloc_addrs[0],
@@ -159,11 +92,11 @@ async fn an_alloc_paused_longer_than_its_lease_hands_out_nothing_after() {
         stolen.is_empty(),
         "a paused alloc served lost sections after waking: {stolen:?}"
     );
-    let outage = outage_after(&obs, paused, &[0, 1, 2, 3]);
+    let outage = outage_after(&obs, paused, None, &[0, 1, 2, 3]);
     println!("sections of the paused alloc were unavailable for {outage:?}");
     assert!(
         outage < // Moved once the lease certainly expired (generous: a loaded machine).
-            EXPIRY * 2 + Duration::from_millis(TEST_RENEW_MS),
+            TEST_EXPIRY * 2 + Duration::from_millis(TEST_RENEW_MS),
         "{outage:?}"
     );
 }
@@ -182,7 +115,7 @@ async fn a_killed_allocs_sections_are_served_elsewhere_within_lease_margin_and_a
         uids: None,
         rate: 2000,
         concurrency: 16,
-        duration: Duration::from_secs(1) + EXPIRY + Duration::from_secs(3),
+        duration: Duration::from_secs(1) + TEST_EXPIRY + Duration::from_secs(3),
         faults: vec![Fault {
             at: Duration::from_secs(1),
             action: Action::Exec(format!("kill -9 {pid}")),
@@ -199,7 +132,7 @@ async fn a_killed_allocs_sections_are_served_elsewhere_within_lease_margin_and_a
         report.numbers
     );
     let outage = Duration::from_secs_f64(report.faults[0].recovery_ms / 1000.0);
-    let bound = EXPIRY + Duration::from_secs(1);
+    let bound = TEST_EXPIRY + Duration::from_secs(1);
     println!("sections of the killed alloc were unavailable for {outage:?} (bound: lease + margin + 1 s = {bound:?})");
     assert!(
         outage > Duration::ZERO,
@@ -214,7 +147,7 @@ async fn a_deposed_store_leader_keeps_no_old_owner_alive() {
     // The rebalance off: alloc-1 renews again once it wakes, and the
     // arbiter would hand its share back by planned handoffs (tests/
     // rebalance.rs), while this test reads where failover put them.
-    let opts = support::StoreOptions {
+    let opts = kit::StoreOptions {
         rebalance: seqsvr_store::arbiter::RebalanceConfig {
             enabled: false,
             ..Default::default()
@@ -232,13 +165,13 @@ async fn a_deposed_store_leader_keeps_no_old_owner_alive() {
         .path()
         .join(format!("store-{}", leader + 1));
     let isolate = leader_dir.join(seqsvr_store::fault::ISOLATE_FILE);
-    support::isolate(&leader_dir).await;
+    kit::isolate(&leader_dir).await;
     // At the same time alloc-1 stops renewing (paused): the new leader must
     // move its sections, and the old leader must not renew alloc-1.
     let pid = cluster.allocs[0].pid().unwrap();
-    support::signal(pid, libc::SIGSTOP);
-    tokio::time::sleep(EXPIRY * 2 + Duration::from_secs(1)).await;
-    support::signal(pid, libc::SIGCONT);
+    kit::signal(pid, libc::SIGSTOP);
+    tokio::time::sleep(TEST_EXPIRY * 2 + Duration::from_secs(1)).await;
+    kit::signal(pid, libc::SIGCONT);
     let stolen = numbers_from(
         &cluster.alloc_addrs[0],
         &[0, 1, 2, 3],
@@ -269,14 +202,14 @@ async fn killing_the_store_leader_during_take_overs_and_raises() {
     tokio::time::sleep(Duration::from_millis(1000)).await;
     // alloc-1 dies: its sections are taken over once its lease expires...
     cluster.allocs[0].kill9();
-    tokio::time::sleep(EXPIRY - Duration::from_millis(200)).await;
+    tokio::time::sleep(TEST_EXPIRY - Duration::from_millis(200)).await;
     // ...right when the store leader dies too (raises go on all along).
     let leader = cluster.store.wait_ready(Duration::from_secs(5)).await;
     cluster.store.procs[leader].kill9();
     tokio::time::sleep(Duration::from_secs(2)).await;
     cluster.store.procs[leader].restart();
     cluster.allocs[0].restart();
-    tokio::time::sleep(EXPIRY * 2).await;
+    tokio::time::sleep(TEST_EXPIRY * 2).await;
     let (obs, _) = w.finish().await;
     assert_monotonic(&obs, || cluster.store.logs());
     let end = obs.iter().map(|o| o.end).max().unwrap();
@@ -311,11 +244,11 @@ async fn a_drain_moves_every_section_with_near_zero_unavailability() {
         "handoff unavailability per section: {:?} µs",
         results.iter().map(|r| r.unavailable_us).collect::<Vec<_>>()
     );
-    let seen = outage_after(&obs, started, &[0, 1, 2, 3]);
+    let seen = outage_after(&obs, started, None, &[0, 1, 2, 3]);
     println!("longest gap clients saw on moved sections: {seen:?}");
     assert!(worst < 1_000_000, "a handoff took {worst} µs");
     assert!(
-        seen < EXPIRY,
+        seen < TEST_EXPIRY,
         "clients waited {seen:?}: the drain waited for a lease"
     );
     let routes = ctl.read.routes().await.unwrap();

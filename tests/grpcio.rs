@@ -10,18 +10,16 @@
 //! grpcio-tools the test prints why and passes, unless `CI` is set, where
 //! it fails (`.ci/run` installs them).
 
-mod support;
-
-#[allow(dead_code)]
-#[path = "deploy_support/mod.rs"]
-mod deploy_support;
-
 use std::process::Command;
 use std::time::Duration;
 
-use deploy_support::{decide_here, Decision};
 use seqsvr_core::SetSpec;
-use support::SetCluster;
+use seqsvr_testkit::deploy::{decide_here, Decision};
+use seqsvr_testkit::Bins;
+use seqsvr_testkit::SetCluster;
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 /// The caller: prints `next <uid> <seq>`, `batch <uid> <seq>` …, one per
 /// line, or exits non-zero with the gRPC error.
@@ -97,7 +95,7 @@ async fn python_grpcio_through_one_address_gets_every_uid() {
         step: 200,
         ..SetSpec::new(0, 0..2000)
     };
-    let cluster = SetCluster::start(set.clone(), 2);
+    let cluster = SetCluster::start(BINS, set.clone(), 2);
     cluster.store.wait_ready(Duration::from_secs(30)).await;
     let client = cluster.client().await;
     cluster.wait_serving(&client).await;

@@ -10,19 +10,19 @@
 //! The `curl` part prints why and is skipped without curl, unless `CI`
 //! is set, where it fails (`.ci/run` installs curl).
 
-#[path = "support/attack.rs"]
-mod attack;
-mod support;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use attack::{Cluster, Options};
+use seqsvr_testkit::{attack, Bins};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 /// A uid of alloc-1's sections (0–3) and one of alloc-2's (4–7).
 const OWN: u64 = 1_005;
@@ -84,10 +84,13 @@ async fn number(tls: &tokio_rustls::TlsConnector, addr: &str, op: &str, uid: u64
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_http_api_serves_tls_and_refuses_plain_http_cleanly() {
-    let cluster = Cluster::start(Options {
-        tls: true,
-        ..Default::default()
-    })
+    let cluster = Cluster::start(
+        BINS,
+        Options {
+            tls: true,
+            ..Default::default()
+        },
+    )
     .await;
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;

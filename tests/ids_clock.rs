@@ -25,17 +25,21 @@
 //! Without libfaketime the tests print why and pass, unless `CI` is set:
 //! then they fail (`.ci/run` installs the `faketime` package).
 
-mod support;
-
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use seqsvr_core::ids::Layout;
-use seqsvr_core::SetSpec;
-use support::ids::{gone, latest, libfaketime, start_callers, under, wait_issuing, Callers, Calls};
-use support::SetCluster;
+use seqsvr_testkit::ids::{
+    assert_every_caller_drew, create_namespace, gone, latest, libfaketime, set, start_callers,
+    under, wait_issuing, Callers, Calls,
+};
+use seqsvr_testkit::Bins;
+use seqsvr_testkit::SetCluster;
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 /// The namespace drawn from.
 const NS: &str = "clock";
@@ -44,23 +48,13 @@ const NS: &str = "clock";
 const WINDOW_MS: u64 = 1000;
 
 /// How far (s) the clock is shifted: more than the lease's expiry (2.5 s,
-/// `support::test_lease`) plus the window, so that a restarted AllocSvr
+/// `kit::test_lease`) plus the window, so that a restarted AllocSvr
 /// claims its worker id again while its clock is still below the ticks
 /// it issued before the kill.
 const SHIFT_S: u64 = 6;
 
 /// Ids per call.
 const BATCH: u32 = 20;
-
-fn set() -> SetSpec {
-    SetSpec {
-        set_id: 0,
-        uid_begin: 0,
-        uid_end: 4000,
-        section_size: 1000,
-        step: 500,
-    }
-}
 
 fn wall_ms() -> u64 {
     SystemTime::now()
@@ -140,18 +134,8 @@ fn check(callers: &[Calls], layout: &Layout, faults: &[(Instant, Instant)]) -> u
 /// shift`, `""` the real clock), and checks every id drawn.
 async fn drill(lib: &str, shifts: &[String]) {
     let layout = Layout::twitter();
-    let mut cl = SetCluster::start(set(), 2);
-    cl.store.wait_ready(Duration::from_secs(30)).await;
-    let admin = cl.store.admin();
-    let start = Instant::now();
-    while let Err(e) = admin.create_id_space(NS, &layout, WINDOW_MS).await {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "namespace not created: {e}\n{}",
-            cl.store.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let mut cl = SetCluster::start(BINS, set(), 2);
+    create_namespace(&cl, NS, &layout, WINDOW_MS).await;
     let client = cl.client().await;
     let start = Instant::now();
     while let Err(e) = client.next_id(NS).await {
@@ -210,13 +194,7 @@ async fn drill(lib: &str, shifts: &[String]) {
     for t in tasks {
         t.await.unwrap();
     }
-    let n = check(&callers, &layout, &faults);
-    let per: Vec<usize> = callers
-        .iter()
-        .map(|c| c.lock().unwrap().iter().map(|c| c.ids.len()).sum())
-        .collect();
-    eprintln!("{n} ids checked (per caller: {per:?})");
-    assert!(per.iter().all(|&k| k > 0), "a caller got no id: {per:?}");
+    assert_every_caller_drew(&callers, check(&callers, &layout, &faults));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,40 +6,28 @@
 //! namespace come back through `seqctl id next` and decode through
 //! `seqctl id decode` and `seqctl id show`.
 
-mod support;
-
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use seqsvr_core::ids::Layout;
 use seqsvr_core::SetSpec;
-use support::SetCluster;
+use seqsvr_testkit::Bins;
+use seqsvr_testkit::SetCluster;
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 /// `seqctl` against the cluster's store (client and admin planes) and
 /// AllocSvrs: success, standard output, standard error.
 fn seqctl(cl: &SetCluster, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_seqctl"))
-        .arg("--store")
-        .arg(cl.store.client_addrs.join(","))
-        .arg("--store-admin")
-        .arg(cl.store.admin_addrs.join(","))
-        .arg("--alloc")
-        .arg(cl.alloc_addrs.join(","))
-        .args(args)
-        .output()
-        .unwrap();
-    let (o, e) = (
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    );
-    println!("seqctl {args:?}: {:?}\n{o}{e}", out.status.code());
-    (out.status.success(), o, e)
+    let allocs = cl.alloc_addrs.join(",");
+    let r = cl.seqctl(&[&["--alloc", &allocs][..], args].concat());
+    (r.ok(), r.out, r.err)
 }
 
 /// `seqctl` with no cluster named: success, standard output, standard
 /// error.
 fn seqctl_offline(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_seqctl"))
+    let out = std::process::Command::new(BINS.seqctl)
         .args(args)
         .output()
         .unwrap();
@@ -82,7 +70,7 @@ async fn create_is_validated_idempotent_and_scattered_ids_decode() {
         section_size: 1000,
         step: 500,
     };
-    let cl = SetCluster::start(set, 3);
+    let cl = SetCluster::start(BINS, set, 3);
     cl.store.wait_ready(Duration::from_secs(30)).await;
     // Every AllocSvr registered (the store counts them for worker bits).
     let client = cl.client().await;

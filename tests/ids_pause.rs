@@ -23,19 +23,21 @@
 //! of its successor's). The successor must really have taken the worker
 //! id, and `alloc-1` must really have answered after the resume.
 
-mod support;
-
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use seqsvr_core::ids::Layout;
-use seqsvr_core::SetSpec;
-use support::ids::{
-    draw_direct, libfaketime, start_callers, under, wait_issuing, Call, Callers, Calls,
+use seqsvr_testkit::ids::{
+    assert_every_caller_drew, create_namespace, draw_direct, libfaketime, set, start_callers,
+    under, wait_issuing, Call, Callers, Calls,
 };
-use support::SetCluster;
+use seqsvr_testkit::SetCluster;
+use seqsvr_testkit::{self as kit, Bins};
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 /// The namespace drawn from.
 const NS: &str = "pause";
@@ -47,16 +49,6 @@ const WINDOW_MS: u64 = 1000;
 const AHEAD: &str = "+10s";
 /// Ids per call.
 const BATCH: u32 = 20;
-
-fn set() -> SetSpec {
-    SetSpec {
-        set_id: 0,
-        uid_begin: 0,
-        uid_end: 4000,
-        section_size: 1000,
-        step: 500,
-    }
-}
 
 /// Every id unique, and per worker id strictly increasing in real time:
 /// for calls `a`, `b` with `a` answered before `b` was asked, every id of
@@ -120,18 +112,12 @@ fn check(callers: &[Calls], layout: &Layout) -> usize {
 async fn paused_past_the_lease_while_a_successor_takes_its_worker_id() {
     let Some(lib) = libfaketime() else { return };
     let layout = Layout::twitter();
-    let mut cl = SetCluster::start(set(), 2);
+    let mut cl = SetCluster::start(BINS, set(), 2);
     // alloc-1 runs ahead of real time from the start.
     cl.allocs[0].kill9();
     cl.allocs[0].set_under(under(&lib, AHEAD));
     cl.allocs[0].restart();
-    cl.store.wait_ready(Duration::from_secs(30)).await;
-    let admin = cl.store.admin();
-    let start = Instant::now();
-    while let Err(e) = admin.create_id_space(NS, &layout, WINDOW_MS).await {
-        assert!(start.elapsed() < Duration::from_secs(30), "namespace: {e}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    create_namespace(&cl, NS, &layout, WINDOW_MS).await;
     let client = cl.client().await;
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -143,9 +129,9 @@ async fn paused_past_the_lease_while_a_successor_takes_its_worker_id() {
     let worker = wait_issuing(&direct[0], Instant::now(), &layout, &cl).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    // 1. Paused well past its lease (expiry 2.5 s, `support::test_lease`).
+    // 1. Paused well past its lease (expiry 2.5 s, `kit::test_lease`).
     let pid = cl.allocs[0].pid().unwrap();
-    support::signal(pid, libc::SIGSTOP);
+    kit::signal(pid, libc::SIGSTOP);
     let paused = Instant::now();
     tokio::time::sleep(Duration::from_secs(4)).await;
 
@@ -165,7 +151,7 @@ async fn paused_past_the_lease_while_a_successor_takes_its_worker_id() {
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     // 3. Resumed: it must answer again (from another worker id).
-    support::signal(pid, libc::SIGCONT);
+    kit::signal(pid, libc::SIGCONT);
     let resumed = Instant::now();
     let again = wait_issuing(&direct[0], resumed, &layout, &cl).await;
     eprintln!("alloc-1 paused with worker {worker}; resumed with worker {again}");
@@ -175,11 +161,5 @@ async fn paused_past_the_lease_while_a_successor_takes_its_worker_id() {
     for t in tasks {
         t.await.unwrap();
     }
-    let n = check(&callers, &layout);
-    let per: Vec<usize> = callers
-        .iter()
-        .map(|c| c.lock().unwrap().iter().map(|c| c.ids.len()).sum())
-        .collect();
-    eprintln!("{n} ids checked (per caller: {per:?})");
-    assert!(per.iter().all(|&k| k > 0), "a caller got no id: {per:?}");
+    assert_every_caller_drew(&callers, check(&callers, &layout));
 }

@@ -6,10 +6,6 @@
 //! no regression (promise 1), and every number handed out is at or below
 //! a ceiling the store still holds (promise 2).
 
-#[path = "support/attack.rs"]
-mod attack;
-mod support;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -22,7 +18,11 @@ use seqsvr_store::node::{InitialAlloc, Member};
 use seqsvr_store::StoreConfig;
 use seqsvr_store_api::client::{connector, plaintext};
 use seqsvr_store_api::{AdminClient, Error, MemberRefusalKind as Kind, ReadClient};
-use support::{assert_monotonic, free_port, Proc, SetCluster, StoreCluster};
+use seqsvr_testkit::{self as kit, attack, Bins};
+use seqsvr_testkit::{assert_monotonic, free_port, Proc, SetCluster, StoreCluster};
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 fn addr() -> String {
     format!("127.0.0.1:{}", free_port())
@@ -72,7 +72,7 @@ fn start_replica(
     t.insert("members".into(), toml::Value::try_from(me).unwrap());
     t.insert("join".into(), join.into());
     t.insert("set".into(), toml::Value::try_from(set).unwrap());
-    let lease = toml::Value::try_from(support::test_lease()).unwrap();
+    let lease = toml::Value::try_from(kit::test_lease()).unwrap();
     t.insert("lease".into(), lease);
     if let Some(tls) = tls {
         t.insert("tls".into(), toml::Value::try_from(tls).unwrap());
@@ -87,7 +87,7 @@ fn start_replica(
         "--config".into(),
         path.display().to_string(),
     ];
-    let proc = Proc::start(&name, args, dir.join(format!("{name}.log")));
+    let proc = Proc::start(BINS, &name, args, dir.join(format!("{name}.log")));
     Replica {
         peer: peer.into(),
         client,
@@ -180,10 +180,13 @@ fn kind_of(e: &Error) -> Option<Kind> {
 /// promoted; then one of the originals removed. Only an operator may do it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn add_a_replica_under_load_then_remove_an_original() {
-    let mut c = attack::Cluster::start(attack::Options {
-        tls: true,
-        ..Default::default()
-    })
+    let mut c = attack::Cluster::start(
+        BINS,
+        attack::Options {
+            tls: true,
+            ..Default::default()
+        },
+    )
     .await;
     let client = c.client().await;
     c.wait_serving(&client).await;
@@ -193,6 +196,7 @@ async fn add_a_replica_under_load_then_remove_an_original() {
     let pki = c.pki.as_ref().unwrap();
     let pki_dir = pki.dir().display().to_string();
     let (status, err) = attack::run_seqsvr(
+        BINS,
         &["certs", "--dir", &pki_dir, "--store", "4"],
         Duration::from_secs(20),
     );
@@ -223,7 +227,7 @@ async fn add_a_replica_under_load_then_remove_an_original() {
     let ops = pki.tls_config("ops");
     let seqctl = |args: &[&str]| {
         let clients: Vec<String> = c.stores.iter().map(|n| n.client.clone()).collect();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_seqctl"))
+        let out = std::process::Command::new(BINS.seqctl)
             .args([
                 "--store",
                 &clients.join(","),
@@ -322,7 +326,7 @@ async fn replace_every_replica_under_load() {
             count: 4,
         })
         .collect();
-    let store = StoreCluster::start_with(3, set.clone(), initial);
+    let store = StoreCluster::start_with(BINS, 3, set.clone(), initial);
     store.wait_ready(Duration::from_secs(30)).await;
     let new_peers: Vec<String> = (0..3).map(|_| addr()).collect();
     let every_peer: Vec<String> = store.peer_addrs.iter().chain(&new_peers).cloned().collect();
@@ -330,7 +334,7 @@ async fn replace_every_replica_under_load() {
     let allocs = alloc_addrs
         .iter()
         .enumerate()
-        .map(|(i, a)| support::start_alloc_on(&store, &format!("alloc-{}", i + 1), a, &every_peer))
+        .map(|(i, a)| kit::start_alloc_on(&store, &format!("alloc-{}", i + 1), a, &every_peer))
         .collect();
     let mut cluster = SetCluster {
         store,
@@ -339,6 +343,7 @@ async fn replace_every_replica_under_load() {
         resp_addrs: vec![],
         http_addrs: vec![],
         forward: true,
+        tune: |_| {},
     };
     let client = cluster.client().await;
     cluster.wait_serving(&client).await;
@@ -389,7 +394,7 @@ async fn replace_every_replica_under_load() {
     // kill -9 of the whole new group at once; each replica restarts from
     // its own disk (its config names only itself: membership is the log's).
     for r in &replicas {
-        support::signal(r.proc.pid().unwrap(), libc::SIGKILL);
+        kit::signal(r.proc.pid().unwrap(), libc::SIGKILL);
     }
     for r in &mut replicas {
         r.proc.kill9();
@@ -417,7 +422,7 @@ async fn replace_every_replica_under_load() {
 /// and membership unchanged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_membership_changes_are_refused_and_change_nothing() {
-    let mut cluster = StoreCluster::start(3, attack::set());
+    let mut cluster = StoreCluster::start(BINS, 3, attack::set());
     let leader = cluster.wait_ready(Duration::from_secs(30)).await;
     let before = wait_voters(&cluster.client_addrs, &[1, 2, 3], || cluster.logs()).await;
     let ch = |a: &str| seqsvr_net::client::channel(a, None, Duration::from_secs(1)).unwrap();
@@ -478,7 +483,7 @@ async fn bad_membership_changes_are_refused_and_change_nothing() {
     // A replica that cannot catch up (cut off from its peers) is removed
     // again after the catch-up time. The cut must be in force before the
     // add: the replica says so (a learner can catch up in milliseconds).
-    support::isolate(&r5.data_dir).await;
+    kit::isolate(&r5.data_dir).await;
     // A caller that goes away during the catch-up changes nothing either:
     // the change runs to its end, and the learner is removed again.
     let mut gone = tonic::Request::new(add(5, &peer5, 1500));
@@ -537,7 +542,7 @@ async fn bad_membership_changes_are_refused_and_change_nothing() {
     assert_eq!(after.members, before.members);
 
     // The last voter of a group of one stays.
-    let single = StoreCluster::start(1, attack::set());
+    let single = StoreCluster::start(BINS, 1, attack::set());
     single.wait_ready(Duration::from_secs(30)).await;
     let mut admin1 = StoreAdminClient::new(ch(&single.admin_addrs[0]));
     let e = refusal(admin1.remove_member(remove(1)).await);
@@ -549,7 +554,7 @@ async fn bad_membership_changes_are_refused_and_change_nothing() {
 /// change is committed, the others elect a leader, and the load goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_the_leader_hands_over_leadership() {
-    let mut cluster = SetCluster::start(attack::set(), 2);
+    let mut cluster = SetCluster::start(BINS, attack::set(), 2);
     let client = cluster.client().await;
     cluster.wait_serving(&client).await;
     let load = attack::start_load(&client, 4);

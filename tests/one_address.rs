@@ -12,8 +12,6 @@
 //! [`run`] takes): the door answers only its own sections and refuses the
 //! rest `NOT_OWNER`.
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,9 +19,13 @@ use std::time::{Duration, Instant};
 use seqsvr_core::checker::{Kind, Observation};
 use seqsvr_proto::alloc_client::AllocClient;
 use seqsvr_proto::{self as pb, detail_of};
-use support::sets::{seqctl, two_sets_forwarding};
-use support::{assert_monotonic, Workload};
+use seqsvr_testkit::sets::{seqctl, two_sets_forwarding};
+use seqsvr_testkit::{self as kit, Bins};
+use seqsvr_testkit::{assert_monotonic, Workload};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 /// Uids `[0, 4000)`: set 0 serves `[0, 2000)`, set 1 `[2000, 4000)`.
 const UIDS: u64 = 4000;
@@ -220,9 +222,9 @@ fn start(addrs: [(Door, String); 3], callers: u64, seen: &Arc<Mutex<Seen>>) -> W
 /// Two sets with forwarding as `forward` says; callers through set 0's
 /// first AllocSvr only, across two moves; the checks of the module doc.
 async fn run(forward: bool) {
-    let (a, b) = two_sets_forwarding(forward).await;
+    let (a, b) = two_sets_forwarding(BINS, forward).await;
     // Every section of both sets served before the load starts.
-    let c = support::SetCluster::client_over(&[&a, &b]).await;
+    let c = kit::SetCluster::client_over(&[&a, &b]).await;
     a.wait_serving(&c).await;
     b.wait_serving(&c).await;
     let doors = [

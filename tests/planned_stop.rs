@@ -16,11 +16,6 @@
 //! - `seqsvr alloc drain --self` (the Kubernetes preStop hook): the same
 //!   planned stop, asked over the admin plane from beside the process.
 
-mod support;
-
-#[path = "support/attack.rs"]
-mod attack;
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -30,7 +25,11 @@ use seqsvr_core::rng::Rng;
 use seqsvr_core::SetSpec;
 use seqsvr_proto::alloc_client::AllocClient;
 use seqsvr_proto::{self as pb, detail_of, ErrorKind};
-use support::{assert_monotonic, test_lease, SetCluster, Workload};
+use seqsvr_testkit::{self as kit, attack, Bins};
+use seqsvr_testkit::{assert_monotonic, test_lease, SetCluster, Workload};
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 /// 8 sections of 500 uids.
 fn set() -> SetSpec {
@@ -94,7 +93,7 @@ fn longest_unavailability(obs: &[Observation], from: Instant, until: Instant) ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_hands_the_sections_over_under_load() {
-    let mut cluster = SetCluster::start(set(), 2);
+    let mut cluster = SetCluster::start(BINS, set(), 2);
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;
     let w = start_workload(&c, 8);
@@ -134,7 +133,7 @@ async fn sigterm_hands_the_sections_over_under_load() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_starting_alloc_answers_routes_at_once_with_the_reason() {
-    let mut cluster = SetCluster::start(set(), 2);
+    let mut cluster = SetCluster::start(BINS, set(), 2);
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;
     // kill -9 and start again at once: the store still holds the previous
@@ -184,7 +183,7 @@ async fn a_starting_alloc_answers_routes_at_once_with_the_reason() {
     // seqctl says why: `health --ready` is not ready with the reason, the
     // liveness form (no --ready) alive.
     let health = |flags: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_seqctl"))
+        let out = std::process::Command::new(BINS.seqctl)
             .arg("health")
             .arg(&addr)
             .args(flags)
@@ -268,7 +267,7 @@ async fn time_to_serve_all(c: &SeqClient, cluster: &SetCluster, within: Duration
 /// The per-uid checker runs over all of it (promise 1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_last_alloc_records_its_stop_and_starts_again_at_once() {
-    let mut cluster = SetCluster::start(set(), 2);
+    let mut cluster = SetCluster::start(BINS, set(), 2);
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;
     let w = start_workload(&c, 4);
@@ -358,7 +357,7 @@ fn exited(pid: u32) -> bool {
 /// running, it fails and says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_self_stops_the_allocsvr_the_planned_way_under_load() {
-    let cluster = SetCluster::start(set(), 2);
+    let cluster = SetCluster::start(BINS, set(), 2);
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;
     let w = start_workload(&c, 8);
@@ -366,7 +365,7 @@ async fn drain_self_stops_the_allocsvr_the_planned_way_under_load() {
     let pid = cluster.allocs[0].pid().expect("alloc-1 runs");
     let config = cluster.store.dir.path().join("alloc-1.toml");
     let drain = || {
-        let mut cmd = std::process::Command::new(support::seqsvr_bin());
+        let mut cmd = std::process::Command::new(BINS.seqsvr);
         cmd.args(["alloc", "drain", "--self", "--wait-secs", "20", "--config"])
             .arg(&config)
             .env_remove("SEQSVR_CONFIG");
@@ -422,17 +421,20 @@ async fn drain_self_stops_the_allocsvr_the_planned_way_under_load() {
 /// needed for).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_self_over_tls_with_the_allocsvrs_own_certificate() {
-    let cluster = attack::Cluster::start(attack::Options {
-        tls: true,
-        ..Default::default()
-    })
+    let cluster = attack::Cluster::start(
+        BINS,
+        attack::Options {
+            tls: true,
+            ..Default::default()
+        },
+    )
     .await;
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;
     let pid = cluster.allocs[0].proc.pid().expect("alloc-1 runs");
     let config = cluster.dir.path().join("alloc-1.toml");
     let out = tokio::task::block_in_place(|| {
-        std::process::Command::new(support::seqsvr_bin())
+        std::process::Command::new(BINS.seqsvr)
             .args(["alloc", "drain", "--self", "--wait-secs", "20", "--config"])
             .arg(&config)
             .env_remove("SEQSVR_CONFIG")
@@ -506,7 +508,7 @@ fn dev_cluster_ctrl_c_and_run_again() {
     }
     let dir = tempfile::tempdir().unwrap();
     let start = || {
-        std::process::Command::new(support::seqsvr_bin())
+        std::process::Command::new(BINS.seqsvr)
             .arg("dev")
             .arg("--dir")
             .arg(dir.path())
@@ -517,7 +519,7 @@ fn dev_cluster_ctrl_c_and_run_again() {
             .unwrap()
     };
     let ctl = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_seqctl"))
+        std::process::Command::new(BINS.seqctl)
             .arg("--dev-dir")
             .arg(dir.path())
             .args(args)
@@ -535,7 +537,7 @@ fn dev_cluster_ctrl_c_and_run_again() {
         t.elapsed()
     };
     let ctrl_c = |mut child: std::process::Child| {
-        support::signal(child.id(), libc::SIGINT);
+        kit::signal(child.id(), libc::SIGINT);
         let t = Instant::now();
         let status = child.wait().unwrap();
         (status, t.elapsed())

@@ -8,20 +8,19 @@
 //! With TLS on every plane, the leader's handoff calls present its store
 //! certificate, which the AllocSvr's admin plane takes from its own set.
 
-mod support;
-
-#[path = "support/attack.rs"]
-mod attack;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use seqsvr_client::SeqClient;
 use seqsvr_store::arbiter::RebalanceConfig;
-use support::{
+use seqsvr_testkit::{
     assert_monotonic, metric, scrape, small_set, start_spread_workload, SetCluster, StoreOptions,
     Workload,
 };
+use seqsvr_testkit::{attack, Bins};
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 /// Sections routed per AllocSvr, as the store says.
 async fn shares(cluster: &SetCluster) -> BTreeMap<String, u32> {
@@ -65,7 +64,7 @@ async fn kill_and_fail_over(rebalance: RebalanceConfig) -> (SetCluster, SeqClien
         rebalance,
         ..Default::default()
     };
-    let mut cluster = SetCluster::start_opts(small_set(), 2, opts);
+    let mut cluster = SetCluster::start_opts(BINS, small_set(), 2, opts);
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;
     let w = start_spread_workload(&c, 8);
@@ -152,10 +151,13 @@ async fn with_the_rebalance_off_a_restarted_allocsvr_stays_empty() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_tls_the_leader_asks_for_the_handoffs_with_its_own_certificate() {
-    let mut cluster = attack::Cluster::start(attack::Options {
-        tls: true,
-        ..Default::default()
-    })
+    let mut cluster = attack::Cluster::start(
+        BINS,
+        attack::Options {
+            tls: true,
+            ..Default::default()
+        },
+    )
     .await;
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;

@@ -6,16 +6,18 @@
 //! The restore is refused without a margin, and a margin too small is
 //! shown to repeat numbers: the check can fail.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use seqsvr_client::SeqClient;
 use seqsvr_core::checker::Observation;
-use support::{
+use seqsvr_testkit::Bins;
+use seqsvr_testkit::{
     assert_monotonic, small_set, start_spread_workload, Proc, SetCluster, Workload, SMALL_STEP,
 };
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 /// Runs a workload for `d`; returns what it received and its failures.
 async fn drive(c: &SeqClient, d: Duration) -> (Vec<Observation>, u64) {
@@ -27,16 +29,8 @@ async fn drive(c: &SeqClient, d: Duration) -> (Vec<Observation>, u64) {
 /// `seqctl <args…>` against the cluster's store; returns (ok, stdout,
 /// stderr).
 fn seqctl(s: &SetCluster, args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_seqctl"))
-        .arg("--store")
-        .arg(s.store.client_addrs.join(","))
-        .arg("--store-admin")
-        .arg(s.store.admin_addrs.join(","))
-        .args(args)
-        .output()
-        .unwrap();
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (out.status.success(), text(&out.stdout), text(&out.stderr))
+    let r = s.seqctl(args);
+    (r.ok(), r.out, r.err)
 }
 
 fn config_of(s: &SetCluster, id: usize) -> PathBuf {
@@ -70,7 +64,7 @@ fn restore_all(s: &mut SetCluster, backup: &Path, margin: &[&str]) {
         args.push(backup.display().to_string());
         args.extend(margin.iter().map(|a| a.to_string()));
         let log = s.store.dir.path().join(format!("store-{id}.log"));
-        s.store.procs[id - 1] = Proc::start(&format!("store-{id}"), args, log);
+        s.store.procs[id - 1] = Proc::start(BINS, &format!("store-{id}"), args, log);
     }
     for a in &mut s.allocs {
         a.restart();
@@ -80,7 +74,7 @@ fn restore_all(s: &mut SetCluster, backup: &Path, margin: &[&str]) {
 /// A restore without a margin stops at once, naming the missing margin,
 /// and starts nothing.
 fn restore_without_margin_is_refused(s: &SetCluster, backup: &Path) {
-    let out = std::process::Command::new(support::seqsvr_bin())
+    let out = std::process::Command::new(BINS.seqsvr)
         .args(["store", "restore", "--config"])
         .arg(config_of(s, 1))
         .arg("--backup")
@@ -118,7 +112,7 @@ async fn backup_then_drive(s: &SetCluster, c: &SeqClient, obs: &mut Vec<Observat
 
 /// Starts a set, drives numbers, and backs it up mid-way.
 async fn start_and_back_up() -> (SetCluster, Vec<Observation>, PathBuf) {
-    let s = SetCluster::start(small_set(), 2);
+    let s = SetCluster::start(BINS, small_set(), 2);
     s.store.wait_ready(Duration::from_secs(20)).await;
     let c = s.client().await;
     s.wait_serving(&c).await;
@@ -201,7 +195,7 @@ async fn lost_a_majority_restores_from_the_newest_backup() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lost_one_replica_is_replaced_and_the_new_one_counts_in_the_majority() {
-    let mut s = SetCluster::start(small_set(), 2);
+    let mut s = SetCluster::start(BINS, small_set(), 2);
     let leader = s.store.wait_ready(Duration::from_secs(20)).await;
     let c = s.client().await;
     s.wait_serving(&c).await;
@@ -240,7 +234,7 @@ async fn lost_one_replica_is_replaced_and_the_new_one_counts_in_the_majority() {
 /// never joins to vote a second time in a term it already voted in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replica_that_lost_its_disk_refuses_its_old_id() {
-    let mut s = SetCluster::start(small_set(), 2);
+    let mut s = SetCluster::start(BINS, small_set(), 2);
     let leader = s.store.wait_ready(Duration::from_secs(20)).await;
     let c = s.client().await;
     s.wait_serving(&c).await;
@@ -248,7 +242,7 @@ async fn a_replica_that_lost_its_disk_refuses_its_old_id() {
     let lost = (leader + 1) % 3;
     s.store.procs[lost].kill9();
     std::fs::remove_dir_all(data_of(&s, lost + 1)).unwrap();
-    let mut again = std::process::Command::new(support::seqsvr_bin())
+    let mut again = std::process::Command::new(BINS.seqsvr)
         .args(["store", "--config"])
         .arg(config_of(&s, lost + 1))
         .stdout(std::process::Stdio::null())

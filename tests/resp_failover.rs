@@ -9,122 +9,63 @@
 //! refuses (`TRYAGAIN NOT_OWNER …`), hangs or drops the connection: the
 //! door answers for the sections its AllocSvr owns.
 
-mod support;
-
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use seqsvr_core::checker::Observation;
 use seqsvr_core::rng::Rng;
-use seqsvr_core::SetSpec;
-use support::door::Door;
-use support::{assert_monotonic, SetCluster};
+use seqsvr_testkit::attack::set;
+use seqsvr_testkit::door::Doors;
+use seqsvr_testkit::{assert_monotonic, Bins, SetCluster, Workload, TEST_EXPIRY};
 
-/// Lease + margin of the test clusters (see `support::test_lease`).
-const EXPIRY: Duration = Duration::from_millis(2500);
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
-fn set() -> SetSpec {
-    SetSpec {
-        set_id: 0,
-        uid_begin: 0,
-        uid_end: 8000,
-        section_size: 1000,
-        step: 500,
-    }
-}
-
-struct Drill {
-    obs: Arc<Mutex<Vec<Observation>>>,
-    failed: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-fn start_clients(doors: &[String], clients: u64) -> Drill {
-    let obs = Arc::new(Mutex::new(Vec::new()));
-    let failed = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let tasks = (0..clients)
+/// `clients` callers, each `INCR`ing 16 uids of every section through
+/// whichever door answers.
+fn start_clients(doors: &[String], clients: u64) -> Workload {
+    let mut w = Workload::new();
+    w.tasks = (0..clients)
         .map(|k| {
-            let (obs, failed, stop) = (obs.clone(), failed.clone(), stop.clone());
-            let mut doors: Vec<Door> = doors.iter().map(|a| Door::new(a)).collect();
+            let r = w.recorder();
+            let mut doors = Doors::new(doors);
             tokio::spawn(async move {
                 let mut rng = Rng::new(0x2545_f491_4f6c_dd1du64 ^ (k + 1));
-                let mut prefer = 0;
-                while !stop.load(Ordering::Relaxed) {
+                while !r.stopped() {
                     let x = rng.next_u64();
                     let uid = (x % 8) * 1000 + (x >> 8) % 16;
-                    let key = format!("seq:{uid}");
                     let start = Instant::now();
-                    let mut got = None;
-                    for i in 0..doors.len() {
-                        let d = (prefer + i) % doors.len();
-                        if let Some(v) = doors[d].incr(&key).await {
-                            got = Some(v);
-                            prefer = d;
-                            break;
-                        }
-                    }
-                    match got {
-                        Some(seq) => obs.lock().unwrap().push(Observation::next(
-                            uid,
-                            seq,
-                            start,
-                            Instant::now(),
-                        )),
-                        None => {
-                            failed.fetch_add(1, Ordering::Relaxed);
-                            tokio::time::sleep(Duration::from_millis(20)).await;
-                        }
+                    let got = doors.incr(&format!("seq:{uid}")).await;
+                    if !r.record_next(uid, got, start) {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
                     }
                 }
             })
         })
         .collect();
-    Drill {
-        obs,
-        failed,
-        stop,
-        tasks,
-    }
+    w
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn incr_through_the_door_across_a_pause_and_a_kill() {
-    let mut cluster = SetCluster::start(set(), 2);
+    let mut cluster = SetCluster::start(BINS, set(), 2);
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;
     let drill = start_clients(&cluster.resp_addrs, 8);
     tokio::time::sleep(Duration::from_millis(1000)).await;
 
-    // The owner of sections 0..4 paused past its lease: they move.
-    let pid = cluster.allocs[0].pid().unwrap();
-    support::signal(pid, libc::SIGSTOP);
-    tokio::time::sleep(EXPIRY * 2).await;
-    support::signal(pid, libc::SIGCONT);
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // The owner of sections 0..4 paused past its lease (they move), then
+    // the other one (owning everything now) killed: every section moves
+    // back to the one that was paused.
+    let killed = cluster.pause_then_kill().await;
 
-    // Then the other one (owning everything now) is killed: every
-    // section moves back to the one that was paused.
-    cluster.allocs[1].kill9();
-    let killed = Instant::now();
-    tokio::time::sleep(EXPIRY * 2 + Duration::from_secs(1)).await;
-
-    drill.stop.store(true, Ordering::Relaxed);
-    for t in drill.tasks {
-        t.await.unwrap();
-    }
-    let obs = std::mem::take(&mut *drill.obs.lock().unwrap());
+    let (obs, failed) = drill.finish().await;
     println!(
-        "{} numbers through the door, {} calls failed over",
-        obs.len(),
-        drill.failed.load(Ordering::Relaxed)
+        "{} numbers through the door, {failed} calls failed over",
+        obs.len()
     );
     assert_monotonic(&obs, || cluster.store.logs());
     let served_after_kill: std::collections::BTreeSet<u32> = obs
         .iter()
-        .filter(|o| o.start > killed + EXPIRY + Duration::from_millis(500))
+        .filter(|o| o.start > killed + TEST_EXPIRY + Duration::from_millis(500))
         .filter_map(|o| set().section_of(o.uid))
         .collect();
     assert_eq!(

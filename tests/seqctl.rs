@@ -5,17 +5,19 @@
 //! the reason), output into a closed pipe, and `SEQSVR_CONFIG` standing
 //! for `--config`.
 
-mod support;
-
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use seqsvr_core::SetSpec;
-use support::SetCluster;
+use seqsvr_testkit::SetCluster;
+use seqsvr_testkit::{self as kit, Bins};
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 fn seqctl_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_seqctl")
+    BINS.seqctl
 }
 
 /// `seqctl health <addr> [flags]`: exit code and the line printed.
@@ -53,7 +55,7 @@ fn health_until(addr: &str, flags: &[&str], want: i32, within: Duration) -> Stri
 
 #[test]
 fn health_tells_alive_ready_and_unreachable_apart() {
-    let mut cluster = SetCluster::start(SetSpec::new(0, 0..1_000_000), 2);
+    let mut cluster = SetCluster::start(BINS, SetSpec::new(0, 0..1_000_000), 2);
     let store = cluster.store.client_addrs.clone();
     let alloc = cluster.alloc_addrs.clone();
     // Ready: every replica knows a leader and has its set; every AllocSvr
@@ -79,7 +81,7 @@ fn health_tells_alive_ready_and_unreachable_apart() {
     let other = (leader + 1) % 3;
     let left = (leader + 2) % 3;
     for i in [leader, other] {
-        support::signal(cluster.store.procs[i].pid().unwrap(), libc::SIGSTOP);
+        kit::signal(cluster.store.procs[i].pid().unwrap(), libc::SIGSTOP);
     }
     let line = health_until(&store[left], &["--ready"], 1, Duration::from_secs(10));
     assert!(line.contains("not ready: no leader known"), "{line}");
@@ -93,7 +95,7 @@ fn health_tells_alive_ready_and_unreachable_apart() {
     assert!(line.contains("no answer within 500ms"), "{line}");
     assert!(started.elapsed() < Duration::from_secs(3));
     for i in [leader, other] {
-        support::signal(cluster.store.procs[i].pid().unwrap(), libc::SIGCONT);
+        kit::signal(cluster.store.procs[i].pid().unwrap(), libc::SIGCONT);
     }
     health_until(&store[left], &["--ready"], 0, Duration::from_secs(15));
     health_until(&alloc[0], &["--ready"], 0, Duration::from_secs(15));
@@ -135,7 +137,7 @@ fn drill(store: &str, seeds: &str, flags: &[&str]) -> (Option<i32>, String, Stri
 #[test]
 fn a_drill_without_evidence_fails_and_says_why() {
     // Against nothing: no store to read the set from.
-    let nowhere = format!("127.0.0.1:{}", support::free_port());
+    let nowhere = format!("127.0.0.1:{}", kit::free_port());
     let (code, _, err) = drill(&nowhere, &nowhere, &["--duration", "1s"]);
     assert_eq!(code, Some(1), "{err}");
     assert!(
@@ -143,7 +145,7 @@ fn a_drill_without_evidence_fails_and_says_why() {
         "{err}"
     );
 
-    let mut cluster = SetCluster::start(SetSpec::new(0, 0..1_000_000), 2);
+    let mut cluster = SetCluster::start(BINS, SetSpec::new(0, 0..1_000_000), 2);
     let store = cluster.store.client_addrs.join(",");
     let seeds = cluster.alloc_addrs.join(",");
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -242,7 +244,7 @@ fn output_into_a_closed_pipe_ends_quietly() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let dir = tempfile::tempdir().unwrap();
     let out = into_closed_pipe(
-        support::seqsvr_bin(),
+        BINS.seqsvr,
         &[
             "certs",
             "--dir",
@@ -259,7 +261,7 @@ fn output_into_a_closed_pipe_ends_quietly() {
 #[test]
 fn seqsvr_config_env_stands_for_the_flag() {
     let run = |env: Option<&str>, args: &[&str]| {
-        let mut c = Command::new(support::seqsvr_bin());
+        let mut c = Command::new(BINS.seqsvr);
         c.args(args).env_remove("SEQSVR_CONFIG");
         if let Some(v) = env {
             c.env("SEQSVR_CONFIG", v);
@@ -372,7 +374,7 @@ fn nothing_listening_is_said_within_a_second() {
         )),
         "{err}"
     );
-    let other = format!("127.0.0.1:{}", support::free_port());
+    let other = format!("127.0.0.1:{}", kit::free_port());
     let (_, _, err, _) = seqctl_env(&["--alloc", &other, "current", "42"], &env);
     assert!(
         err.contains(&format!(
@@ -399,7 +401,7 @@ fn dev_with_a_taken_port_fails_fast_naming_it() {
     let base = (port - 11).to_string();
     let dir = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    let out = Command::new(support::seqsvr_bin())
+    let out = Command::new(BINS.seqsvr)
         .args(["dev", "--port-base", &base, "--dir"])
         .arg(dir.path().join("dev"))
         .stdin(Stdio::null())
@@ -416,7 +418,7 @@ fn dev_with_a_taken_port_fails_fast_naming_it() {
     );
     assert!(err.contains("--port-base N"), "{err}");
     assert!(!dir.path().join("dev").exists(), "something was started");
-    let out = Command::new(support::seqsvr_bin())
+    let out = Command::new(BINS.seqsvr)
         .args(["dev", "--port-base", "65500"])
         .output()
         .unwrap();
@@ -434,14 +436,14 @@ fn dev_reports_a_child_that_keeps_dying() {
     std::fs::write(dir.path().join("store-1"), "not a directory").unwrap();
     // A base whose whole span is free, below the ephemeral ports.
     let base = loop {
-        let b = support::free_port();
+        let b = kit::free_port();
         let span = (b + 1..=b + seqsvr::defaults::DEV_PORT_SPAN)
             .all(|p| p < 32_000 && std::net::TcpListener::bind(("127.0.0.1", p)).is_ok());
         if span {
             break b;
         }
     };
-    let mut dev = Command::new(support::seqsvr_bin())
+    let mut dev = Command::new(BINS.seqsvr)
         .args([
             "dev",
             "--restart-after",
@@ -479,7 +481,7 @@ fn dev_reports_a_child_that_keeps_dying() {
             break;
         }
     }
-    support::signal(dev.id(), libc::SIGTERM);
+    kit::signal(dev.id(), libc::SIGTERM);
     let _ = dev.wait();
     let text = seen.join("\n");
     println!("{text}");

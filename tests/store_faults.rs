@@ -6,8 +6,6 @@
 //! through the real API, and bad input gets a typed error and changes
 //! nothing (promise 5).
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -15,7 +13,11 @@ use std::time::{Duration, Instant};
 use seqsvr_core::{Epoch, Grant, Incarnation, SectionId, SetSpec};
 use seqsvr_store_api::client::plaintext;
 use seqsvr_store_api::{AllocAddrs, Error, PeerClient, ReadClient, Rejection};
-use support::StoreCluster;
+use seqsvr_testkit::StoreCluster;
+use seqsvr_testkit::{self as kit, Bins};
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 const SECTIONS: u32 = 8;
 const STEP: u64 = 100;
@@ -178,7 +180,7 @@ async fn check_acks(c: &ReadClient, acks: &Acks, logs: impl Fn() -> String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_leader_during_raises_keeps_every_acked_ceiling() {
-    let mut cluster = StoreCluster::start(3, small_set());
+    let mut cluster = StoreCluster::start(BINS, 3, small_set());
     let (c, secs) = setup(&cluster).await;
     let acks: Acks = Default::default();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -243,7 +245,7 @@ async fn kill_leader_during_raises_keeps_every_acked_ceiling() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_all_replicas_at_once_keeps_every_acked_ceiling() {
-    let mut cluster = StoreCluster::start(3, small_set());
+    let mut cluster = StoreCluster::start(BINS, 3, small_set());
     let (c, secs) = setup(&cluster).await;
     let acks: Acks = Default::default();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -252,7 +254,7 @@ async fn kill_all_replicas_at_once_keeps_every_acked_ceiling() {
     tokio::time::sleep(Duration::from_millis(2000)).await;
     // SIGKILL all three before reaping any: as close to "at once" as it gets.
     for p in &cluster.procs {
-        support::signal(p.pid().unwrap(), libc::SIGKILL);
+        kit::signal(p.pid().unwrap(), libc::SIGKILL);
     }
     for p in &mut cluster.procs {
         p.kill9();
@@ -292,7 +294,7 @@ async fn kill_all_replicas_at_once_keeps_every_acked_ceiling() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn take_over_fencing_and_bad_input() {
-    let cluster = StoreCluster::start(3, small_set());
+    let cluster = StoreCluster::start(BINS, 3, small_set());
     let (c, secs) = setup(&cluster).await;
     let (read, admin) = (cluster.read(), cluster.admin());
     let (s0, e0, m0) = secs[0];

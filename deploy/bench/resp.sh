@@ -154,10 +154,10 @@ addr = "127.0.0.1:$door"
 TOML
         if [ "$i" = 1 ] && [ $# -gt 0 ]; then
             "$@" "$BIN" alloc --config "$d/$id.toml" >"$d/$id.log" 2>&1 &
-            printf -v "ALLOCPID_$name" '%s' "$!"
         else
             "$BIN" alloc --config "$d/$id.toml" >"$d/$id.log" 2>&1 &
         fi
+        [ "$i" = 1 ] && printf -v "ALLOCPID_$name" '%s' "$!"
         PIDS+=($!)
         printf -v "DOOR_${name}_$i" '%s' "$door"
     done

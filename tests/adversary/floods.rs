@@ -1,4 +1,4 @@
-//! Floods: part of the adversary suite (`tests/adversary.rs`).
+//! Floods: part of the adversary suite (`tests/adversary/main.rs`).
 
 use super::*;
 
@@ -146,7 +146,7 @@ async fn client_plane_floods_keep_memory_bounded() {
         fds >= 8192,
         "open-file limit {fds}: too low to flood 5500 connections"
     );
-    let cluster = SetCluster::start(attack::set(), 2);
+    let cluster = SetCluster::start(BINS, attack::set(), 2);
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;
     let leader = cluster.store.wait_ready(Duration::from_secs(10)).await;
@@ -296,10 +296,13 @@ async fn client_plane_floods_keep_memory_bounded() {
 async fn idle_tls_handshakes_are_dropped_and_memory_stays_bounded() {
     let _one = ONE_AT_A_TIME.lock().await;
     attack::raise_fd_limit(16_384);
-    let cluster = Cluster::start(Options {
-        tls: true,
-        ..Default::default()
-    })
+    let cluster = Cluster::start(
+        BINS,
+        Options {
+            tls: true,
+            ..Default::default()
+        },
+    )
     .await;
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;

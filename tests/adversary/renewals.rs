@@ -1,5 +1,5 @@
 //! Reads that cannot starve renewals: part of the adversary suite
-//! (`tests/adversary.rs`).
+//! (`tests/adversary/main.rs`).
 //!
 //! Anyone who can reach a client plane may call its cheap reads as fast
 //! as the limits let them. Those reads share the store leader with the
@@ -161,7 +161,7 @@ where
 async fn a_client_plane_flood_does_not_lapse_leases() {
     let _one = ONE_AT_A_TIME.lock().await;
     attack::raise_fd_limit(20_000);
-    let cluster = Cluster::start(Options::default()).await;
+    let cluster = Cluster::start(BINS, Options::default()).await;
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;
     let leader = cluster.wait_leader(Duration::from_secs(10)).await;

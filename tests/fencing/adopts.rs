@@ -1,4 +1,4 @@
-//! Forged and delayed adopts: part of the fencing suite (`tests/fencing.rs`).
+//! Forged and delayed adopts: part of the fencing suite (`tests/fencing/main.rs`).
 
 use super::*;
 

@@ -1,4 +1,4 @@
-//! Gray failures: part of the fencing suite (`tests/fencing.rs`).
+//! Gray failures: part of the fencing suite (`tests/fencing/main.rs`).
 
 use super::*;
 
@@ -63,14 +63,17 @@ async fn probe(allocs: Vec<String>, until: Instant) -> Probe {
 /// a follower) for twice the lease under load and checks the answers.
 async fn pause_the_replica_in_use(leader: bool) {
     let _one = ONE_AT_A_TIME.lock().await;
-    let cluster = Cluster::start(Options {
-        order: if leader {
-            StoreOrder::LeaderFirst
-        } else {
-            StoreOrder::FollowerFirst
+    let cluster = Cluster::start(
+        BINS,
+        Options {
+            order: if leader {
+                StoreOrder::LeaderFirst
+            } else {
+                StoreOrder::FollowerFirst
+            },
+            ..Default::default()
         },
-        ..Default::default()
-    })
+    )
     .await;
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;
@@ -114,10 +117,10 @@ async fn pause_the_replica_in_use(leader: bool) {
     let prober = tokio::spawn(probe(allocs, until));
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let pid = cluster.stores[target].proc.pid().unwrap();
-    support::signal(pid, libc::SIGSTOP);
+    kit::signal(pid, libc::SIGSTOP);
     let paused = Instant::now();
     tokio::time::sleep(paused_for).await;
-    support::signal(pid, libc::SIGCONT);
+    kit::signal(pid, libc::SIGCONT);
     let resumed = Instant::now();
     let p = prober.await.unwrap();
     let lease_expired = p
@@ -129,8 +132,18 @@ async fn pause_the_replica_in_use(leader: bool) {
     for e in &p.errors {
         *by_kind.entry(e.1.as_str()).or_default() += 1;
     }
-    let outage = attack::outage_after(&p.obs, paused, until, &(0..SECTIONS).collect::<Vec<_>>());
-    let during = attack::outage_after(&p.obs, paused, resumed, &(0..SECTIONS).collect::<Vec<_>>());
+    let outage = attack::outage_after(
+        &p.obs,
+        paused,
+        Some(until),
+        &(0..SECTIONS).collect::<Vec<_>>(),
+    );
+    let during = attack::outage_after(
+        &p.obs,
+        paused,
+        Some(resumed),
+        &(0..SECTIONS).collect::<Vec<_>>(),
+    );
     let new_leader = cluster.wait_leader(Duration::from_secs(10)).await;
     // The bound: the AllocSvrs serve from memory under their lease, so a
     // section waits only for a ceiling raise, which waits at most for an

@@ -1,4 +1,4 @@
-//! Handoffs by someone else, twins, `current` from a resumed ex-owner: part of the fencing suite (`tests/fencing.rs`).
+//! Handoffs by someone else, twins, `current` from a resumed ex-owner: part of the fencing suite (`tests/fencing/main.rs`).
 
 use super::*;
 
@@ -172,7 +172,7 @@ async fn a_twin_is_refused_while_the_first_lives_then_replaces_it() {
         ))
         .unwrap(),
     };
-    let port = || format!("127.0.0.1:{}", support::free_port());
+    let port = || format!("127.0.0.1:{}", kit::free_port());
     (cfg.addr, cfg.peer_addr, cfg.admin_addr) = (port(), port(), port());
     // Its own Redis and HTTP doors, if any: the first process holds those
     // ports.
@@ -186,7 +186,8 @@ async fn a_twin_is_refused_while_the_first_lives_then_replaces_it() {
     let path = dir.join("alloc-1-twin.toml");
     std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
     let twin_log = dir.join("alloc-1-twin.log");
-    let mut twin = support::Proc::start(
+    let mut twin = kit::Proc::start(
+        BINS,
         "alloc-1-twin",
         vec![
             "alloc".into(),
@@ -239,7 +240,7 @@ async fn a_twin_is_refused_while_the_first_lives_then_replaces_it() {
             let t = t.clone();
             async move {
                 let mut c = AllocClient::new(plain(&t));
-                c.next(support::from_memory(pb::NextRequest {
+                c.next(kit::from_memory(pb::NextRequest {
                     uid: uid(0, 0),
                     count: 0,
                     ..Default::default()
@@ -310,7 +311,7 @@ async fn current_from_a_resumed_ex_owner_is_refused() {
     let mut a1 = AllocClient::new(ch);
     a1.status(pb::AllocStatusRequest {}).await.unwrap();
     let pid = cluster.allocs[0].pid().unwrap();
-    support::signal(pid, libc::SIGSTOP);
+    kit::signal(pid, libc::SIGSTOP);
     tokio::time::sleep(EXPIRY * 2 - Duration::from_millis(500)).await;
     let uids = uids_of(0..4);
     let ask = |a1: AllocClient<tonic::transport::Channel>, uids: Vec<u64>| {
@@ -320,7 +321,7 @@ async fn current_from_a_resumed_ex_owner_is_refused() {
                 tokio::spawn(async move {
                     let start = Instant::now();
                     let r = a1
-                        .current(support::from_memory(pb::CurrentRequest {
+                        .current(kit::from_memory(pb::CurrentRequest {
                             uid,
                             ..Default::default()
                         }))
@@ -332,7 +333,7 @@ async fn current_from_a_resumed_ex_owner_is_refused() {
     };
     let queued = ask(a1.clone(), uids.clone());
     tokio::time::sleep(Duration::from_millis(500)).await;
-    support::signal(pid, libc::SIGCONT);
+    kit::signal(pid, libc::SIGCONT);
     let after = ask(a1.clone(), uids.clone());
     // And once it renewed (its sections gone): NOT_OWNER.
     tokio::time::sleep(Duration::from_millis(600)).await;

@@ -1,4 +1,4 @@
-//! Lease terms and a leader change: part of the fencing suite (`tests/fencing.rs`).
+//! Lease terms and a leader change: part of the fencing suite (`tests/fencing/main.rs`).
 
 use super::*;
 
@@ -63,7 +63,7 @@ async fn a_shorter_lease_and_a_new_leader_move_nothing_early() {
 
     let leader = cluster.store.wait_ready(Duration::from_secs(5)).await;
     let pid = cluster.allocs[0].pid().unwrap();
-    support::signal(pid, libc::SIGSTOP);
+    kit::signal(pid, libc::SIGSTOP);
     let paused = Instant::now();
     let start = Instant::now();
     loop {
@@ -112,7 +112,7 @@ async fn a_shorter_lease_and_a_new_leader_move_nothing_early() {
             tokio::spawn(async move {
                 let start = Instant::now();
                 let r = a1
-                    .next(support::from_memory(pb::NextRequest {
+                    .next(kit::from_memory(pb::NextRequest {
                         uid,
                         count: 0,
                         ..Default::default()
@@ -124,7 +124,7 @@ async fn a_shorter_lease_and_a_new_leader_move_nothing_early() {
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(4500).saturating_sub(paused.elapsed())).await;
-    support::signal(pid, libc::SIGCONT);
+    kit::signal(pid, libc::SIGCONT);
     println!("alloc-1 resumed {:?} after the pause", paused.elapsed());
     let mut resumed = Vec::new();
     for t in queued {

@@ -1,4 +1,4 @@
-//! Renew and raise in another AllocSvr's name: part of the fencing suite (`tests/fencing.rs`).
+//! Renew and raise in another AllocSvr's name: part of the fencing suite (`tests/fencing/main.rs`).
 
 use super::*;
 
@@ -124,10 +124,13 @@ async fn renew_and_raise_in_another_allocs_name_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_tls_an_alloc_certificate_acts_only_as_its_alloc() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let cluster = Cluster::start(Options {
-        tls: true,
-        ..Default::default()
-    })
+    let cluster = Cluster::start(
+        BINS,
+        Options {
+            tls: true,
+            ..Default::default()
+        },
+    )
     .await;
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;

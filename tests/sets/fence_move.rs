@@ -22,8 +22,10 @@ use seqsvr_core::checker::Observation;
 use seqsvr_proto::alloc_client::AllocClient;
 use seqsvr_proto::{self as pb};
 
-use super::support::sets::{seqctl, two_sets_with};
-use super::support::{from_memory, signal, SetCluster, StoreOptions};
+use seqsvr_testkit::sets::{seqctl, two_sets_with};
+use seqsvr_testkit::{from_memory, signal, SetCluster, StoreOptions};
+
+use super::BINS;
 
 /// The uids asked: section 0 of set 0's span (section size 100).
 fn uids() -> Vec<u64> {
@@ -70,7 +72,7 @@ async fn a_fenced_allocsvr_resumed_after_its_range_moved_hands_out_none_of_it() 
     let mut opts = StoreOptions::default();
     opts.lease.lease_ms = 6000;
     opts.lease.margin_ms = 1000;
-    let (a, b) = two_sets_with(opts, false).await;
+    let (a, b) = two_sets_with(BINS, opts, false).await;
     let logs = |a: &SetCluster, b: &SetCluster| format!("{}\n{}", a.store.logs(), b.store.logs());
     // Set 1's leader routes the sections an install brings only once its
     // office has settled (a full lease + margin after its election): wait
@@ -110,7 +112,7 @@ async fn a_fenced_allocsvr_resumed_after_its_range_moved_hands_out_none_of_it() 
         let stores = a.store.client_addrs.join(",");
         let admin = a.store.admin_addrs.join(",");
         std::thread::spawn(move || {
-            let out = std::process::Command::new(env!("CARGO_BIN_EXE_seqctl"))
+            let out = std::process::Command::new(BINS.seqctl)
                 .args(["--store", &stores, "--store-admin", &admin])
                 .args(&args)
                 .output()

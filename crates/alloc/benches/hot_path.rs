@@ -66,8 +66,7 @@ fn serving(spec: SetSpec, max_seq: u64) -> Allocator {
     a
 }
 
-#[path = "../tests/common/rss.rs"]
-mod rss;
+use seqsvr_testkit::rss;
 
 /// Resident set size of this process, in bytes (Linux; 0 elsewhere).
 fn rss_bytes() -> u64 {

@@ -10,24 +10,14 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use seqsvr_alloc::node::{AllocListeners, AllocNode, AllocNodeConfig};
+use seqsvr_alloc::node::{AllocNode, AllocNodeConfig};
 use seqsvr_core::checker::{check, Observation};
 use seqsvr_proto::alloc_client::AllocClient;
 use seqsvr_proto::{self as pb, detail_of, ErrorKind};
 use tonic::transport::Channel;
 use tonic::Code;
 
-#[allow(dead_code)] // shared with the other node tests
-mod common;
-
-use common::*;
-
-async fn start_with(cfg: AllocNodeConfig, l: AllocListeners) -> AllocNode {
-    tokio::time::timeout(Duration::from_secs(10), AllocNode::start(cfg, l))
-        .await
-        .expect("started in time")
-        .expect("started")
-}
+use seqsvr_testkit::node::*;
 
 /// A fake store, and a1 and a2 started on it (with a1's config
 /// changed by `tune`): sections 0–1 served by a1, 2–3 handed to a2.
@@ -38,17 +28,7 @@ async fn split_pair(tune: impl FnOnce(&mut AllocNodeConfig)) -> (FakeStore, Allo
     tune(&mut cfg);
     let a1 = start_with(cfg, l).await;
     let a2 = start("a2", &addr, 50).await;
-    let results = handoff(&a1, &[(2, "a2"), (3, "a2")]).await;
-    assert!(results.iter().all(|r| r.ok), "{results:?}");
-    eventually("a2 serves 2 and 3", || {
-        a2.shared.alloc.is_serving(2) && a2.shared.alloc.is_serving(3)
-    })
-    .await;
-    let version = store.st().route_version;
-    eventually("both hold the new routes", || {
-        a1.shared.routes().table.version >= version && a2.shared.routes().table.version >= version
-    })
-    .await;
+    hand_over(&store, &a1, (&a2, "a2"), &[2, 3]).await;
     (store, a1, a2)
 }
 
@@ -423,14 +403,7 @@ async fn the_redis_door_and_counted_next_are_forwarded_to_the_owner() {
     cfg.resp = Some(seqsvr_alloc::node::RespSection::on(at.clone()));
     let a1 = start_with(cfg, l).await;
     let a2 = start("a2", &addr, 50).await;
-    let results = handoff(&a1, &[(2, "a2")]).await;
-    assert!(results.iter().all(|r| r.ok), "{results:?}");
-    eventually("a2 serves 2", || a2.shared.alloc.is_serving(2)).await;
-    let version = store.st().route_version;
-    eventually("a1 holds the new routes", || {
-        a1.shared.routes().table.version >= version
-    })
-    .await;
+    hand_over(&store, &a1, (&a2, "a2"), &[2]).await;
     let uid = a1.shared.alloc.spec().uids_of(2).start + 7;
     let key = format!("seq:{uid}");
 

@@ -7,57 +7,13 @@
 //! The `curl` test prints why and passes without curl, unless `CI` is
 //! set, where it fails.
 
-use std::time::Duration;
+use seqsvr_alloc::node::AllocNode;
 
-use seqsvr_alloc::node::{AllocNode, AllocNodeConfig};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-
-#[allow(dead_code)] // shared with the other node tests
-mod common;
-
-use common::*;
+use seqsvr_testkit::node::*;
 
 /// a1 serving the HTTP API and sections 0–1, a2 serving 2–3.
 async fn pair() -> (AllocNode, AllocNode, String) {
-    let store = FakeStore::new("a1", 3000);
-    let addr = store.clone().serve().await;
-    let (cfg, mut l): (AllocNodeConfig, _) = node_config("a1", &addr, 50).await;
-    l.http = Some(TcpListener::bind("127.0.0.1:0").await.unwrap());
-    let a1 = tokio::time::timeout(Duration::from_secs(10), AllocNode::start(cfg, l))
-        .await
-        .unwrap()
-        .unwrap();
-    let a2 = start("a2", &addr, 50).await;
-    let results = handoff(&a1, &[(2, "a2"), (3, "a2")]).await;
-    assert!(results.iter().all(|r| r.ok), "{results:?}");
-    eventually("a2 serves 2", || a2.shared.alloc.is_serving(2)).await;
-    let version = store.st().route_version;
-    eventually("a1 holds the new routes", || {
-        a1.shared.routes().table.version >= version
-    })
-    .await;
-    let http = a1
-        .http_local_addr
-        .expect("the HTTP API is served")
-        .to_string();
-    (a1, a2, http)
-}
-
-/// Sends `req` raw on a fresh connection; returns (status, head, body).
-async fn raw(addr: &str, req: &[u8]) -> (u16, String, String) {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(req).await.unwrap();
-    let mut out = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, head.to_string(), body.to_string())
+    http_pair(&FakeStore::new("a1", 3000)).await
 }
 
 fn get(path: &str, accept: &str) -> Vec<u8> {
@@ -83,7 +39,7 @@ fn kind_of(body: &str) -> String {
 async fn next_batch_and_current_for_own_and_forwarded_uids() {
     let (a1, a2, http) = pair().await;
     for uid in [5u64, 25] {
-        let (st, head, body) = raw(&http, &get(&format!("/v1/next/{uid}"), "*/*")).await;
+        let (st, head, body) = http_raw(&http, &get(&format!("/v1/next/{uid}"), "*/*")).await;
         assert_eq!(st, 200, "{head}\n{body}");
         assert!(
             head.to_ascii_lowercase()
@@ -91,23 +47,24 @@ async fn next_batch_and_current_for_own_and_forwarded_uids() {
             "{head}"
         );
         let first: u64 = body.trim().parse().unwrap();
-        let (st, _, body) = raw(&http, &get(&format!("/v1/next/{uid}"), "application/json")).await;
+        let (st, _, body) =
+            http_raw(&http, &get(&format!("/v1/next/{uid}"), "application/json")).await;
         assert_eq!(st, 200);
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["uid"], uid);
         let second = v["seq"].as_u64().unwrap();
         assert!(second > first, "uid {uid}: {second} after {first}");
-        let (st, _, body) = raw(&http, &get(&format!("/v1/current/{uid}"), "*/*")).await;
+        let (st, _, body) = http_raw(&http, &get(&format!("/v1/current/{uid}"), "*/*")).await;
         assert_eq!((st, body.trim().parse::<u64>().unwrap()), (200, second));
     }
-    let (st, _, body) = raw(&http, &post("/v1/next-batch", r#"{"uids":[5,25,5]}"#)).await;
+    let (st, _, body) = http_raw(&http, &post("/v1/next-batch", r#"{"uids":[5,25,5]}"#)).await;
     assert_eq!(st, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     let seqs: Vec<u64> = serde_json::from_value(v["seqs"].clone()).unwrap();
     assert_eq!(seqs.len(), 3);
     assert!(seqs[2] > seqs[0], "{seqs:?}");
     // Out of every set's range: 400, typed.
-    let (st, _, body) = raw(&http, &get("/v1/next/100000", "*/*")).await;
+    let (st, _, body) = http_raw(&http, &get("/v1/next/100000", "*/*")).await;
     assert_eq!(
         (st, kind_of(&body).as_str()),
         (400, "OUT_OF_RANGE"),
@@ -160,7 +117,7 @@ async fn bad_input_gets_a_typed_json_error_and_changes_nothing() {
     ];
     for (req, status, kind) in cases {
         let shown = String::from_utf8_lossy(&req[..req.len().min(60)]).into_owned();
-        let (st, head, body) = raw(&http, &req).await;
+        let (st, head, body) = http_raw(&http, &req).await;
         assert_eq!(st, status, "{shown}: {head}\n{body}");
         assert_eq!(kind_of(&body), kind, "{shown}: {body}");
         if status == 405 {
@@ -183,7 +140,7 @@ async fn a_retryable_error_says_when_to_retry() {
     a2.shutdown();
     // a2's sections are routed to a dead AllocSvr until the store moves
     // them: forwarding ends `OWNER_UNAVAILABLE`.
-    let (st, head, body) = raw(&http, &get("/v1/next/25", "*/*")).await;
+    let (st, head, body) = http_raw(&http, &get("/v1/next/25", "*/*")).await;
     assert_eq!(
         (st, kind_of(&body).as_str()),
         (503, "OWNER_UNAVAILABLE"),

@@ -7,41 +7,17 @@
 //! a name.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use seqsvr_alloc::node::AllocNode;
 use seqsvr_core::{name_key, NAME_KEYS};
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 
-#[allow(dead_code)] // shared with the other node tests
-mod common;
-
-use common::*;
+use seqsvr_testkit::node::*;
 
 /// a1 serving the HTTP API and the names of sections 0–1 (of the range
 /// reserved for names), a2 serving sections 2–3.
 async fn pair() -> (AllocNode, AllocNode, String) {
-    let store = FakeStore::at("a1", 30_000, NAME_KEYS.start);
-    let addr = store.clone().serve().await;
-    let (cfg, mut l) = node_config("a1", &addr, 50).await;
-    l.http = Some(TcpListener::bind("127.0.0.1:0").await.unwrap());
-    let a1 = tokio::time::timeout(Duration::from_secs(10), AllocNode::start(cfg, l))
-        .await
-        .unwrap()
-        .unwrap();
-    let a2 = start("a2", &addr, 50).await;
-    let results = handoff(&a1, &[(2, "a2"), (3, "a2")]).await;
-    assert!(results.iter().all(|r| r.ok), "{results:?}");
-    eventually("a2 serves 2", || a2.shared.alloc.is_serving(2)).await;
-    let version = store.st().route_version;
-    eventually("a1 holds the new routes", || {
-        a1.shared.routes().table.version >= version
-    })
-    .await;
-    let http = a1.http_local_addr.expect("the HTTP API is served");
-    (a1, a2, http.to_string())
+    http_pair(&FakeStore::at("a1", 30_000, NAME_KEYS.start)).await
 }
 
 /// `count` names of the form `{prefix}{i}` whose positions are in
@@ -59,21 +35,8 @@ fn names_in(prefix: &str, sections: std::ops::Range<u64>, count: usize) -> Vec<S
         .collect()
 }
 
-/// `method path` on a fresh connection: (status, body).
-async fn call(addr: &str, method: &str, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    let req = format!("{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut out = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok());
-    (status.unwrap_or(0), body.to_string())
-}
-
 async fn json(addr: &str, path: &str) -> Value {
-    let (st, body) = call(addr, "GET", path).await;
+    let (st, body) = http_call(addr, "GET", path).await;
     assert_eq!(st, 200, "{path}: {body}");
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))
 }
@@ -104,7 +67,7 @@ async fn the_monitor_shows_names_and_changes_nothing() {
     let hot = names_in("order:", 0..2, 5);
     for (i, n) in hot.iter().enumerate() {
         for _ in 0..=i {
-            let (st, body) = call(&http, "GET", &format!("/v1/name/next/{n}")).await;
+            let (st, body) = http_call(&http, "GET", &format!("/v1/name/next/{n}")).await;
             assert_eq!(st, 200, "{body}");
         }
     }
@@ -212,7 +175,7 @@ async fn bad_monitor_input_gets_a_typed_json_error() {
         ("DELETE", "/v1/name/info/x", 405, "INVALID_REQUEST"),
     ];
     for (method, path, status, kind) in cases {
-        let (st, body) = call(&http, method, path).await;
+        let (st, body) = http_call(&http, method, path).await;
         let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
         assert_eq!(
             (st, v["error"]["kind"].as_str()),

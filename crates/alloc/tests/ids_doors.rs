@@ -12,44 +12,18 @@ use std::time::Duration;
 use seqsvr_alloc::node::{AllocNode, RespSection};
 use seqsvr_core::ids::Layout;
 use seqsvr_proto::{self as pb, ErrorKind};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use tonic::Code;
 
-#[allow(dead_code)] // shared with the other node tests
-mod common;
-
-use common::*;
+use seqsvr_testkit::node::*;
 
 const NS: &str = "msg";
 
 async fn node(store: &FakeStore, addr: &str, id: &str) -> AllocNode {
     let (mut cfg, mut l) = node_config(id, addr, 50).await;
-    let door = RespSection::on("127.0.0.1:0");
-    l.resp = Some(TcpListener::bind(&door.addr).await.unwrap());
-    cfg.resp = Some(door);
-    l.http = Some(TcpListener::bind("127.0.0.1:0").await.unwrap());
+    open_door(&mut cfg, &mut l, RespSection::on("127.0.0.1:0")).await;
+    open_http(&mut l).await;
     let _ = store;
-    tokio::time::timeout(Duration::from_secs(10), AllocNode::start(cfg, l))
-        .await
-        .expect("started in time")
-        .expect("started")
-}
-
-async fn http_get(addr: &str, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut out = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, body.to_string())
+    start_with(cfg, l).await
 }
 
 fn json(body: &str) -> serde_json::Value {
@@ -169,20 +143,21 @@ async fn ids_through_every_door_are_unique_and_ordered() {
 
     // HTTP, ours and Leaf's shapes.
     let http = a1.http_local_addr.unwrap().to_string();
-    let (st, body) = http_get(&http, &format!("/v1/id/{NS}")).await;
+    let (st, body) = http_call(&http, "GET", &format!("/v1/id/{NS}")).await;
     assert_eq!(st, 200, "{body}");
     got.push(body.trim().parse().unwrap());
-    let (st, body) = http_get(&http, &format!("/api/snowflake/get/{NS}")).await;
+    let (st, body) = http_call(&http, "GET", &format!("/api/snowflake/get/{NS}")).await;
     assert_eq!(st, 200, "{body}");
     let leaf: u64 = body.parse().unwrap();
     got.push(leaf);
-    let (st, body) = http_get(&http, &format!("/v1/ids/{NS}/10")).await;
+    let (st, body) = http_call(&http, "GET", &format!("/v1/ids/{NS}/10")).await;
     assert_eq!(st, 200, "{body}");
     for id in json(&body)["ids"].as_array().unwrap() {
         got.push(id.as_u64().unwrap());
     }
-    let (st, body) = http_get(
+    let (st, body) = http_call(
         &http,
+        "GET",
         &format!("/decodeSnowflakeId?snowflakeId={leaf}&namespace={NS}"),
     )
     .await;
@@ -190,9 +165,9 @@ async fn ids_through_every_door_are_unique_and_ordered() {
     let v = json(&body);
     assert_eq!(v["workerId"], "0");
     assert!(v["timestamp"].as_str().unwrap().contains('('), "{body}");
-    let (st, _) = http_get(&http, "/v1/ids/msg/0").await;
+    let (st, _) = http_call(&http, "GET", "/v1/ids/msg/0").await;
     assert_eq!(st, 400);
-    let (st, body) = http_get(&http, "/v1/id/nope").await;
+    let (st, body) = http_call(&http, "GET", "/v1/id/nope").await;
     assert_eq!(st, 404, "{body}");
 
     // One worker id, every door: strictly increasing in the order received.

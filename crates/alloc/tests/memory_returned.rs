@@ -17,8 +17,7 @@ const SECTION_SIZE: u64 = 100_000;
 /// resident.
 const UIDS_PER_PAGE: u64 = 512;
 
-#[path = "common/rss.rs"]
-mod rss;
+use seqsvr_testkit::rss;
 
 fn rss_bytes() -> u64 {
     rss::rss_bytes().expect("VmRSS in /proc/self/status")

@@ -5,17 +5,13 @@
 //! `INCRBY`s of one name from many connections never overlap, and every
 //! number received goes through the per-key checker (promise 1).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use seqsvr_alloc::node::{AllocNode, RespSection};
 use seqsvr_core::checker::{check, Observation};
 use seqsvr_core::{name_key, NAME_KEYS};
-use tokio::net::TcpListener;
 
-#[allow(dead_code)]
-mod common;
-
-use common::*;
+use seqsvr_testkit::node::*;
 
 /// Names whose positions the fake store's set serves.
 fn names(count: usize) -> Vec<String> {
@@ -32,12 +28,8 @@ async fn with_door() -> (FakeStore, AllocNode, String) {
     let addr = store.clone().serve().await;
     let (mut cfg, mut l) = node_config("a1", &addr, 50).await;
     let door = RespSection::on("127.0.0.1:0");
-    l.resp = Some(TcpListener::bind(&door.addr).await.unwrap());
-    cfg.resp = Some(door);
-    let node = tokio::time::timeout(Duration::from_secs(10), AllocNode::start(cfg, l))
-        .await
-        .expect("started in time")
-        .expect("started");
+    open_door(&mut cfg, &mut l, door).await;
+    let node = start_with(cfg, l).await;
     let at = node.resp_local_addr.expect("the door is on").to_string();
     (store, node, at)
 }

@@ -22,9 +22,7 @@ use seqsvr_core::SectionId;
 use seqsvr_proto::{self as pb, detail_of, ErrorKind};
 use tonic::Code;
 
-mod common;
-
-use common::*;
+use seqsvr_testkit::node::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serves_the_sections_routed_to_it() {

@@ -14,12 +14,8 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 use seqsvr_alloc::node::{AllocNode, RespSection};
-use tokio::net::TcpListener;
 
-#[allow(dead_code)]
-mod common;
-
-use common::*;
+use seqsvr_testkit::node::*;
 
 /// An AllocSvr serving every section of the fake store, with its door
 /// configured by `door`.
@@ -31,12 +27,8 @@ async fn with_door_lease(door: RespSection, lease_ms: u64) -> (FakeStore, AllocN
     let store = FakeStore::new("a1", lease_ms);
     let addr = store.clone().serve().await;
     let (mut cfg, mut l) = node_config("a1", &addr, 50).await;
-    l.resp = Some(TcpListener::bind(&door.addr).await.unwrap());
-    cfg.resp = Some(door);
-    let node = tokio::time::timeout(Duration::from_secs(10), AllocNode::start(cfg, l))
-        .await
-        .expect("started in time")
-        .expect("started");
+    open_door(&mut cfg, &mut l, door).await;
+    let node = start_with(cfg, l).await;
     let at = node.resp_local_addr.expect("the door is on").to_string();
     (store, node, at)
 }

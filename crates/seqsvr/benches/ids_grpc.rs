@@ -17,9 +17,6 @@
 //! borrowing: the layout's limit reached) are counted, not retried
 //! faster.
 
-#[path = "../../../tests/support/mod.rs"]
-mod support;
-
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,8 +25,11 @@ use seqsvr_core::ids::Layout;
 use seqsvr_core::SetSpec;
 use seqsvr_proto::alloc_client::AllocClient;
 use seqsvr_proto::NextIdRequest;
-use support::SetCluster;
+use seqsvr_testkit::{Bins, SetCluster};
 use tonic::transport::Endpoint;
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 const NS: &str = "bench";
 
@@ -44,7 +44,7 @@ fn main() {
             _ => {}
         }
     }
-    println!("{}", support::machine_banner());
+    println!("{}", seqsvr_testkit::machine_banner());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -59,7 +59,7 @@ async fn run(secs: u64, tasks: usize) {
         step: 1_000_000,
         ..SetSpec::new(0, 0..1_000_000)
     };
-    let cl = SetCluster::start(set, 1);
+    let cl = SetCluster::start(BINS, set, 1);
     cl.store.wait_ready(Duration::from_secs(60)).await;
     let admin = cl.store.admin();
     let start = Instant::now();

@@ -186,7 +186,7 @@ impl BareServer {
     /// arguments; empty: none).
     pub fn start_under(threads: usize, no_router: bool, under: &[String]) -> BareServer {
         let exe = std::env::current_exe().expect("the bench's own executable");
-        let mut cmd = crate::support::command_under(under, exe);
+        let mut cmd = seqsvr_testkit::command_under(under, exe);
         cmd.args([FLAG, &threads.to_string()]);
         if no_router {
             cmd.arg(NO_ROUTER);

@@ -24,7 +24,7 @@ fn instead(path: &str) -> Vec<String> {
 
 /// Runs the comparison with `cluster` (this build) and a second cluster
 /// whose AllocSvr is `path`.
-pub async fn before_after(args: &Args, cluster: crate::support::SetCluster, path: &str) {
+pub async fn before_after(args: &Args, cluster: seqsvr_testkit::SetCluster, path: &str) {
     let (other, _) = start_cluster_under(args.threads, STEP, instead(path));
     other.store.wait_ready(Duration::from_secs(30)).await;
     let other_client = other.client().await;

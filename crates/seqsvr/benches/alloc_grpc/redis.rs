@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use crate::report::Figures;
 use crate::setup::{cpu_of, pct, rusage};
-use crate::support::{self, free_port};
 use crate::{UIDS, WARMUP};
+use seqsvr_testkit::{self as kit, free_port};
 
 /// A `redis-server` of our own, stopped on drop.
 pub struct RedisServer {
@@ -20,7 +20,7 @@ pub struct RedisServer {
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
-        support::signal(self.child.id(), libc::SIGTERM);
+        kit::signal(self.child.id(), libc::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {

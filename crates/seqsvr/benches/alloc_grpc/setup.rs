@@ -5,9 +5,9 @@ use seqsvr_alloc::node::AllocNodeConfig;
 use seqsvr_core::SetSpec;
 use seqsvr_store::node::InitialAlloc;
 
-pub use crate::support::cpu_of;
-use crate::support::{free_port, Proc, SetCluster, StoreCluster};
 use crate::{SECTION_SIZE, UIDS};
+pub use seqsvr_testkit::cpu_of;
+use seqsvr_testkit::{free_port, Proc, SetCluster, StoreCluster};
 
 /// Starts 3 store replicas and one AllocSvr with `threads` workers owning
 /// every section, which take ceilings `step` at a time.
@@ -33,7 +33,7 @@ pub fn start_cluster_under(threads: usize, step: u64, under: Vec<String>) -> (Se
         first: 0,
         count: set.section_count(),
     }];
-    let store = StoreCluster::start_with(3, set, initial);
+    let store = StoreCluster::start_with(crate::BINS, 3, set, initial);
     // Only the required fields and the metrics address: everything else
     // takes `AllocNodeConfig`'s defaults, as an operator's minimal file
     // would.
@@ -53,7 +53,7 @@ pub fn start_cluster_under(threads: usize, step: u64, under: Vec<String>) -> (Se
         threads.to_string(),
     ];
     let log = store.dir.path().join(format!("{id}.log"));
-    let alloc = Proc::start_under(under, &id, args, log);
+    let alloc = Proc::start_under(crate::BINS, under, &id, args, log);
     let cluster = SetCluster {
         store,
         alloc_addrs: vec![addr],
@@ -61,6 +61,7 @@ pub fn start_cluster_under(threads: usize, step: u64, under: Vec<String>) -> (Se
         resp_addrs: vec![],
         http_addrs: vec![],
         forward: true,
+        tune: |_| {},
     };
     (cluster, metrics_addr)
 }

@@ -12,7 +12,7 @@ use seqsvr_store_api::client::plaintext;
 use seqsvr_store_api::ReadClient;
 use tonic::transport::Channel;
 
-use crate::support::{metric, scrape, StoreCluster};
+use seqsvr_testkit::{metric, scrape, StoreCluster};
 
 /// The store leader's counters at one moment.
 #[derive(Debug, Clone, Copy, Default)]

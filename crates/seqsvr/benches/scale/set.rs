@@ -13,8 +13,8 @@ use seqsvr_store_api::ReadClient;
 use crate::probe::{mib, ms, owners, sections_of, until, Allocs, Marks};
 use seqsvr_store::node::LeaseSection;
 
-use crate::support::{cpu_of, rss_of, SetCluster, StoreOptions};
 use crate::{Args, SECTIONS, SECTION_SIZE};
+use seqsvr_testkit::{cpu_of, rss_of, SetCluster, StoreOptions};
 
 /// How long any one wait of this bench may take before it says "never".
 const PATIENCE: Duration = Duration::from_secs(120);
@@ -81,7 +81,7 @@ pub async fn run(args: &Args) {
         SECTIONS as u64 * SECTION_SIZE,
         LeaseSection::default().lease_ms,
         LeaseSection::default().margin_ms,
-        crate::support::TEST_RENEW_MS
+        seqsvr_testkit::TEST_RENEW_MS
     );
     let set = SetSpec::new(0, 0..SECTIONS as u64 * SECTION_SIZE);
     // The default lease terms (5 s + 1 s), not the tests' short ones: with
@@ -94,7 +94,7 @@ pub async fn run(args: &Args) {
         ..Default::default()
     };
     let t0 = Instant::now();
-    let cluster = SetCluster::start_opts(set, 3, opts);
+    let cluster = SetCluster::start_opts(crate::BINS, set, 3, opts);
     let leader = cluster.store.wait_ready(Duration::from_secs(60)).await;
     let allocs = Allocs::new(&cluster.alloc_addrs);
     let mut s = Set {

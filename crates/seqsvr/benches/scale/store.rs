@@ -16,9 +16,9 @@ use seqsvr_store_api::client::plaintext;
 use seqsvr_store_api::{AdminClient, AllocAddrs, Error, PeerClient, Rejection};
 
 use crate::probe::{ms, owners, sections_of, until, Marks};
-use crate::stages::{print_breakdown, Scrapes};
-use crate::support::{cpu_of, test_lease, StoreCluster, StoreOptions, TEST_RENEW_MS};
 use crate::{Args, SECTION_SIZE};
+use seqsvr_testkit::stages::{print_breakdown, Scrapes};
+use seqsvr_testkit::{cpu_of, test_lease, StoreCluster, StoreOptions, TEST_RENEW_MS};
 
 /// The AllocSvrs the bench plays, and their incarnations.
 const FAKES: [(&str, Incarnation); 3] = [("a1", 0xa1), ("a2", 0xa2), ("a3", 0xa3)];
@@ -114,7 +114,7 @@ pub async fn run(args: &Args, sections: u32) {
         ..Default::default()
     };
     let started = Instant::now();
-    let cluster = StoreCluster::start_opts(3, set, initial, opts);
+    let cluster = StoreCluster::start_opts(crate::BINS, 3, set, initial, opts);
     let leader = cluster.wait_ready(Duration::from_secs(60)).await;
     let mut addrs = cluster.peer_addrs.clone();
     addrs.swap(0, leader);

@@ -71,22 +71,13 @@
 //! `bare.rs` is the bare server, `load.rs` the load generator, `redis.rs`
 //! the Redis peer and `report.rs` the figures and the ratio tables.
 
-#[path = "alloc_grpc/bare.rs"]
 mod bare;
-#[path = "alloc_grpc/before.rs"]
 mod before;
-#[path = "alloc_grpc/instructions.rs"]
 mod instructions;
-#[path = "alloc_grpc/load.rs"]
 mod load;
-#[path = "alloc_grpc/redis.rs"]
 mod redis;
-#[path = "alloc_grpc/report.rs"]
 mod report;
-#[path = "alloc_grpc/setup.rs"]
 mod setup;
-#[path = "../../../tests/support/mod.rs"]
-mod support;
 
 use std::process::Command;
 use std::time::Duration;
@@ -97,7 +88,11 @@ use redis::{redis_cmd, redis_shape, start_redis};
 use report::{bare_table, ratio_table, Sides};
 use seqsvr_client::{ClientOptions, SeqClient};
 use seqsvr_proto::alloc_client::AllocClient;
+use seqsvr_testkit::Bins;
 use setup::{scrape, start_cluster, start_cluster_under, Target};
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 /// Uids served (and drawn from): `[0, UIDS)`.
 const UIDS: u64 = 1_000_000;
@@ -416,7 +411,7 @@ async fn run(args: &Args) {
 
 /// `--forward`: `next` at 50 callers straight to the owner, and through
 /// a second AllocSvr that owns nothing, so that every call is forwarded.
-async fn forward(args: &Args, mut cluster: support::SetCluster) {
+async fn forward(args: &Args, mut cluster: seqsvr_testkit::SetCluster) {
     let i = cluster.add_alloc();
     let via = cluster.alloc_addrs[i].clone();
     let start = std::time::Instant::now();
@@ -526,7 +521,7 @@ fn main() {
     let args = Args::parse();
     println!(
         "alloc_grpc: {} (figures vary run to run)",
-        support::machine_banner()
+        seqsvr_testkit::machine_banner()
     );
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

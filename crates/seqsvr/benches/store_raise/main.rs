@@ -1,15 +1,10 @@
 //! Store raise latency and throughput with 3 replicas (real processes,
 //! real fsync) on loopback, for 1 and 32 concurrent callers, and where a
-//! raise's time goes (the stores' stage histograms: `store_raise/stages.rs`).
+//! raise's time goes (the stores' stage histograms: the test kit's `stages`).
 //!
 //! Run: `cargo bench -p seqsvr --bench store_raise` (add `-- <seconds>` to
 //! change the duration of each phase; default 10). Prints figures; asserts
 //! nothing about speed.
-
-#[path = "store_raise/stages.rs"]
-mod stages;
-#[path = "../../../tests/support/mod.rs"]
-mod support;
 
 use std::time::{Duration, Instant};
 
@@ -17,8 +12,11 @@ use hdrhistogram::Histogram;
 use seqsvr_core::{Incarnation, SetSpec};
 use seqsvr_store_api::client::plaintext;
 use seqsvr_store_api::{AllocAddrs, PeerClient, ReadClient};
-use stages::{print_breakdown, Scrapes};
-use support::{StoreCluster, StoreOptions};
+use seqsvr_testkit::stages::{print_breakdown, Scrapes};
+use seqsvr_testkit::{Bins, StoreCluster, StoreOptions};
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 const SECTIONS: u32 = 64;
 const STEP: u64 = 10_000;
@@ -130,7 +128,7 @@ fn main() {
             metrics: true,
             ..Default::default()
         };
-        let cluster = StoreCluster::start_opts(3, set, Vec::new(), opts);
+        let cluster = StoreCluster::start_opts(BINS, 3, set, Vec::new(), opts);
         let leader = cluster.wait_ready(Duration::from_secs(30)).await;
         let c = cluster.peer();
         let addrs = AllocAddrs {

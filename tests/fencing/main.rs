@@ -30,10 +30,6 @@
 //! The tests run one at a time: several clusters at once on a small
 //! machine would measure the machine, and cases 6 and 8 are about timing.
 
-#[path = "support/attack.rs"]
-mod attack;
-mod support;
-
 use std::time::{Duration, Instant};
 
 use attack::{
@@ -48,19 +44,23 @@ use seqsvr_proto::alloc_client::AllocClient;
 use seqsvr_proto::alloc_peer_client::AllocPeerClient;
 use seqsvr_proto::{self as pb};
 use seqsvr_store_api::{Error, Rejection};
-use support::{assert_monotonic, SetCluster, TEST_RENEW_MS};
+use seqsvr_testkit::{self as kit, attack, Bins};
+use seqsvr_testkit::{assert_monotonic, SetCluster, TEST_RENEW_MS};
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Lease + margin of the test clusters (`support::test_lease`).
-const EXPIRY: Duration = Duration::from_millis(2500);
+/// Lease + margin of the test clusters (`kit::test_lease`).
+const EXPIRY: Duration = kit::TEST_EXPIRY;
 /// The test clusters' lease.
 const LEASE: Duration = Duration::from_millis(2000);
 
 /// A plaintext 3-store, 2-alloc cluster serving every section (alloc-1:
 /// sections 0..4, alloc-2: 4..8), and a client.
 async fn ready() -> (SetCluster, SeqClient) {
-    let cluster = SetCluster::start(attack::set(), 2);
+    let cluster = SetCluster::start(BINS, attack::set(), 2);
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;
     (cluster, c)
@@ -127,13 +127,8 @@ async fn owners(read: &seqsvr_store_api::ReadClient) -> Vec<(Option<String>, u64
         .collect()
 }
 
-#[path = "fencing/adopts.rs"]
 mod adopts;
-#[path = "fencing/gray.rs"]
 mod gray;
-#[path = "fencing/handoffs_twins.rs"]
 mod handoffs_twins;
-#[path = "fencing/leases.rs"]
 mod leases;
-#[path = "fencing/names.rs"]
 mod names;

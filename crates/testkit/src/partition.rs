@@ -16,11 +16,11 @@ pub async fn isolate(data_dir: &Path) {
     while std::fs::read(&file).map_or(true, |b| b != ISOLATE_ACK) {
         assert!(
             started.elapsed() < Duration::from_secs(30),
-            "{} never acknowledged the partition: is the seqsvr binary built with the \
-             store's fault hooks? (`strings {} | grep 'partition fault'`; a `cargo test \
-             --workspace --release` run was seen to leave a build without them at that path)",
+            "{} never acknowledged the partition: is the seqsvr binary under test built \
+             with the store's fault hooks? (`strings <it> | grep 'partition fault'`; a \
+             `cargo test --workspace --release` run was seen to leave a build without them \
+             at the test's path)",
             data_dir.display(),
-            env!("CARGO_BIN_EXE_seqsvr")
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

@@ -2,7 +2,7 @@
 //! and `seqsvr_store_command_seconds` histograms, scraped before and after
 //! a phase, as means over the phase (docs/benchmarks.md, raise latency).
 
-use crate::support::{metric, scrape};
+use crate::metrics::{metric, scrape};
 
 /// Every replica's metrics text at one moment, by replica index.
 pub struct Scrapes(Vec<String>);

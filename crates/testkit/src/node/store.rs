@@ -22,7 +22,6 @@ pub const SECTIONS: u32 = 4;
 pub const SECTION_SIZE: u64 = 10;
 pub const STEP: u64 = 100;
 
-#[allow(dead_code)] // not every test binary uses it
 pub fn spec() -> SetSpec {
     spec_at(0)
 }
@@ -155,7 +154,6 @@ impl FakeStore {
     }
 
     /// Creates an id namespace.
-    #[allow(dead_code)] // not every test binary uses it
     pub fn create_id_space(&self, ns: &str, layout: seqsvr_core::ids::Layout, window_ms: u64) {
         let cmd = seqsvr_store_core::Command::CreateIdSpace {
             name: ns.into(),

@@ -1,44 +1,10 @@
-//! What the end-to-end tests read and check: metrics scraped from a
-//! process, the per-uid monotonicity checker over what clients received,
-//! and the workload and recorder that produce those observations.
+//! What the end-to-end tests check: the per-uid monotonicity checker over
+//! what clients received, and the workload and recorder that produce
+//! those observations.
 
-use super::*;
+use std::time::Instant;
+
 use seqsvr_core::rng::Rng;
-
-/// The Prometheus text a metrics listener at `addr` serves (empty if it
-/// does not answer).
-pub fn scrape(addr: &str) -> String {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
-        return String::new();
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    let req = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    if s.write_all(req.as_bytes()).is_err() {
-        return String::new();
-    }
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
-}
-
-/// The sum of every sample of metric `name` (exact name, any labels) whose
-/// labels contain every `key="value"` of `labels`.
-pub fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (head, value) = l.rsplit_once(' ')?;
-            let (n, rest) = match head.split_once('{') {
-                Some((n, rest)) => (n, rest),
-                None => (head, ""),
-            };
-            (n == name && labels.iter().all(|kv| rest.contains(kv)))
-                .then(|| value.parse::<f64>().ok())
-                .flatten()
-        })
-        .sum()
-}
 
 /// Runs the per-uid checker over `obs` — numbers handed out (a batch's
 /// copies of a uid in request order) and `current` answers — and fails the
@@ -83,6 +49,12 @@ pub struct Workload {
     pub stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// The callers.
     pub tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Default for Workload {
+    fn default() -> Self {
+        Workload::new()
+    }
 }
 
 impl Workload {
@@ -153,6 +125,26 @@ impl Recorder {
         }
     }
 
+    /// A number handed out for `uid` by a call sent at `start` and
+    /// returning now (`None`: the call failed, counted). For callers
+    /// through other doors than the client library (the Redis protocol);
+    /// `uid` is whatever the checker keys numbers by (a name's index).
+    pub fn record_next(&self, uid: u64, got: Option<u64>, start: Instant) -> bool {
+        use seqsvr_core::checker::Observation;
+        match got {
+            Some(seq) => {
+                let o = Observation::next(uid, seq, start, Instant::now());
+                self.obs.lock().unwrap().push(o);
+                true
+            }
+            None => {
+                self.errors
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                false
+            }
+        }
+    }
+
     /// `next(uid)`.
     pub async fn next(&self, c: &seqsvr_client::SeqClient, uid: u64) -> bool {
         use seqsvr_core::checker::Observation;
@@ -191,6 +183,18 @@ pub fn small_set() -> seqsvr_core::SetSpec {
         uid_end: 4000,
         section_size: 500,
         step: SMALL_STEP,
+    }
+}
+
+/// The first 8,000 positions of the range reserved for names, in 8
+/// sections of 1,000, step 500: what the named-counter tests serve.
+pub fn name_set() -> seqsvr_core::SetSpec {
+    seqsvr_core::SetSpec {
+        set_id: 0,
+        uid_begin: seqsvr_core::NAME_KEYS.start,
+        uid_end: seqsvr_core::NAME_KEYS.start + 8000,
+        section_size: 1000,
+        step: 500,
     }
 }
 

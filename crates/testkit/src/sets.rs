@@ -1,12 +1,12 @@
 //! Two sets of real processes, as the set tests and the one-address tests
 //! start them, and `seqctl` run against them.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use seqsvr_core::SetSpec;
 
-use super::{SetCluster, StoreOptions};
+use crate::cluster::{SetCluster, StoreOptions};
+use crate::process::Bins;
 
 /// Set 0 serves `[0, 2000)` (20 sections of 100); set 1's span is
 /// `[0, 4000)` so that it can take ranges of set 0, and it serves
@@ -38,40 +38,32 @@ pub fn set2() -> SetSpec {
     }
 }
 
-/// Runs `seqctl args…` against set 0's stores; returns (success, output).
+/// Runs `seqctl args…` against `home`'s stores; returns (success,
+/// stdout and stderr together).
 pub fn seqctl(home: &SetCluster, args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_seqctl"))
-        .arg("--store")
-        .arg(home.store.client_addrs.join(","))
-        .arg("--store-admin")
-        .arg(home.store.admin_addrs.join(","))
-        .args(args)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    println!("$ seqctl {}\n{text}", args.join(" "));
-    (out.status.success(), text)
+    let r = home.seqctl(args);
+    (r.ok(), format!("{}{}", r.out, r.err))
 }
 
 /// Two sets of 2 AllocSvrs each, set 1 added for `[2000, 4000)`.
-pub async fn two_sets() -> (SetCluster, SetCluster) {
-    two_sets_forwarding(true).await
+pub async fn two_sets(bins: Bins) -> (SetCluster, SetCluster) {
+    two_sets_forwarding(bins, true).await
 }
 
 /// [`two_sets`], the AllocSvrs forwarding or not.
-pub async fn two_sets_forwarding(forward: bool) -> (SetCluster, SetCluster) {
-    two_sets_with(StoreOptions::default(), forward).await
+pub async fn two_sets_forwarding(bins: Bins, forward: bool) -> (SetCluster, SetCluster) {
+    two_sets_with(bins, StoreOptions::default(), forward).await
 }
 
 /// [`two_sets`], both store groups started with `opts`, the AllocSvrs
 /// forwarding or not.
-pub async fn two_sets_with(opts: StoreOptions, forward: bool) -> (SetCluster, SetCluster) {
-    let a = SetCluster::start_opts_forwarding(set0(), 2, opts.clone(), forward);
-    let b = SetCluster::start_opts_forwarding(set1(), 2, opts, forward);
+pub async fn two_sets_with(
+    bins: Bins,
+    opts: StoreOptions,
+    forward: bool,
+) -> (SetCluster, SetCluster) {
+    let a = SetCluster::start_opts_forwarding(bins, set0(), 2, opts.clone(), forward);
+    let b = SetCluster::start_opts_forwarding(bins, set1(), 2, opts, forward);
     a.store.wait_ready(Duration::from_secs(30)).await;
     b.store.wait_ready(Duration::from_secs(30)).await;
     let stores = b.store.client_addrs.join(",");

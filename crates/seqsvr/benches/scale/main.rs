@@ -46,19 +46,17 @@
 //! Files: this one holds the options and the driver; beside it in
 //! `scale/`, `store.rs` runs the store-only phases, `set.rs` the set
 //! phases, `probe.rs` reads processes, metrics and AllocSvr status; the
-//! raise latency breakdown is `store_raise/stages.rs`, shared with the
+//! raise latency breakdown is the test kit's `stages`, shared with the
 //! `store_raise` bench.
 
-#[path = "scale/probe.rs"]
 mod probe;
-#[path = "scale/set.rs"]
 mod set;
-#[path = "store_raise/stages.rs"]
-mod stages;
-#[path = "scale/store.rs"]
 mod store;
-#[path = "../../../tests/support/mod.rs"]
-mod support;
+
+use seqsvr_testkit::Bins;
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 /// Uids a section holds.
 pub const SECTION_SIZE: u64 = 100_000;
@@ -132,7 +130,7 @@ fn main() {
     let args = Args::parse();
     println!(
         "scale: {} (figures vary run to run); phases {}",
-        support::machine_banner(),
+        seqsvr_testkit::machine_banner(),
         args.phases.join(",")
     );
     let rt = tokio::runtime::Builder::new_multi_thread()

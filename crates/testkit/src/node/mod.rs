@@ -1,6 +1,7 @@
-//! What the node tests share: the fake store (`store`), nodes started on
-//! loopback against it, clients of their three planes, and small helpers
-//! (calls, error kinds, waiting for a condition).
+//! AllocSvr nodes started in-process on loopback against the fake store
+//! ([`FakeStore`]), clients of their three planes, and small helpers
+//! (calls, error kinds, waiting for a condition): what the AllocSvr's own
+//! tests and benches share.
 
 mod store;
 
@@ -60,12 +61,97 @@ pub async fn node_config(
     (cfg, l)
 }
 
-pub async fn start(id: &str, store: &str, renew_ms: u64) -> AllocNode {
-    let (cfg, l) = node_config(id, store, renew_ms).await;
+/// Turns the Redis-protocol door on: bound as `door` says, in `cfg` and
+/// among the listeners.
+pub async fn open_door(
+    cfg: &mut AllocNodeConfig,
+    l: &mut AllocListeners,
+    door: seqsvr_alloc::node::RespSection,
+) {
+    l.resp = Some(TcpListener::bind(&door.addr).await.unwrap());
+    cfg.resp = Some(door);
+}
+
+/// Turns the HTTP API on, on a free loopback port.
+pub async fn open_http(l: &mut AllocListeners) {
+    l.http = Some(TcpListener::bind("127.0.0.1:0").await.unwrap());
+}
+
+/// Starts a node on `l` with `cfg` (within 10 s).
+pub async fn start_with(cfg: AllocNodeConfig, l: AllocListeners) -> AllocNode {
     tokio::time::timeout(Duration::from_secs(10), AllocNode::start(cfg, l))
         .await
         .expect("started in time")
         .expect("started")
+}
+
+/// Starts node `id` against the store at `store`, renewing every
+/// `renew_ms`.
+pub async fn start(id: &str, store: &str, renew_ms: u64) -> AllocNode {
+    let (cfg, l) = node_config(id, store, renew_ms).await;
+    start_with(cfg, l).await
+}
+
+/// `from` hands `sections` over to `to` (named `to_id`); returns once `to`
+/// serves them and both hold the store's routes after the moves.
+pub async fn hand_over(
+    store: &FakeStore,
+    from: &AllocNode,
+    (to, to_id): (&AllocNode, &str),
+    sections: &[SectionId],
+) {
+    let moves: Vec<(SectionId, &str)> = sections.iter().map(|&s| (s, to_id)).collect();
+    let results = handoff(from, &moves).await;
+    assert!(results.iter().all(|r| r.ok), "{results:?}");
+    eventually(&format!("{to_id} serves {sections:?}"), || {
+        sections.iter().all(|&s| to.shared.alloc.is_serving(s))
+    })
+    .await;
+    let version = store.st().route_version;
+    eventually("both hold the new routes", || {
+        from.shared.routes().table.version >= version && to.shared.routes().table.version >= version
+    })
+    .await;
+}
+
+/// a1 (started on `store`, which routes it every section) serving the
+/// HTTP API and sections 0–1, a2 serving 2–3 (handed over); returns them
+/// and a1's HTTP address.
+pub async fn http_pair(store: &FakeStore) -> (AllocNode, AllocNode, String) {
+    let addr = store.clone().serve().await;
+    let (cfg, mut l) = node_config("a1", &addr, 50).await;
+    open_http(&mut l).await;
+    let a1 = start_with(cfg, l).await;
+    let a2 = start("a2", &addr, 50).await;
+    hand_over(store, &a1, (&a2, "a2"), &[2, 3]).await;
+    let http = a1.http_local_addr.expect("the HTTP API is served");
+    (a1, a2, http.to_string())
+}
+
+/// Sends `req` raw to the HTTP listener at `addr` on a fresh connection
+/// and reads until it closes (at most 5 s); returns (status, head, body).
+pub async fn http_raw(addr: &str, req: &[u8]) -> (u16, String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(req).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_string(), body.to_string())
+}
+
+/// `method path` on a fresh connection to the HTTP listener at `addr`:
+/// (status, body).
+pub async fn http_call(addr: &str, method: &str, path: &str) -> (u16, String) {
+    let req = format!("{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    let (status, _, body) = http_raw(addr, req.as_bytes()).await;
+    (status, body)
 }
 
 pub async fn channel(addr: std::net::SocketAddr) -> Channel {
@@ -107,10 +193,12 @@ pub async fn current(c: &mut AllocClient<Channel>, uid: u64) -> Result<u64, Stat
     .map(|r| r.into_inner().seq)
 }
 
-/// A request marked as forwarded by another AllocSvr: answered from the
-/// receiver's memory or refused, never forwarded (what a caller sees of
-/// one AllocSvr alone).
-pub fn marked<T>(msg: T) -> tonic::Request<T> {
+/// A call that AllocSvr answers from its own memory or refuses, never
+/// forwarding it to the owner (it carries the mark a forwarded call
+/// carries; `docs/architecture/forwarding.md`): for tests asking what one
+/// process itself would hand out, as a paused, fenced or replaced
+/// AllocSvr.
+pub fn from_memory<T>(msg: T) -> tonic::Request<T> {
     let mut r = tonic::Request::new(msg);
     r.metadata_mut()
         .insert(seqsvr_client::FORWARDED_BY, "test".parse().unwrap());
@@ -119,7 +207,7 @@ pub fn marked<T>(msg: T) -> tonic::Request<T> {
 
 /// `next` answered by this AllocSvr alone (no forwarding).
 pub async fn next_here(c: &mut AllocClient<Channel>, uid: u64) -> Result<u64, Status> {
-    c.next(marked(pb::NextRequest {
+    c.next(from_memory(pb::NextRequest {
         uid,
         count: 0,
         ..Default::default()
@@ -130,7 +218,7 @@ pub async fn next_here(c: &mut AllocClient<Channel>, uid: u64) -> Result<u64, St
 
 /// `current` answered by this AllocSvr alone (no forwarding).
 pub async fn current_here(c: &mut AllocClient<Channel>, uid: u64) -> Result<u64, Status> {
-    c.current(marked(pb::CurrentRequest {
+    c.current(from_memory(pb::CurrentRequest {
         uid,
         ..Default::default()
     }))

@@ -3,16 +3,17 @@
 //! then resumed — and operators' mistakes refused. Every number clients
 //! received is checked per uid (promise 1; `docs/architecture/sets.md`).
 
-mod support;
-
-#[path = "sets/fence_move.rs"]
 mod fence_move;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::sets::{seqctl, set2, two_sets};
-use support::{assert_monotonic, SetCluster, Workload};
+use seqsvr_testkit::sets::{seqctl, set2, two_sets};
+use seqsvr_testkit::{self as kit, Bins};
+use seqsvr_testkit::{assert_monotonic, SetCluster, Workload};
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 /// Callers over every uid of both sets (`next`, and every 4th call
 /// `current`), through one client seeded with every AllocSvr.
@@ -80,7 +81,7 @@ async fn replace_a_replica(set: &mut SetCluster) {
 /// replica's address and no longer the old one's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replaced_replica_of_set_1_reaches_the_directory() {
-    let (a, mut b) = two_sets().await;
+    let (a, mut b) = two_sets(BINS).await;
     let old = b.store.client_addrs[2].clone();
     replace_a_replica(&mut b).await;
     let read = seqsvr_store_api::ReadClient::new(
@@ -106,7 +107,7 @@ async fn a_replaced_replica_of_set_1_reaches_the_directory() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_set_added_and_ranges_moved_under_load_repeat_nothing() {
-    let (mut a, mut b) = two_sets().await;
+    let (mut a, mut b) = two_sets(BINS).await;
     let w = workload(&a, &b, 8).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     // Set 0 → set 1, a store replica of each set replaced, then part of
@@ -150,7 +151,7 @@ async fn a_set_added_and_ranges_moved_under_load_repeat_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_move_crashed_after_each_step_resumes_and_repeats_nothing() {
-    let (mut a, mut b) = two_sets().await;
+    let (mut a, mut b) = two_sets(BINS).await;
     let w = workload(&a, &b, 6).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let steps = ["begin", "freeze", "release", "install", "claim"];
@@ -217,7 +218,7 @@ async fn a_move_crashed_after_each_step_resumes_and_repeats_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operators_mistakes_are_refused_and_change_nothing() {
-    let (a, b) = two_sets().await;
+    let (a, b) = two_sets(BINS).await;
     let v = directory_version(&a);
     let stores = b.store.client_addrs.join(",");
     let home = a.store.client_addrs.join(",");
@@ -305,23 +306,23 @@ async fn a_drill_across_sets_with_a_move_as_its_fault_repeats_nothing() {
     // second operation and a second bounded skip (398 against the move's
     // bound of 265), which the drill would charge to the move. The move
     // alone is what is measured here; tests/rebalance.rs measures those.
-    let opts = support::StoreOptions {
+    let opts = kit::StoreOptions {
         rebalance: seqsvr_store::arbiter::RebalanceConfig {
             enabled: false,
             ..Default::default()
         },
         ..Default::default()
     };
-    let (a, b) = support::sets::two_sets_with(opts, true).await;
+    let (a, b) = kit::sets::two_sets_with(BINS, opts, true).await;
     let mut seeds = a.alloc_addrs.clone();
     seeds.extend(b.alloc_addrs.iter().cloned());
     let store = a.store.client_addrs.join(",");
     let mover = format!(
         "{} --store {store} set move --range 1000..1400 --to 1",
-        env!("CARGO_BIN_EXE_seqctl")
+        BINS.seqctl
     );
     let fault = format!("2s:exec:{mover}");
-    let out = Command::new(env!("CARGO_BIN_EXE_seqctl"))
+    let out = Command::new(BINS.seqctl)
         .args(["--store", &store, "--alloc", &seeds.join(",")])
         .args([
             "drill",
@@ -397,8 +398,8 @@ async fn raw_installs_into_set_1(b: &SetCluster) -> Vec<seqsvr_store_api::Error>
 /// uid ever got a number at or below one it had (promise 1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn set_commands_run_again_during_a_stopped_move_are_refused_and_repeat_nothing() {
-    let (a, b) = two_sets().await;
-    let c = SetCluster::start(set2(), 2);
+    let (a, b) = two_sets(BINS).await;
+    let c = SetCluster::start(BINS, set2(), 2);
     c.store.wait_ready(Duration::from_secs(30)).await;
     let stores_1 = b.store.client_addrs.join(",");
     let stores_2 = c.store.client_addrs.join(",");

@@ -14,10 +14,7 @@
 //! - running the binary to completion ([`run_seqsvr`]).
 //!
 //! The cluster and the floods are in `attack/cluster.rs` and
-//! `attack/floods.rs`, re-exported here. Include with `#[path = "support/attack.rs"] mod attack;` after
-//! `mod support;`.
-
-#![allow(dead_code)]
+//! `attack/floods.rs`, re-exported here.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -43,7 +40,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::codegen::http;
 use tonic::transport::Channel;
 
-use crate::support::{free_port, logs_in, Proc, Workload, TEST_RENEW_MS};
+use crate::check::Workload;
+use crate::cluster::TEST_RENEW_MS;
+use crate::process::{free_port, logs_in, Bins, Proc};
 
 // ---------------------------------------------------------------------
 // The set and the workload
@@ -150,12 +149,13 @@ pub fn violations(obs: &[Observation]) -> (usize, usize) {
     (r.regressions.len(), r.repeats.len())
 }
 
-/// The longest time after `at` that a section in `sections` went without
-/// a successful `next` (measured up to `until`).
+/// The longest time after `at` that a section in `sections` (of [`set`])
+/// went without a successful call: up to its last success, or, given
+/// `until`, measured up to `until` (successes after it are not counted).
 pub fn outage_after(
     obs: &[Observation],
     at: Instant,
-    until: Instant,
+    until: Option<Instant>,
     sections: &[u32],
 ) -> Duration {
     let set = set();
@@ -164,11 +164,12 @@ pub fn outage_after(
         .map(|&s| {
             let mut ends: Vec<Instant> = obs
                 .iter()
-                .filter(|o| set.section_of(o.uid) == Some(s) && o.end > at && o.end <= until)
+                .filter(|o| set.section_of(o.uid) == Some(s) && o.end > at)
+                .filter(|o| until.is_none_or(|u| o.end <= u))
                 .map(|o| o.end)
                 .collect();
             ends.sort();
-            ends.push(until);
+            ends.extend(until);
             let mut prev = at;
             let mut worst = Duration::ZERO;
             for e in ends {
@@ -305,7 +306,7 @@ pub async fn direct_next(
             }
             let start = Instant::now();
             if let Ok(r) = c
-                .next(crate::support::from_memory(seqsvr_proto::NextRequest {
+                .next(crate::cluster::from_memory(seqsvr_proto::NextRequest {
                     uid,
                     count: 0,
                     ..Default::default()
@@ -353,15 +354,10 @@ where
 }
 
 // The cluster with TLS and metrics, and the floods, in files of their own.
-#[path = "attack/cluster.rs"]
 mod cluster;
-#[path = "attack/floods.rs"]
 mod floods;
 
-// Not every test binary uses both.
-#[allow(unused_imports)]
 pub use cluster::*;
-#[allow(unused_imports)]
 pub use floods::*;
 
 // ---------------------------------------------------------------------
@@ -371,9 +367,13 @@ pub use floods::*;
 /// Runs `seqsvr args…` until it exits or `limit` passes (then kills it);
 /// returns its exit status (`None`: still running at the limit, killed)
 /// and everything it wrote to stderr.
-pub fn run_seqsvr(args: &[&str], limit: Duration) -> (Option<std::process::ExitStatus>, String) {
+pub fn run_seqsvr(
+    bins: Bins,
+    args: &[&str],
+    limit: Duration,
+) -> (Option<std::process::ExitStatus>, String) {
     use std::process::{Command, Stdio};
-    let mut child = Command::new(crate::support::seqsvr_bin())
+    let mut child = Command::new(bins.seqsvr)
         .args(args)
         .env("RUST_LOG", "info,openraft=warn")
         .stdin(Stdio::null())

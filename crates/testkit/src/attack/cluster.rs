@@ -1,6 +1,6 @@
 //! A cluster of real processes with TLS from a development PKI and
 //! per-replica metrics ([`Cluster`]), for what the plaintext harness
-//! cannot do. Part of `attack.rs`, which re-exports it.
+//! cannot do. Part of `attack`, which re-exports it.
 
 use super::*;
 
@@ -33,7 +33,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             tls: false,
-            lease: crate::support::test_lease(),
+            lease: crate::cluster::test_lease(),
             allocs: 2,
             order: StoreOrder::AsConfigured,
         }
@@ -62,6 +62,8 @@ pub struct Node {
 /// TLS if asked, started store first (so the AllocSvrs' store order can
 /// name the leader or a follower first).
 pub struct Cluster {
+    /// The binaries its processes run.
+    pub bins: Bins,
     /// Data, configs, logs, PKI.
     pub dir: tempfile::TempDir,
     /// The PKI (with TLS): `store-<n>`, `alloc-<n>`, operator `ops`, and
@@ -84,7 +86,7 @@ fn addr() -> String {
 impl Cluster {
     /// Starts the store group, waits for its leader, then starts the
     /// AllocSvrs and waits until every section is served.
-    pub async fn start(opts: Options) -> Cluster {
+    pub async fn start(bins: Bins, opts: Options) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let set = set();
         let n_allocs = opts.allocs;
@@ -152,6 +154,7 @@ impl Cluster {
             let path = dir.path().join(format!("{name}.toml"));
             std::fs::write(&path, text).unwrap();
             let proc = Proc::start(
+                bins,
                 &name,
                 vec![
                     "store".into(),
@@ -171,6 +174,7 @@ impl Cluster {
             });
         }
         let mut c = Cluster {
+            bins,
             dir,
             pki,
             rogue,
@@ -221,6 +225,7 @@ impl Cluster {
         let path = self.dir.path().join(format!("{name}.toml"));
         std::fs::write(&path, text).unwrap();
         let proc = Proc::start(
+            self.bins,
             &name,
             vec![
                 "alloc".into(),
@@ -371,14 +376,10 @@ impl Cluster {
     }
 }
 
-/// `GET /metrics` over plain HTTP/1.1.
+/// `GET /metrics` of the listener at `addr`; panics if it does not
+/// answer (a cluster's own listener must).
 pub fn scrape(addr: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).expect("metrics listener");
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: metrics\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut body = String::new();
-    let _ = s.read_to_string(&mut body);
-    body
+    let text = crate::metrics::scrape(addr);
+    assert!(!text.is_empty(), "metrics listener {addr} did not answer");
+    text
 }

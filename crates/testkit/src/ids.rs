@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use seqsvr_core::ids::Layout;
 
-use super::SetCluster;
+use crate::cluster::SetCluster;
 
 /// libfaketime, where Debian's `faketime` package puts it (`None`: not
 /// installed, with the reason printed). Under `CI` a missing library
@@ -61,6 +61,34 @@ pub fn gone(pid: u32) -> bool {
                 .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
         })
         .unwrap_or(true)
+}
+
+/// Set 0 as 4 sections of 1000 uids, step 500: what the id drills
+/// serve.
+pub fn set() -> seqsvr_core::SetSpec {
+    seqsvr_core::SetSpec {
+        set_id: 0,
+        uid_begin: 0,
+        uid_end: 4000,
+        section_size: 1000,
+        step: 500,
+    }
+}
+
+/// Creates namespace `ns` with `layout` and a window of `window_ms` at
+/// `cl`'s store, trying again until it is created (at most 30 s).
+pub async fn create_namespace(cl: &SetCluster, ns: &str, layout: &Layout, window_ms: u64) {
+    cl.store.wait_ready(Duration::from_secs(30)).await;
+    let admin = cl.store.admin();
+    let start = Instant::now();
+    while let Err(e) = admin.create_id_space(ns, layout, window_ms).await {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "namespace not created: {e}\n{}",
+            cl.store.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// One call's ids, with when it was asked for and when it was answered.
@@ -186,6 +214,17 @@ pub fn draw_direct(
         }
     });
     (calls, h)
+}
+
+/// Prints how many ids the checker checked (`checked`) and how many each
+/// caller drew; fails unless every caller drew some.
+pub fn assert_every_caller_drew(callers: &[Calls], checked: usize) {
+    let per: Vec<usize> = callers
+        .iter()
+        .map(|c| c.lock().unwrap().iter().map(|c| c.ids.len()).sum())
+        .collect();
+    eprintln!("{checked} ids checked (per caller: {per:?})");
+    assert!(per.iter().all(|&k| k > 0), "a caller got no id: {per:?}");
 }
 
 /// The worker id of the latest id `calls` hold, and that id's tick in

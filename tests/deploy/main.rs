@@ -45,12 +45,14 @@ use std::time::{Duration, Instant};
 use seqsvr_alloc::node::AllocNodeConfig;
 use seqsvr_store::StoreConfig;
 
-mod deploy_support;
-
-use deploy_support::{
+use seqsvr::drill::{judge, Action, Bounds, FaultReport, Report};
+use seqsvr_testkit::deploy::{
     decide_here, docker_missing, ok, pid_alive, quietly, run, validator_missing, Decision,
 };
-use seqsvr::drill::{judge, Action, Bounds, FaultReport, Report};
+use seqsvr_testkit::Bins;
+
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
 
 /// Drills run by default: every one `drills.sh` knows (kill, pause past
 /// the lease, a cut AllocSvr, a store leader cut from its peers, a twin, a
@@ -72,7 +74,6 @@ macro_rules! say {
     }};
 }
 
-#[path = "deploy_support/compose.rs"]
 mod compose;
 use compose::*;
 
@@ -293,7 +294,7 @@ fn compose_cluster_keeps_numbers_going_up_through_container_faults() {
     let tag = format!("deploy-{run_id}");
     // seqctl on the host: the build that goes into the image
     // (deploy/docker/build.sh's `image` profile, target/image).
-    let target = Path::new(env!("CARGO_BIN_EXE_seqctl"))
+    let target = Path::new(BINS.seqctl)
         .parent()
         .and_then(Path::parent)
         .expect("target dir")

@@ -28,10 +28,6 @@
 //! The tests run one at a time (a flood measures memory; several clusters
 //! at once on a small machine would measure the machine).
 
-#[path = "support/attack.rs"]
-mod attack;
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -50,19 +46,18 @@ use seqsvr_proto::store_read_client::StoreReadClient;
 use seqsvr_proto::store_sets_client::StoreSetsClient;
 use seqsvr_proto::{self as pb};
 use seqsvr_store_api::SectionInfo;
-use support::{assert_monotonic, SetCluster};
+use seqsvr_testkit::{self as kit, attack, Bins};
+use seqsvr_testkit::{assert_monotonic, SetCluster};
 use tonic::transport::Channel;
 use tonic::Code;
 
+/// The binaries under test.
+const BINS: Bins = seqsvr_testkit::bins!();
+
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-#[path = "adversary/callers.rs"]
 mod callers;
-#[path = "adversary/config.rs"]
 mod config;
-#[path = "adversary/floods.rs"]
 mod floods;
-#[path = "adversary/oversized.rs"]
 mod oversized;
-#[path = "adversary/renewals.rs"]
 mod renewals;

@@ -1,21 +1,7 @@
-//! Shared harness for the end-to-end tests: starts the real `seqsvr`
-//! binary as separate processes on free loopback ports, and kills, pauses
-//! and restarts them.
+//! Clusters of real processes on free loopback ports: a store group
+//! ([`StoreCluster`]), AllocSvrs against it, and a whole set
+//! ([`SetCluster`]).
 
-#![allow(dead_code)]
-
-mod check;
-pub mod door;
-pub mod ids;
-mod partition;
-pub mod sets;
-#[allow(unused_imports)] // not every suite scrapes or checks
-pub use check::*;
-#[allow(unused_imports)] // not every suite cuts a replica off
-pub use partition::isolate;
-
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use seqsvr_alloc::node::AllocNodeConfig;
@@ -26,239 +12,36 @@ use seqsvr_store::StoreConfig;
 use seqsvr_store_api::client::plaintext;
 use seqsvr_store_api::{AdminClient, PeerClient, ReadClient};
 
-/// A call that AllocSvr answers from its own memory or refuses, never
-/// forwarding it to the owner (it carries the mark a forwarded call
-/// carries; `docs/architecture/forwarding.md`): for tests asking what one
-/// process itself would hand out, as a paused, fenced or replaced
-/// AllocSvr.
-pub fn from_memory<T>(msg: T) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(msg);
-    r.metadata_mut()
-        .insert(seqsvr_client::FORWARDED_BY, "test".parse().unwrap());
-    r
-}
+use crate::process::{free_port, logs_in, signal, Bins, Proc};
+
+pub use crate::node::from_memory;
+
+/// The lease of [`test_lease`], in ms.
+const TEST_LEASE_MS: u64 = 2000;
+/// The margin of [`test_lease`], in ms.
+const TEST_MARGIN_MS: u64 = 500;
 
 /// Short leases so that failover tests run quickly: 2 s lease, 0.5 s margin.
 pub fn test_lease() -> LeaseSection {
     LeaseSection {
-        lease_ms: 2000,
-        margin_ms: 500,
+        lease_ms: TEST_LEASE_MS,
+        margin_ms: TEST_MARGIN_MS,
         tick_ms: 50,
     }
 }
 
+/// Lease + margin of [`test_lease`]: after this long without a renewal an
+/// owner's sections may move.
+pub const TEST_EXPIRY: Duration = Duration::from_millis(TEST_LEASE_MS + TEST_MARGIN_MS);
+
 /// How often test AllocSvrs renew their lease, in ms.
 pub const TEST_RENEW_MS: u64 = 300;
-
-/// The `seqsvr` binary under test.
-pub fn seqsvr_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_seqsvr")
-}
-
-/// Ports [`free_port`] hands out: below the kernel's ephemeral range
-/// (Linux: 32768–60999), so that no outgoing connection of this machine
-/// takes a port between its release here and a child binding it.
-const PORTS: std::ops::Range<u16> = 20_000..32_000;
-
-/// A free loopback port for a child process to bind: one that binds now,
-/// drawn from [`PORTS`] and never handed out twice by this process.
-///
-/// A port bound to `127.0.0.1:0` and released comes from the ephemeral
-/// range, where the many client connections of a running test also take
-/// their local ports: one of them sometimes took a port in the moment
-/// before the child bound it ("Address already in use"). Test binaries run
-/// one at a time, and within one the counter keeps parallel tests apart.
-pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
-    let span = u32::from(PORTS.end - PORTS.start);
-    if NEXT.load(Ordering::Relaxed) == u32::MAX {
-        // A different start per process, so that a port a previous test
-        // binary's child may still hold (in TIME_WAIT) is not first in line.
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let seed = (nanos ^ std::process::id().wrapping_mul(2_654_435_761)) % span;
-        let _ = NEXT.compare_exchange(u32::MAX, seed, Ordering::Relaxed, Ordering::Relaxed);
-    }
-    for _ in 0..span {
-        let k = NEXT.fetch_add(1, Ordering::Relaxed) % span;
-        let port = PORTS.start + k as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free loopback port in {PORTS:?}")
-}
-
-/// Sends `sig` to `pid`.
-pub fn signal(pid: u32, sig: i32) {
-    // SAFETY: kill(2) on a child's pid has no memory effects here.
-    unsafe { libc::kill(pid as i32, sig) };
-}
-
-/// "N CPUs, load average a b c at start": the first line of a bench's
-/// report, so figures are read against how busy the machine was.
-pub fn machine_banner() -> String {
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load: Vec<&str> = load.split_whitespace().take(3).collect();
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
-    format!("{cpus} CPUs, load average {} at start", load.join(" "))
-}
-
-/// CPU seconds (user + system) process `pid` has used, from /proc (0 if
-/// it is gone).
-pub fn cpu_of(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
-    // Fields after the command name (which may hold spaces): state is 3rd,
-    // utime 14th, stime 15th.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
-        + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
-    // SAFETY: sysconf has no memory effects.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    ticks as f64 / hz
-}
-
-/// Resident memory of process `pid` in bytes, from /proc (0 if it is gone).
-pub fn rss_of(pid: u32) -> u64 {
-    let Ok(statm) = std::fs::read_to_string(format!("/proc/{pid}/statm")) else {
-        return 0;
-    };
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    // SAFETY: sysconf has no memory effects.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
-    pages * page
-}
-
-/// A command that runs `program` under `under` (a profiler and its
-/// arguments), or `program` itself if `under` is empty.
-pub fn command_under(under: &[String], program: impl AsRef<std::ffi::OsStr>) -> Command {
-    match under.split_first() {
-        Some((runner, args)) => {
-            let mut c = Command::new(runner);
-            c.args(args).arg(program);
-            c
-        }
-        None => Command::new(program),
-    }
-}
-
-/// One server process that can be killed and started again.
-pub struct Proc {
-    /// Its name (for logs).
-    pub name: String,
-    /// The arguments it is started with.
-    args: Vec<String>,
-    /// Its log file.
-    log: PathBuf,
-    /// A program (and its arguments) that runs `seqsvr` (empty: none).
-    under: Vec<String>,
-    /// The running child, if any.
-    child: Option<Child>,
-}
-
-impl Proc {
-    /// Starts `seqsvr args…`, logging to `log`.
-    pub fn start(name: &str, args: Vec<String>, log: PathBuf) -> Proc {
-        Proc::start_under(Vec::new(), name, args, log)
-    }
-
-    /// Starts `under… seqsvr args…` (e.g. under a profiler), logging to
-    /// `log`.
-    pub fn start_under(under: Vec<String>, name: &str, args: Vec<String>, log: PathBuf) -> Proc {
-        let mut p = Proc {
-            name: name.into(),
-            args,
-            log,
-            under,
-            child: None,
-        };
-        p.restart();
-        p
-    }
-
-    /// Starts the process again (after a kill).
-    pub fn restart(&mut self) {
-        assert!(self.child.is_none(), "{} is running", self.name);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .unwrap();
-        let child = command_under(&self.under, seqsvr_bin())
-            .args(&self.args)
-            .env("RUST_LOG", "info,openraft=warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-    }
-
-    /// kill -9, and reap.
-    pub fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            signal(c.id(), libc::SIGKILL);
-            let _ = c.wait();
-        }
-    }
-
-    /// SIGTERM (a planned stop), then waits up to `within` for the
-    /// process to exit and reaps it; returns how it exited and how long it
-    /// took (`None`: still running, killed with SIGKILL).
-    pub fn terminate(&mut self, within: Duration) -> Option<(std::process::ExitStatus, Duration)> {
-        let mut c = self.child.take()?;
-        let start = Instant::now();
-        signal(c.id(), libc::SIGTERM);
-        while start.elapsed() < within {
-            if let Ok(Some(status)) = c.try_wait() {
-                return Some((status, start.elapsed()));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        signal(c.id(), libc::SIGKILL);
-        let _ = c.wait();
-        None
-    }
-
-    /// Runs it under `under` (a program and its arguments, e.g. `faketime
-    /// -f -2s`; empty: none) from its next [`Proc::restart`] on.
-    pub fn set_under(&mut self, under: Vec<String>) {
-        self.under = under;
-    }
-
-    /// The pid, if running.
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(|c| c.id())
-    }
-
-    /// Whether it is running.
-    pub fn running(&self) -> bool {
-        self.child.is_some()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(pid) = self.pid() {
-            signal(pid, libc::SIGCONT);
-        }
-        self.kill9();
-    }
-}
 
 /// A store group of real processes, each serving three planes on its own
 /// loopback ports.
 pub struct StoreCluster {
+    /// The binaries its processes run (and its AllocSvrs will).
+    pub bins: Bins,
     /// The working directory (data, configs, logs).
     pub dir: tempfile::TempDir,
     /// Replicas' peer-plane addresses (Raft, AllocSvrs), by index
@@ -310,17 +93,18 @@ fn free_addrs(n: u64) -> Vec<String> {
 
 impl StoreCluster {
     /// Starts `n` replicas serving `set`.
-    pub fn start(n: u64, set: SetSpec) -> StoreCluster {
-        Self::start_with(n, set, Vec::new())
+    pub fn start(bins: Bins, n: u64, set: SetSpec) -> StoreCluster {
+        Self::start_with(bins, n, set, Vec::new())
     }
 
     /// Starts `n` replicas serving `set`, with initial routes to `allocs`.
-    pub fn start_with(n: u64, set: SetSpec, allocs: Vec<InitialAlloc>) -> StoreCluster {
-        Self::start_opts(n, set, allocs, StoreOptions::default())
+    pub fn start_with(bins: Bins, n: u64, set: SetSpec, allocs: Vec<InitialAlloc>) -> StoreCluster {
+        Self::start_opts(bins, n, set, allocs, StoreOptions::default())
     }
 
     /// [`StoreCluster::start_with`], with `opts`.
     pub fn start_opts(
+        bins: Bins,
         n: u64,
         set: SetSpec,
         allocs: Vec<InitialAlloc>,
@@ -375,6 +159,7 @@ impl StoreCluster {
                     path.display().to_string(),
                 ];
                 Proc::start(
+                    bins,
                     &format!("store-{id}"),
                     args,
                     dir.path().join(format!("store-{id}.log")),
@@ -382,6 +167,7 @@ impl StoreCluster {
             })
             .collect();
         StoreCluster {
+            bins,
             dir,
             peer_addrs,
             client_addrs,
@@ -441,7 +227,7 @@ impl StoreCluster {
         ];
         let log = self.dir.path().join(format!("store-{id}.log"));
         self.procs
-            .push(Proc::start(&format!("store-{id}"), args, log));
+            .push(Proc::start(self.bins, &format!("store-{id}"), args, log));
         self.peer_addrs.push(peer.clone());
         self.client_addrs.push(client);
         self.admin_addrs.push(admin);
@@ -497,44 +283,21 @@ impl StoreCluster {
     }
 }
 
-/// Every `*.log` file under `dir`, concatenated (tail of each).
-pub fn logs_in(dir: &Path) -> String {
-    let mut out = String::new();
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    files.sort();
-    for p in files
-        .into_iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "log"))
-    {
-        let text = std::fs::read_to_string(&p).unwrap_or_default();
-        let tail: Vec<&str> = text.lines().rev().take(30).collect();
-        out += &format!("== {}\n", p.display());
-        for l in tail.into_iter().rev() {
-            out += l;
-            out.push('\n');
-        }
-    }
-    out
-}
-
 /// Starts AllocSvr `id` with its client plane at `addr` (peer and admin
 /// planes on free ports), its Redis-protocol door on `resp` and its HTTP
 /// API on `http`, against `store`, with test timing; forwarding on or
-/// off as `forward` says.
+/// off as `forward` says; then `tune` changes the config.
 fn start_alloc(
     store: &StoreCluster,
     id: &str,
     (addr, resp, http): (&str, &str, &str),
-    forward: bool,
+    (forward, tune): (bool, fn(&mut AllocNodeConfig)),
 ) -> Proc {
     start_alloc_with(store, id, addr, &store.peer_addrs, |cfg| {
         cfg.resp = Some(seqsvr_alloc::node::RespSection::on(resp));
         cfg.http_addr = Some(http.to_string());
         cfg.forward.enabled = forward;
+        tune(cfg);
     })
 }
 
@@ -596,7 +359,26 @@ pub fn start_alloc_with(
         "--config".into(),
         path.display().to_string(),
     ];
-    Proc::start(id, args, store.dir.path().join(format!("{id}.log")))
+    let log = store.dir.path().join(format!("{id}.log"));
+    Proc::start(store.bins, id, args, log)
+}
+
+/// How one `seqctl` run ended and what it printed.
+#[derive(Debug, Clone)]
+pub struct CtlRun {
+    /// Its exit code (`None`: killed by a signal).
+    pub code: Option<i32>,
+    /// Its standard output.
+    pub out: String,
+    /// Its standard error.
+    pub err: String,
+}
+
+impl CtlRun {
+    /// Whether it exited 0.
+    pub fn ok(&self) -> bool {
+        self.code == Some(0)
+    }
 }
 
 /// A whole set: a store group plus AllocSvr processes, each first routed an
@@ -614,42 +396,74 @@ pub struct SetCluster {
     pub http_addrs: Vec<String>,
     /// Whether its AllocSvrs forward calls for uids owned elsewhere.
     pub forward: bool,
+    /// Applied last to the config of every AllocSvr it starts (after the
+    /// test timing, door, HTTP API and forwarding).
+    pub tune: fn(&mut AllocNodeConfig),
 }
 
 impl SetCluster {
     /// Starts 3 store replicas and `n_allocs` AllocSvrs for `set`.
-    pub fn start(set: SetSpec, n_allocs: usize) -> SetCluster {
-        Self::start_opts(set, n_allocs, StoreOptions::default())
+    pub fn start(bins: Bins, set: SetSpec, n_allocs: usize) -> SetCluster {
+        Self::start_opts(bins, set, n_allocs, StoreOptions::default())
     }
 
     /// [`SetCluster::start`], the store group started with `opts`.
-    pub fn start_opts(set: SetSpec, n_allocs: usize, opts: StoreOptions) -> SetCluster {
-        Self::launch(set, n_allocs, opts, true)
+    pub fn start_opts(bins: Bins, set: SetSpec, n_allocs: usize, opts: StoreOptions) -> SetCluster {
+        Self::launch(bins, set, n_allocs, opts, (true, |_| {}))
     }
 
     /// [`SetCluster::start`], its AllocSvrs forwarding or not
     /// (`[forward] enabled`).
-    pub fn start_forwarding(set: SetSpec, n_allocs: usize, forward: bool) -> SetCluster {
-        Self::launch(set, n_allocs, StoreOptions::default(), forward)
+    pub fn start_forwarding(
+        bins: Bins,
+        set: SetSpec,
+        n_allocs: usize,
+        forward: bool,
+    ) -> SetCluster {
+        Self::launch(
+            bins,
+            set,
+            n_allocs,
+            StoreOptions::default(),
+            (forward, |_| {}),
+        )
+    }
+
+    /// [`SetCluster::start`], every AllocSvr's config changed by `tune`
+    /// (e.g. fewer names held).
+    pub fn start_tuned(
+        bins: Bins,
+        set: SetSpec,
+        n_allocs: usize,
+        tune: fn(&mut AllocNodeConfig),
+    ) -> SetCluster {
+        Self::launch(bins, set, n_allocs, StoreOptions::default(), (true, tune))
     }
 
     /// [`SetCluster::start`] with both: the store group started with
     /// `opts`, its AllocSvrs forwarding or not.
     pub fn start_opts_forwarding(
+        bins: Bins,
         set: SetSpec,
         n_allocs: usize,
         opts: StoreOptions,
         forward: bool,
     ) -> SetCluster {
-        Self::launch(set, n_allocs, opts, forward)
+        Self::launch(bins, set, n_allocs, opts, (forward, |_| {}))
     }
 
-    fn launch(set: SetSpec, n_allocs: usize, opts: StoreOptions, forward: bool) -> SetCluster {
+    fn launch(
+        bins: Bins,
+        set: SetSpec,
+        n_allocs: usize,
+        opts: StoreOptions,
+        (forward, tune): (bool, fn(&mut AllocNodeConfig)),
+    ) -> SetCluster {
         let initial = InitialAlloc::even_split(
             (0..n_allocs).map(|i| format!("alloc-{}", i + 1)),
             set.section_count(),
         );
-        let store = StoreCluster::start_opts(3, set, initial, opts);
+        let store = StoreCluster::start_opts(bins, 3, set, initial, opts);
         let mut c = SetCluster {
             store,
             alloc_addrs: Vec::new(),
@@ -657,6 +471,7 @@ impl SetCluster {
             resp_addrs: Vec::new(),
             http_addrs: Vec::new(),
             forward,
+            tune,
         };
         for _ in 0..n_allocs {
             c.add_alloc();
@@ -673,12 +488,59 @@ impl SetCluster {
             &self.store,
             &format!("alloc-{}", i + 1),
             (&addr, &resp, &http),
-            self.forward,
+            (self.forward, self.tune),
         ));
         self.alloc_addrs.push(addr);
         self.resp_addrs.push(resp);
         self.http_addrs.push(http);
         i
+    }
+
+    /// The door drills' faults: alloc-1 (first routed the first half of
+    /// the sections) paused (SIGSTOP) past its lease, so its sections
+    /// move, and woken; then alloc-2, owning everything by then, killed
+    /// (kill -9), so every section moves back. Returns when alloc-2 was
+    /// killed, after waiting long enough for that (two expiries and 1 s).
+    pub async fn pause_then_kill(&mut self) -> Instant {
+        let pid = self.allocs[0].pid().unwrap();
+        signal(pid, libc::SIGSTOP);
+        tokio::time::sleep(TEST_EXPIRY * 2).await;
+        signal(pid, libc::SIGCONT);
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        self.allocs[1].kill9();
+        let killed = Instant::now();
+        tokio::time::sleep(TEST_EXPIRY * 2 + Duration::from_secs(1)).await;
+        killed
+    }
+
+    /// Runs `seqctl --store <client planes> --store-admin <admin planes>
+    /// args…` against this set's store group, with `SEQCTL_DEV_DIR` in the
+    /// cluster's directory (so no local `seqsvr dev` cluster's files are
+    /// read), and prints what it said.
+    pub fn seqctl(&self, args: &[&str]) -> CtlRun {
+        let out = std::process::Command::new(self.store.bins.seqctl)
+            .arg("--store")
+            .arg(self.store.client_addrs.join(","))
+            .arg("--store-admin")
+            .arg(self.store.admin_addrs.join(","))
+            .args(args)
+            .env("SEQCTL_DEV_DIR", self.store.dir.path())
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        let run = CtlRun {
+            code: out.status.code(),
+            out: text(&out.stdout),
+            err: text(&out.stderr),
+        };
+        println!(
+            "$ seqctl {}: {:?}\n{}{}",
+            args.join(" "),
+            run.code,
+            run.out,
+            run.err
+        );
+        run
     }
 
     /// A client seeded with every AllocSvr.

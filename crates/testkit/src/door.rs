@@ -44,3 +44,35 @@ impl Door {
         }
     }
 }
+
+/// Every door of a set, as a client that knows them all: a call goes to
+/// the door that answered last, and on to the next while one refuses
+/// (`TRYAGAIN NOT_OWNER …`), hangs or drops the connection.
+pub struct Doors {
+    doors: Vec<Door>,
+    /// The door that answered last.
+    prefer: usize,
+}
+
+impl Doors {
+    /// The doors at `addrs`, none connected yet.
+    pub fn new(addrs: &[String]) -> Doors {
+        Doors {
+            doors: addrs.iter().map(|a| Door::new(a)).collect(),
+            prefer: 0,
+        }
+    }
+
+    /// `INCR key` through the first door that answers, or `None` if none
+    /// did.
+    pub async fn incr(&mut self, key: &str) -> Option<u64> {
+        for i in 0..self.doors.len() {
+            let d = (self.prefer + i) % self.doors.len();
+            if let Some(v) = self.doors[d].incr(key).await {
+                self.prefer = d;
+                return Some(v);
+            }
+        }
+        None
+    }
+}

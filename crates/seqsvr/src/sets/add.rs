@@ -12,8 +12,10 @@
 //!    by no set before, so no number was ever handed out for it: the
 //!    sections start at one step.
 
-use seqsvr_core::directory::sections_of;
-use seqsvr_core::{DirChange, DirSet, SetCall, SetId, SetKind, MAX_SECTIONS_PER_CALL};
+use seqsvr_core::directory::{sections_of, Directory};
+use seqsvr_core::{
+    DirChange, DirSet, SectionId, SetCall, SetId, SetKind, SetSpec, MAX_SECTIONS_PER_CALL,
+};
 use seqsvr_proto::store_read_client::StoreReadClient;
 use seqsvr_proto::{self as pb};
 
@@ -94,23 +96,62 @@ pub async fn add_set(
         return Err(Error::Refused("name the new set's stores (--store)".into()));
     }
     let dir = sets.directory().await?;
-    // A move into or out of the set is pending: its sections are frozen
-    // or half installed, and only that move may touch them. Finish it
-    // first (docs/architecture/sets.md, Set commands are checked against
-    // the directory).
-    if let Some(p) = dir.moving.filter(|p| p.from == id || p.to == id) {
-        return Err(Error::Refused(format!(
+    no_move_under_way(&dir, id)?;
+    let st = statuses(sets, stores).await?;
+    let spec = one_group(id, stores, &st)?;
+    let entry = DirSet {
+        spec: spec.clone(),
+        stores: stores.to_vec(),
+        admin: st.iter().map(|s| s.admin_addr.clone()).collect(),
+    };
+    new_or_same(&dir, &entry, &st)?;
+    let sections = sections_of(&spec, begin, end).map_err(|e| Error::Refused(e.to_string()))?;
+    let home = sets.home(&dir)?;
+    let (added, dir) = home
+        .change_directory(&DirChange::AddSet {
+            set: entry.clone(),
+            begin,
+            end,
+        })
+        .await?;
+    let copy_failed = sets.copy_everywhere(&dir).await;
+    // The new group judges the install by its copy: it must show the set.
+    sets.require_copies(&copy_failed, &[id], &format!("set {id}"))?;
+    let installed = install_added(sets, &entry, begin, end, sections).await?;
+    Ok(AddReport {
+        id,
+        begin,
+        end,
+        installed,
+        added,
+        directory_version: dir.version,
+        copy_failed,
+    })
+}
+
+/// Refuses while a move into or out of set `id` is pending: its sections
+/// are frozen or half installed, and only that move may touch them. Finish
+/// it first (docs/architecture/sets.md, Set commands are checked against
+/// the directory).
+fn no_move_under_way(dir: &Directory, id: SetId) -> Result<()> {
+    match dir.moving.filter(|p| p.from == id || p.to == id) {
+        Some(p) => Err(Error::Refused(format!(
             "move {} of [{}, {}) from set {} to set {} is under way (directory version {}): \
              finish it first (seqctl set move --range {}..{} --to {}), then add set {id} again",
             dir.move_id, p.begin, p.end, p.from, p.to, dir.version, p.begin, p.end, p.to
-        )));
+        ))),
+        None => Ok(()),
     }
-    let st = statuses(sets, stores).await?;
+}
+
+/// The set's spec, if the `stores` (answering `st`) are one group with a
+/// leader, configured for set `id`, and all its members.
+fn one_group(id: SetId, stores: &[String], st: &[pb::StoreStatus]) -> Result<SetSpec> {
     let spec = st[0]
         .set
         .as_ref()
         .ok_or_else(|| Error::Refused(format!("store {} has no set configured yet", stores[0])))?;
-    let spec = seqsvr_core::SetSpec::try_from(spec).map_err(Error::Refused)?;
+    let spec = SetSpec::try_from(spec).map_err(Error::Refused)?;
     if spec.set_id != id {
         return Err(Error::Refused(format!(
             "the stores serve set {}, not set {id} (check their config)",
@@ -118,7 +159,7 @@ pub async fn add_set(
         )));
     }
     let leader = st[0].leader_id;
-    for (a, s) in stores.iter().zip(&st) {
+    for (a, s) in stores.iter().zip(st) {
         if s.set.as_ref() != st[0].set.as_ref() || s.leader_id != leader || !s.has_leader {
             return Err(Error::Refused(format!(
                 "store {a} is not in one group with a leader alongside {} (set, leader differ)",
@@ -133,49 +174,53 @@ pub async fn add_set(
             stores.len()
         )));
     }
-    let entry = DirSet {
-        spec: spec.clone(),
-        stores: stores.to_vec(),
-        admin: st.iter().map(|s| s.admin_addr.clone()).collect(),
-    };
+    Ok(spec)
+}
+
+/// Refuses a set the directory lists otherwise, and a group that is not
+/// fresh for a set it does not list yet (a re-run of the same addition
+/// passes: it is listed as `entry`).
+fn new_or_same(dir: &Directory, entry: &DirSet, st: &[pb::StoreStatus]) -> Result<()> {
+    let id = entry.spec.set_id;
     let listed = dir.sets.get(&id);
-    if listed != Some(&entry) {
-        if listed.is_some() {
-            return Err(Error::Refused(format!(
-                "set {id} already exists with other stores or spec"
-            )));
-        }
-        let fresh = st.iter().all(|s| {
-            s.directory_version == 0
-                && s.placement.len() == 1
-                && s.placement[0].first_section == 0
-                && s.placement[0].end_section == spec.section_count()
-                && s.placement[0].kind == pb::PlaceKind::PlaceAbsent as i32
-        });
-        if !fresh {
-            return Err(Error::Refused(format!(
-                "the stores are not a fresh group for set {id}: they already serve sections or hold a directory"
-            )));
-        }
+    if listed == Some(entry) {
+        return Ok(());
     }
-    let sections = sections_of(&spec, begin, end).map_err(|e| Error::Refused(e.to_string()))?;
-    let home = sets.home(&dir)?;
-    let (added, dir) = home
-        .change_directory(&DirChange::AddSet {
-            set: entry.clone(),
-            begin,
-            end,
-        })
-        .await?;
-    let copy_failed = sets.copy_everywhere(&dir).await;
-    // The new group judges the install by its copy: it must show the set.
-    sets.require_copies(&copy_failed, &[id], &format!("set {id}"))?;
-    let client = sets.sets_client(&entry)?;
+    if listed.is_some() {
+        return Err(Error::Refused(format!(
+            "set {id} already exists with other stores or spec"
+        )));
+    }
+    let fresh = st.iter().all(|s| {
+        s.directory_version == 0
+            && s.placement.len() == 1
+            && s.placement[0].first_section == 0
+            && s.placement[0].end_section == entry.spec.section_count()
+            && s.placement[0].kind == pb::PlaceKind::PlaceAbsent as i32
+    });
+    if !fresh {
+        return Err(Error::Refused(format!(
+            "the stores are not a fresh group for set {id}: they already serve sections or hold a directory"
+        )));
+    }
+    Ok(())
+}
+
+/// Installs the added set's `sections` (of `[begin, end)`) at its group,
+/// a page at a time: the number of sections installed now.
+async fn install_added(
+    sets: &Sets,
+    entry: &DirSet,
+    begin: u64,
+    end: u64,
+    sections: std::ops::Range<SectionId>,
+) -> Result<u32> {
+    let client = sets.sets_client(entry)?;
     // An addition is no move: it carries no move id (borrowing the
     // directory version would let it pass for a move and block later
     // ones), and installs only sections never served here.
     let call = SetCall {
-        set: id,
+        set: entry.spec.set_id,
         move_id: 0,
         begin,
         end,
@@ -188,13 +233,5 @@ pub async fn add_set(
         installed += client.install(first, vec![0; n as usize], &call).await?;
         first += n;
     }
-    Ok(AddReport {
-        id,
-        begin,
-        end,
-        installed,
-        added,
-        directory_version: dir.version,
-        copy_failed,
-    })
+    Ok(installed)
 }

@@ -112,89 +112,103 @@ impl Arbiter {
         if now < office.since + wait || g.rebalanced.is_some_and(|t| now < t + interval) {
             return Vec::new();
         }
-        // Takers and givers alike: live, and neither draining, fenced nor
-        // stopped.
-        let mut held: BTreeMap<&AllocId, Vec<SectionId>> = (state.allocs.iter())
-            .filter(|(id, a)| {
-                !a.draining
-                    && !a.fenced
-                    && a.incarnation != 0
-                    && g.grants.get(*id).is_some_and(|l| now < l.at + l.lease)
-            })
-            .map(|(id, _)| (id, Vec::new()))
-            .collect();
-        if held.len() < 2 {
+        let grants = &g.grants;
+        let live = |id: &AllocId| grants.get(id).is_some_and(|l| now < l.at + l.lease);
+        let Some(held) = held_by_live(state, live) else {
             return Vec::new();
-        }
-        for (s, r) in state.sections.iter().enumerate() {
-            if state.placement.place_of(s as SectionId) != Place::Serving {
-                continue;
-            }
-            // Held means claimed by the owner's current process: a section
-            // routed but not yet claimed (after an `Assign`, or of a
-            // process that came back) is not served, so not handed off.
-            let claimed =
-                |o: &AllocId| (state.allocs.get(o)).is_some_and(|a| a.incarnation == r.incarnation);
-            match r
-                .owner
-                .as_ref()
-                .filter(|o| claimed(o))
-                .and_then(|o| held.get_mut(o))
-            {
-                Some(list) => list.push(s as SectionId),
-                // Failover, a first routing, a claim or a drain is under
-                // way.
-                None => return Vec::new(),
-            }
-        }
-        let total: usize = held.values().map(Vec::len).sum();
-        let n = held.len();
-        // Shares: the remainder goes to the most loaded, so no more moves
-        // than needed.
-        let mut order: Vec<(&AllocId, usize)> = held.iter().map(|(id, l)| (*id, l.len())).collect();
-        order.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        let share: BTreeMap<&AllocId, usize> = (order.iter().enumerate())
-            .map(|(i, (id, _))| (*id, total / n + usize::from(i < total % n)))
-            .collect();
-        let (most, least) = (order[0].1, order[n - 1].1);
-        if most <= least + 1 {
-            return Vec::new();
-        }
-        let mut needs: Vec<(&AllocId, usize)> = (order.iter().rev())
-            .filter(|(id, k)| *k < share[id])
-            .map(|(id, k)| (*id, share[id] - k))
-            .collect();
-        let mut budget = cfg.sections_per_interval as usize;
-        let mut batches = Vec::new();
-        for (from, k) in &order {
-            let extra = k.saturating_sub(share[from]);
-            if extra == 0 || budget == 0 {
-                continue;
-            }
-            let list = &held[from];
-            let give = extra.min(budget);
-            let mut moves = Vec::with_capacity(give);
-            for &s in &list[list.len() - give..] {
-                let Some((to, left)) = needs.iter_mut().find(|(_, left)| *left > 0) else {
-                    break;
-                };
-                *left -= 1;
-                moves.push((s, (*to).clone()));
-            }
-            budget -= moves.len();
-            if !moves.is_empty() {
-                batches.push(Batch {
-                    from: (*from).clone(),
-                    admin_addr: state.allocs[*from].admin_addr.clone(),
-                    moves,
-                });
-            }
-        }
+        };
+        let batches = deal(state, &held, cfg.sections_per_interval as usize);
         if !batches.is_empty() {
             g.rebalanced = Some(now);
         }
         batches
     }
+}
+
+/// The sections each live AllocSvr that may take sections holds (live,
+/// and neither draining, fenced nor stopped: takers and givers alike),
+/// or `None` when there are fewer than two of them or a served section is
+/// not held by one (a failover, a first routing, a claim or a drain is
+/// under way).
+fn held_by_live(
+    state: &SetState,
+    live: impl Fn(&AllocId) -> bool,
+) -> Option<BTreeMap<&AllocId, Vec<SectionId>>> {
+    let mut held: BTreeMap<&AllocId, Vec<SectionId>> = (state.allocs.iter())
+        .filter(|(id, a)| !a.draining && !a.fenced && a.incarnation != 0 && live(id))
+        .map(|(id, _)| (id, Vec::new()))
+        .collect();
+    if held.len() < 2 {
+        return None;
+    }
+    for (s, r) in state.sections.iter().enumerate() {
+        if state.placement.place_of(s as SectionId) != Place::Serving {
+            continue;
+        }
+        // Held means claimed by the owner's current process: a section
+        // routed but not yet claimed (after an `Assign`, or of a process
+        // that came back) is not served, so not handed off.
+        let claimed =
+            |o: &AllocId| (state.allocs.get(o)).is_some_and(|a| a.incarnation == r.incarnation);
+        let list = r
+            .owner
+            .as_ref()
+            .filter(|o| claimed(o))
+            .and_then(|o| held.get_mut(o))?;
+        list.push(s as SectionId);
+    }
+    Some(held)
+}
+
+/// The hand-offs that bring every AllocSvr in `held` within one of an
+/// even share, at most `budget` sections: the most loaded give their last
+/// sections (so runs stay long) to the least loaded. None when the most
+/// and least loaded differ by one or less.
+fn deal(state: &SetState, held: &BTreeMap<&AllocId, Vec<SectionId>>, budget: usize) -> Vec<Batch> {
+    let total: usize = held.values().map(Vec::len).sum();
+    let n = held.len();
+    // Shares: the remainder goes to the most loaded, so no more moves
+    // than needed.
+    let mut order: Vec<(&AllocId, usize)> = held.iter().map(|(id, l)| (*id, l.len())).collect();
+    order.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let share: BTreeMap<&AllocId, usize> = (order.iter().enumerate())
+        .map(|(i, (id, _))| (*id, total / n + usize::from(i < total % n)))
+        .collect();
+    let (most, least) = (order[0].1, order[n - 1].1);
+    if most <= least + 1 {
+        return Vec::new();
+    }
+    let mut needs: Vec<(&AllocId, usize)> = (order.iter().rev())
+        .filter(|(id, k)| *k < share[id])
+        .map(|(id, k)| (*id, share[id] - k))
+        .collect();
+    let mut budget = budget;
+    let mut batches = Vec::new();
+    for (from, k) in &order {
+        let extra = k.saturating_sub(share[from]);
+        if extra == 0 || budget == 0 {
+            continue;
+        }
+        let list = &held[from];
+        let give = extra.min(budget);
+        let mut moves = Vec::with_capacity(give);
+        for &s in &list[list.len() - give..] {
+            let Some((to, left)) = needs.iter_mut().find(|(_, left)| *left > 0) else {
+                break;
+            };
+            *left -= 1;
+            moves.push((s, (*to).clone()));
+        }
+        budget -= moves.len();
+        if !moves.is_empty() {
+            batches.push(Batch {
+                from: (*from).clone(),
+                admin_addr: state.allocs[*from].admin_addr.clone(),
+                moves,
+            });
+        }
+    }
+    batches
 }
 
 #[cfg(test)]

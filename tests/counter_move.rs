@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use seqsvr::ctl::counter::CounterAdmin;
 use seqsvr_core::{name_key, SetSpec, NAME_KEYS};
 use seqsvr_proto::{self as pb, CounterOp};
-use seqsvr_testkit::sets::seqctl;
+use seqsvr_testkit::sets::{seqctl, two_sets_of};
 use seqsvr_testkit::{Bins, SetCluster, StoreOptions};
 
 /// The binaries under test.
@@ -40,29 +40,9 @@ fn moved_name(prefix: &str) -> String {
 }
 
 async fn two_sets() -> (SetCluster, SetCluster) {
-    let opts = StoreOptions::default();
-    let a = SetCluster::start_opts_forwarding(BINS, spec(0, 4000), 2, opts.clone(), true);
-    let b = SetCluster::start_opts_forwarding(BINS, spec(1, 8000), 2, opts, true);
-    a.store.wait_ready(Duration::from_secs(30)).await;
-    b.store.wait_ready(Duration::from_secs(30)).await;
     let range = format!("{}..{}", NAME_KEYS.start + 4000, NAME_KEYS.start + 8000);
-    let stores = b.store.client_addrs.join(",");
-    let start = Instant::now();
-    let add = [
-        "set",
-        "add",
-        "--id",
-        "1",
-        "--range",
-        &range,
-        "--set-store",
-        &stores,
-    ];
-    while !seqctl(&a, &add).0 {
-        assert!(start.elapsed() < Duration::from_secs(60), "set add failed");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    (a, b)
+    let specs = (spec(0, 4000), spec(1, 8000));
+    two_sets_of(BINS, specs, &range, StoreOptions::default(), true).await
 }
 
 /// `seqctl set move` of the moved range to set 1, run until it succeeds

@@ -62,28 +62,41 @@ pub async fn two_sets_with(
     opts: StoreOptions,
     forward: bool,
 ) -> (SetCluster, SetCluster) {
-    let a = SetCluster::start_opts_forwarding(bins, set0(), 2, opts.clone(), forward);
-    let b = SetCluster::start_opts_forwarding(bins, set1(), 2, opts, forward);
+    two_sets_of(bins, (set0(), set1()), "2000..4000", opts, forward).await
+}
+
+/// Set `specs.0` (2 AllocSvrs) and set `specs.1` (2 AllocSvrs), the
+/// second added to the first's cluster for `added` (`BEGIN..END`) with
+/// `seqctl set add`, run until it succeeds; both store groups started
+/// with `opts`, the AllocSvrs forwarding or not.
+pub async fn two_sets_of(
+    bins: Bins,
+    specs: (SetSpec, SetSpec),
+    added: &str,
+    opts: StoreOptions,
+    forward: bool,
+) -> (SetCluster, SetCluster) {
+    let id = specs.1.set_id.to_string();
+    let a = SetCluster::start_opts_forwarding(bins, specs.0, 2, opts.clone(), forward);
+    let b = SetCluster::start_opts_forwarding(bins, specs.1, 2, opts, forward);
     a.store.wait_ready(Duration::from_secs(30)).await;
     b.store.wait_ready(Duration::from_secs(30)).await;
     let stores = b.store.client_addrs.join(",");
+    let add = [
+        "set",
+        "add",
+        "--id",
+        &id,
+        "--range",
+        added,
+        "--set-store",
+        &stores,
+    ];
     let start = Instant::now();
     loop {
         // Set 0 records its own store addresses in the directory within
         // a few seconds of starting; until then `set add` says so.
-        let (ok, out) = seqctl(
-            &a,
-            &[
-                "set",
-                "add",
-                "--id",
-                "1",
-                "--range",
-                "2000..4000",
-                "--set-store",
-                &stores,
-            ],
-        );
+        let (ok, out) = seqctl(&a, &add);
         if ok {
             break;
         }

@@ -281,8 +281,8 @@ pub struct Incrs {
     /// A run of `INCR`s of this one name, and how many.
     name: Option<(Bytes, u64)>,
     /// A run of `SEQ.ID`s of this one namespace: each command's count,
-    /// their sum at most [`MAX_IDS`].
-    ids: Option<(String, Vec<u64>)>,
+    /// and their sum (at most [`MAX_IDS`]).
+    ids: Option<(String, Vec<u64>, u64)>,
 }
 
 impl Incrs {
@@ -303,9 +303,10 @@ impl Incrs {
             Op::Ids(ns, n) => {
                 self.uids.is_empty()
                     && self.name.is_none()
-                    && self.ids.as_ref().is_none_or(|(m, counts)| {
-                        m == ns && counts.iter().sum::<u64>() + n <= MAX_IDS
-                    })
+                    && self
+                        .ids
+                        .as_ref()
+                        .is_none_or(|(m, _, total)| m == ns && total + n <= MAX_IDS)
             }
             _ => false,
         }
@@ -320,8 +321,11 @@ impl Incrs {
                 None => self.name = Some((n, 1)),
             },
             Op::Ids(ns, n) => match &mut self.ids {
-                Some((_, counts)) => counts.push(n),
-                None => self.ids = Some((ns, vec![n])),
+                Some((_, counts, total)) => {
+                    counts.push(n);
+                    *total += n;
+                }
+                None => self.ids = Some((ns, vec![n], n)),
             },
             _ => debug_assert!(false, "not a command that waits in a run"),
         }
@@ -336,8 +340,8 @@ impl Incrs {
         if let Some((name, k)) = self.name.take() {
             incr_name(b, &name, k, out).await;
         }
-        if let Some((ns, counts)) = self.ids.take() {
-            ids_run(b, &ns, &counts, out).await;
+        if let Some((ns, counts, total)) = self.ids.take() {
+            ids_run(b, &ns, &counts, total, out).await;
         }
     }
 }
@@ -349,12 +353,17 @@ impl Incrs {
 /// refused (or answering a wrong number of ids) is asked again one
 /// command at a time, so that each error is exactly what that command
 /// alone would get.
-async fn ids_run<B: Backend>(b: &B, ns: &str, counts: &[u64], out: &mut Vec<Result<Reply, Fail>>) {
+async fn ids_run<B: Backend>(
+    b: &B,
+    ns: &str,
+    counts: &[u64],
+    total: u64,
+    out: &mut Vec<Result<Reply, Fail>>,
+) {
     if let [n] = counts {
         out.push(run_ids(b, ns, *n).await);
         return;
     }
-    let total: u64 = counts.iter().sum();
     match b.next_ids(ns, total).await {
         Ok(ids) if ids.len() as u64 == total => {
             let mut rest = &ids[..];

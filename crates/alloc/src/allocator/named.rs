@@ -236,29 +236,19 @@ impl Allocator {
     }
 
     /// [`want_room_above`](Self::want_room_above), then waits (up to
-    /// `deadline`) for the raise to land: true once the ceiling here is
-    /// above `floor`, so a call for the name is served from memory.
+    /// `deadline`) for the raise to land, as a caller that found the
+    /// section exhausted waits: true once the ceiling here is above
+    /// `floor`, so a call for the name is served from memory.
     pub async fn room_above(&self, section: SectionId, floor: u64, deadline: Instant) -> bool {
-        loop {
-            // The notifier is never freed; registered before asking, so a
-            // raise landing in between is not missed.
-            let Some(changed) = self.slot(section).and_then(SectionSlot::changed) else {
-                return false;
-            };
-            let mut changed = std::pin::pin!(changed.notified());
-            changed.as_mut().enable();
-            let Some(slot) = self.slot(section) else {
-                return false;
-            };
-            match slot.want_above(floor, || self.queue_raise(section, true)) {
-                Some(true) => return true,
-                None => return false,
-                Some(false) => {}
-            }
-            if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                return false;
-            }
-        }
+        let attempt = || match self
+            .slot(section)
+            .map(|slot| slot.want_above(floor, || self.queue_raise(section, true)))
+        {
+            Some(Some(true)) => Ok(()),
+            Some(Some(false)) => Err(AllocError::Exhausted { section }),
+            _ => Err(AllocError::NotOwner { section }),
+        };
+        self.retry_exhausted(deadline, attempt).await.is_ok()
     }
 
     /// Replaces the declarations of `section` with the store's, before a

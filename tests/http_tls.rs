@@ -59,14 +59,8 @@ async fn https(
     // The server closes after answering (`Connection: close`); a TLS
     // peer that closes without close_notify is still an answer here.
     let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    Ok((status, body.to_string()))
+    let (status, _, body) = seqsvr_testkit::node::http_answer(&out);
+    Ok((status, body))
 }
 
 fn get(path: &str) -> String {

@@ -136,7 +136,13 @@ pub async fn http_raw(addr: &str, req: &[u8]) -> (u16, String, String) {
     s.write_all(req).await.unwrap();
     let mut out = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
-    let text = String::from_utf8_lossy(&out).into_owned();
+    http_answer(&out)
+}
+
+/// An HTTP answer read whole, taken apart: (status, head, body); status 0
+/// if there is none.
+pub fn http_answer(out: &[u8]) -> (u16, String, String) {
+    let text = String::from_utf8_lossy(out).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let status = head
         .split_whitespace()

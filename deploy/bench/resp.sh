@@ -3,7 +3,7 @@
 # same client (redis-benchmark). See docs/benchmarks.md, "The
 # Redis-protocol door vs Redis".
 #
-#   deploy/bench/resp.sh [-n REQUESTS] [--rounds R] [--forwarded] [--names] [--instructions] [--ids N]
+#   deploy/bench/resp.sh [-n REQUESTS] [--rounds R] [--pin] [--spin US] [--forwarded] [--names|--names-fixed] [--instructions] [--ids N]
 #
 # Builds the release `seqsvr` binary (or takes $SEQSVR_BIN), starts in a
 # temp dir a seqsvr cluster — 3 store replicas and one AllocSvr owning
@@ -16,6 +16,14 @@
 # started. Installs redis-server and redis-tools with apt-get if missing.
 #
 # --rounds R      every shape R times (the sides back to back each time).
+# --pin           servers on CPU 0, the client on CPU 1 (taskset; every
+#                 thread of every seqsvr process and of Redis): each side
+#                 gets one core of its own and the client the other, so
+#                 neither competes with the client for a core and the
+#                 scheduler's placement does not decide the figures.
+# --spin US       every door busy-polls US microseconds after a round
+#                 before it sleeps (`spin_us` in [resp], off by default;
+#                 docs/operations.md).
 # --forwarded     also a second cluster of two AllocSvrs, alloc-1 owning
 #                 uids [0, 500 000) and alloc-2 the rest, driven through
 #                 alloc-1's door with keys over all 1 M uids: half the
@@ -28,7 +36,12 @@
 #                 claim: one hot name pipelined (-c 50 -P 16 INCR name:hot)
 #                 against Redis INCR on one key, and 10^6 distinct names
 #                 (-c 50 -r 1000000 INCR name:__rand_int__) against Redis
-#                 on the same keys.
+#                 on the same keys. The hot name runs 5 x REQUESTS, past
+#                 the section's first grant, so its raises are in the
+#                 figure. The names set is served as docs/counters.md
+#                 advises for hot names: set step 640 000, the AllocSvr's
+#                 adaptive steps from 10 000.
+# --names-fixed   --names with the names set at a fixed step of 10 000.
 # --instructions  no timing: the single owner's AllocSvr (and with
 #                 --names the names set's) and Redis run under valgrind's
 #                 callgrind, and each shape prints the instructions each
@@ -49,6 +62,9 @@ N=200000
 ROUNDS=1
 FWD=0
 NAMES=0
+NAMES_FIXED=0
+PIN=0
+SPIN=0
 INSTR=0
 IDS=0
 while [ $# -gt 0 ]; do
@@ -57,9 +73,12 @@ while [ $# -gt 0 ]; do
         --rounds) ROUNDS="$2"; shift 2 ;;
         --forwarded) FWD=1; shift ;;
         --names) NAMES=1; shift ;;
+        --names-fixed) NAMES=1; NAMES_FIXED=1; shift ;;
         --instructions) INSTR=1; shift ;;
+        --pin) PIN=1; shift ;;
+        --spin) SPIN="$2"; shift 2 ;;
         --ids) IDS="$2"; shift 2 ;;
-        *) echo "usage: $0 [-n REQUESTS] [--rounds R] [--forwarded] [--names] [--instructions] [--ids N]" >&2; exit 2 ;;
+        *) echo "usage: $0 [-n REQUESTS] [--rounds R] [--pin] [--spin US] [--forwarded] [--names|--names-fixed] [--instructions] [--ids N]" >&2; exit 2 ;;
     esac
 done
 
@@ -101,7 +120,7 @@ port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); 
 
 # The set start_set starts: its id, span and whether it is added to a
 # running cluster (set 0's) rather than the cluster's first.
-SET_ID=0 SET_BEGIN=0 SET_END=1000000 ADDED=false
+SET_ID=0 SET_BEGIN=0 SET_END=1000000 ADDED=false SET_STEP=10000 ALLOC_EXTRA=""
 
 # start_set NAME "ALLOC:FIRST:COUNT …" [UNDER…]: 3 store replicas and the
 # AllocSvrs named (each owning COUNT sections from FIRST, its door on);
@@ -124,8 +143,8 @@ start_set() {
             for m in 1 2 3; do
                 printf '[[members]]\nid = %s\naddr = "127.0.0.1:%s"\n' "$m" "${sp[$m]}"
             done
-            printf '[set]\nset_id = %s\nuid_begin = "%s"\nuid_end = "%s"\nsection_size = 100000\nstep = 10000\n' \
-                "$SET_ID" "$SET_BEGIN" "$SET_END"
+            printf '[set]\nset_id = %s\nuid_begin = "%s"\nuid_end = "%s"\nsection_size = 100000\nstep = %s\n' \
+                "$SET_ID" "$SET_BEGIN" "$SET_END" "$SET_STEP"
             for a in $allocs; do
                 IFS=: read -r id first count <<<"$a"
                 printf '[[allocs]]\nid = "%s"\nfirst = %s\ncount = %s\n' "$id" "$first" "$count"
@@ -141,17 +160,21 @@ start_set() {
     for a in $allocs; do
         i=$((i + 1))
         IFS=: read -r id first count <<<"$a"
-        local door
+        local door metrics
         door=$(port)
+        metrics=$(port)
         cat >"$d/$id.toml" <<TOML
 id = "$id"
+metrics_addr = "127.0.0.1:$metrics"
 addr = "127.0.0.1:$(port)"
 peer_addr = "127.0.0.1:$(port)"
 admin_addr = "127.0.0.1:$(port)"
 store = ["127.0.0.1:${sp[1]}", "127.0.0.1:${sp[2]}", "127.0.0.1:${sp[3]}"]
 [resp]
 addr = "127.0.0.1:$door"
+spin_us = $SPIN
 TOML
+        [ -n "$ALLOC_EXTRA" ] && printf '%b' "$ALLOC_EXTRA" >>"$d/$id.toml"
         if [ "$i" = 1 ] && [ $# -gt 0 ]; then
             "$@" "$BIN" alloc --config "$d/$id.toml" >"$d/$id.log" 2>&1 &
         else
@@ -160,6 +183,7 @@ TOML
         [ "$i" = 1 ] && printf -v "ALLOCPID_$name" '%s' "$!"
         PIDS+=($!)
         printf -v "DOOR_${name}_$i" '%s' "$door"
+        printf -v "METRICS_${name}_$i" '%s' "$metrics"
     done
 }
 
@@ -190,8 +214,13 @@ start_set one "alloc-1:0:10" "${UNDER[@]}"
 [ "$FWD" = 1 ] && start_set two "alloc-1:0:5 alloc-2:5:5"
 if [ "$NAMES" = 1 ]; then
     SET_ID=2 SET_BEGIN="${NAMES_SPAN[0]}" SET_END="${NAMES_SPAN[1]}" ADDED=true
+    if [ "$NAMES_FIXED" = 0 ]; then
+        # Served as docs/counters.md advises for hot names: adaptive
+        # steps from 10 000 up to the set's step.
+        SET_STEP=640000 ALLOC_EXTRA='[adaptive_steps]\nbase_step = 10000\n'
+    fi
     start_set names "alloc-n:0:12" "${UNDER[@]}"
-    SET_ID=0 SET_BEGIN=0 SET_END=1000000 ADDED=false
+    SET_ID=0 SET_BEGIN=0 SET_END=1000000 ADDED=false SET_STEP=10000 ALLOC_EXTRA=""
 fi
 
 REDIS_PORT=$(port)
@@ -228,9 +257,20 @@ SHAPES=("-c 1" "-c 50" "-c 50 -P 16")
 # One redis-benchmark run against port $1 (then its options): prints
 # "rps p50 p99". KEY is the INCR's key.
 KEY='seq:__rand_int__'
+CLIENT=()
+if [ "$PIN" = 1 ]; then
+    [ "$(nproc)" -ge 2 ] || { echo "resp.sh: --pin needs 2 cores" >&2; exit 2; }
+    for p in "${PIDS[@]}"; do taskset -a -p -c 0 "$p" >/dev/null; done
+    CLIENT=(taskset -c 1)
+    echo "pinned: every server process on CPU 0, redis-benchmark on CPU 1"
+fi
+if [ "$SPIN" != 0 ]; then
+    echo "spin: every door busy-polls ${SPIN} us after a round (spin_us)"
+fi
+
 bench() {
     local p="$1"; shift
-    redis-benchmark -h 127.0.0.1 -p "$p" -r 1000000 -n "$N" "$@" --csv INCR "$KEY" 2>/dev/null |
+    "${CLIENT[@]}" redis-benchmark -h 127.0.0.1 -p "$p" -r 1000000 -n "$N" "$@" --csv INCR "$KEY" 2>/dev/null |
         awk -F'","' 'NR==2 { print $2, $5, $7 }'
 }
 
@@ -302,6 +342,15 @@ if [ "$INSTR" = 1 ]; then
     exit 0
 fi
 
+# Raises and raise waits of the AllocSvr whose metrics are on port $1.
+raises() {
+    curl -s "http://127.0.0.1:$1/metrics" | awk '
+        /^seqsvr_alloc_raises_applied_total/ { r += $2 }
+        /^seqsvr_alloc_raise_waits_total/ { w += $2 }
+        /^seqsvr_alloc_raise_wait_timeouts_total/ { t += $2 }
+        END { printf "%d raises, %d callers waited on one, %d waits ran out\n", r, w, t }'
+}
+
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 
 if [ "$IDS" != 0 ]; then
@@ -314,7 +363,7 @@ if [ "$IDS" != 0 ]; then
     cmd() {
         local p="$1" shape="$2"; shift 2
         # shellcheck disable=SC2086
-        redis-benchmark -h 127.0.0.1 -p "$p" -r 1000000 -n "$N" $shape --csv "$@" 2>/dev/null |
+        "${CLIENT[@]}" redis-benchmark -h 127.0.0.1 -p "$p" -r 1000000 -n "$N" $shape --csv "$@" 2>/dev/null |
             awk -F'","' 'NR==2 { print $2, $5, $7 }'
     }
     cmd "$DOOR_one_1" "-c 1" SEQ.ID bench "$IDS" >/dev/null # claims the worker id
@@ -371,15 +420,19 @@ if [ "$NAMES" = 1 ]; then
         printf "%-34s %10s %13s   %10s %13s   %7s\n" shape "seqsvr r/s" "p50/p99 ms" "redis r/s" "p50/p99 ms" ratio
         for spec in "name:hot|-c 50 -P 16" "name:__rand_int__|-c 50"; do
             KEY="${spec%%|*}" shape="${spec#*|}"
+            n="$N"
+            [ "$KEY" = name:hot ] && n=$((N * 5))
             # shellcheck disable=SC2086
-            read -r s_rps s_p50 s_p99 <<<"$(bench "$DOOR_names_1" $shape)"
+            read -r s_rps s_p50 s_p99 <<<"$(N=$n bench "$DOOR_names_1" $shape)"
             # shellcheck disable=SC2086
-            read -r r_rps r_p50 r_p99 <<<"$(bench "$REDIS_PORT" $shape)"
+            read -r r_rps r_p50 r_p99 <<<"$(N=$n bench "$REDIS_PORT" $shape)"
             printf "%-34s %10s %13s   %10s %13s   %6sx\n" "$shape INCR $KEY" \
                 "$s_rps" "$s_p50/$s_p99" "$r_rps" "$r_p50/$r_p99" "$(ratio "$s_rps" "$r_rps")"
         done
     done
     KEY='seq:__rand_int__'
+    echo
+    echo "names AllocSvr: $(raises "$METRICS_names_1")"
 fi
 echo
 echo "door: $(redis-cli -p "$DOOR_one_1" INFO stats | tr -d '\r' | grep total_commands_processed)"

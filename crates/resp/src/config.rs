@@ -62,6 +62,9 @@ pub struct DoorConfig {
     pub max_query_buffer: usize,
     /// The version `INFO` and `HELLO` report.
     pub version: String,
+    /// How long the door's thread keeps polling after a round before it
+    /// sleeps (`crate::spin`); zero: it sleeps at once.
+    pub spin: std::time::Duration,
 }
 
 /// The default `max_connections` (Redis's default `maxclients`).
@@ -88,6 +91,7 @@ impl Default for DoorConfig {
             max_pipeline: DEFAULT_MAX_PIPELINE,
             max_query_buffer: DEFAULT_MAX_QUERY_BUFFER,
             version: REDIS_VERSION.to_string(),
+            spin: std::time::Duration::ZERO,
         }
     }
 }

@@ -21,6 +21,7 @@
 //! - [`server`]: the listener and the connections' read/answer/write
 //!   rounds.
 //! - [`state`]: the door's shared state and a connection's session.
+//! - [`spin`]: busy-polling between rounds, when configured.
 //! - [`keys`]: keys to uids. [`backend`]: what the door serves from.
 //!   [`config`]: limits, credentials. [`metrics`]: Prometheus counters.
 
@@ -33,6 +34,7 @@ pub mod metrics;
 pub mod parse;
 pub mod reply;
 pub mod server;
+pub mod spin;
 pub mod split;
 pub mod state;
 

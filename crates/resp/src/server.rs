@@ -23,12 +23,14 @@ use crate::backend::Backend;
 use crate::conn::{Conn, Ctx};
 use crate::parse::{Parsed, Parser};
 use crate::reply::Reply;
+use crate::spin::Spinner;
 
 /// How long a TLS handshake may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves the door on `listener` until `shutdown` resolves: every
-/// connection on a task of its own (TLS first if `tls` is given).
+/// connection on a task of its own (TLS first if `tls` is given), and the
+/// spinner if `spin` is configured (`crate::spin`).
 pub async fn serve<B: Backend>(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
@@ -37,6 +39,7 @@ pub async fn serve<B: Backend>(
     shutdown: impl Future<Output = ()>,
 ) {
     let mut shutdown = std::pin::pin!(shutdown);
+    let _spinner = Spinner::start(&ctx.activity, ctx.cfg.spin);
     loop {
         let (tcp, peer) = tokio::select! {
             _ = &mut shutdown => return,
@@ -156,6 +159,9 @@ where
         }
         if stream.write_all(&out).await.is_err() {
             return;
+        }
+        if !cfg.spin.is_zero() {
+            ctx.activity.round();
         }
         if broken.is_some() || conn.session.close {
             let _ = stream.shutdown().await;

@@ -45,6 +45,8 @@ pub struct Ctx {
     /// (the last: unknown names), looked up once: a label lookup hashes
     /// and locks, which is most of a command's bookkeeping otherwise.
     per_command: OnceLock<Vec<IntCounter>>,
+    /// Rounds answered, for the spinner (`crate::spin`).
+    pub activity: std::sync::Arc<crate::spin::Activity>,
 }
 
 impl Ctx {
@@ -63,6 +65,7 @@ impl Ctx {
             max_count: backend.max_count(),
             max_batch: backend.max_batch(),
             per_command: OnceLock::new(),
+            activity: Default::default(),
         }
     }
 

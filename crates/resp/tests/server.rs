@@ -298,6 +298,42 @@ async fn handshakes_as_clients_send_them() {
     );
 }
 
+/// A door that spins between rounds answers as one that sleeps, and
+/// sleeps once its clients stop (`spin_us`).
+#[tokio::test(flavor = "current_thread")]
+async fn a_spinning_door_answers_in_order_and_sleeps_when_idle() {
+    let cfg = DoorConfig {
+        spin: Duration::from_millis(5),
+        ..DoorConfig::default()
+    };
+    let (addr, backend, ctx) = door(cfg).await;
+    let mut c = client(addr, false).await;
+    for want in 1..=200i64 {
+        let v: i64 = c.incr("seq:7", 1).await.unwrap();
+        assert_eq!(v, want);
+    }
+    let mut pipe = redis::pipe();
+    for _ in 0..16 {
+        pipe.incr("seq:7", 1);
+    }
+    let vs: Vec<i64> = pipe.query_async(&mut c).await.unwrap();
+    assert_eq!(vs, (201..=216).collect::<Vec<_>>());
+    assert_eq!(backend.cur.lock().unwrap().get(&7), Some(&216));
+    let t0 = std::time::Instant::now();
+    while !ctx.activity.parked() {
+        assert!(t0.elapsed() < Duration::from_secs(5), "never slept while idle");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let parks = ctx.activity.parks();
+    let v: i64 = c.incr("seq:7", 1).await.unwrap();
+    assert_eq!(v, 217);
+    // Woken by that round, it spins, then sleeps again.
+    while ctx.activity.parks() == parks {
+        assert!(t0.elapsed() < Duration::from_secs(5), "a round never woke the sleeping spinner");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 #[tokio::test]
 async fn auth_as_redis_words_it() {
     let cfg = DoorConfig {

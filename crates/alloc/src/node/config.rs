@@ -643,6 +643,10 @@ raise_ahead_fraction = 0.25
                 "[resp]\naddr = \"127.0.0.1:0\"\nmax_bulk = 1\n",
                 "resp.max_bulk",
             ),
+            (
+                "[resp]\naddr = \"127.0.0.1:0\"\nspin_us = 10001\n",
+                "resp.spin_us",
+            ),
         ] {
             assert_eq!(key_of(&format!("{GOOD}{extra}")), key, "{extra}");
         }

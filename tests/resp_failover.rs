@@ -46,7 +46,23 @@ fn start_clients(doors: &[String], clients: u64) -> Workload {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn incr_through_the_door_across_a_pause_and_a_kill() {
-    let mut cluster = SetCluster::start(BINS, set(), 2);
+    drill(SetCluster::start(BINS, set(), 2)).await;
+}
+
+/// The same drill with both doors busy-polling between rounds
+/// (`spin_us`): a door that never sleeps while its clients come, paused
+/// and killed in the middle of its spin, answers the same numbers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spinning_door_across_a_pause_and_a_kill() {
+    drill(SetCluster::start_tuned(BINS, set(), 2, |cfg| {
+        if let Some(door) = cfg.resp.as_mut() {
+            door.spin_us = 200;
+        }
+    }))
+    .await;
+}
+
+async fn drill(mut cluster: SetCluster) {
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;
     let drill = start_clients(&cluster.resp_addrs, 8);

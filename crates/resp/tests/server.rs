@@ -321,7 +321,10 @@ async fn a_spinning_door_answers_in_order_and_sleeps_when_idle() {
     assert_eq!(backend.cur.lock().unwrap().get(&7), Some(&216));
     let t0 = std::time::Instant::now();
     while !ctx.activity.parked() {
-        assert!(t0.elapsed() < Duration::from_secs(5), "never slept while idle");
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "never slept while idle"
+        );
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let parks = ctx.activity.parks();
@@ -329,7 +332,10 @@ async fn a_spinning_door_answers_in_order_and_sleeps_when_idle() {
     assert_eq!(v, 217);
     // Woken by that round, it spins, then sleeps again.
     while ctx.activity.parks() == parks {
-        assert!(t0.elapsed() < Duration::from_secs(5), "a round never woke the sleeping spinner");
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "a round never woke the sleeping spinner"
+        );
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }

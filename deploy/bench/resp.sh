@@ -254,9 +254,7 @@ echo "redis: AOF everysec ($(redis-cli -p "$REDIS_PORT" CONFIG GET appendfsync |
 
 SHAPES=("-c 1" "-c 50" "-c 50 -P 16")
 
-# One redis-benchmark run against port $1 (then its options): prints
-# "rps p50 p99". KEY is the INCR's key.
-KEY='seq:__rand_int__'
+# The client's prefix: taskset onto CPU 1 with --pin.
 CLIENT=()
 if [ "$PIN" = 1 ]; then
     [ "$(nproc)" -ge 2 ] || { echo "resp.sh: --pin needs 2 cores" >&2; exit 2; }
@@ -268,6 +266,9 @@ if [ "$SPIN" != 0 ]; then
     echo "spin: every door busy-polls ${SPIN} us after a round (spin_us)"
 fi
 
+# One redis-benchmark run against port $1 (then its options): prints
+# "rps p50 p99". KEY is the INCR's key.
+KEY='seq:__rand_int__'
 bench() {
     local p="$1"; shift
     "${CLIENT[@]}" redis-benchmark -h 127.0.0.1 -p "$p" -r 1000000 -n "$N" "$@" --csv INCR "$KEY" 2>/dev/null |

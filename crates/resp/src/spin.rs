@@ -51,7 +51,7 @@ impl Activity {
         }
     }
 
-    /// Whether the spinner waits now (for tests and `INFO`).
+    /// Whether the spinner waits now.
     pub fn parked(&self) -> bool {
         self.parked.load(Relaxed)
     }

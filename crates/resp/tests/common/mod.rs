@@ -170,3 +170,15 @@ pub async fn client(addr: SocketAddr, resp3: bool) -> redis::aio::MultiplexedCon
         .await
         .unwrap()
 }
+
+/// Waits (up to 5 s) until `f` holds.
+pub async fn eventually(what: &str, f: impl Fn() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !f() {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(5),
+            "never: {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+}

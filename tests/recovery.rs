@@ -4,13 +4,17 @@
 //! after the recovery, and the per-uid checker looks at every answer the
 //! clients received across both (promise 1: 0 repeats, 0 regressions).
 //! The restore is refused without a margin, and a margin too small is
-//! shown to repeat numbers: the check can fail.
+//! shown to repeat numbers: the check can fail. Time-ordered ids come
+//! back too, above every id the lost group issued, borrowed ticks and
+//! worker ids first claimed after the backup included.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use seqsvr_client::SeqClient;
 use seqsvr_core::checker::Observation;
+use seqsvr_core::ids::Layout;
+use seqsvr_testkit::ids::{create_namespace, draw_direct, Calls};
 use seqsvr_testkit::Bins;
 use seqsvr_testkit::{
     assert_monotonic, small_set, start_spread_workload, Proc, SetCluster, Workload, SMALL_STEP,
@@ -279,4 +283,89 @@ async fn a_replica_that_lost_its_disk_refuses_its_old_id() {
     );
     obs.extend(after);
     assert_monotonic(&obs, || s.store.logs());
+}
+
+/// Draws ids of `ns` from every AllocSvr of `s` at once, one a call, for
+/// `d`; returns what each received.
+async fn draw_ids(s: &SetCluster, ns: &'static str, d: Duration) -> Vec<u64> {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let drawn: Vec<(Calls, _)> = (s.alloc_addrs.iter())
+        .map(|a| draw_direct(a.clone(), ns, 1, stop.clone()))
+        .collect();
+    tokio::time::sleep(d).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut ids = Vec::new();
+    for (calls, task) in drawn {
+        task.await.unwrap();
+        let calls = calls.lock().unwrap();
+        let got: Vec<u64> = calls.iter().flat_map(|c| c.ids.clone()).collect();
+        assert!(
+            !got.is_empty(),
+            "an AllocSvr issued no id\n{}",
+            s.store.logs()
+        );
+        ids.extend(got);
+    }
+    ids
+}
+
+/// Ids across a disaster (docs/operations.md, Backup and disaster
+/// recovery): a namespace of 1 s ticks, 2 ids a tick and a 10 s window,
+/// so that callers drawing fast run up to 10 ticks ahead of the clock
+/// (borrowed) and raise the ceilings past the backup's. Before the backup
+/// only the first AllocSvr issues; after it both do, so the second's
+/// worker id has no record in the backup. Everything lost, restored at
+/// once: the namespace is back, and every id issued after the restore is
+/// above every id issued before it.
+///
+/// Without the backup's namespaces the ids after the restore are refused
+/// ("no such id namespace"); with them but without the restore's margin
+/// of time (the ceilings as backed up, the second worker id from 0), the
+/// new holders issue ticks the lost group had already issued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn id_namespaces_come_back_above_every_id_the_lost_group_issued() {
+    let mut s = SetCluster::start(BINS, small_set(), 2);
+    let mut layout = Layout::twitter();
+    layout.seq_bits = 1;
+    layout.unit_ms = 1000;
+    create_namespace(&s, "t", &layout, 10_000).await;
+    let c = s.client().await;
+    s.wait_serving(&c).await;
+    let mut before = Vec::new();
+    for _ in 0..4 {
+        before.extend(c.next_ids("t", 1).await.expect("an id before the backup"));
+    }
+    let file = s.store.dir.path().join("set-0.backup");
+    let (ok, out, err) = seqctl(&s, &["store", "backup", "--out", file.to_str().unwrap()]);
+    assert!(ok && out.contains("1 id namespace"), "backup: {out}{err}");
+    // The lost group goes on past the backup's ceilings.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    before.extend(draw_ids(&s, "t", Duration::from_secs(2)).await);
+    lose_everything(&mut s);
+    restore_all(&mut s, &file, &["--margin", "1000000"]);
+    s.store.wait_ready(Duration::from_secs(30)).await;
+    let after = draw_ids(&s, "t", Duration::from_secs(3)).await;
+    let top = |ids: &[u64]| ids.iter().copied().max().unwrap();
+    let low = |ids: &[u64]| ids.iter().copied().min().unwrap();
+    let tick = |id: u64| id >> (layout.worker_bits + layout.seq_bits);
+    println!(
+        "{} ids before (ticks up to {}), {} after (ticks from {})",
+        before.len(),
+        tick(top(&before)),
+        after.len(),
+        tick(low(&after))
+    );
+    let mut all: Vec<u64> = before.iter().chain(&after).copied().collect();
+    all.sort_unstable();
+    let n = all.len();
+    all.dedup();
+    assert_eq!(all.len(), n, "{} ids issued twice", n - all.len());
+    assert!(
+        low(&after) > top(&before),
+        "an id after the restore ({}, tick {}) is not above the last before it ({}, tick {})",
+        low(&after),
+        tick(low(&after)),
+        top(&before),
+        tick(top(&before))
+    );
 }

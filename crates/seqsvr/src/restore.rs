@@ -60,12 +60,16 @@ pub fn describe(b: &Backup, now_unix_ms: u64) -> String {
         .map(|r| r.max_seq)
         .max()
         .unwrap_or(0);
+    let count = |n: u32, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
     format!(
-        "backup of set {} at log index {} (term {}): {} sections, highest ceiling {}, taken {:.1} s ago",
+        "backup of set {} at log index {} (term {}): {} sections, {}, {}, highest ceiling {}, \
+         taken {:.1} s ago",
         h.set_id,
         h.log_index,
         h.log_term,
         h.sections,
+        count(h.counters, "declared counter"),
+        count(h.ids, "id namespace"),
         top,
         b.age_ms(now_unix_ms) as f64 / 1e3
     )

@@ -8,22 +8,25 @@
 //!
 //! ```text
 //! seqsvr-backup
-//! format 2
+//! format 3
 //! set 0
 //! log_index 1234
 //! log_term 3
 //! leader_time_unix_ms 1767225600000
 //! sections 100
 //! counters 12
+//! ids 2
 //!
-//! <codec-encoded (SetState, Counters)>
+//! <codec-encoded (SetState, Counters, IdSpaces)>
 //! ```
 //!
-//! Format 2 carries the declared counters (docs/counters.md), which the
-//! state's own encoding leaves out (the store keeps them as records of
-//! their own); format 1, written before, has no `counters` line and
-//! encodes the state alone. Both are read; a format-1 backup restores no
-//! declarations.
+//! Format 3 carries the declared counters (docs/counters.md) and the id
+//! namespaces (docs/ids.md), which the state's own encoding leaves out
+//! (the store keeps them as records of their own). Format 2, written
+//! before, has no `ids` line and encodes the state and the counters;
+//! format 1 has no `counters` line either and encodes the state alone.
+//! All three are read; a format-2 backup restores no id namespaces, a
+//! format-1 backup no declarations either.
 //!
 //! A backup is old the moment it is written: the group went on raising
 //! ceilings. Restoring it as it is would hand out again every number given
@@ -31,20 +34,29 @@
 //! by a safety margin the operator states, either in numbers or as the
 //! fastest rate any section's ceiling grows, times the backup's age; no
 //! plan exists without one ([`RestoreError::MissingMargin`]).
+//!
+//! Id namespaces get a margin of time instead ([`restored_ids`]): every
+//! worker id's ceiling is raised to at least two of its namespace's
+//! windows past the restoring leader's clock, above any tick the lost
+//! group may have raised a ceiling to since the backup.
 
 use seqsvr_core::mover::COUNTERS_PER_CALL;
 use seqsvr_core::{codec, LeaseTerms, Place, SectionId, SetId, MAX_SECTIONS_PER_CALL};
 
 use crate::command::Command;
 use crate::counters::Counters;
+use crate::ids::{IdSpace, IdSpaces, UNRECORDED};
 use crate::state::SetState;
 
 /// The first line of every backup file.
 pub const MAGIC: &str = "seqsvr-backup";
 
-/// The header format this version writes (it reads this one and
-/// [`FORMAT_STATE_ONLY`]).
-pub const FORMAT: u32 = 2;
+/// The header format this version writes (it reads this one,
+/// [`FORMAT_NO_IDS`] and [`FORMAT_STATE_ONLY`]).
+pub const FORMAT: u32 = 3;
+
+/// The format written before backups carried id namespaces.
+pub const FORMAT_NO_IDS: u32 = 2;
 
 /// The format written before backups carried declared counters.
 pub const FORMAT_STATE_ONLY: u32 = 1;
@@ -68,6 +80,9 @@ pub struct BackupHeader {
     /// Declared counters (and tombstones) in the backup (0 in format 1,
     /// which carries none).
     pub counters: u32,
+    /// Id namespaces in the backup (0 in formats 1 and 2, which carry
+    /// none).
+    pub ids: u32,
 }
 
 /// A backup: its header and the state it holds.
@@ -132,26 +147,28 @@ impl Backup {
             leader_time_unix_ms,
             sections: state.sections.len() as u32,
             counters: state.counters.by_name.len() as u32,
+            ids: state.ids.spaces.len() as u32,
         };
         Backup { header, state }
     }
 
     /// The file's bytes in [`FORMAT`]: header, blank line, the encoded
-    /// state and declared counters.
+    /// state, declared counters and id namespaces.
     pub fn encode(&self) -> Result<Vec<u8>, RestoreError> {
         let h = &self.header;
         let mut out = format!(
             "{MAGIC}\nformat {FORMAT}\nset {}\nlog_index {}\nlog_term {}\nleader_time_unix_ms {}\n\
-             sections {}\ncounters {}\n\n",
+             sections {}\ncounters {}\nids {}\n\n",
             h.set_id,
             h.log_index,
             h.log_term,
             h.leader_time_unix_ms,
             h.sections,
-            self.state.counters.by_name.len()
+            self.state.counters.by_name.len(),
+            self.state.ids.spaces.len()
         )
         .into_bytes();
-        let body = codec::encode(&(&self.state, &self.state.counters))
+        let body = codec::encode(&(&self.state, &self.state.counters, &self.state.ids))
             .map_err(|e| RestoreError::Format(e.to_string()))?;
         out.extend(body);
         Ok(out)
@@ -180,9 +197,9 @@ impl Backup {
                 .map_err(|_| bad(format!("{name} {value:?} is not a number")))
         };
         let format = field("format")?;
-        if format != u64::from(FORMAT) && format != u64::from(FORMAT_STATE_ONLY) {
+        if !(u64::from(FORMAT_STATE_ONLY)..=u64::from(FORMAT)).contains(&format) {
             return Err(bad(format!(
-                "format {format}; this version reads formats {FORMAT_STATE_ONLY} and {FORMAT}"
+                "format {format}; this version reads formats {FORMAT_STATE_ONLY} to {FORMAT}"
             )));
         }
         let mut header = BackupHeader {
@@ -193,24 +210,40 @@ impl Backup {
             leader_time_unix_ms: field("leader_time_unix_ms")?,
             sections: field("sections")? as u32,
             counters: 0,
+            ids: 0,
         };
-        let body = &bytes[end + 2..];
-        let state = if header.format == FORMAT_STATE_ONLY {
-            codec::decode("backup", body).map_err(|e| bad(e.to_string()))?
-        } else {
+        if header.format >= FORMAT_NO_IDS {
             header.counters = field("counters")? as u32;
-            let (mut state, counters): (SetState, Counters) =
-                codec::decode("backup", body).map_err(|e| bad(e.to_string()))?;
-            if counters.by_name.len() != header.counters as usize {
-                return Err(bad(format!(
-                    "the header says {} declared counters, the backup holds {}",
-                    header.counters,
-                    counters.by_name.len()
-                )));
+        }
+        if header.format >= FORMAT {
+            header.ids = field("ids")? as u32;
+        }
+        let body = &bytes[end + 2..];
+        let decoded = |e: seqsvr_core::Error| bad(e.to_string());
+        let state = match header.format {
+            FORMAT_STATE_ONLY => codec::decode("backup", body).map_err(decoded)?,
+            FORMAT_NO_IDS => {
+                let (mut state, counters): (SetState, Counters) =
+                    codec::decode("backup", body).map_err(decoded)?;
+                state.counters = counters;
+                state
             }
-            state.counters = counters;
-            state
+            _ => {
+                let (mut state, counters, ids): (SetState, Counters, IdSpaces) =
+                    codec::decode("backup", body).map_err(decoded)?;
+                state.counters = counters;
+                state.ids = ids;
+                state
+            }
         };
+        let held = (state.counters.by_name.len(), state.ids.spaces.len());
+        if held != (header.counters as usize, header.ids as usize) {
+            return Err(bad(format!(
+                "the header says {} declared counters and {} id namespaces, the backup holds {} \
+                 and {}",
+                header.counters, header.ids, held.0, held.1
+            )));
+        }
         let spec = state
             .set
             .as_ref()
@@ -251,6 +284,8 @@ pub struct RestorePlan {
     pub backup: Backup,
     /// Numbers added to every ceiling.
     pub margin: u64,
+    /// The backup's id namespaces as they land ([`restored_ids`]).
+    pub ids: Vec<(String, IdSpace)>,
 }
 
 impl RestorePlan {
@@ -288,11 +323,19 @@ impl RestorePlan {
                 });
             }
         }
-        Ok(RestorePlan { backup, margin })
+        let ids = restored_ids(&backup.state.ids, now_unix_ms);
+        Ok(RestorePlan {
+            backup,
+            margin,
+            ids,
+        })
     }
 
     /// The commands still to write for `state` (the group's state now):
-    /// `RestoreSet` while no set is stored, then `RestoreCounters` for the
+    /// `RestoreIds` for the backup's id namespaces not here yet and
+    /// `RestoreSet` while no set is stored (the namespaces first: no
+    /// AllocSvr can register, so none can claim a worker id, before the
+    /// set is stored), then `RestoreCounters` for the
     /// backup's declared counters whose section is still pristine and
     /// that are not in place yet, then `RestoreSections` for the pieces
     /// that hold a pristine section the backup had a place for. The
@@ -302,19 +345,21 @@ impl RestorePlan {
     pub fn commands(&self, state: &SetState) -> Vec<Command> {
         let b = &self.backup.state;
         let spec = b.set.clone().expect("decoded backups hold a set");
+        if state.set.as_ref().is_some_and(|have| *have != spec) {
+            return Vec::new(); // refused at start: another set is stored
+        }
+        let mut out = self.id_commands(state);
         if state.set.is_none() {
-            return vec![Command::RestoreSet {
+            out.push(Command::RestoreSet {
                 spec,
                 lease: b.lease.terms,
                 route_version: b.route_version,
                 directory: b.directory.clone(),
-            }];
-        }
-        if state.set.as_ref() != Some(&spec) {
-            return Vec::new(); // refused at start: another set is stored
+            });
+            return out;
         }
         let n = b.sections.len() as SectionId;
-        let mut out = self.counter_commands(state);
+        out.extend(self.counter_commands(state));
         let mut first = 0;
         while first < n {
             let end = (first + MAX_SECTIONS_PER_CALL).min(n);
@@ -326,6 +371,20 @@ impl RestorePlan {
             first = end;
         }
         out
+    }
+
+    /// `RestoreIds` for the namespaces not in `state` yet, a page at a
+    /// time.
+    fn id_commands(&self, state: &SetState) -> Vec<Command> {
+        let due: Vec<_> = (self.ids.iter())
+            .filter(|(name, _)| !state.ids.spaces.contains_key(name))
+            .cloned()
+            .collect();
+        (due.chunks(IDS_PER_CALL))
+            .map(|page| Command::RestoreIds {
+                spaces: page.to_vec(),
+            })
+            .collect()
     }
 
     /// `RestoreCounters` for the backup's declarations not in `state` yet
@@ -366,6 +425,43 @@ impl RestorePlan {
     pub fn lease(&self) -> LeaseTerms {
         self.backup.state.lease.terms
     }
+}
+
+/// Most id namespaces one `RestoreIds` lands (each holds at most a
+/// worker record per worker id ever claimed).
+pub const IDS_PER_CALL: usize = 16;
+
+/// The backup's namespaces `spaces` as a restore at `now_unix_ms` (the
+/// restoring leader's clock) lands them: no holder, every epoch one up,
+/// and every worker id's ceiling at least two windows past `now`. The lost
+/// group raised no ceiling past its holders' clocks plus one window, and
+/// those clocks were at most `now` when it was lost, give or take their
+/// disagreement with this one, which the second window allows for
+/// (docs/operations.md, Backup and disaster recovery). The same holds for
+/// every worker id the backup has no record of (the lost group may have
+/// claimed it since): an [`UNRECORDED`] record carries that ceiling. A
+/// new holder starts at the ceiling plus one, so no id the lost group
+/// issued is issued again.
+pub fn restored_ids(spaces: &IdSpaces, now_unix_ms: u64) -> Vec<(String, IdSpace)> {
+    (spaces.spaces.iter())
+        .map(|(name, space)| {
+            let l = &space.layout;
+            let past = (l.tick_of(now_unix_ms))
+                .saturating_add(l.ticks_in(space.window_ms).saturating_mul(2))
+                .min(l.max_tick());
+            let mut space = space.clone();
+            for r in space.workers.values_mut() {
+                r.ceiling = r.ceiling.max(past);
+                r.epoch = r.epoch.saturating_add(1);
+                r.holder = None;
+            }
+            // Worker ids first claimed after the backup have no record in
+            // it: each starts above the same clock.
+            let unrecorded = space.workers.entry(UNRECORDED).or_default();
+            unrecorded.ceiling = unrecorded.ceiling.max(past);
+            (name.clone(), space)
+        })
+        .collect()
 }
 
 /// The margin a raise rate gives: `rate` numbers a second over the

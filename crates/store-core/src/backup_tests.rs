@@ -52,19 +52,21 @@ fn a_file_reads_back_as_written_and_anything_else_is_refused() {
     let bytes = b.encode().unwrap();
     let text = String::from_utf8_lossy(&bytes[..120]);
     assert!(text.starts_with(
-        "seqsvr-backup\nformat 2\nset 0\nlog_index 1234\nlog_term 3\n\
-         leader_time_unix_ms 1000000\nsections 3000\ncounters 0\n\n"
+        "seqsvr-backup\nformat 3\nset 0\nlog_index 1234\nlog_term 3\n\
+         leader_time_unix_ms 1000000\nsections 3000\ncounters 0\nids 0\n\n"
     ));
     assert_eq!(Backup::decode(&bytes).unwrap(), b);
     let refused = |bytes: &[u8]| matches!(Backup::decode(bytes), Err(RestoreError::Format(_)));
     assert!(refused(b""));
     assert!(refused(b"hello\n\nworld"));
-    let newer = String::from_utf8_lossy(&bytes).replacen("format 2", "format 3", 1);
+    let newer = String::from_utf8_lossy(&bytes).replacen("format 3", "format 4", 1);
     assert!(refused(newer.as_bytes()));
-    let miscounted = String::from_utf8_lossy(&bytes).replacen("counters 0", "counters 1", 1);
-    assert!(refused(miscounted.as_bytes()));
+    for (from, to) in [("counters 0", "counters 1"), ("ids 0", "ids 1")] {
+        let miscounted = String::from_utf8_lossy(&bytes).replacen(from, to, 1);
+        assert!(refused(miscounted.as_bytes()), "{to}");
+    }
     let mut other_set = bytes.clone();
-    let pos = "seqsvr-backup\nformat 2\nset ".len();
+    let pos = "seqsvr-backup\nformat 3\nset ".len();
     assert_eq!(other_set[pos], b'0');
     other_set[pos] = b'9';
     assert!(refused(&other_set));
@@ -271,8 +273,8 @@ fn a_backup_carries_declared_counters_and_a_restore_lands_them_first() {
     let b = Backup::new(with_counters(), 77, 2, 5_000);
     let bytes = b.encode().unwrap();
     let text = String::from_utf8_lossy(&bytes[..140]);
-    assert!(text.contains("format 2\n"), "{text}");
-    assert!(text.contains("sections 4\ncounters 4\n\n"), "{text}");
+    assert!(text.contains("format 3\n"), "{text}");
+    assert!(text.contains("sections 4\ncounters 4\nids 0\n\n"), "{text}");
     let read = Backup::decode(&bytes).unwrap();
     assert_eq!(read, b);
     assert_eq!(read.state.counters, with_counters().counters);
@@ -384,4 +386,184 @@ fn a_format_1_backup_still_restores() {
     let ceilings: Vec<u64> = st.sections.iter().map(|r| r.max_seq).collect();
     assert_eq!(ceilings, [200, 300, 400, 500]);
     assert!(st.counters.by_name.is_empty());
+}
+
+/// A backup as the version before id namespaces in backups wrote it
+/// (format 2: no `ids` line, the state and declared counters encoded)
+/// still reads and restores, declarations and all, with no namespaces.
+/// `UPDATE_GOLDEN=1` writes the file again, as that version's
+/// `Backup::encode` did.
+#[test]
+fn a_format_2_backup_still_restores() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/testdata/backup-format2.bin");
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        let st = with_counters();
+        let mut bytes = b"seqsvr-backup\nformat 2\nset 0\nlog_index 77\nlog_term 2\n\
+            leader_time_unix_ms 5000\nsections 4\ncounters 4\n\n"
+            .to_vec();
+        bytes.extend(codec::encode(&(&st, &st.counters)).unwrap());
+        std::fs::write(&path, bytes).unwrap();
+    }
+    let bytes = std::fs::read(&path).unwrap();
+    let b = Backup::decode(&bytes).unwrap();
+    let h = &b.header;
+    assert_eq!((h.format, h.counters, h.ids), (FORMAT_NO_IDS, 4, 0));
+    assert_eq!(b.state, with_counters());
+    let plan = RestorePlan::new(b, margin(1000), 0).unwrap();
+    assert!(plan.ids.is_empty());
+    let mut st = SetState::default();
+    restore(&plan, &mut st);
+    assert_eq!(st.counters, with_counters().counters);
+    assert!(st.ids.spaces.is_empty());
+}
+
+/// A 1 ms layout with a 2 s window, epoch 0.
+fn ms_layout() -> seqsvr_core::ids::Layout {
+    let mut l = seqsvr_core::ids::Layout::twitter();
+    l.epoch_ms = 0;
+    l
+}
+
+/// `backed_up()` with two id namespaces: "msgs" (worker 0 held, ceiling
+/// 9,000,000 ms, ahead of the backup's clock; worker 3 released at
+/// 4,000,000) and "idle" (no worker ever claimed).
+fn with_ids() -> SetState {
+    use crate::ids::{IdSpace, WorkerRecord};
+    let mut st = backed_up();
+    let held = WorkerRecord {
+        ceiling: 9_000_000,
+        epoch: 5,
+        holder: Some(("a".into(), 7)),
+        floor: 8_000_000,
+    };
+    let released = WorkerRecord {
+        ceiling: 4_000_000,
+        epoch: 2,
+        holder: None,
+        floor: 3_000_000,
+    };
+    let msgs = IdSpace {
+        layout: ms_layout(),
+        window_ms: 2000,
+        workers: [(0, held), (3, released)].into(),
+    };
+    let idle = IdSpace {
+        workers: Default::default(),
+        ..msgs.clone()
+    };
+    st.ids.spaces.insert("msgs".into(), msgs);
+    st.ids.spaces.insert("idle".into(), idle);
+    st
+}
+
+#[test]
+fn a_backup_carries_id_namespaces_and_a_restore_lands_them_past_the_clock() {
+    let b = Backup::new(with_ids(), 1234, 3, 1_000_000);
+    let bytes = b.encode().unwrap();
+    let text = String::from_utf8_lossy(&bytes[..140]);
+    assert!(text.contains("counters 0\nids 2\n\n"), "{text}");
+    let read = Backup::decode(&bytes).unwrap();
+    assert_eq!(read, b);
+    assert_eq!(read.state.ids, with_ids().ids);
+    // Restored at 5,000,000 ms: worker 0 keeps its ceiling (above two
+    // windows past the clock), worker 3 is raised to 5,004,000.
+    let plan = RestorePlan::new(read, margin(5000), 5_000_000).unwrap();
+    let mut st = SetState::default();
+    let cmds = plan.commands(&st);
+    assert!(
+        matches!(
+            cmds[..],
+            [Command::RestoreIds { .. }, Command::RestoreSet { .. }]
+        ),
+        "the namespaces land before the set: {cmds:?}"
+    );
+    restore(&plan, &mut st);
+    let msgs = &st.ids.spaces["msgs"];
+    let w = |i: u64| &msgs.workers[&i];
+    assert_eq!(
+        (w(0).ceiling, w(0).epoch, &w(0).holder),
+        (9_000_000, 6, &None)
+    );
+    assert_eq!(
+        (w(3).ceiling, w(3).epoch, &w(3).holder),
+        (5_004_000, 3, &None)
+    );
+    // Worker ids the backup has no record of (claimed since, perhaps)
+    // start above the same clock.
+    for space in ["msgs", "idle"] {
+        let space = &st.ids.spaces[space];
+        assert_eq!(space.ceiling_of(1), 5_004_000);
+        assert_eq!(space.workers[&crate::ids::UNRECORDED].holder, None);
+    }
+    assert_eq!(st.ids.spaces["idle"].worker_records().count(), 0);
+    // A new holder starts above every tick the lost group reached.
+    let mut d = Vec::new();
+    for (alloc, worker, floor) in [("b", 0, 9_000_001), ("c", 1, 5_004_001)] {
+        st.allocs.insert(
+            alloc.into(),
+            crate::state::AllocRecord {
+                incarnation: 1,
+                ..Default::default()
+            },
+        );
+        let claim = Command::ClaimWorker {
+            ns: "msgs".into(),
+            alloc: alloc.into(),
+            incarnation: 1,
+            now: 5_000_000,
+            reclaim: Vec::new(),
+        };
+        match st.apply(&claim, &mut d) {
+            Ok(Reply::WorkerClaimed(g)) => assert_eq!((g.worker, g.floor), (worker, floor)),
+            other => panic!("{other:?}"),
+        }
+    }
+    // Written again (a repeated or resumed restore): nothing changes, not
+    // even the namespace a holder now serves.
+    let before = st.clone();
+    let mut d = Vec::new();
+    let again = Command::RestoreIds {
+        spaces: plan.ids.clone(),
+    };
+    assert!(matches!(
+        st.apply(&again, &mut d),
+        Ok(Reply::Restored { newly: 0, .. })
+    ));
+    assert_eq!(st, before);
+    assert!(d.is_empty());
+    assert!(plan.commands(&st).is_empty());
+}
+
+#[test]
+fn a_restore_refuses_id_namespaces_it_could_not_serve_and_changes_nothing() {
+    let plan = RestorePlan::new(Backup::new(with_ids(), 1, 1, 0), margin(5000), 0).unwrap();
+    let good = plan.ids.clone();
+    let mut st = SetState::default();
+    let before = st.clone();
+    let spoiled = |f: &dyn Fn(&mut crate::ids::IdSpace)| {
+        let mut spaces = good.clone();
+        f(&mut spaces[1].1);
+        Command::RestoreIds { spaces }
+    };
+    let bad = [
+        spoiled(&|s| s.window_ms = 0),
+        spoiled(&|s| s.window_ms = crate::ids::MAX_WINDOW_MS + 1),
+        spoiled(&|s| s.layout.worker_bits = 60),
+        spoiled(&|s| {
+            s.workers.insert(1 << 10, Default::default());
+        }),
+        spoiled(&|s| s.workers.get_mut(&0).unwrap().holder = Some(("a".into(), 1))),
+        spoiled(&|s| s.workers.get_mut(&0).unwrap().ceiling = u64::MAX),
+        Command::RestoreIds {
+            spaces: vec![("has space".into(), good[0].1.clone())],
+        },
+    ];
+    for cmd in bad {
+        let mut d = Vec::new();
+        let out = st.apply(&cmd, &mut d);
+        assert!(matches!(out, Err(Rejection::Invalid(_))), "{out:?}");
+        assert_eq!(st, before);
+        assert!(d.is_empty());
+    }
 }

@@ -354,6 +354,17 @@ pub enum Command {
         /// The declarations, by name.
         counters: Vec<(Vec<u8>, CounterDecl)>,
     },
+    /// Lands id namespaces of a restore (docs/operations.md, Backup and
+    /// disaster recovery), before `RestoreSet`: each namespace not here
+    /// yet is created with the backup's layout, window and worker records
+    /// (no holder, every ceiling past any tick the lost group issued:
+    /// `crate::backup::restored_ids`); a namespace already here is left
+    /// alone, so a repeated or resumed restore changes nothing more. All
+    /// refused if one is invalid. Appended last.
+    RestoreIds {
+        /// The namespaces, by name.
+        spaces: Vec<(String, crate::ids::IdSpace)>,
+    },
 }
 
 /// A counter write (inside [`Command::Counter`]).

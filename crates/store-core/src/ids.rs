@@ -30,6 +30,13 @@ pub const MAX_ID_SPACES: usize = 1024;
 /// Longest window a namespace may raise its ceilings ahead by (10 min).
 pub const MAX_WINDOW_MS: u64 = 600_000;
 
+/// The key, above every layout's worker ids, of the record whose ceiling
+/// a worker id with no record of its own starts above. Only a restore
+/// writes one: a backup cannot tell which worker ids the lost group first
+/// claimed after it was taken (`crate::backup::restored_ids`). Never
+/// held, never claimed, never listed as a worker id.
+pub const UNRECORDED: u64 = u64::MAX;
+
 /// Every id namespace of the group, by name.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IdSpaces {
@@ -84,6 +91,21 @@ impl WorkerRecord {
 }
 
 impl IdSpace {
+    /// The ceiling the next holder of worker `w` starts above: its
+    /// record's, or for a worker id with none the [`UNRECORDED`] record's
+    /// (0 without one).
+    pub fn ceiling_of(&self, w: u64) -> u64 {
+        (self.workers.get(&w))
+            .or_else(|| self.workers.get(&UNRECORDED))
+            .map_or(0, |r| r.ceiling)
+    }
+
+    /// The worker ids' records, lowest first, without the [`UNRECORDED`]
+    /// one.
+    pub fn worker_records(&self) -> impl Iterator<Item = (&u64, &WorkerRecord)> {
+        self.workers.iter().filter(|(&w, _)| w != UNRECORDED)
+    }
+
     /// The worker ids a claim by `alloc`'s `incarnation` may take, lowest
     /// first: never claimed, released, or held by an incarnation that is
     /// no longer the registered one; and those in `reclaim` (whose

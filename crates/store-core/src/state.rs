@@ -344,6 +344,7 @@ impl SetState {
                 counters,
             } => self.copy_counters(call, after, through.as_deref(), counters, dirty),
             Command::RestoreCounters { counters } => self.restore_counters(counters, dirty),
+            Command::RestoreIds { spaces } => self.restore_ids(spaces, dirty),
         }
     }
 

@@ -8,7 +8,8 @@ use seqsvr_core::{AllocId, Epoch, Incarnation};
 use super::{Dirty, SetState, MAX_NAME_LEN};
 use crate::command::{Outcome, Rejection, Reply};
 use crate::ids::{
-    refuse, time_exhausted, unknown, IdRefusal, IdSpace, WorkerRecord, MAX_ID_SPACES, MAX_WINDOW_MS,
+    refuse, time_exhausted, unknown, IdRefusal, IdSpace, WorkerRecord, MAX_ID_SPACES,
+    MAX_WINDOW_MS, UNRECORDED,
 };
 use std::collections::BTreeMap;
 
@@ -109,7 +110,7 @@ impl SetState {
             ));
         };
         let window = layout.ticks_in(space.window_ms);
-        let floor = space.workers.get(&w).map_or(0, |r| r.ceiling) + 1;
+        let floor = space.ceiling_of(w) + 1;
         if floor > layout.max_tick() {
             return Err(time_exhausted(ns, &layout));
         }
@@ -194,6 +195,72 @@ impl SetState {
             )),
         }
     }
+}
+
+impl SetState {
+    /// See [`crate::command::Command::RestoreIds`]. Every namespace is
+    /// checked as a create checks it, and its worker records against its
+    /// layout, before any lands.
+    pub(crate) fn restore_ids(
+        &mut self,
+        spaces: &[(String, IdSpace)],
+        dirty: &mut Vec<Dirty>,
+    ) -> Outcome {
+        let mut fresh = Vec::new();
+        for (name, space) in spaces {
+            check_restored(name, space)?;
+            if !self.ids.spaces.contains_key(name) && !fresh.contains(&name) {
+                fresh.push(name);
+            }
+        }
+        if self.ids.spaces.len() + fresh.len() > MAX_ID_SPACES {
+            return Err(Rejection::Invalid(format!(
+                "at most {MAX_ID_SPACES} id namespaces"
+            )));
+        }
+        let mut newly = 0;
+        for (name, space) in spaces {
+            if self.ids.spaces.contains_key(name) {
+                continue;
+            }
+            self.ids.spaces.insert(name.clone(), space.clone());
+            dirty.push(Dirty::IdSpace(name.clone()));
+            newly += 1;
+        }
+        Ok(Reply::Restored {
+            newly,
+            route_version: self.route_version,
+        })
+    }
+}
+
+/// A restored namespace as a create would check it, and its worker
+/// records: ids within the layout, ceilings within its time, no holder.
+fn check_restored(name: &str, space: &IdSpace) -> Result<(), Rejection> {
+    check_ns(name)?;
+    let layout = &space.layout;
+    let invalid = |m: String| Rejection::Invalid(format!("id namespace {name:?}: {m}"));
+    layout.validate().map_err(|e| invalid(e.to_string()))?;
+    if space.window_ms == 0 || space.window_ms > MAX_WINDOW_MS {
+        return Err(invalid(format!(
+            "window must be within 1..={MAX_WINDOW_MS} ms"
+        )));
+    }
+    for (&w, r) in &space.workers {
+        if w >= layout.workers() && w != UNRECORDED {
+            return Err(invalid(format!(
+                "worker id {w} is outside its {} worker ids",
+                layout.workers()
+            )));
+        }
+        if r.ceiling > layout.max_tick() || r.holder.is_some() {
+            return Err(invalid(format!(
+                "worker id {w}: a restored record has a ceiling within the layout's time and no \
+                 holder"
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn check_ns(name: &str) -> Result<(), Rejection> {

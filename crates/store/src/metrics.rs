@@ -150,6 +150,7 @@ fn kind(cmd: &Command) -> &'static str {
         Command::Counter { .. } => "counter",
         Command::CopyCounters { .. } => "copy_counters",
         Command::RestoreCounters { .. } => "restore_counters",
+        Command::RestoreIds { .. } => "restore_ids",
     }
 }
 

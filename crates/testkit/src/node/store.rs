@@ -519,7 +519,7 @@ impl StorePeer for FakeStore {
                 namespace: n.clone(),
                 layout: Some((&s.layout).into()),
                 window_ms: s.window_ms,
-                workers: (s.workers.iter())
+                workers: (s.worker_records())
                     .map(|(&w, r)| pb::WorkerInfo {
                         holding: Some((&r.grant(w)).into()),
                         alloc_id: r.holder.clone().map(|h| h.0).unwrap_or_default(),

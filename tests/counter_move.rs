@@ -238,3 +238,81 @@ async fn a_move_stopped_after_its_install_keeps_the_declarations() {
     );
     honoured(&c, &d).await;
 }
+
+/// A mover older than the copy of declarations says nothing of copying in
+/// its freeze and install (`copies_counters`, `counters_copied` unset):
+/// for a move under way of a range holding names, both are refused at
+/// every replica, before anything is frozen. The names keep being served with their
+/// declarations, and the move run by this version then carries them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mover_that_does_not_copy_declarations_is_refused() {
+    use pb::store_sets_client::StoreSetsClient;
+    let (a, b) = two_sets().await;
+    let c = SetCluster::client_over(&[&a, &b]).await;
+    let d = declare_three(&a, &c, "z").await;
+    // The move recorded, as by any mover; its id is in the directory.
+    let out = move_range(&a, Some("begin"));
+    assert!(out.contains("stopped after step begin"), "{out}");
+    let routes = pb::store_read_client::StoreReadClient::connect(format!(
+        "http://{}",
+        a.store.client_addrs[0]
+    ))
+    .await
+    .unwrap()
+    .get_routes(pb::GetRoutesRequest {})
+    .await
+    .unwrap()
+    .into_inner();
+    let directory = routes.directory.expect("set 0 holds the directory");
+    assert!(directory.moving.is_some(), "{directory:?}");
+    let move_id = directory.move_id;
+    let (begin, end) = (NAME_KEYS.start, NAME_KEYS.start + MOVED);
+    let refused = |e: tonic::Status| {
+        assert!(
+            e.message()
+                .contains("does not copy their declared counters"),
+            "{e:?}"
+        );
+    };
+    for addr in &a.store.admin_addrs {
+        let mut sets = StoreSetsClient::connect(format!("http://{addr}"))
+            .await
+            .unwrap();
+        let freeze = pb::FreezeRequest {
+            first_section: 0,
+            count: 2,
+            to_set: 1,
+            move_id,
+            set_id: 0,
+            begin,
+            end,
+            ..Default::default()
+        };
+        refused(sets.freeze(freeze).await.unwrap_err());
+    }
+    for addr in &b.store.admin_addrs {
+        let mut sets = StoreSetsClient::connect(format!("http://{addr}"))
+            .await
+            .unwrap();
+        let install = pb::InstallRequest {
+            first_section: 0,
+            floors: vec![0, 0],
+            move_id,
+            set_id: 1,
+            begin,
+            end,
+            kind: Some(pb::install_request::Kind::MovedFrom(0)),
+            ..Default::default()
+        };
+        refused(sets.install(install).await.unwrap_err());
+    }
+    // Nothing was frozen: set 0 still serves the names as declared.
+    let v = next(&c, &d.odd).await.unwrap();
+    assert_eq!(v % 2, 1, "{v}");
+    let out = move_range(&a, None);
+    assert!(
+        out.contains("declared counters: 3 copied (3 written"),
+        "{out}"
+    );
+    honoured_again(&c, &d).await;
+}

@@ -75,6 +75,9 @@ impl SetsClient {
             set_id: call.set,
             begin: call.begin,
             end: call.end,
+            // The mover copies declarations before it installs
+            // (`seqsvr_core::mover`, the copy phase).
+            copies_counters: true,
         };
         let r = self
             .replicas
@@ -121,6 +124,7 @@ impl SetsClient {
             begin: call.begin,
             end: call.end,
             kind: Some(kind),
+            counters_copied: matches!(call.kind, SetKind::Move { .. }),
         };
         let r = self
             .replicas

@@ -71,6 +71,7 @@ fn change_of(c: pb::DirectoryChange) -> Result<DirChange, Error> {
 impl StoreApi {
     async fn freeze(&self, r: pb::FreezeRequest) -> Result<pb::FreezeReply, Error> {
         check_run(r.first_section, r.count as usize)?;
+        declarations_travel(r.copies_counters, r.begin, r.end)?;
         self.require_leader()?;
         // Under the arbiter's lock: no renewal records a grant or reads its
         // sections half way through the freeze.
@@ -125,17 +126,20 @@ impl StoreApi {
 
     async fn install(&self, r: pb::InstallRequest) -> Result<pb::InstallReply, Error> {
         check_run(r.first_section, r.floors.len())?;
-        self.require_leader()?;
         use pb::install_request::Kind;
         let kind = match r.kind {
             Some(Kind::Addition(true)) => SetKind::Addition,
-            Some(Kind::MovedFrom(from)) => SetKind::Move { from, to: r.set_id },
+            Some(Kind::MovedFrom(from)) => {
+                declarations_travel(r.counters_copied, r.begin, r.end)?;
+                SetKind::Move { from, to: r.set_id }
+            }
             Some(Kind::Addition(false)) | None => {
                 return Err(Error::Invalid(
                     "an install names its kind: an addition, or the set it moves from".into(),
                 ))
             }
         };
+        self.require_leader()?;
         let cmd = Command::Install {
             first: r.first_section,
             floors: r.floors,
@@ -338,4 +342,20 @@ impl pb::store_sets_server::StoreSets for SetsService {
         let cmd = Command::CopyDirectory(copy_of(&req.into_inner())?);
         Ok(Response::new(self.0.directory_write(cmd).await?))
     }
+}
+
+/// Refuses a move's freeze or install of the range `begin..end` from a
+/// mover that does not copy declared counters (`copies` unset: an older
+/// seqctl) if the range holds names: their declarations would not reach
+/// the destination, which would serve the names without their maximum and
+/// increment. A range of uids alone has no declarations to lose.
+fn declarations_travel(copies: bool, begin: u64, end: u64) -> Result<(), Error> {
+    let names = seqsvr_core::NAME_KEYS;
+    if copies || end <= names.start || begin >= names.end {
+        return Ok(());
+    }
+    Err(Error::Invalid(format!(
+        "the range {begin}..{end} holds names, and this mover does not copy their declared \
+         counters: run the move with a seqctl of this version (docs/operations.md, Sets)"
+    )))
 }

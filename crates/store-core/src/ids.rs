@@ -17,12 +17,11 @@
 
 use std::collections::BTreeMap;
 
+use seqsvr_core::ids::Layout;
 pub use seqsvr_core::ids::WorkerGrant;
-use seqsvr_core::ids::{IdError, Layout};
 use seqsvr_core::{AllocId, Epoch, Incarnation};
 use serde::{Deserialize, Serialize};
 
-use crate::command::Rejection;
 pub use seqsvr_store_api::IdRefusal;
 
 /// Most id namespaces one store group keeps.
@@ -68,14 +67,6 @@ pub struct WorkerRecord {
     /// The first tick of the current holding (the ceiling before the claim
     /// plus one).
     pub floor: u64,
-}
-
-pub(crate) fn refuse(namespace: &str, kind: IdRefusal, reason: String) -> Rejection {
-    Rejection::Ids {
-        namespace: namespace.into(),
-        kind,
-        reason,
-    }
 }
 
 impl WorkerRecord {
@@ -125,19 +116,4 @@ impl IdSpace {
         };
         (0..self.layout.workers()).find(|&w| free(w))
     }
-}
-
-pub(crate) fn unknown(ns: &str) -> Rejection {
-    refuse(
-        ns,
-        IdRefusal::UnknownNamespace,
-        "no such id namespace".into(),
-    )
-}
-
-pub(crate) fn time_exhausted(ns: &str, layout: &Layout) -> Rejection {
-    let e = IdError::TimeExhausted {
-        end_ms: layout.end_ms().unwrap_or(u64::MAX),
-    };
-    refuse(ns, IdRefusal::TimeExhausted, e.to_string())
 }

@@ -2,15 +2,12 @@
 //! records and docs/ids.md the rules). A part of [`crate::state`], like
 //! the set commands.
 
-use seqsvr_core::ids::Layout;
+use seqsvr_core::ids::{IdError, Layout};
 use seqsvr_core::{AllocId, Epoch, Incarnation};
 
 use super::{Dirty, SetState, MAX_NAME_LEN};
 use crate::command::{Outcome, Rejection, Reply};
-use crate::ids::{
-    refuse, time_exhausted, unknown, IdRefusal, IdSpace, WorkerRecord, MAX_ID_SPACES,
-    MAX_WINDOW_MS, UNRECORDED,
-};
+use crate::ids::{IdRefusal, IdSpace, WorkerRecord, MAX_ID_SPACES, MAX_WINDOW_MS, UNRECORDED};
 use std::collections::BTreeMap;
 
 impl SetState {
@@ -273,4 +270,27 @@ fn check_ns(name: &str) -> Result<(), Rejection> {
         )));
     }
     Ok(())
+}
+
+fn refuse(namespace: &str, kind: IdRefusal, reason: String) -> Rejection {
+    Rejection::Ids {
+        namespace: namespace.into(),
+        kind,
+        reason,
+    }
+}
+
+fn unknown(ns: &str) -> Rejection {
+    refuse(
+        ns,
+        IdRefusal::UnknownNamespace,
+        "no such id namespace".into(),
+    )
+}
+
+fn time_exhausted(ns: &str, layout: &Layout) -> Rejection {
+    let e = IdError::TimeExhausted {
+        end_ms: layout.end_ms().unwrap_or(u64::MAX),
+    };
+    refuse(ns, IdRefusal::TimeExhausted, e.to_string())
 }

@@ -345,6 +345,12 @@ async fn id_namespaces_come_back_above_every_id_the_lost_group_issued() {
     restore_all(&mut s, &file, &["--margin", "1000000"]);
     s.store.wait_ready(Duration::from_secs(30)).await;
     let after = draw_ids(&s, "t", Duration::from_secs(3)).await;
+    // An operator sees where worker ids the backup never saw start.
+    let (ok, out, err) = seqctl(&s, &["id", "show", "t"]);
+    assert!(
+        ok && out.contains("other worker ids start above"),
+        "{out}{err}"
+    );
     let top = |ids: &[u64]| ids.iter().copied().max().unwrap();
     let low = |ids: &[u64]| ids.iter().copied().min().unwrap();
     let tick = |id: u64| id >> (layout.worker_bits + layout.seq_bits);

@@ -45,6 +45,9 @@ pub struct IdSpaceShown {
     pub window_ms: u64,
     /// Every worker id ever claimed.
     pub workers: Vec<WorkerShown>,
+    /// The ceiling a worker id not in `workers` starts above (a
+    /// restore's; 0: none).
+    pub unrecorded_ceiling: u64,
 }
 
 fn layout_of(l: Option<&pb::IdLayout>) -> Result<Layout> {
@@ -78,6 +81,7 @@ pub fn spaces_of(r: pb::IdSpacesReply) -> Result<Vec<IdSpaceShown>> {
                 layout: layout_of(s.layout.as_ref())?,
                 name: s.namespace,
                 window_ms: s.window_ms,
+                unrecorded_ceiling: s.unrecorded_ceiling,
                 workers,
             })
         })

@@ -325,6 +325,12 @@ fn show(s: &IdSpaceShown) -> Result<()> {
             format_unix_ms(l.epoch_ms + w.grant.ceiling * l.unit_ms)
         )?;
     }
+    if s.unrecorded_ceiling > 0 {
+        outln!(
+            "  other worker ids start above {} (restored)",
+            format_unix_ms(l.epoch_ms + s.unrecorded_ceiling * l.unit_ms)
+        )?;
+    }
     Ok(())
 }
 
@@ -344,6 +350,7 @@ fn to_json(s: &IdSpaceShown) -> serde_json::Value {
             "runs_out_ms": l.end_ms(),
         },
         "window_ms": s.window_ms,
+        "unrecorded_ceiling": s.unrecorded_ceiling,
         "workers": s.workers.iter().map(|w| serde_json::json!({
             "worker": w.grant.worker,
             "epoch": w.grant.epoch,

@@ -159,11 +159,20 @@ async fn honoured(c: &seqsvr_client::SeqClient, d: &Declared) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn declarations_move_with_their_section() {
+/// Both sets, a client over them, and the three declarations (names
+/// tagged `tag`) at set 0.
+async fn declared_on_two_sets(
+    tag: &str,
+) -> (SetCluster, SetCluster, seqsvr_client::SeqClient, Declared) {
     let (a, b) = two_sets().await;
     let c = SetCluster::client_over(&[&a, &b]).await;
-    let d = declare_three(&a, &c, "x").await;
+    let d = declare_three(&a, &c, tag).await;
+    (a, b, c, d)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declarations_move_with_their_section() {
+    let (a, b, c, d) = declared_on_two_sets("x").await;
     // Stopped after the release (before the declarations are copied),
     // then run again: the run that resumes copies them before installing.
     let out = move_range(&a, Some("release"));
@@ -223,9 +232,7 @@ async fn honoured_again(c: &seqsvr_client::SeqClient, d: &Declared) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_move_stopped_after_its_install_keeps_the_declarations() {
-    let (a, b) = two_sets().await;
-    let c = SetCluster::client_over(&[&a, &b]).await;
-    let d = declare_three(&a, &c, "y").await;
+    let (a, _b, c, d) = declared_on_two_sets("y").await;
     // Copied and installed, then stopped: the destination serves the
     // sections with the declarations already; the run that finishes the
     // move copies nothing more.
@@ -247,9 +254,7 @@ async fn a_move_stopped_after_its_install_keeps_the_declarations() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mover_that_does_not_copy_declarations_is_refused() {
     use pb::store_sets_client::StoreSetsClient;
-    let (a, b) = two_sets().await;
-    let c = SetCluster::client_over(&[&a, &b]).await;
-    let d = declare_three(&a, &c, "z").await;
+    let (a, b, c, d) = declared_on_two_sets("z").await;
     // The move recorded, as by any mover; its id is in the directory.
     let out = move_range(&a, Some("begin"));
     assert!(out.contains("stopped after step begin"), "{out}");

@@ -558,6 +558,9 @@ fn a_restore_refuses_id_namespaces_it_could_not_serve_and_changes_nothing() {
         Command::RestoreIds {
             spaces: vec![("has space".into(), good[0].1.clone())],
         },
+        Command::RestoreIds {
+            spaces: vec![good[0].clone(), good[0].clone()],
+        },
     ];
     for cmd in bad {
         let mut d = Vec::new();

@@ -86,9 +86,13 @@ impl IdSpace {
     /// record's, or for a worker id with none the [`UNRECORDED`] record's
     /// (0 without one).
     pub fn ceiling_of(&self, w: u64) -> u64 {
-        (self.workers.get(&w))
-            .or_else(|| self.workers.get(&UNRECORDED))
-            .map_or(0, |r| r.ceiling)
+        (self.workers.get(&w)).map_or_else(|| self.unrecorded_ceiling(), |r| r.ceiling)
+    }
+
+    /// The ceiling a worker id with no record of its own starts above (a
+    /// restore's [`UNRECORDED`] record; 0 without one).
+    pub fn unrecorded_ceiling(&self) -> u64 {
+        self.workers.get(&UNRECORDED).map_or(0, |r| r.ceiling)
     }
 
     /// The worker ids' records, lowest first, without the [`UNRECORDED`]

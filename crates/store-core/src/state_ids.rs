@@ -197,35 +197,35 @@ impl SetState {
 impl SetState {
     /// See [`crate::command::Command::RestoreIds`]. Every namespace is
     /// checked as a create checks it, and its worker records against its
-    /// layout, before any lands.
+    /// layout, before any lands; a name listed twice refuses the command.
     pub(crate) fn restore_ids(
         &mut self,
         spaces: &[(String, IdSpace)],
         dirty: &mut Vec<Dirty>,
     ) -> Outcome {
-        let mut fresh = Vec::new();
+        let mut listed = std::collections::BTreeSet::new();
         for (name, space) in spaces {
             check_restored(name, space)?;
-            if !self.ids.spaces.contains_key(name) && !fresh.contains(&name) {
-                fresh.push(name);
+            if !listed.insert(name) {
+                return Err(Rejection::Invalid(format!(
+                    "id namespace {name:?} is listed twice"
+                )));
             }
         }
+        let fresh: Vec<_> = (spaces.iter())
+            .filter(|(name, _)| !self.ids.spaces.contains_key(name))
+            .collect();
         if self.ids.spaces.len() + fresh.len() > MAX_ID_SPACES {
             return Err(Rejection::Invalid(format!(
                 "at most {MAX_ID_SPACES} id namespaces"
             )));
         }
-        let mut newly = 0;
-        for (name, space) in spaces {
-            if self.ids.spaces.contains_key(name) {
-                continue;
-            }
+        for (name, space) in &fresh {
             self.ids.spaces.insert(name.clone(), space.clone());
             dirty.push(Dirty::IdSpace(name.clone()));
-            newly += 1;
         }
         Ok(Reply::Restored {
-            newly,
+            newly: fresh.len() as u32,
             route_version: self.route_version,
         })
     }

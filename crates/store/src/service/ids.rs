@@ -164,7 +164,7 @@ impl StoreApi {
                 namespace: name.clone(),
                 layout: Some((&s.layout).into()),
                 window_ms: s.window_ms,
-                unrecorded_ceiling: s.ceiling_of(seqsvr_store_core::ids::UNRECORDED),
+                unrecorded_ceiling: s.unrecorded_ceiling(),
                 workers: (s.worker_records())
                     .map(|(&w, rec)| {
                         let (alloc_id, incarnation) = rec.holder.clone().unwrap_or_default();

@@ -519,7 +519,7 @@ impl StorePeer for FakeStore {
                 namespace: n.clone(),
                 layout: Some((&s.layout).into()),
                 window_ms: s.window_ms,
-                unrecorded_ceiling: s.ceiling_of(seqsvr_store_core::ids::UNRECORDED),
+                unrecorded_ceiling: s.unrecorded_ceiling(),
                 workers: (s.worker_records())
                     .map(|(&w, r)| pb::WorkerInfo {
                         holding: Some((&r.grant(w)).into()),

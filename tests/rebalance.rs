@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use seqsvr::drill::{widest_section_jump, NUMBERS_PER_CALL};
 use seqsvr_client::SeqClient;
 use seqsvr_store::arbiter::RebalanceConfig;
 use seqsvr_testkit::{
@@ -21,6 +22,9 @@ use seqsvr_testkit::{attack, Bins};
 
 /// The binaries under test.
 const BINS: Bins = seqsvr_testkit::bins!();
+
+/// Callers of the workload.
+const CALLERS: u64 = 8;
 
 /// Sections routed per AllocSvr, as the store says.
 async fn shares(cluster: &SetCluster) -> BTreeMap<String, u32> {
@@ -67,7 +71,7 @@ async fn kill_and_fail_over(rebalance: RebalanceConfig) -> (SetCluster, SeqClien
     let mut cluster = SetCluster::start_opts(BINS, small_set(), 2, opts);
     let c = cluster.client().await;
     cluster.wait_serving(&c).await;
-    let w = start_spread_workload(&c, 8);
+    let w = start_spread_workload(&c, CALLERS);
     tokio::time::sleep(Duration::from_millis(1000)).await;
     cluster.allocs[0].kill9();
     wait_for(&cluster, "failover", Duration::from_secs(30), |s| {
@@ -89,6 +93,7 @@ async fn a_restarted_allocsvr_gets_its_share_back_by_planned_handoffs() {
         interval_ms: 500,
     };
     let (mut cluster, _c, w, before) = kill_and_fail_over(cfg).await;
+    let restarted = Instant::now();
     cluster.allocs[0].restart();
     let took = wait_for(&cluster, "rebalance", Duration::from_secs(30), |s| {
         s.get("alloc-1") == Some(&4) && s.get("alloc-2") == Some(&4)
@@ -102,6 +107,17 @@ async fn a_restarted_allocsvr_gets_its_share_back_by_planned_handoffs() {
         errors - before,
         0,
         "calls failed while sections moved back\n{}",
+        cluster.store.logs()
+    );
+    // Promise 4, one handoff at a time: each section handed back skips at
+    // most a step (plus what the callers in flight at the restart took).
+    let set = small_set();
+    let (section, hole) = widest_section_jump(&set, &obs, restarted);
+    let bound = set.step + 1 + NUMBERS_PER_CALL * CALLERS;
+    println!("widest jump after the restart: {hole} in section {section} (bound {bound})");
+    assert!(
+        hole <= bound,
+        "section {section} skipped {hole} > {bound} across its handoff\n{}",
         cluster.store.logs()
     );
     let logs = cluster.store.logs();

@@ -267,18 +267,18 @@ async fn client_plane_floods_keep_memory_bounded() {
     let (b, _) = burst(&c, 2).await;
     let (mut obs, _) = w.finish().await;
     obs.extend(b);
-    if let Ok(r) = &next_ok {
-        let _ = r;
-    }
     assert_monotonic(&obs, || cluster.store.logs());
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(
         routes_ok,
         "the store does not serve a new connection after the floods"
     );
+    // A lapse here is a lease the floods starved (the threat model rules
+    // it out): the logs say which renewals failed, and why.
     assert!(
         next_ok.is_ok(),
-        "alloc-1 does not serve a new connection after the floods: {next_ok:?}"
+        "alloc-1 does not serve a new connection after the floods: {next_ok:?}\n{}",
+        cluster.store.logs()
     );
 }
 

@@ -1,19 +1,24 @@
 //! Sets end to end (real processes): a set added online, uid ranges moved
 //! between sets under load — whole, and crashed at every step of the move
 //! then resumed — and operators' mistakes refused. Every number clients
-//! received is checked per uid (promise 1; `docs/architecture/sets.md`).
+//! received is checked per uid (promise 1; `docs/architecture/sets.md`),
+//! and what each move skipped per section (promise 4).
 
 mod fence_move;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use seqsvr::drill::{widest_section_jump, NUMBERS_PER_CALL};
 use seqsvr_testkit::sets::{seqctl, set2, two_sets};
 use seqsvr_testkit::{self as kit, Bins};
 use seqsvr_testkit::{assert_monotonic, SetCluster, Workload};
 
 /// The binaries under test.
 const BINS: Bins = seqsvr_testkit::bins!();
+
+/// Callers of the workload under moves.
+const CALLERS: u64 = 8;
 
 /// Callers over every uid of both sets (`next`, and every 4th call
 /// `current`), through one client seeded with every AllocSvr.
@@ -108,8 +113,9 @@ async fn a_replaced_replica_of_set_1_reaches_the_directory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_set_added_and_ranges_moved_under_load_repeat_nothing() {
     let (mut a, mut b) = two_sets(BINS).await;
-    let w = workload(&a, &b, 8).await;
+    let w = workload(&a, &b, CALLERS).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let moving = Instant::now();
     // Set 0 → set 1, a store replica of each set replaced, then part of
     // the range moved back.
     for (i, (range, to)) in [("500..1200", "1"), ("800..1000", "0")]
@@ -147,6 +153,21 @@ async fn a_set_added_and_ranges_moved_under_load_repeat_nothing() {
         );
     }
     assert_monotonic(&obs, || format!("{}\n{}", a.store.logs(), b.store.logs()));
+    // Promise 4, one operation at a time (plus what the callers in flight
+    // took): a move skips at most two steps (the destination installs at
+    // the final ceiling plus a step, and its first owner's take-over
+    // starts there), each handoff of a rebalance one. The sets' section
+    // grids agree, so set 1's spec groups every uid with its ceiling.
+    let grid = kit::sets::set1();
+    let (section, jump) = widest_section_jump(&grid, &obs, moving);
+    let bound = 2 * grid.step + 1 + NUMBERS_PER_CALL * CALLERS;
+    println!("widest jump across the moves: {jump} in section {section} (bound {bound})");
+    assert!(
+        jump <= bound,
+        "section {section} jumped {jump} > {bound}\n{}\n{}",
+        a.store.logs(),
+        b.store.logs()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -300,12 +321,14 @@ async fn operators_mistakes_are_refused_and_change_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drill_across_sets_with_a_move_as_its_fault_repeats_nothing() {
-    // The drill bounds each section's jump across its one fault by a step.
-    // With the arbiter's rebalance on, set 1 evens the sections the move
-    // brought in over its AllocSvrs right after, by planned handoffs: a
-    // second operation and a second bounded skip (398 against the move's
-    // bound of 265), which the drill would charge to the move. The move
-    // alone is what is measured here; tests/rebalance.rs measures those.
+    // The drill bounds each section's jump across its one fault by a step,
+    // against the moment the fault began. With the arbiter's rebalance on,
+    // set 1 evens the sections the move brought in over its AllocSvrs
+    // right after, by planned handoffs: a second operation, which the drill
+    // would charge to the move. The move alone is the fault here; each
+    // operation's own jump is measured call by call in
+    // `a_set_added_and_ranges_moved_under_load_repeat_nothing` (a move: at
+    // most two steps) and tests/rebalance.rs (a handoff: at most one).
     let opts = kit::StoreOptions {
         rebalance: seqsvr_store::arbiter::RebalanceConfig {
             enabled: false,

@@ -237,6 +237,47 @@ pub fn section_skip(set: &SetSpec, obs: &[Observation], at: Instant, until: Inst
         .unwrap_or(0)
 }
 
+/// Per section, the largest jump of a call that began after `from`: the
+/// number it received minus the largest number received in its section by
+/// calls that had ended before it began; the largest over sections, with
+/// its section. A take-over or handoff starts every uid of its section at
+/// the old ceiling, so the first call after each move jumps from what was
+/// handed out before it, whenever the move happened: this bounds what
+/// every move after `from` skipped, one at a time, where [`section_skip`]
+/// needs one moment for them all. Besides the moves, a jump includes the
+/// numbers taken by calls in flight (concurrent callers, replies never
+/// received). `current` answers hand out nothing and are left out.
+pub fn widest_section_jump(set: &SetSpec, obs: &[Observation], from: Instant) -> (u32, u64) {
+    let mut per: HashMap<u32, Vec<&Observation>> = HashMap::new();
+    for o in obs.iter().filter(|o| o.kind == checker::Kind::Next) {
+        if let Some(s) = set.section_of(o.uid) {
+            per.entry(s).or_default().push(o);
+        }
+    }
+    let mut widest = (0, 0);
+    for (s, mut os) in per {
+        // Ended, in order, with the largest number received by each end.
+        os.sort_by_key(|o| o.end);
+        let ends: Vec<Instant> = os.iter().map(|o| o.end).collect();
+        let high: Vec<u64> = (os.iter())
+            .scan(0, |h, o| {
+                *h = (*h).max(o.seq);
+                Some(*h)
+            })
+            .collect();
+        for o in os.iter().filter(|o| o.start > from) {
+            let ended = ends.partition_point(|e| *e < o.start);
+            if let Some(h) = ended.checked_sub(1).map(|i| high[i]) {
+                let jump = o.seq.saturating_sub(h);
+                if jump > widest.1 {
+                    widest = (s, jump);
+                }
+            }
+        }
+    }
+    widest
+}
+
 /// Numbers between each uid's first and last received number that nobody
 /// in this drill received (skip-ahead after failovers, lost replies, and
 /// numbers other clients took).
@@ -299,6 +340,43 @@ mod tests {
         assert_eq!(r.faults[0].recovery_ms, 350.0);
         assert_eq!(r.faults[0].section_skip_max, 100);
         assert!(r.ok());
+    }
+
+    #[test]
+    fn the_widest_jump_is_against_what_had_been_received() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let set = SetSpec {
+            section_size: 10,
+            ..SetSpec::new(0, 0..20)
+        };
+        let o = |uid, seq, at| Observation::next(uid, seq, ms(at), ms(at));
+        let c = |uid, seq, from, to| Observation::next(uid, seq, ms(from), ms(to));
+        let obs = [
+            // Section 0: a take-over before 50 (from 1 to 901).
+            o(1, 1, 10),
+            o(1, 901, 60),
+            // A slow uid far below the others: no jump.
+            o(2, 902, 100),
+            o(3, 5, 105),
+            o(2, 903, 120),
+            // A move at about 150: from 903 to 1201.
+            o(1, 1201, 200),
+            o(2, 1202, 210),
+            // A call in flight while 1202 was received is measured against
+            // what had ended before it began.
+            c(3, 1203, 205, 220),
+            // Section 1: from 5 to 45.
+            o(11, 5, 100),
+            o(12, 45, 110),
+            // A `current` answer hands out nothing.
+            Observation::current(13, 5000, ms(300), ms(300)),
+        ];
+        assert_eq!(widest_section_jump(&set, &obs, ms(0)), (0, 900));
+        assert_eq!(widest_section_jump(&set, &obs, ms(70)), (0, 298));
+        assert_eq!(widest_section_jump(&set, &obs, ms(205)), (0, 1));
+        assert_eq!(widest_section_jump(&set, &obs[8..], ms(0)), (1, 40));
+        assert_eq!(widest_section_jump(&set, &obs, ms(1000)), (0, 0));
     }
 
     #[test]

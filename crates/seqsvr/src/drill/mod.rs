@@ -49,7 +49,7 @@ use seqsvr_store_api::ReadClient;
 
 use crate::error::{Context, Result};
 
-pub use analysis::section_skip;
+pub use analysis::{section_skip, widest_section_jump};
 pub use args::{parse_duration, parse_fault, parse_uids, DrillArgs, DrillConfig};
 pub use faults::{Action, ActionKind, Fault};
 pub use judge::{judge, Bounds, Breach, NUMBERS_PER_CALL};

@@ -20,6 +20,10 @@ const BINS: Bins = seqsvr_testkit::bins!();
 /// Callers of the workload under moves.
 const CALLERS: u64 = 8;
 
+/// The largest jump a move may cost a drill of 8 callers over sets of step
+/// 200: two steps, plus what the callers may not have seen (`Bounds`).
+const MOVE_JUMP: u64 = 2 * 200 + 1 + 2 * NUMBERS_PER_CALL * 8;
+
 /// Callers over every uid of both sets (`next`, and every 4th call
 /// `current`), through one client seeded with every AllocSvr.
 async fn workload(a: &SetCluster, b: &SetCluster, callers: u64) -> Workload {
@@ -159,7 +163,7 @@ async fn a_set_added_and_ranges_moved_under_load_repeat_nothing() {
     // starts there), each handoff of a rebalance one. The sets' section
     // grids agree, so set 1's spec groups every uid with its ceiling.
     let grid = kit::sets::set1();
-    let (section, jump) = widest_section_jump(&grid, &obs, moving);
+    let (section, jump) = widest_section_jump(&grid, &obs, moving..Instant::now());
     let bound = 2 * grid.step + 1 + NUMBERS_PER_CALL * CALLERS;
     println!("widest jump across the moves: {jump} in section {section} (bound {bound})");
     assert!(
@@ -321,14 +325,16 @@ async fn operators_mistakes_are_refused_and_change_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drill_across_sets_with_a_move_as_its_fault_repeats_nothing() {
-    // The drill bounds each section's jump across its one fault by a step,
-    // against the moment the fault began. With the arbiter's rebalance on,
-    // set 1 evens the sections the move brought in over its AllocSvrs
-    // right after, by planned handoffs: a second operation, which the drill
-    // would charge to the move. The move alone is the fault here; each
-    // operation's own jump is measured call by call in
-    // `a_set_added_and_ranges_moved_under_load_repeat_nothing` (a move: at
-    // most two steps) and tests/rebalance.rs (a handoff: at most one).
+    // The drill measures each call against what its section had handed out
+    // before it began, so it sees the move whenever the freeze comes after
+    // the fault began. A move skips at most two steps (the install's
+    // margin), stated here as the bound with what the 8 callers may not
+    // have seen; and at least one, which the drill must report. With the
+    // arbiter's rebalance on, set 1 would even the sections the move
+    // brought in over its AllocSvrs right after, by planned handoffs: a
+    // second operation in the same window, which the drill would charge to
+    // the move. The move alone is the fault here; tests/rebalance.rs
+    // measures the handoffs.
     let opts = kit::StoreOptions {
         rebalance: seqsvr_store::arbiter::RebalanceConfig {
             enabled: false,
@@ -355,6 +361,8 @@ async fn a_drill_across_sets_with_a_move_as_its_fault_repeats_nothing() {
             "0",
             "--concurrency",
             "8",
+            "--max-section-jump",
+            &MOVE_JUMP.to_string(),
         ])
         .args(["--duration", "6s", "--json", "--fault", &fault])
         .output()
@@ -366,6 +374,11 @@ async fn a_drill_across_sets_with_a_move_as_its_fault_repeats_nothing() {
     assert_eq!(r["regressions"].as_u64(), Some(0));
     assert_eq!(r["repeats"].as_u64(), Some(0));
     assert!(r["numbers"].as_u64().unwrap() > 1000, "{text}");
+    let jump = r["faults"][0]["section_skip_max"].as_u64().unwrap();
+    assert!(
+        jump > kit::sets::set1().step,
+        "the drill did not see the move's skip ({jump})\n{text}"
+    );
     let outcome = r["faults"][0]["outcome"].as_str().unwrap_or_default();
     assert!(outcome.contains("exit status: 0"), "{outcome}");
     // The range is set 1's now.

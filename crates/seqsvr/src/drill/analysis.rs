@@ -199,7 +199,11 @@ fn fault_reports(
         .into_iter()
         .zip(untils)
         .map(|(f, until)| FaultReport {
-            section_skip_max: section_skip(set, obs, f.at, until),
+            // Against the fault's moment, and call by call: a fault
+            // whose move comes later (a set move's freeze, a handoff
+            // after a restart) shows only in the second.
+            section_skip_max: section_skip(set, obs, f.at, until)
+                .max(widest_section_jump(set, obs, f.at..until).1),
             recovery_ms: ms(outages.worst(f.at, until)),
             fault: f.fault,
             outcome: f.outcome,
@@ -237,17 +241,22 @@ pub fn section_skip(set: &SetSpec, obs: &[Observation], at: Instant, until: Inst
         .unwrap_or(0)
 }
 
-/// Per section, the largest jump of a call that began after `from`: the
+/// Per section, the largest jump of a call made within `window` (begun
+/// after its start, ended before its end): the
 /// number it received minus the largest number received in its section by
 /// calls that had ended before it began; the largest over sections, with
 /// its section. A take-over or handoff starts every uid of its section at
 /// the old ceiling, so the first call after each move jumps from what was
 /// handed out before it, whenever the move happened: this bounds what
-/// every move after `from` skipped, one at a time, where [`section_skip`]
+/// every move in the window skipped, one at a time, where [`section_skip`]
 /// needs one moment for them all. Besides the moves, a jump includes the
-/// numbers taken by calls in flight (concurrent callers, replies never
-/// received). `current` answers hand out nothing and are left out.
-pub fn widest_section_jump(set: &SetSpec, obs: &[Observation], from: Instant) -> (u32, u64) {
+/// numbers taken by calls in flight: those whose replies never came, and
+/// those served at the same time as it. `current` answers hand out nothing and are left out.
+pub fn widest_section_jump(
+    set: &SetSpec,
+    obs: &[Observation],
+    window: std::ops::Range<Instant>,
+) -> (u32, u64) {
     let mut per: HashMap<u32, Vec<&Observation>> = HashMap::new();
     for o in obs.iter().filter(|o| o.kind == checker::Kind::Next) {
         if let Some(s) = set.section_of(o.uid) {
@@ -265,7 +274,7 @@ pub fn widest_section_jump(set: &SetSpec, obs: &[Observation], from: Instant) ->
                 Some(*h)
             })
             .collect();
-        for o in os.iter().filter(|o| o.start > from) {
+        for o in (os.iter()).filter(|o| o.start > window.start && o.end < window.end) {
             let ended = ends.partition_point(|e| *e < o.start);
             if let Some(h) = ended.checked_sub(1).map(|i| high[i]) {
                 let jump = o.seq.saturating_sub(h);
@@ -372,11 +381,16 @@ mod tests {
             // A `current` answer hands out nothing.
             Observation::current(13, 5000, ms(300), ms(300)),
         ];
-        assert_eq!(widest_section_jump(&set, &obs, ms(0)), (0, 900));
-        assert_eq!(widest_section_jump(&set, &obs, ms(70)), (0, 298));
-        assert_eq!(widest_section_jump(&set, &obs, ms(205)), (0, 1));
-        assert_eq!(widest_section_jump(&set, &obs[8..], ms(0)), (1, 40));
-        assert_eq!(widest_section_jump(&set, &obs, ms(1000)), (0, 0));
+        assert_eq!(widest_section_jump(&set, &obs, ms(0)..ms(2000)), (0, 900));
+        assert_eq!(widest_section_jump(&set, &obs, ms(70)..ms(2000)), (0, 298));
+        assert_eq!(widest_section_jump(&set, &obs, ms(205)..ms(2000)), (0, 1));
+        assert_eq!(
+            widest_section_jump(&set, &obs[8..], ms(0)..ms(2000)),
+            (1, 40)
+        );
+        assert_eq!(widest_section_jump(&set, &obs, ms(1000)..ms(2000)), (0, 0));
+        // Only calls ended before the window's end count.
+        assert_eq!(widest_section_jump(&set, &obs, ms(70)..ms(150)), (1, 40));
     }
 
     #[test]

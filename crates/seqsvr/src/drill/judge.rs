@@ -41,12 +41,14 @@ impl Bounds {
     /// and a raise puts the ceiling at most one step above the number that
     /// asked for it, so the first number after the move is at most `step +
     /// 1` above the largest handed out before. The drill only knows the
-    /// largest number *it received* before the fault: calls in flight when
-    /// the fault struck may have taken up to [`NUMBERS_PER_CALL`] more each.
+    /// numbers *it received*, and measures each call against those received
+    /// before it began: calls in flight when the fault struck may have
+    /// taken up to [`NUMBERS_PER_CALL`] more each, and so may the calls
+    /// served at the same time as the first ones after the move.
     pub fn section_jump(&self, step: u64) -> u64 {
         self.max_section_jump.unwrap_or_else(|| {
             step.saturating_add(1)
-                .saturating_add(NUMBERS_PER_CALL.saturating_mul(self.concurrency))
+                .saturating_add((2 * NUMBERS_PER_CALL).saturating_mul(self.concurrency))
         })
     }
 }
@@ -402,12 +404,12 @@ mod tests {
                 |r, _| r.faults[0].section_skip_max = 19_990,
                 vec![
                     "fault at 2.0 s Kill(\"alloc-1\"): a section's numbers jumped by 19990 \
-                     across it, more than the bound of 10129 (step 10000; promise 4)",
+                     across it, more than the bound of 10257 (step 10000; promise 4)",
                 ],
             ),
             (
-                "one step and what 16 callers may not have seen",
-                |r, _| r.faults[0].section_skip_max = 10_129,
+                "one step and what 16 callers may not have seen, twice",
+                |r, _| r.faults[0].section_skip_max = 10_257,
                 vec![],
             ),
             (
@@ -444,9 +446,9 @@ mod tests {
     #[test]
     fn the_default_jump_bound_is_one_step_and_what_callers_may_not_have_seen() {
         let mut b = bounds();
-        assert_eq!(b.section_jump(10_000), 10_000 + 1 + 8 * 16);
+        assert_eq!(b.section_jump(10_000), 10_000 + 1 + 2 * 8 * 16);
         b.concurrency = 1;
-        assert_eq!(b.section_jump(100), 109);
+        assert_eq!(b.section_jump(100), 117);
         b.max_section_jump = Some(5);
         assert_eq!(b.section_jump(100), 5);
         b.max_section_jump = None;

@@ -46,7 +46,7 @@ use crate::ids::IdWorkers;
 use crate::shared::Shared;
 use coalesce::{BatchFuture, Coalescer, SendBatch};
 
-/// How forwarding is bounded (`docs/operations.md`, Forwarding).
+/// How forwarding is bounded (`docs/architecture/forwarding.md`, Bounds).
 #[derive(Debug, Clone)]
 pub struct ForwardConfig {
     /// Most time one forwarded call may take, the client's retries

@@ -48,7 +48,7 @@ pub struct RespSection {
     /// it sleeps (busy-polling; 0, the default, sleeps at once). Spends up
     /// to a core while requests come less than this apart, for lower
     /// latency and more requests a second from clients on the same
-    /// machine (`docs/operations.md`, The Redis-protocol door).
+    /// machine (`docs/architecture/resp.md`, Busy-polling).
     #[serde(default)]
     pub spin_us: u64,
 }

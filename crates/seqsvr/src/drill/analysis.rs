@@ -309,14 +309,18 @@ mod tests {
     use super::super::faults::{Action, Fault};
     use super::*;
 
-    #[test]
-    fn outages_need_a_failed_call_and_skips_compare_sections() {
-        let t0 = Instant::now();
-        let ms = |n| t0 + Duration::from_millis(n);
-        let set = SetSpec {
+    /// Uids 0..20 in two sections of 10.
+    fn two_sections() -> SetSpec {
+        SetSpec {
             section_size: 10,
             ..SetSpec::new(0, 0..20)
-        };
+        }
+    }
+
+    #[test]
+    fn outages_need_a_failed_call_and_skips_compare_sections() {
+        let (t0, set) = (Instant::now(), two_sections());
+        let ms = |n| t0 + Duration::from_millis(n);
         let o = |uid, seq, at| Observation::next(uid, seq, ms(at), ms(at));
         // Section 0: quiet 10..500 (no failure), then a failure at 600 inside 550..900.
         // Section 1: one uid jumps from 5 to 105 across a fault at 300.
@@ -353,12 +357,8 @@ mod tests {
 
     #[test]
     fn the_widest_jump_is_against_what_had_been_received() {
-        let t0 = Instant::now();
+        let (t0, set) = (Instant::now(), two_sections());
         let ms = |n| t0 + Duration::from_millis(n);
-        let set = SetSpec {
-            section_size: 10,
-            ..SetSpec::new(0, 0..20)
-        };
         let o = |uid, seq, at| Observation::next(uid, seq, ms(at), ms(at));
         let c = |uid, seq, from, to| Observation::next(uid, seq, ms(from), ms(to));
         let obs = [

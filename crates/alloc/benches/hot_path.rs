@@ -302,6 +302,47 @@ fn two_threads(a: &Arc<Allocator>) {
     );
 }
 
+/// `next_name` on one name, `n` times.
+#[inline(never)]
+fn name_loop(a: &Allocator, name: &[u8], n: u64) {
+    for _ in 0..n {
+        black_box(a.next_name(name).unwrap());
+    }
+}
+
+/// One hot name from one thread, then from two at once: what a door on
+/// more than one worker thread could answer on a single name, whose
+/// counter is kept under its shard's lock (`docs/benchmarks.md`, the hot
+/// name).
+fn hot_name() {
+    const NAME: &[u8] = b"name:hot";
+    let key = seqsvr_core::name_key(NAME).unwrap();
+    let begin = key - key % 1000;
+    let spec = SetSpec {
+        set_id: 0,
+        uid_begin: begin,
+        uid_end: begin + 1000,
+        section_size: 1000,
+        step: MAX_STEP,
+    };
+    let a = Arc::new(serving(spec, MAX_STEP));
+    let n = OPS / 4;
+    measure("next_name, 1 thread, one name", n, || {
+        on_cpu(|| name_loop(&a, NAME, n))
+    });
+    measure("next_name, 2 threads, one name: total", 2 * n, || {
+        let start = Instant::now();
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                let a = a.clone();
+                std::thread::spawn(move || name_loop(&a, NAME, n))
+            })
+            .collect();
+        handles.into_iter().for_each(|h| h.join().unwrap());
+        start.elapsed().as_nanos() as u64
+    });
+}
+
 /// Realistic steps (10,000) with the raiser running against an in-memory
 /// store on another thread: how often does a caller find a section exhausted?
 fn with_raises(ops: u64) {
@@ -363,5 +404,6 @@ fn main() {
     bare_cas_reference();
     batch_next(&a);
     two_threads(&a);
+    hot_name();
     with_raises(50_000_000);
 }

@@ -112,12 +112,12 @@ async fn a_restarted_allocsvr_gets_its_share_back_by_planned_handoffs() {
     // Promise 4, one handoff at a time: each section handed back skips at
     // most a step (plus what the callers in flight at the restart took).
     let set = small_set();
-    let (section, hole) = widest_section_jump(&set, &obs, restarted..Instant::now());
+    let (section, jump) = widest_section_jump(&set, &obs, restarted..Instant::now());
     let bound = set.step + 1 + NUMBERS_PER_CALL * CALLERS;
-    println!("widest jump after the restart: {hole} in section {section} (bound {bound})");
+    println!("widest jump after the restart: {jump} in section {section} (bound {bound})");
     assert!(
-        hole <= bound,
-        "section {section} skipped {hole} > {bound} across its handoff\n{}",
+        jump <= bound,
+        "section {section} skipped {jump} > {bound} across its handoff\n{}",
         cluster.store.logs()
     );
     let logs = cluster.store.logs();

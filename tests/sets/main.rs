@@ -20,9 +20,12 @@ const BINS: Bins = seqsvr_testkit::bins!();
 /// Callers of the workload under moves.
 const CALLERS: u64 = 8;
 
-/// The largest jump a move may cost a drill of 8 callers over sets of step
-/// 200: two steps, plus what the callers may not have seen (`Bounds`).
-const MOVE_JUMP: u64 = 2 * 200 + 1 + 2 * NUMBERS_PER_CALL * 8;
+/// The largest jump a move may cost a drill of [`CALLERS`] over the test
+/// sets: two steps, plus what the callers may not have seen (as
+/// `Bounds::section_jump` counts it).
+fn move_jump() -> u64 {
+    2 * kit::sets::set1().step + 1 + 2 * NUMBERS_PER_CALL * CALLERS
+}
 
 /// Callers over every uid of both sets (`next`, and every 4th call
 /// `current`), through one client seeded with every AllocSvr.
@@ -328,7 +331,7 @@ async fn a_drill_across_sets_with_a_move_as_its_fault_repeats_nothing() {
     // The drill measures each call against what its section had handed out
     // before it began, so it sees the move whenever the freeze comes after
     // the fault began. A move skips at most two steps (the install's
-    // margin), stated here as the bound with what the 8 callers may not
+    // margin), stated here as the bound with what the callers may not
     // have seen; and at least one, which the drill must report. With the
     // arbiter's rebalance on, set 1 would even the sections the move
     // brought in over its AllocSvrs right after, by planned handoffs: a
@@ -360,9 +363,9 @@ async fn a_drill_across_sets_with_a_move_as_its_fault_repeats_nothing() {
             "--rate",
             "0",
             "--concurrency",
-            "8",
+            &CALLERS.to_string(),
             "--max-section-jump",
-            &MOVE_JUMP.to_string(),
+            &move_jump().to_string(),
         ])
         .args(["--duration", "6s", "--json", "--fault", &fault])
         .output()

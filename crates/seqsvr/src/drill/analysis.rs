@@ -242,16 +242,17 @@ pub fn section_skip(set: &SetSpec, obs: &[Observation], at: Instant, until: Inst
 }
 
 /// Per section, the largest jump of a call made within `window` (begun
-/// after its start, ended before its end): the
-/// number it received minus the largest number received in its section by
-/// calls that had ended before it began; the largest over sections, with
-/// its section. A take-over or handoff starts every uid of its section at
-/// the old ceiling, so the first call after each move jumps from what was
-/// handed out before it, whenever the move happened: this bounds what
-/// every move in the window skipped, one at a time, where [`section_skip`]
-/// needs one moment for them all. Besides the moves, a jump includes the
-/// numbers taken by calls in flight: those whose replies never came, and
-/// those served at the same time as it. `current` answers hand out nothing and are left out.
+/// after its start, ended before its end): the number it received minus
+/// the largest number received in its section by calls that had ended
+/// before it began; the largest over sections, with its section. A
+/// take-over or handoff starts every uid of its section at the old
+/// ceiling, so the first call after each move jumps from what was handed
+/// out before it, whenever the move happened: this bounds what every move
+/// in the window skipped, one at a time, where [`section_skip`] needs one
+/// moment for them all. Besides the moves, a jump includes the numbers
+/// taken by calls in flight: those whose replies never came, and those
+/// served at the same time as it. `current` answers hand out nothing and
+/// are left out.
 pub fn widest_section_jump(
     set: &SetSpec,
     obs: &[Observation],
@@ -267,7 +268,6 @@ pub fn widest_section_jump(
     for (s, mut os) in per {
         // Ended, in order, with the largest number received by each end.
         os.sort_by_key(|o| o.end);
-        let ends: Vec<Instant> = os.iter().map(|o| o.end).collect();
         let high: Vec<u64> = (os.iter())
             .scan(0, |h, o| {
                 *h = (*h).max(o.seq);
@@ -275,7 +275,7 @@ pub fn widest_section_jump(
             })
             .collect();
         for o in (os.iter()).filter(|o| o.start > window.start && o.end < window.end) {
-            let ended = ends.partition_point(|e| *e < o.start);
+            let ended = os.partition_point(|p| p.end < o.start);
             if let Some(h) = ended.checked_sub(1).map(|i| high[i]) {
                 let jump = o.seq.saturating_sub(h);
                 if jump > widest.1 {
